@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+# tailhound image: one image for the streams worker (default), the simulator and the node agent.
+#
+#   docker build -t tailhound:dev .
+#   docker run --rm -e TAILHOUND_BROKER=kafka://kafka:9092 tailhound:dev            # streams worker
+#   docker run --rm -e TAILHOUND_BROKER=kafka://kafka:9092 tailhound:dev simulate --speed 60
+#
+# Every runtime dependency ships as a manylinux wheel for CPython 3.11, so the slim image needs no
+# compiler. No HEALTHCHECK: the worker is a Kafka consumer with no HTTP endpoint; liveness is the process.
+
+ARG PYTHON_VERSION=3.11
+
+# ---- build: install the package and its dependencies into a self-contained virtualenv ----------
+FROM python:${PYTHON_VERSION}-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/venv
+# The whole (.dockerignore-filtered) context: pyproject.toml, its readme and the packages it lists.
+COPY . /src
+RUN /opt/venv/bin/pip install /src
+
+# ---- runtime --------------------------------------------------------------------------------
+FROM python:${PYTHON_VERSION}-slim
+LABEL org.opencontainers.image.title="tailhound" \
+      org.opencontainers.image.description="Event-driven alert correlation for LLM inference fleets" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TAILHOUND_RULES_DIR=/app/rules \
+    TAILHOUND_STREAMS__DATA_DIR=/var/lib/tailhound/streams
+
+# Fixed numeric UID/GID so Kubernetes can verify runAsNonRoot without a runAsUser override.
+RUN groupadd --system --gid 10001 tailhound \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /app --no-create-home \
+            --shell /usr/sbin/nologin tailhound \
+ && mkdir -p /app /var/lib/tailhound/streams \
+ && chown -R 10001:10001 /var/lib/tailhound
+
+COPY --from=build /opt/venv /opt/venv
+WORKDIR /app
+# The bundled rule pack; mount a directory over /app/rules (or set TAILHOUND_RULES_DIR) to replace it.
+COPY rules/ /app/rules/
+
+USER 10001:10001
+# Node agent /metrics (tailhound agent); the worker listens on nothing.
+EXPOSE 9464
+
+ENTRYPOINT ["tailhound"]
+CMD ["worker"]

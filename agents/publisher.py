@@ -1,0 +1,44 @@
+"""Publishes snapshots to the telemetry topic: one Kafka message per snapshot, keyed by node."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaProducer
+
+from tailhound.kafka import make_producer
+from tailhound.settings import Settings
+from tailhound.snapshot import Snapshot
+
+
+class SnapshotPublisher:
+    def __init__(self, settings: Settings, producer: AIOKafkaProducer | None = None) -> None:
+        self.topic = settings.telemetry_topic
+        self.producer = producer or make_producer(settings, compression_type="gzip")
+        self.sent = 0
+        self.bytes = 0
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+    async def publish(self, snapshots: Iterable[Snapshot]) -> None:
+        """Send a batch and wait until the broker acknowledged every message of it."""
+        futures = []
+        for snap in snapshots:
+            value = snap.model_dump_json().encode()
+            futures.append(await self.producer.send(self.topic, key=snap.key(), value=value))
+            self.bytes += len(value)
+        if futures:
+            await asyncio.gather(*futures)
+        self.sent += len(futures)
+
+    async def __aenter__(self) -> SnapshotPublisher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

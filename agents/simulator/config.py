@@ -1,0 +1,175 @@
+"""Simulator configuration: :class:`SimConfig` and :class:`FaultSpec` (with its CLI text form)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+#: Fault names the simulator knows, in the order they are documented.
+FAULT_NAMES: tuple[str, ...] = (
+    "thermal-throttle",
+    "memory-bandwidth-saturation",
+    "traffic-surge",
+    "kv-cache-pressure",
+    "network-path-degradation",
+    "ingress-overflow",
+    "nvlink-degraded",
+    "short-blip",
+    "engine-restart",
+)
+
+#: Faults that act on one tick only (their duration is ignored).
+ONE_SHOT_FAULTS: frozenset[str] = frozenset({"short-blip", "engine-restart"})
+
+#: Faults that act on individual GPUs (the others act on a node).
+GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded"})
+
+#: Node value that targets every node of the fleet.
+ALL_NODES = "*"
+
+SOURCES: tuple[str, ...] = ("vllm", "dcgm", "node", "blackbox")
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([smh]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"20m"``, ``"1.5h"`` -> seconds; ValueError on anything else."""
+    m = _DURATION_RE.match(text)
+    if not m:
+        raise ValueError(f"bad duration {text!r}: expected a number with an optional s/m/h suffix, e.g. 20m")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _check_fault_name(name: str) -> None:
+    if name not in FAULT_NAMES:
+        raise ValueError(f"unknown fault {name!r}; known faults: {', '.join(FAULT_NAMES)}")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One fault to inject: what, when (seconds from simulation start), for how long, where.
+
+    ``node=None`` targets the fault's default (the first node; every node for ``traffic-surge``);
+    ``node="*"`` targets every node. ``gpus=()`` picks the fault's default GPUs (thermal: 3 and 5;
+    memory-bandwidth and NVLink faults: every GPU of the node). ``duration_s=None`` lasts until
+    the end. ``short-blip`` and ``engine-restart`` act on the first tick at or after ``start_s`` only.
+    """
+
+    name: str
+    start_s: float
+    duration_s: float | None = None
+    node: str | None = None
+    gpus: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_fault_name(self.name)
+        if not math.isfinite(self.start_s) or self.start_s < 0:
+            raise ValueError(f"fault {self.name}: start_s must be a finite number >= 0, got {self.start_s!r}")
+        if self.duration_s is not None and (not math.isfinite(self.duration_s) or self.duration_s <= 0):
+            raise ValueError(f"fault {self.name}: duration_s must be > 0 or None, got {self.duration_s!r}")
+        if self.node is not None and (not self.node or any(ch.isspace() for ch in self.node)):
+            raise ValueError(f"fault {self.name}: bad node name {self.node!r}")
+        gpus = tuple(self.gpus)
+        if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in gpus):
+            raise ValueError(f"fault {self.name}: gpus must be non-negative integers, got {self.gpus!r}")
+        if len(set(gpus)) != len(gpus):
+            raise ValueError(f"fault {self.name}: duplicate GPU index in {self.gpus!r}")
+        object.__setattr__(self, "gpus", gpus)
+
+    @property
+    def end_s(self) -> float:
+        """End of the fault window in seconds from simulation start (``inf`` when open-ended)."""
+        return math.inf if self.duration_s is None else self.start_s + self.duration_s
+
+    @property
+    def one_shot(self) -> bool:
+        """True for faults that act on a single tick (``short-blip``, ``engine-restart``)."""
+        return self.name in ONE_SHOT_FAULTS
+
+    def is_active(self, t_s: float, interval_s: float) -> bool:
+        """Whether the fault acts on the tick at `t_s` (one-shot faults: the first tick >= start)."""
+        if self.one_shot:
+            return self.start_s <= t_s < self.start_s + interval_s
+        return self.start_s <= t_s < self.end_s
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSpec:
+        """Parse the CLI form ``NAME@START[+DURATION][:node=NODE][:gpus=I,J]``.
+
+        Examples: ``thermal-throttle@20m``, ``thermal-throttle@20m+15m:node=gpu-node-2:gpus=3,5``.
+        Durations take an s/m/h suffix (bare numbers are seconds).
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("empty fault spec; expected NAME@START[+DURATION][:node=NODE][:gpus=I,J]")
+        head, *options = text.strip().split(":")
+        if "@" not in head:
+            raise ValueError(
+                f"bad fault spec {text!r}: missing '@START' (expected NAME@START[+DURATION][:key=value...])"
+            )
+        name, when = head.split("@", 1)
+        name = name.strip()
+        _check_fault_name(name)
+        start_text, plus, dur_text = when.partition("+")
+        start_s = parse_duration(start_text)
+        duration_s = parse_duration(dur_text) if plus else None
+        node: str | None = None
+        gpus: tuple[int, ...] = ()
+        seen: set[str] = set()
+        for opt in options:
+            key, eq, value = opt.partition("=")
+            key, value = key.strip(), value.strip()
+            if not eq or not value:
+                raise ValueError(f"bad fault option {opt!r} in {text!r}: expected key=value")
+            if key in seen:
+                raise ValueError(f"fault option {key!r} given twice in {text!r}")
+            seen.add(key)
+            if key == "node":
+                node = value
+            elif key == "gpus":
+                try:
+                    gpus = tuple(int(g) for g in value.split(","))
+                except ValueError:
+                    raise ValueError(f"bad gpus {value!r} in {text!r}: expected e.g. gpus=3,5") from None
+            else:
+                raise ValueError(f"unknown fault option {key!r} in {text!r}; known options: node, gpus")
+        if duration_s is not None and duration_s <= 0:
+            raise ValueError(f"bad fault spec {text!r}: duration must be > 0")
+        return cls(name=name, start_s=start_s, duration_s=duration_s, node=node, gpus=gpus)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Shape of the simulated fleet and of its telemetry."""
+
+    nodes: int = 4
+    gpus_per_node: int = 8
+    interval_s: float = 15.0
+    start_ts: float = 1_767_225_600.0  # event time of the first tick (unix seconds)
+    seed: int = 7
+    model: str = "meta-llama/Llama-3.1-70B-Instruct"
+    node_prefix: str = "gpu-node-"  # nodes are gpu-node-1 .. gpu-node-N
+    sources: tuple[str, ...] = field(default=SOURCES)
+    #: Also export per-link NVLink counters (DCGM_FI_DEV_NVLINK_BANDWIDTH_L0..L17, 144 more series a
+    #: node; off by default like in dcgm-exporter's default-counters.csv).
+    nvlink_per_link: bool = False
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes must be >= 1, got {self.nodes}")
+        if self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if not math.isfinite(self.interval_s) or self.interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {self.interval_s}")
+        if not math.isfinite(self.start_ts) or self.start_ts <= 0:
+            raise ValueError(f"start_ts must be > 0, got {self.start_ts}")
+        sources = tuple(self.sources)
+        unknown = [s for s in sources if s not in SOURCES]
+        if unknown:
+            raise ValueError(f"unknown source(s) {unknown}; known sources: {', '.join(SOURCES)}")
+        object.__setattr__(self, "sources", sources)
+
+    def node_names(self) -> list[str]:
+        """``gpu-node-1`` .. ``gpu-node-N``."""
+        return [f"{self.node_prefix}{i}" for i in range(1, self.nodes + 1)]

@@ -1,0 +1,1 @@
+"""Stream processing: Faust wiring (app.py) around pure evaluation code (signals, ruleset, evaluator)."""

@@ -1,0 +1,111 @@
+"""Faust wiring, kept thin: topics and a table in, :func:`streams.evaluator.evaluate` in the middle,
+incidents and dead letters out.
+
+Where things are:
+- telemetry enters in :func:`create_app`'s ``evaluate`` agent (topic ``<prefix>telemetry``, key = node,
+  value decoded by :mod:`streams.codec`);
+- rules fire in :func:`streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
+  changelogged so a restarted worker resumes where it stopped);
+- incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import faust
+
+from tailhound.catalog import Catalog, default_catalog
+from tailhound.deadletter import DeadLetter
+from tailhound.settings import Settings
+
+from . import codec
+from .codec import Malformed
+from .evaluator import NodeState, evaluate
+from .ruleset import RuleSet
+
+log = logging.getLogger(__name__)
+
+STATE_TABLE = "node-state"
+
+
+def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = None) -> faust.App:
+    if not settings.broker:
+        raise ValueError("create_app needs settings.broker (the CLI starts the embedded broker first)")
+    codec.register()
+    catalog = catalog or default_catalog()
+    s = settings.streams
+    app = faust.App(
+        s.app_id,
+        broker=settings.broker,
+        store="memory://",
+        datadir=str(s.data_dir),
+        autodiscover=False,
+        web_enabled=False,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        topic_allow_declare=True,
+        table_standby_replicas=0,
+        broker_commit_interval=s.commit_interval_s,
+        broker_session_timeout=s.session_timeout_s,
+        broker_heartbeat_interval=s.heartbeat_interval_s,
+        broker_rebalance_timeout=s.rebalance_timeout_s,
+        consumer_auto_offset_reset="earliest",
+    )
+    telemetry = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer=codec.CODEC_NAME,
+                          partitions=settings.partitions)
+    incidents = app.topic(settings.incidents_topic, key_serializer="raw", value_serializer="raw",
+                          partitions=settings.partitions)
+    deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
+    state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
+
+    async def dead_letter(message: Any, reason: str, stage: str) -> None:
+        log.warning("dead-letter %s[%s]@%s (%s): %s", message.topic, message.partition, message.offset,
+                    stage, reason)
+        record = DeadLetter.from_bytes(
+            message.value, ts=time.time(), reason=reason, stage=stage, topic=message.topic,
+            partition=message.partition, offset=message.offset,
+            key=message.key.decode(errors="replace") if message.key else None,
+        )
+        await deadletter.send(key=message.key, value=record.model_dump_json().encode())
+
+    @app.agent(telemetry, name="evaluate")
+    async def evaluate_agent(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            message, value = event.message, event.value
+            if value is None:
+                await dead_letter(message, "empty message value", "decode")
+                continue
+            if isinstance(value, Malformed):
+                await dead_letter(message, value.reason, value.stage)
+                continue
+            if message.key != value.key():
+                await dead_letter(message, f"message key {message.key!r} must be the snapshot's node "
+                                  f"{value.node!r} (telemetry is partitioned by node)", "key")
+                continue
+            try:
+                raw_state = state.get(value.node)
+                before = NodeState.model_validate(raw_state) if raw_state else None
+                after, events = evaluate(before, value, rules, catalog)
+            except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
+                log.exception("evaluation failed for %s", value.node)
+                await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate")
+                continue
+            dumped = after.model_dump(mode="json")
+            if dumped != raw_state:
+                state[value.node] = dumped
+            for ev in events:
+                await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
+                log.info("incident %s %s %s %s", ev.incident_id, ev.event, ev.root_cause, ev.scope.describe())
+
+    return app
+
+
+def run_worker(settings: Settings, rules: RuleSet) -> None:
+    """Run a Faust worker until SIGINT/SIGTERM. Does not return (raises SystemExit)."""
+    app = create_app(settings, rules)
+    worker = faust.Worker(app, loglevel=settings.streams.log_level.upper(), quiet=True,
+                          redirect_stdouts=False)
+    worker.execute_from_commandline()

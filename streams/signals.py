@@ -1,0 +1,68 @@
+"""From a snapshot to canonical signal values per entity (pure).
+
+``extract(snapshot)`` returns ``{signal: {entity: value}}`` where the entity is the value of the
+label the catalog names in ``per`` (``gpu`` -> ``"3"``), or ``""`` for node-level signals. Source
+metric names are translated through :mod:`tailhound.catalog`; values are scaled to canonical units.
+Derived signals (ratios of two catalog signals of the same entity) are added afterwards.
+"""
+
+from __future__ import annotations
+
+from tailhound.catalog import Catalog, default_catalog
+from tailhound.snapshot import Snapshot
+
+SignalValues = dict[str, dict[str, float]]
+
+#: derived signal -> (per, (numerator, denominator))
+DERIVED_SIGNALS: dict[str, tuple[str, tuple[str, str]]] = {
+    "gpu.sm_clock_ratio": ("gpu", ("gpu.sm_clock", "gpu.sm_clock_max")),
+}
+
+#: NVML clock event reason bits (nvmlClocksEventReasons), see shared/reference/nvml_calls.md.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+THERMAL_REASONS_MASK = 0x20 | 0x40
+
+
+def decode_clock_event_reasons(mask: float | int) -> list[str]:
+    m = int(mask)
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if m & bit]
+
+
+def extract(snapshot: Snapshot, catalog: Catalog | None = None) -> SignalValues:
+    catalog = catalog or default_catalog()
+    out: SignalValues = {}
+    for sample in snapshot.samples:
+        if sample.kind != "gauge":
+            continue  # counters and histograms become signals through windows (streams issue)
+        found = catalog.lookup(snapshot.source, sample.name)
+        if found is None:
+            continue
+        spec, scale = found
+        entity = _entity(spec.per, sample.labels, snapshot.labels)
+        if entity is None:
+            continue
+        out.setdefault(spec.name, {})[entity] = sample.value * scale
+    for name, (_per, (num, den)) in DERIVED_SIGNALS.items():
+        nums, dens = out.get(num), out.get(den)
+        if not nums or not dens:
+            continue
+        ratios = {e: nums[e] / dens[e] for e in nums if dens.get(e)}
+        if ratios:
+            out[name] = ratios
+    return out
+
+
+def _entity(per: str | None, labels: dict[str, str], common: dict[str, str]) -> str | None:
+    if per is None or per == "node":
+        return ""
+    return labels.get(per, common.get(per))

@@ -1,0 +1,3 @@
+from tailhound.cli import main
+
+main()

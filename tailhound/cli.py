@@ -1,0 +1,192 @@
+"""The ``tailhound`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tailhound import __version__
+from tailhound.errors import TailhoundError
+from tailhound.settings import Settings, load_settings
+
+app = typer.Typer(
+    name="tailhound",
+    help="Event-driven alert correlation for LLM inference fleets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+console = Console()
+err_console = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")
+]
+
+
+def _settings(config: Path | None, **overrides: object) -> Settings:
+    return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"tailhound {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Event-driven alert correlation for LLM inference fleets."""
+
+
+@app.command()
+def demo(
+    config: ConfigOpt = None,
+    speed: Annotated[float, typer.Option(help="Fleet seconds per wall second.")] = 60.0,
+    minutes: Annotated[float, typer.Option(help="Minutes of fleet time to simulate.")] = 60.0,
+    nodes: Annotated[int, typer.Option(min=1, max=64, help="Simulated GPU nodes.")] = 4,
+    fault: Annotated[
+        list[str] | None, typer.Option(help="Fault to inject (repeatable), e.g. thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5")
+    ] = None,
+) -> None:
+    """Run the demo: embedded broker, streams worker and a simulated fleet that overheats."""
+    from tailhound.demo import DemoOptions, run_demo
+
+    settings = _settings(config)
+    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed)
+    if fault:
+        opts.faults = list(fault)
+    result = asyncio.run(run_demo(settings, opts, console))
+    expected = [f for f in opts.faults if f.startswith("thermal-throttle")]
+    if expected and not any(e.root_cause == "gpu-thermal-throttle" for e in result.opened):
+        err_console.print(f"[red]no gpu-thermal-throttle incident was detected; worker log: {result.worker_log}[/]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(config: ConfigOpt = None) -> None:
+    """Run the streams worker (Faust) against the configured broker until SIGINT/SIGTERM."""
+    from streams.app import run_worker
+    from streams.ruleset import load_rules
+    from tailhound.kafka import ensure_topics
+
+    settings = _settings(config)
+    if not settings.broker:
+        raise TailhoundError("the worker needs a broker: set TAILHOUND_BROKER=kafka://host:9092 "
+                             "(or run `tailhound broker` in another terminal)")
+    rules = load_rules(settings.rules_dir)
+    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr)
+    logging.getLogger(__name__).info("loaded %d rules from %s", len(rules.rules), settings.rules_dir)
+    asyncio.run(ensure_topics(settings))
+    run_worker(settings, rules)
+
+
+@app.command()
+def broker(
+    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
+) -> None:
+    """Run the bundled broker in the foreground and print its URL (for development)."""
+    import time
+
+    from tailhound.broker import EmbeddedBroker
+
+    with EmbeddedBroker(port=port) as b:
+        console.print(f"broker ready: TAILHOUND_BROKER={b.url}  (Ctrl-C stops it)")
+        while b.proc is not None and b.proc.poll() is None:
+            time.sleep(0.5)
+        raise TailhoundError("the broker process exited")
+
+
+@app.command()
+def simulate(
+    config: ConfigOpt = None,
+    minutes: Annotated[float, typer.Option(help="Minutes of fleet time.")] = 60.0,
+    speed: Annotated[float, typer.Option(help="Fleet seconds per wall second (0: as fast as possible).")] = 0.0,
+    nodes: Annotated[int, typer.Option(min=1, max=512)] = 4,
+    seed: Annotated[int, typer.Option()] = 7,
+    fault: Annotated[list[str] | None, typer.Option(help="Fault to inject (repeatable).")] = None,
+) -> None:
+    """Publish a simulated fleet's snapshots to the configured broker's telemetry topic."""
+    from agents.publisher import SnapshotPublisher
+    from agents.simulator import FaultSpec, FleetSimulator, SimConfig
+    from tailhound.kafka import ensure_topics
+
+    settings = _settings(config)
+    if not settings.broker:
+        raise TailhoundError("simulate needs a broker: set TAILHOUND_BROKER=kafka://host:9092")
+    sim = FleetSimulator(SimConfig(nodes=nodes, seed=seed), [FaultSpec.parse(f) for f in fault or []])
+
+    async def _run() -> int:
+        import time
+
+        await ensure_topics(settings)
+        t0 = time.monotonic()
+        async with SnapshotPublisher(settings) as pub:
+            for i, (_ts, snaps) in enumerate(sim.run(minutes * 60)):
+                await pub.publish(snaps)
+                if speed > 0:
+                    await asyncio.sleep(max(0.0, t0 + (i + 1) * sim.config.interval_s / speed - time.monotonic()))
+            return pub.sent
+
+    sent = asyncio.run(_run())
+    console.print(f"published {sent} snapshots to {settings.telemetry_topic}")
+
+
+@app.command()
+def schema(
+    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path("docs/schemas"),
+    check: Annotated[bool, typer.Option("--check", help="Fail if the files differ from the models.")] = False,
+) -> None:
+    """Write JSON Schema for the wire models (Snapshot, IncidentEvent, DeadLetter)."""
+    from tailhound.schema import stale_schemas, write_schemas
+
+    if check:
+        stale = stale_schemas(out)
+        if stale:
+            err_console.print("out of date: " + ", ".join(map(str, stale)) + " (run `tailhound schema`)")
+            raise typer.Exit(1)
+        console.print("schemas up to date")
+        return
+    for p in write_schemas(out):
+        console.print(f"wrote {p}")
+
+
+@rules_app.command("check")
+def rules_check(
+    directory: Annotated[Path | None, typer.Argument(help="Rules directory (default: settings.rules_dir).")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Validate rule files; errors name the file and line."""
+    from streams.ruleset import load_rules
+
+    d = directory or _settings(config).rules_dir
+    rs = load_rules(d)
+    console.print(f"{len(rs.rules)} rules OK in {len(rs.files)} files under {d}")
+
+
+def main() -> None:
+    try:
+        app()
+    except TailhoundError as exc:
+        err_console.print(f"[red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted; everything stopped")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The console receiver: renders incident lifecycle events for a person at a terminal (rich)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.text import Text
+
+from tailhound.incident import IncidentEvent
+from tailhound.vocabulary import ROOT_CAUSES
+
+_STYLE = {"opened": "bold red", "updated": "bold yellow", "resolved": "bold green"}
+_SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "cyan"}
+
+
+def format_ts(ts: float, origin: float | None = None) -> str:
+    wall = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if origin is None:
+        return wall
+    rel = max(ts - origin, 0)
+    return f"{wall} (fleet time +{int(rel // 3600):d}:{int(rel % 3600 // 60):02d}:{int(rel % 60):02d})"
+
+
+def render_incident(ev: IncidentEvent, origin: float | None = None) -> Panel:
+    info = ROOT_CAUSES.get(ev.root_cause)
+    head = Text()
+    head.append(f"root cause  {ev.root_cause}", style="bold")
+    if info:
+        head.append(f"  ({info.title})")
+    head.append("\nseverity    ")
+    head.append(ev.severity, style=_SEVERITY_STYLE.get(ev.severity, ""))
+    head.append("  transient" if ev.transient else "  persistent")
+    head.append(f"\nscope       {ev.scope.describe()}")
+    head.append(f"\nopened      {format_ts(ev.opened_at, origin)}")
+    if ev.resolved_at:
+        head.append(f"\nresolved    {format_ts(ev.resolved_at, origin)}  (after {ev.resolved_at - ev.opened_at:.0f}s)")
+    head.append(f"\nincident    {ev.incident_id} #{ev.sequence}  rule {ev.rule}")
+    parts: list[Text] = [head]
+    if ev.evidence and ev.event != "resolved":
+        ev_text = Text("evidence", style="bold")
+        for e in ev.evidence:
+            ev_text.append(f"\n  - {e.describe()}")
+        parts.append(ev_text)
+    if ev.actions and ev.event != "resolved":
+        act = Text("suggested actions", style="bold")
+        for i, a in enumerate(ev.actions, 1):
+            act.append(f"\n  {i}. {a}")
+        parts.append(act)
+    title = f"[{_STYLE[ev.event]}]{ev.event.upper()}[/] {ev.summary}"
+    return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[ev.event].split()[-1])
+
+
+class ConsoleReceiver:
+    """Prints every incident event it is given; remembers what it printed for a summary."""
+
+    def __init__(self, console: Console | None = None, origin: float | None = None) -> None:
+        self.console = console or Console()
+        self.origin = origin
+        self.events: list[IncidentEvent] = []
+        self._seen: set[tuple[str, int]] = set()
+
+    def deliver(self, ev: IncidentEvent) -> bool:
+        """Print `ev` unless this (incident, sequence) was printed already. True when printed."""
+        key = (ev.incident_id, ev.sequence)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        self.events.append(ev)
+        self.console.print(render_incident(ev, self.origin))
+        return True

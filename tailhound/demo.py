@@ -1,0 +1,160 @@
+"""``tailhound demo``: the whole path on one machine.
+
+Embedded broker (unless one is configured) -> Faust worker (a child process, as in production) ->
+a simulated 4-node fleet whose node 2 develops a thermal throttle on GPUs 3 and 5 after a 20-minute
+warm-up -> incidents printed from the incident topic as they open and resolve -> a summary.
+One hour of fleet time runs in about a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from agents.publisher import SnapshotPublisher
+from agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.console import ConsoleReceiver
+from tailhound.errors import TailhoundError
+from tailhound.incident import IncidentEvent
+from tailhound.kafka import broker_for, ensure_topics, group_lag, make_consumer
+from tailhound.settings import Settings
+from tailhound.worker_process import WorkerProcess
+
+DEMO_FAULT = "thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"
+
+
+@dataclass
+class DemoOptions:
+    nodes: int = 4
+    fleet_minutes: float = 60.0
+    speed: float = 60.0
+    faults: list[str] = field(default_factory=lambda: [DEMO_FAULT])
+    seed: int = 7
+    drain_timeout_s: float = 45.0
+
+
+@dataclass
+class DemoResult:
+    snapshots: int = 0
+    ticks: int = 0
+    wall_s: float = 0.0
+    events: list[IncidentEvent] = field(default_factory=list)
+    worker_log: str = ""
+
+    @property
+    def opened(self) -> list[IncidentEvent]:
+        return [e for e in self.events if e.event == "opened"]
+
+    @property
+    def resolved(self) -> list[IncidentEvent]:
+        return [e for e in self.events if e.event == "resolved"]
+
+
+async def _watch_incidents(settings: Settings, receiver: ConsoleReceiver, stop: asyncio.Event) -> None:
+    consumer = make_consumer(settings, settings.incidents_topic, group_id=None)
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                for r in records:
+                    receiver.deliver(IncidentEvent.model_validate_json(r.value))
+    finally:
+        await consumer.stop()
+
+
+async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> DemoResult:
+    started = time.monotonic()
+    result = DemoResult()
+    run_id = uuid.uuid4().hex[:8]
+    workdir = Path(tempfile.mkdtemp(prefix="tailhound-demo-"))
+    settings = settings.model_copy(update={"streams": settings.streams.model_copy(
+        update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams"})})
+    faults = [FaultSpec.parse(f) for f in opts.faults]
+    sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed), faults)
+    origin = sim.config.start_ts
+    receiver = ConsoleReceiver(console, origin=origin)
+
+    with broker_for(settings, log_path=str(workdir / "broker.log")) as s:
+        console.print(f"[bold]tailhound demo[/]: broker {s.broker}, {opts.nodes} nodes x "
+                      f"{sim.config.gpus_per_node} GPUs, {opts.fleet_minutes:.0f} min of fleet time at "
+                      f"{opts.speed:g}x, faults: {', '.join(opts.faults) or 'none'}")
+        await ensure_topics(s)
+        worker = WorkerProcess(s, workdir / "worker.log")
+        result.worker_log = str(worker.log_path)
+        worker.start()
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(_watch_incidents(s, receiver, stop))
+        try:
+            async with SnapshotPublisher(s) as pub:
+                await _run_fleet(sim, pub, opts, console, worker, result)
+            await _drain(s, worker, opts, console)
+            await asyncio.sleep(1.0)  # the last incident events travel worker -> topic -> us
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watcher, 5)
+            worker.stop()
+    result.events = receiver.events
+    result.wall_s = time.monotonic() - started
+    _summary(console, result, opts)
+    return result
+
+
+async def _run_fleet(sim: FleetSimulator, pub: SnapshotPublisher, opts: DemoOptions, console: Console,
+                     worker: WorkerProcess, result: DemoResult) -> None:
+    interval_wall = sim.config.interval_s / opts.speed
+    duration_s = opts.fleet_minutes * 60
+    next_report = 0.0
+    t0 = time.monotonic()
+    for i, (ts, snaps) in enumerate(sim.run(duration_s)):
+        await pub.publish(snaps)
+        result.ticks += 1
+        result.snapshots += len(snaps)
+        fleet_s = ts - sim.config.start_ts
+        if fleet_s >= next_report:
+            active = ", ".join(f.name for f in sim.active_faults(fleet_s)) or "healthy"
+            console.print(f"[dim]fleet time +{int(fleet_s // 60):02d}:{int(fleet_s % 60):02d}  "
+                          f"snapshots sent {result.snapshots:5d}  fleet: {active}[/]")
+            next_report += 300
+        if not worker.alive():
+            raise TailhoundError(f"the streams worker exited; last lines of {worker.log_path}:\n{worker.log_tail()}")
+        delay = t0 + (i + 1) * interval_wall - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def _drain(s: Settings, worker: WorkerProcess, opts: DemoOptions, console: Console) -> None:
+    """Wait until the worker has committed every telemetry message."""
+    deadline = time.monotonic() + opts.drain_timeout_s
+    lag: int | None = None
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            raise TailhoundError(f"the streams worker exited; last lines of {worker.log_path}:\n{worker.log_tail()}")
+        lag = await group_lag(s, s.streams.app_id, s.telemetry_topic)
+        if lag == 0:
+            return
+        await asyncio.sleep(0.5)
+    console.print(f"[yellow]the worker still had {lag} telemetry messages to process after "
+                  f"{opts.drain_timeout_s:.0f}s; see {worker.log_path}[/]")
+
+
+def _summary(console: Console, result: DemoResult, opts: DemoOptions) -> None:
+    table = Table(title="tailhound demo summary", show_header=False)
+    table.add_row("fleet time simulated", f"{opts.fleet_minutes:.0f} min ({result.ticks} scrape rounds)")
+    table.add_row("snapshots published", str(result.snapshots))
+    table.add_row("incidents opened", str(len(result.opened)))
+    table.add_row("incidents resolved", str(len(result.resolved)))
+    for ev in result.opened:
+        last = [e for e in result.events if e.incident_id == ev.incident_id][-1]
+        table.add_row(f"  {ev.root_cause}", f"{last.scope.describe()} -> {last.event}")
+    table.add_row("wall time", f"{result.wall_s:.1f} s")
+    console.print(table)

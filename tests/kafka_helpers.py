@@ -1,0 +1,26 @@
+"""Bounded consume helpers for tests against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tailhound.kafka import make_consumer
+from tailhound.settings import Settings
+
+
+async def consume(settings: Settings, topic: str, until, timeout: float = 60.0, alive=None) -> list:
+    """Read `topic` from the start until `until(records)` is true, `timeout` passes or `alive()` is false."""
+    consumer = make_consumer(settings, topic, group_id=None)
+    await consumer.start()
+    records: list = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(records) and (alive is None or alive()):
+            batch = await consumer.getmany(timeout_ms=250)
+            for rs in batch.values():
+                records.extend(rs)
+            await asyncio.sleep(0)
+    finally:
+        await consumer.stop()
+    return records

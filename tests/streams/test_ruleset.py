@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.ruleset import load_rules, parse_duration, parse_rule_text
+from tailhound.errors import RuleFileError
+
+REPO_RULES = Path(__file__).resolve().parents[2] / "rules"
+
+GOOD = """\
+groups:
+  - name: g
+    rules:
+      - name: hot
+        scope: gpu
+        when:
+          all:
+            - {signal: gpu.temperature, at_least: 85}
+            - not: {signal: gpu.sm_clock_ratio, at_least: 0.8}
+        for: 90s
+        severity: warning
+        root_cause: gpu-thermal-throttle
+"""
+
+
+def test_default_pack_loads():
+    rs = load_rules(REPO_RULES)
+    rule = rs.by_name("gpu-thermal-throttle")
+    assert rule is not None and rule.for_ == 60 and rule.keep_firing_for == 60
+    assert rule.root_cause == "gpu-thermal-throttle" and rule.actions
+
+
+def test_good_rule_with_not():
+    [rule] = parse_rule_text(GOOD, "x.yaml")
+    assert rule.for_ == 90 and rule.severity == "warning"
+    assert [t.signal for t in rule.thresholds()] == ["gpu.temperature", "gpu.sm_clock_ratio"]
+
+
+@pytest.mark.parametrize(("mutate", "line", "needle"), [
+    (lambda t: t.replace("at_least: 85", "at_least: 85, below: 99"), 8, "exactly one"),
+    (lambda t: t.replace("for: 90s", "for: soon"), 10, "invalid duration"),
+    (lambda t: t.replace("severity: warning", "severity: loud"), 11, "severity"),
+    (lambda t: t.replace("root_cause: gpu-thermal-throttle", "root_cause: gremlins"), 12, "root_cause"),
+    (lambda t: t.replace("        for: 90s\n", "        for: 90s\n        fro: 1m\n"), 11, "fro"),
+    (lambda t: t.replace("gpu.temperature", "gpu.temprature"), 4, "unknown signal 'gpu.temprature'"),
+    (lambda t: t.replace("scope: gpu", "scope: engine"), 4, "is per gpu"),
+    (lambda t: t.replace("        root_cause: gpu-thermal-throttle\n", ""), 4, "root_cause"),
+    (lambda t: t.replace("    rules:", "    rules: [").replace("root_cause: gpu-thermal-throttle", "x"), 4, "YAML"),
+])
+def test_bad_rule_names_file_and_line(mutate, line, needle):
+    with pytest.raises(RuleFileError) as exc:
+        parse_rule_text(mutate(GOOD), "rules/bad.yaml")
+    err = exc.value
+    assert err.path == "rules/bad.yaml"
+    assert needle in str(err)
+    assert err.line == line, str(err)
+    assert str(err).startswith(f"rules/bad.yaml:{line}: ")
+
+
+def test_duplicate_rule_names_across_files(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD)
+    with pytest.raises(RuleFileError, match="also defined in"):
+        load_rules(tmp_path)
+
+
+def test_empty_or_missing_directory(tmp_path):
+    with pytest.raises(RuleFileError, match="no \\*.yaml"):
+        load_rules(tmp_path)
+    with pytest.raises(RuleFileError, match="does not exist"):
+        load_rules(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [(30, 30.0), ("30s", 30.0), ("5m", 300.0), ("1h", 3600.0),
+                                                ("250ms", 0.25), ("1.5m", 90.0)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tailhound.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_schema_check_passes_on_the_committed_files():
+    result = runner.invoke(app, ["schema", "--check", "--out", str(ROOT / "docs" / "schemas")])
+    assert result.exit_code == 0, result.output
+
+
+def test_schema_writes_files(tmp_path):
+    result = runner.invoke(app, ["schema", "--out", str(tmp_path)])
+    assert result.exit_code == 0
+    assert (tmp_path / "snapshot.schema.json").is_file()
+    assert runner.invoke(app, ["schema", "--check", "--out", str(tmp_path)]).exit_code == 0
+
+
+def test_rules_check_ok_and_error_names_file_and_line(tmp_path):
+    ok = runner.invoke(app, ["rules", "check", str(ROOT / "rules")])
+    assert ok.exit_code == 0 and "rules OK" in ok.output
+    (tmp_path / "bad.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: x\n        scope: gpu\n")
+    proc = subprocess.run([sys.executable, "-m", "tailhound", "rules", "check", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"{tmp_path / 'bad.yaml'}:4:" in proc.stderr and "when" in proc.stderr
+
+
+def test_worker_without_broker_says_how_to_configure_one(monkeypatch):
+    monkeypatch.delenv("TAILHOUND_BROKER", raising=False)
+    proc = subprocess.run([sys.executable, "-m", "tailhound", "worker"], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in __import__("os").environ.items()
+                                           if k != "TAILHOUND_BROKER"})
+    assert proc.returncode == 2
+    assert "TAILHOUND_BROKER=kafka://host:9092" in proc.stderr
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and "tailhound" in result.output
