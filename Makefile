@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint schema bench clean
+.PHONY: demo test lint schema clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

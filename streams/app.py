@@ -18,6 +18,7 @@ from typing import Any
 import faust
 
 from tailhound.catalog import Catalog, default_catalog
+from tailhound.console import ConsoleReceiver
 from tailhound.deadletter import DeadLetter
 from tailhound.settings import Settings
 
@@ -59,6 +60,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     incidents = app.topic(settings.incidents_topic, key_serializer="raw", value_serializer="raw",
                           partitions=settings.partitions)
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
+    console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
 
     async def dead_letter(message: Any, reason: str, stage: str) -> None:
@@ -97,8 +99,11 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             if dumped != raw_state:
                 state[value.node] = dumped
             for ev in events:
-                await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
                 log.info("incident %s %s %s %s", ev.incident_id, ev.event, ev.root_cause, ev.scope.describe())
+                if settings.sinks.incident_topic.enabled:
+                    await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
+                if console is not None:
+                    console.deliver(ev)
 
     return app
 

@@ -245,7 +245,8 @@ def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> l
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise RuleFileError(origin, mark.line + 1 if mark else None, f"invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+        line = mark.line + 1 if mark else None
+        raise RuleFileError(origin, line, f"invalid YAML: {getattr(exc, 'problem', exc)}") from exc
     try:
         parsed = RuleFile.model_validate(data)
     except ValidationError as exc:
@@ -269,7 +270,8 @@ def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) 
             raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {t.signal!r}")
         if (per or "node") != rule.scope.value:
             raise RuleFileError(
-                origin, line, f"rule {rule.name}: signal {t.signal} is per {per or 'node'}, rule scope is {rule.scope.value}"
+                origin, line,
+                f"rule {rule.name}: signal {t.signal} is per {per or 'node'}, rule scope is {rule.scope.value}",
             )
 
 

@@ -112,7 +112,7 @@ class EmbeddedBroker:
             port = requested_port or free_port(self.host)
             listener = f"tcp://{self.host}:{port}"
             if self.log_path is None:
-                self._log = tempfile.TemporaryFile(prefix="tailhound-broker-")
+                self._log = tempfile.TemporaryFile(prefix="tailhound-broker-")  # noqa: SIM115 - closed in stop()
             else:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
                 self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()

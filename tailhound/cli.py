@@ -26,7 +26,7 @@ rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")
@@ -59,7 +59,8 @@ def demo(
     minutes: Annotated[float, typer.Option(help="Minutes of fleet time to simulate.")] = 60.0,
     nodes: Annotated[int, typer.Option(min=1, max=64, help="Simulated GPU nodes.")] = 4,
     fault: Annotated[
-        list[str] | None, typer.Option(help="Fault to inject (repeatable), e.g. thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5")
+        list[str] | None,
+        typer.Option(help="Fault to inject (repeatable), e.g. thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"),
     ] = None,
 ) -> None:
     """Run the demo: embedded broker, streams worker and a simulated fleet that overheats."""

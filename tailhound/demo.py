@@ -76,8 +76,14 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
     result = DemoResult()
     run_id = uuid.uuid4().hex[:8]
     workdir = Path(tempfile.mkdtemp(prefix="tailhound-demo-"))
-    settings = settings.model_copy(update={"streams": settings.streams.model_copy(
-        update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams"})})
+    settings = settings.model_copy(update={
+        "streams": settings.streams.model_copy(
+            update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams", "log_level": "info"}),
+        # the worker publishes to the incident topic; this process prints what arrives there
+        "sinks": settings.sinks.model_copy(update={
+            "console": settings.sinks.console.model_copy(update={"enabled": False}),
+            "incident_topic": settings.sinks.incident_topic.model_copy(update={"enabled": True})}),
+    })
     faults = [FaultSpec.parse(f) for f in opts.faults]
     sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed), faults)
     origin = sim.config.start_ts

@@ -45,10 +45,8 @@ async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None)
         new = [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in wanted.items()
                if name not in existing]
         if new:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
     except KafkaError as exc:
         raise BrokerError(f"cannot create topics on {settings.broker}: {exc}") from exc
     finally:

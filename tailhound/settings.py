@@ -38,11 +38,15 @@ class StreamsSettings(BaseModel):
 
 
 class ConsoleSink(BaseModel):
+    """The worker prints every incident event to its stdout."""
+
     model_config = ConfigDict(extra="forbid")
     enabled: bool = True
 
 
 class IncidentTopicSink(BaseModel):
+    """The worker publishes every incident event to ``<prefix>incidents`` (key = incident id)."""
+
     model_config = ConfigDict(extra="forbid")
     enabled: bool = True
 

@@ -27,15 +27,17 @@ class WorkerProcess:
 
     def start(self) -> None:
         s = self.settings
-        env = {**os.environ,
-               "TAILHOUND_BROKER": s.broker or "",
-               "TAILHOUND_TOPIC_PREFIX": s.topic_prefix,
-               "TAILHOUND_PARTITIONS": str(s.partitions),
-               "TAILHOUND_RULES_DIR": str(Path(s.rules_dir).resolve()),
-               "TAILHOUND_STREAMS__APP_ID": s.streams.app_id,
-               "TAILHOUND_STREAMS__DATA_DIR": str(s.streams.data_dir),
-               "TAILHOUND_STREAMS__LOG_LEVEL": "info"}
-        env.pop("TAILHOUND_CONFIG", None)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
+        env.update({
+            "TAILHOUND_BROKER": s.broker or "",
+            "TAILHOUND_TOPIC_PREFIX": s.topic_prefix,
+            "TAILHOUND_PARTITIONS": str(s.partitions),
+            "TAILHOUND_RULES_DIR": str(Path(s.rules_dir).resolve()),
+            "TAILHOUND_SINKS__CONSOLE__ENABLED": str(s.sinks.console.enabled).lower(),
+            "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
+        })
+        for name, value in s.streams.model_dump().items():
+            env[f"TAILHOUND_STREAMS__{name.upper()}"] = str(value)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

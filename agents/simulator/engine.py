@@ -152,8 +152,9 @@ class Engine:
             self.preemptions += poisson(rng, (kv_usage - 0.9) * running * 0.4 * dt)
 
         util = 1.0 if waiting > 0 else min(1.0, rate / capacity_rps)
-        prompt_sum, gen_sum = self._complete(served, itl, s_pre, running_f, util, effects, dt,
-                                             waiting_before / capacity_rps, waiting / capacity_rps)
+        prompt_sum, gen_sum = self._complete(
+            served, itl, s_pre, running_f, util, effects, dt, waiting_before / capacity_rps, waiting / capacity_rps
+        )
         self.success["abort"] += aborted
         self.last = EngineTick(
             utilization=util,
@@ -220,9 +221,7 @@ class Engine:
         if itl_count > 0:
             mean_itl = decode_total / itl_count
             median = mean_itl / (0.9 * math.exp(0.12**2 / 2) + 0.1 * 2.2 * math.exp(0.25**2 / 2))
-            h["itl"].observe_lognormal_mix(
-                itl_count, decode_total, ((0.9, median, 0.12), (0.1, 2.2 * median, 0.25))
-            )
+            h["itl"].observe_lognormal_mix(itl_count, decode_total, ((0.9, median, 0.12), (0.1, 2.2 * median, 0.25)))
         prompt_sum, gen_sum = sum(prompts), sum(gens)
         self.prompt_tokens += prompt_sum
         self.generation_tokens += gen_sum
@@ -257,4 +256,3 @@ class Engine:
             )
         out.extend(h.sample(lb) for h in self._hist.values())
         return out
-

@@ -79,9 +79,7 @@ def validate_faults(faults: Sequence[FaultSpec], node_names: Sequence[str], gpus
             raise ValueError(f"fault {f.name}: GPU index {bad} out of range 0..{gpus_per_node - 1}")
 
 
-def node_effects(
-    faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], gpus_per_node: int
-) -> NodeEffects:
+def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], gpus_per_node: int) -> NodeEffects:
     """Fold the (already active) `faults` that target `node` into one :class:`NodeEffects`."""
     eff = NodeEffects()
     for f in faults:

@@ -71,9 +71,13 @@ class _Node:
             # Samples are validated models already; model_construct skips validating them twice.
             out.append(
                 Snapshot.model_construct(
-                    ts=ts, node=self.name, source=source, interval_s=config.interval_s,
-                    labels=labels, samples=samples,
-                )  # fmt: skip
+                    ts=ts,
+                    node=self.name,
+                    source=source,
+                    interval_s=config.interval_s,
+                    labels=labels,
+                    samples=samples,
+                )
             )
         return out
 

@@ -14,6 +14,8 @@ import uuid
 
 from tailhound.snapshot import CounterSample, GaugeSample, Sample
 
+from .faults import NVLINK_BANDWIDTH_FACTOR
+
 GPU_MODEL_NAME = "NVIDIA H100 80GB HBM3"
 MAX_SM_CLOCK_MHZ = 1980.0
 MEM_CLOCK_MHZ = 2619.0
@@ -135,7 +137,7 @@ class GpuState:
         self.dram_active = min(self.dram_active, 0.99)
         tx = token_rate * NVLINK_BYTES_PER_TOKEN * rng.uniform(0.97, 1.03)
         if nvlink_degraded:
-            tx *= rng.uniform(0.15, 0.2)
+            tx *= NVLINK_BANDWIDTH_FACTOR * rng.uniform(0.85, 1.1)
         self.nvlink_tx = tx
         self.nvlink_rx = tx * rng.uniform(0.98, 1.02)
         moved = (self.nvlink_tx + self.nvlink_rx) * dt

@@ -67,9 +67,7 @@ class CumulativeHistogram:
         self.count += n
         self.sum += total
 
-    def observe_lognormal_mix(
-        self, count: int, total: float, components: Iterable[tuple[float, float, float]]
-    ) -> None:
+    def observe_lognormal_mix(self, count: int, total: float, components: Iterable[tuple[float, float, float]]) -> None:
         """Record `count` observations summing to `total`, spread over the buckets like a mixture.
 
         `components` are ``(weight, median, sigma)`` of log-normal parts; the expected share of each

@@ -60,7 +60,8 @@ def check_settings_env_name(name: str) -> None:
     path = name.removeprefix("TAILHOUND_").lower().split("__")
     for i, seg in enumerate(path):
         assert model is not None, f"{name}: {'.'.join(path[:i])} has no sub-fields"
-        assert seg in model.model_fields, f"{name}: {seg!r} is not a field of {model.__name__} ({list(model.model_fields)})"
+        fields = list(model.model_fields)
+        assert seg in fields, f"{name}: {seg!r} is not a field of {model.__name__} ({fields})"
         ann = model.model_fields[seg].annotation
         model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
 

@@ -161,7 +161,7 @@ def test_no_literal_secrets_in_compose(services, name):
     for key, value in env_of(services[name]).items():
         if key in SECRET_ENV or SECRETISH.search(key):
             # Pass-through from the caller's shell only: `KEY:` / `- KEY`, or "${KEY}" interpolation.
-            assert value is None or re.fullmatch(r"\$\{%s(:?-)?\}" % re.escape(key), str(value)), (
+            assert value is None or re.fullmatch(r"\$\{" + re.escape(key) + r"(:?-)?\}", str(value)), (
                 f"{name}: {key} must not have a literal value in docker-compose.yml")
 
 

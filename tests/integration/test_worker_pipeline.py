@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 
 import pytest
 
@@ -40,8 +42,8 @@ async def test_thermal_incident_reaches_the_incident_topic(settings, worker):
                 dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 4 <= i < 20 else None),
                 dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
             ])
-    records = await consume(settings, settings.incidents_topic,
-                            lambda rs: sum(1 for r in rs if b'"resolved"' in r.value) >= 1, timeout=90, alive=worker.alive)
+    records = await consume(settings, settings.incidents_topic, lambda rs: any(b'"resolved"' in r.value for r in rs),
+                            timeout=90, alive=worker.alive)
     assert worker.alive(), worker.log_tail()
     events = _incidents(records)
     assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()
@@ -65,7 +67,8 @@ async def test_malformed_messages_go_to_deadletter_and_the_worker_keeps_running(
         await producer.send_and_wait(settings.telemetry_topic, key=b"gpu-node-9", value=b"\xff\xfe binary")
     finally:
         await producer.stop()
-    records = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= 4, timeout=60, alive=worker.alive)
+    records = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= 4, timeout=60,
+                            alive=worker.alive)
     letters = [DeadLetter.model_validate_json(r.value) for r in records]
     assert len(letters) == 4, worker.log_tail()
     reasons = [(d.stage, d.reason) for d in letters]
@@ -82,3 +85,33 @@ async def test_malformed_messages_go_to_deadletter_and_the_worker_keeps_running(
     records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60, alive=worker.alive)
     assert worker.alive()
     assert _incidents(records)[0].scope.gpus == ["1"]
+
+
+async def test_restarted_worker_resumes_from_its_changelog(settings, worker, tmp_path):
+    """Kill the worker mid-incident; its successor restores node state and resolves, never re-opens."""
+    hot = {3: (88.0, 1100.0)}
+    async with SnapshotPublisher(settings) as pub:
+        for i in range(10):
+            await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot)])
+    records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60,
+                            alive=worker.alive)
+    assert [e.event for e in _incidents(records)] == ["opened"]
+    await asyncio.sleep(2 * settings.streams.commit_interval_s)  # let the offsets and changelog land
+    worker.proc.send_signal(signal.SIGKILL)
+    worker.proc.wait(10)
+
+    successor = WorkerProcess(settings, tmp_path / "worker2.log")
+    successor.start()
+    try:
+        async with SnapshotPublisher(settings) as pub:
+            for i in range(10, 20):
+                await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2")])
+        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 2, timeout=90,
+                                alive=successor.alive)
+        await asyncio.sleep(1.0)
+        records = await consume(settings, settings.incidents_topic, lambda rs: False, timeout=1.5)
+        events = _incidents(records)
+        assert [e.event for e in events] == ["opened", "resolved"], successor.log_tail()
+        assert events[0].incident_id == events[1].incident_id
+    finally:
+        successor.stop()

@@ -1,0 +1,375 @@
+"""deploy/kubernetes: every manifest parsed and cross-checked (kustomization, CLI, settings, rules, secrets)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
+import yaml
+
+from tailhound.settings import load_settings
+
+from .helpers import (
+    K8S_DIR,
+    ROOT,
+    RULES_DIR,
+    SECRET_ENV,
+    SECRETISH,
+    check_cli_args,
+    check_settings_env_name,
+    cli_command_names,
+    quantity,
+)
+
+KUSTOMIZATION = K8S_DIR / "kustomization.yaml"
+SECRET_EXAMPLE = K8S_DIR / "secret.example.yaml"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "RuntimeClass", "PriorityClass",
+                  "CustomResourceDefinition", "StorageClass", "PersistentVolume"}
+WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
+
+
+def _load(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+
+
+MANIFEST_FILES = sorted(p for p in K8S_DIR.glob("*.y*ml") if p != KUSTOMIZATION)
+DOCS = [(p.name, d) for p in MANIFEST_FILES for d in _load(p)]
+
+
+@pytest.fixture(scope="module")
+def kustomization() -> dict:
+    return _load(KUSTOMIZATION)[0]
+
+
+@pytest.fixture(scope="module")
+def applied(kustomization) -> list[dict]:
+    """The documents `kubectl apply -k` creates (the secret example is not among them)."""
+    return [d for f in kustomization["resources"] for d in _load(K8S_DIR / f)]
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def workloads(docs):
+    return [d for d in docs if d["kind"] in WORKLOAD_KINDS]
+
+
+def containers(workload: dict) -> list[dict]:
+    spec = workload["spec"]["template"]["spec"]
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def one(docs, kind, name):
+    found = by_kind(docs, kind)
+    assert name in found, f"no {kind} {name} (have {sorted(found)})"
+    return found[name]
+
+
+# --- every document ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("file", "doc"), DOCS, ids=[f"{f}:{d.get('kind')}" for f, d in DOCS])
+def test_document_shape(file, doc):
+    assert doc.get("apiVersion"), f"{file}: no apiVersion"
+    assert doc.get("kind"), f"{file}: no kind"
+    assert doc.get("metadata", {}).get("name"), f"{file}: no metadata.name"
+    if doc["kind"] not in CLUSTER_SCOPED:
+        assert doc["metadata"].get("namespace") == "tailhound", f"{file}: {doc['kind']} not in namespace tailhound"
+    else:
+        assert "namespace" not in doc["metadata"]
+
+
+def test_kustomization_lists_every_manifest_but_the_secret_example(kustomization):
+    assert kustomization["kind"] == "Kustomization"
+    assert kustomization.get("namespace") == "tailhound"
+    resources = kustomization["resources"]
+    assert len(resources) == len(set(resources)), "duplicate resources"
+    for r in resources:
+        assert (K8S_DIR / r).is_file(), f"kustomization lists missing file {r}"
+    expected = {p.name for p in MANIFEST_FILES} - {SECRET_EXAMPLE.name}
+    assert set(resources) == expected, f"unlisted: {expected - set(resources)}; extra: {set(resources) - expected}"
+    assert SECRET_EXAMPLE.name not in resources, "the example Secret (placeholders) must not be applied"
+
+
+def test_unique_names_per_kind(applied):
+    seen = set()
+    for d in applied:
+        key = (d["kind"], d["metadata"]["name"])
+        assert key not in seen, f"duplicate {key}"
+        seen.add(key)
+
+
+def test_images_are_retargeted_by_kustomize(kustomization, applied):
+    names = {i["name"] for i in kustomization.get("images", [])}
+    for w in workloads(applied):
+        for c in containers(w):
+            assert c["image"].split(":")[0] in names, f"{c['image']} is not covered by kustomization images"
+
+
+# --- workloads ---------------------------------------------------------------------------------------
+def test_expected_objects_exist(applied):
+    assert by_kind(applied, "Namespace").keys() == {"tailhound"}
+    one(applied, "Deployment", "tailhound-worker")
+    one(applied, "DaemonSet", "tailhound-agent")
+    one(applied, "ConfigMap", "tailhound-rules")
+    one(applied, "ConfigMap", "tailhound-settings")
+    one(applied, "ConfigMap", "tailhound-agent-config")
+
+
+def test_selectors_match_template_labels(applied):
+    for w in workloads(applied):
+        selector = w["spec"]["selector"]["matchLabels"]
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        assert selector and selector.items() <= labels.items(), f"{w['metadata']['name']}: selector/labels mismatch"
+    other = [(n, w["spec"]["selector"]["matchLabels"]) for w in workloads(applied) for n in [w["metadata"]["name"]]]
+    for i, (n1, s1) in enumerate(other):
+        for n2, s2 in other[i + 1:]:
+            assert s1 != s2, f"{n1} and {n2} select the same pods"
+    for pdb in by_kind(applied, "PodDisruptionBudget").values():
+        sel = pdb["spec"]["selector"]["matchLabels"]
+        assert any(sel.items() <= w["spec"]["template"]["metadata"]["labels"].items() for w in workloads(applied)), (
+            f"PDB {pdb['metadata']['name']} selects no workload")
+
+
+def test_volume_mounts_reference_declared_volumes(applied):
+    configmaps = by_kind(applied, "ConfigMap")
+    for w in workloads(applied):
+        spec = w["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in containers(w):
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in volumes, f"{w['metadata']['name']}/{c['name']}: undeclared volume {m['name']}"
+        for v in volumes.values():
+            if "configMap" in v:
+                assert v["configMap"]["name"] in configmaps, f"volume {v['name']}: unknown ConfigMap"
+            assert "hostPath" not in v, "no hostPath volumes"
+
+
+def test_config_and_service_account_references_exist(applied):
+    configmaps = by_kind(applied, "ConfigMap")
+    accounts = by_kind(applied, "ServiceAccount")
+    for w in workloads(applied):
+        spec = w["spec"]["template"]["spec"]
+        if "serviceAccountName" in spec:
+            assert spec["serviceAccountName"] in accounts
+        for c in containers(w):
+            for ef in c.get("envFrom", []):
+                if "configMapRef" in ef:
+                    assert ef["configMapRef"]["name"] in configmaps
+            for e in c.get("env", []):
+                ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+                if ref:
+                    assert ref["key"] in configmaps[ref["name"]]["data"], f"{e['name']}: no key {ref['key']}"
+
+
+def test_workloads_are_unprivileged(applied):
+    for w in workloads(applied):
+        spec = w["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+        for c in containers(w):
+            sc = c["securityContext"]
+            assert sc.get("privileged", False) is False
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["readOnlyRootFilesystem"] is True
+            assert "ALL" in sc["capabilities"]["drop"]
+
+
+def test_requests_do_not_exceed_limits(applied):
+    for w in workloads(applied):
+        for c in containers(w):
+            res = c["resources"]
+            for kind in ("cpu", "memory"):
+                req, lim = quantity(res["requests"][kind]), quantity(res["limits"][kind])
+                assert 0 < req <= lim, f"{w['metadata']['name']}/{c['name']}: {kind} request {req} > limit {lim}"
+
+
+def test_worker_deployment(applied):
+    dep = one(applied, "Deployment", "tailhound-worker")
+    assert dep["spec"]["replicas"] == 2
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    args = list(c.get("command", [])[1:] if c.get("command") else []) + list(c.get("args", []))
+    assert args[0] == "worker"
+    assert args[0] in cli_command_names()
+    check_cli_args(args)
+
+
+def _container_env(applied, c) -> dict[str, str]:
+    """Literal env of a container: envFrom ConfigMaps, then env values / configMapKeyRefs."""
+    configmaps = by_kind(applied, "ConfigMap")
+    env: dict[str, str] = {}
+    for ef in c.get("envFrom", []):
+        if "configMapRef" in ef:
+            env.update({k: str(v) for k, v in configmaps[ef["configMapRef"]["name"]]["data"].items()})
+    for e in c.get("env", []):
+        ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif ref:
+            env[e["name"]] = str(configmaps[ref["name"]]["data"][ref["key"]])
+    return env
+
+
+def test_worker_mounts_rules_and_writable_data_dir(applied):
+    dep = one(applied, "Deployment", "tailhound-worker")
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    env = _container_env(applied, c)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    rules_mount = mounts[env["TAILHOUND_RULES_DIR"]]
+    assert volumes[rules_mount["name"]]["configMap"]["name"] == "tailhound-rules"
+    assert rules_mount.get("readOnly") is True
+    data_dir = PurePosixPath(env["TAILHOUND_STREAMS__DATA_DIR"])
+    writable = [m for p, m in mounts.items() if data_dir == PurePosixPath(p) or PurePosixPath(p) in data_dir.parents]
+    assert writable, "the streams data dir is not on a volume (the root filesystem is read-only)"
+    assert "emptyDir" in volumes[writable[0]["name"]] and not writable[0].get("readOnly")
+
+
+def test_settings_env_names_are_real_and_values_validate(applied, monkeypatch):
+    names = set()
+    for cm in by_kind(applied, "ConfigMap").values():
+        if cm["metadata"]["name"] == "tailhound-settings":
+            names |= set(cm["data"])
+    for w in workloads(applied):
+        for c in containers(w):
+            for e in c.get("env", []):
+                if (e.get("valueFrom") or {}).get("secretKeyRef"):
+                    continue
+                names.add(e["name"])
+    for name in names:
+        if name.startswith("TAILHOUND_"):
+            assert name not in SECRET_ENV, f"{name} must come from a secretKeyRef"
+            check_settings_env_name(name)
+    for w in workloads(applied):
+        for c in containers(w):
+            for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+                monkeypatch.delenv(key)
+            for k, v in _container_env(applied, c).items():
+                if k.startswith("TAILHOUND_"):
+                    monkeypatch.setenv(k, v)
+            settings = load_settings()
+            assert settings.broker, f"{w['metadata']['name']}: TAILHOUND_BROKER not set"
+
+
+def test_rules_configmap_equals_rules_dir(applied):
+    cm = one(applied, "ConfigMap", "tailhound-rules")
+    files = sorted(p for p in RULES_DIR.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    assert files
+    expected = {p.name: p.read_bytes().decode("utf-8") for p in files}
+    assert set(cm["data"]) == set(expected), "rule files differ: run `python deploy/sync_rules.py`"
+    for name, text in expected.items():
+        assert cm["data"][name] == text, f"{name} drifted from rules/: run `python deploy/sync_rules.py`"
+    assert "binaryData" not in cm
+
+
+def test_sync_rules_script_is_up_to_date():
+    r = subprocess.run([sys.executable, str(ROOT / "deploy" / "sync_rules.py"), "--check"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+# --- secrets -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def secret_example() -> dict:
+    (doc,) = _load(SECRET_EXAMPLE)
+    assert doc["kind"] == "Secret"
+    return doc
+
+
+def test_secrets_only_via_optional_secret_key_refs(applied, secret_example):
+    keys = set(secret_example.get("stringData", {})) | set(secret_example.get("data", {}))
+    seen = set()
+    for w in workloads(applied):
+        for c in containers(w):
+            for ef in c.get("envFrom", []):
+                if "secretRef" in ef:
+                    assert ef["secretRef"]["name"] == secret_example["metadata"]["name"]
+                    assert ef["secretRef"].get("optional") is True
+            for e in c.get("env", []):
+                ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                if e["name"] in SECRET_ENV or SECRETISH.search(e["name"]):
+                    assert ref, f"{e['name']} must come from a secretKeyRef"
+                    assert "value" not in e
+                if ref:
+                    assert ref["name"] == secret_example["metadata"]["name"]
+                    assert ref["key"] in keys, f"{e['name']}: key {ref['key']} not in the example Secret"
+                    assert ref.get("optional") is True, f"{e['name']}: mark the secretKeyRef optional"
+                    seen.add(e["name"])
+    assert seen >= SECRET_ENV, f"worker lacks {SECRET_ENV - seen}"
+
+
+def test_no_secret_values_in_configmaps_or_literal_env(applied, secret_example):
+    values = [str(v) for v in (secret_example.get("stringData") or {}).values()]
+    assert values
+    for cm in by_kind(applied, "ConfigMap").values():
+        for k, v in (cm.get("data") or {}).items():
+            assert not SECRETISH.search(k) or cm["metadata"]["name"] == "tailhound-rules", f"{k} in a ConfigMap"
+            assert not any(s in str(v) for s in values), f"a secret value is in ConfigMap {cm['metadata']['name']}"
+    for w in workloads(applied):
+        for c in containers(w):
+            for e in c.get("env", []):
+                assert not any(s in str(e.get("value", "")) for s in values)
+    # ... nor anywhere else in the applied manifests or the compose file.
+    texts = [(K8S_DIR / f).read_text(encoding="utf-8") for f in _load(KUSTOMIZATION)[0]["resources"]]
+    texts.append((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+    for s in values:
+        assert not any(s in t for t in texts), f"secret placeholder {s!r} leaked outside secret.example.yaml"
+
+
+def test_secret_example_holds_placeholders_only(secret_example):
+    for k, v in (secret_example.get("stringData") or {}).items():
+        assert "REPLACE-ME" in str(v), f"{k}: the example must hold a placeholder, not a real value"
+    assert "data" not in secret_example, "use stringData placeholders, not base64 data"
+
+
+# --- node agent ---------------------------------------------------------------------------------------
+def test_agent_daemonset(applied):
+    ds = one(applied, "DaemonSet", "tailhound-agent")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NoSchedule" for t in spec["tolerations"])
+    assert spec.get("hostNetwork", False) is False
+    assert spec["runtimeClassName"] == "nvidia"
+    (c,) = spec["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert any(p["containerPort"] == 9464 for p in c["ports"])
+    assert c["securityContext"].get("privileged", False) is False
+    res = c["resources"]
+    assert quantity(res["requests"]["cpu"]) == quantity("50m") and quantity(res["limits"]["cpu"]) == quantity("200m")
+    assert quantity(res["requests"]["memory"]) == quantity("64Mi")
+    assert quantity(res["limits"]["memory"]) == quantity("128Mi")
+    assert "TAILHOUND_BROKER" in _container_env(applied, c)
+
+
+def test_agent_config_is_mounted_where_the_command_reads_it(applied):
+    ds = one(applied, "DaemonSet", "tailhound-agent")
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    args = c["args"]
+    assert args[0] == "agent"
+    config = PurePosixPath(args[args.index("--config") + 1])
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mount = next(m for m in c["volumeMounts"] if PurePosixPath(m["mountPath"]) == config.parent)
+    cm = one(applied, "ConfigMap", volumes[mount["name"]]["configMap"]["name"])
+    agent_yaml = yaml.safe_load(cm["data"][config.name])
+    assert isinstance(agent_yaml, dict) and agent_yaml.get("scrape")
+    assert str(agent_yaml.get("listen", "")).endswith(":9464")
+
+
+#: Commands the manifests already use that a later issue adds (the node agent: agents issue).
+PLANNED_COMMANDS = {"agent"}
+
+
+def test_agent_command_is_real_or_planned(applied):
+    ds = one(applied, "DaemonSet", "tailhound-agent")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    if args[0] in cli_command_names():
+        check_cli_args(args)
+    else:
+        assert args[0] in PLANNED_COMMANDS, f"DaemonSet runs unknown command {args[0]!r}"
