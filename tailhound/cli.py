@@ -79,20 +79,24 @@ def demo(
 
 @app.command()
 def worker(config: ConfigOpt = None) -> None:
-    """Run the streams worker (Faust) against the configured broker until SIGINT/SIGTERM."""
+    """Run the streams worker (Faust) until SIGINT/SIGTERM; without TAILHOUND_BROKER, on the bundled broker."""
     from streams.app import run_worker
     from streams.ruleset import load_rules
     from tailhound.kafka import ensure_topics
 
+    from tailhound.kafka import broker_for
+
     settings = _settings(config)
-    if not settings.broker:
-        raise TailhoundError("the worker needs a broker: set TAILHOUND_BROKER=kafka://host:9092 "
-                             "(or run `tailhound broker` in another terminal)")
     rules = load_rules(settings.rules_dir)
     logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr)
     logging.getLogger(__name__).info("loaded %d rules from %s", len(rules.rules), settings.rules_dir)
-    asyncio.run(ensure_topics(settings))
-    run_worker(settings, rules)
+    if not settings.broker:
+        err_console.print("no broker configured (TAILHOUND_BROKER): starting the bundled one for development")
+    with broker_for(settings) as s:
+        if not settings.broker:
+            err_console.print(f"publish telemetry with TAILHOUND_BROKER={s.broker} (e.g. `tailhound simulate`)")
+        asyncio.run(ensure_topics(s))
+        run_worker(s, rules)
 
 
 @app.command()
@@ -127,7 +131,8 @@ def simulate(
 
     settings = _settings(config)
     if not settings.broker:
-        raise TailhoundError("simulate needs a broker: set TAILHOUND_BROKER=kafka://host:9092")
+        raise TailhoundError("simulate publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
+                             "(`tailhound worker` prints the URL of the bundled one it starts)")
     sim = FleetSimulator(SimConfig(nodes=nodes, seed=seed), [FaultSpec.parse(f) for f in fault or []])
 
     async def _run() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 import time
 import uuid
@@ -112,6 +113,8 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
     result.events = receiver.events
     result.wall_s = time.monotonic() - started
     _summary(console, result, opts)
+    if result.opened or not opts.faults:
+        shutil.rmtree(workdir, ignore_errors=True)  # keep the logs only when something went wrong
     return result
 
 

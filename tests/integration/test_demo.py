@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.proc_helpers import processes_mentioning as _processes_mentioning
+
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,22 +22,6 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
     env["COLUMNS"] = "120"
     return env
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = (d / "environ").read_bytes().decode(errors="replace")
-            state = (d / "stat").read_text().split()[2]
-        except OSError:
-            continue
-        if state != "Z" and (text in cmd or text in environ):
-            pids.append(int(d.name))
-    return pids
 
 
 def _broker_port(output: str) -> str:
