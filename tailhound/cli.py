@@ -82,9 +82,7 @@ def worker(config: ConfigOpt = None) -> None:
     """Run the streams worker (Faust) until SIGINT/SIGTERM; without TAILHOUND_BROKER, on the bundled broker."""
     from streams.app import run_worker
     from streams.ruleset import load_rules
-    from tailhound.kafka import ensure_topics
-
-    from tailhound.kafka import broker_for
+    from tailhound.kafka import broker_for, ensure_topics
 
     settings = _settings(config)
     rules = load_rules(settings.rules_dir)
