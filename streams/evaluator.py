@@ -149,12 +149,22 @@ def _evidence(rule: Rule, values: SignalValues, entity: str, held_s: float, cata
             spec = catalog.spec(t.signal)
             out.append(Evidence(signal=t.signal, value=round(v, 4), op=t.symbol, threshold=t.threshold,
                                 unit=spec.unit if spec else "", window_s=held_s, labels=labels))
-    reasons = values.get("gpu.clock_event_reasons", {}).get(entity) if rule.scope.value == "gpu" else None
-    if reasons is not None:
-        decoded = ", ".join(decode_clock_event_reasons(reasons)) or "no clock event reason"
-        out.append(Evidence(signal="gpu.clock_event_reasons", value=reasons, op="=", labels=labels,
-                            detail=f"0x{int(reasons):x}: {decoded}"))
+    for signal in rule.context:
+        v = values.get(signal, {}).get(entity)
+        if v is not None:
+            spec = catalog.spec(signal)
+            detail = _DETAIL[signal](v) if signal in _DETAIL else ""
+            out.append(Evidence(signal=signal, value=round(v, 4), op="=", unit=spec.unit if spec else "",
+                                labels=labels, detail=detail))
     return out
+
+
+def _clock_event_detail(mask: float) -> str:
+    return f"0x{int(mask):x} (" + (", ".join(decode_clock_event_reasons(mask)) or "no clock event reason") + ")"
+
+
+#: How to spell out a context value for a person.
+_DETAIL = {"gpu.clock_event_reasons": _clock_event_detail}
 
 
 def _incident_transition(rs: RuleState, rule: Rule, snapshot: Snapshot) -> IncidentEvent | None:

@@ -160,6 +160,8 @@ class Rule(BaseModel):
     symptom: bool = False
     transient: bool | None = None
     actions: list[str] = Field(default_factory=list)
+    #: extra signals reported as evidence next to the conditions (e.g. the raw clock and throttle reasons)
+    context: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -263,15 +265,15 @@ def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> l
 
 
 def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) -> None:
-    for t in rule.thresholds():
-        spec = catalog.spec(t.signal)
-        per = spec.per if spec else DERIVED_SIGNALS.get(t.signal, (None, None))[0]
-        if spec is None and t.signal not in DERIVED_SIGNALS:
-            raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {t.signal!r}")
+    for signal in [t.signal for t in rule.thresholds()] + rule.context:
+        spec = catalog.spec(signal)
+        per = spec.per if spec else DERIVED_SIGNALS.get(signal, (None, None))[0]
+        if spec is None and signal not in DERIVED_SIGNALS:
+            raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {signal!r}")
         if (per or "node") != rule.scope.value:
             raise RuleFileError(
                 origin, line,
-                f"rule {rule.name}: signal {t.signal} is per {per or 'node'}, rule scope is {rule.scope.value}",
+                f"rule {rule.name}: signal {signal} is per {per or 'node'}, rule scope is {rule.scope.value}",
             )
 
 

@@ -68,8 +68,8 @@ class Evidence(BaseModel):
         unit = f" {self.unit}" if self.unit[:1].isalpha() else self.unit
         cmp = f" ({self.op} {_fmt(ref)}{unit})" if ref is not None else ""
         held = f" for {self.window_s:.0f}s" if self.window_s else ""
-        detail = f" [{self.detail}]" if self.detail else ""
-        return f"{self.signal}{where} = {_fmt(self.value)}{unit}{cmp}{held}{detail}"
+        shown = self.detail or f"{_fmt(self.value)}{unit}"
+        return f"{self.signal}{where} = {shown}{cmp}{held}"
 
 
 class IncidentEvent(BaseModel):

@@ -42,7 +42,9 @@ def test_thermal_throttle_opens_after_one_minute_and_resolves():
     signals = {(e.signal, e.labels.get("gpu")) for e in opened.evidence}
     assert ("gpu.temperature", "3") in signals and ("gpu.sm_clock_ratio", "5") in signals
     decoded = [e.detail for e in opened.evidence if e.signal == "gpu.clock_event_reasons"]
-    assert decoded and "hw_thermal_slowdown" in decoded[0]
+    assert decoded and decoded[0] == "0x60 (sw_thermal_slowdown, hw_thermal_slowdown)"
+    clocks = {e.labels["gpu"]: e.value for e in opened.evidence if e.signal == "gpu.sm_clock"}
+    assert clocks == {"3": 1100.0, "5": 1120.0}
     assert any("gpu-node-1" in a and "3,5" in a for a in opened.actions)
     # last hot tick 19 (T0+285); keep_firing_for 1m -> resolved at the first tick >= T0+345
     assert resolved.ts == T0 + 345 and resolved.resolved_at == T0 + 345

@@ -46,6 +46,7 @@ def test_good_rule_with_not():
     (lambda t: t.replace("        for: 90s\n", "        for: 90s\n        fro: 1m\n"), 11, "fro"),
     (lambda t: t.replace("gpu.temperature", "gpu.temprature"), 4, "unknown signal 'gpu.temprature'"),
     (lambda t: t.replace("scope: gpu", "scope: engine"), 4, "is per gpu"),
+    (lambda t: t.replace("severity: warning", "severity: warning\n        context: [gpu.nope]"), 4, "'gpu.nope'"),
     (lambda t: t.replace("        root_cause: gpu-thermal-throttle\n", ""), 4, "root_cause"),
     (lambda t: t.replace("    rules:", "    rules: [").replace("root_cause: gpu-thermal-throttle", "x"), 4, "YAML"),
 ])
