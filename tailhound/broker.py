@@ -3,6 +3,8 @@
 Used when no broker is configured. It listens on a free 127.0.0.1 port, counts as ready once it
 answers a Kafka Metadata request, and is stopped on exit, Ctrl-C and errors. On Linux the child also
 gets ``PR_SET_PDEATHSIG`` so that it dies with its parent even if the parent is SIGKILLed: no orphan.
+(Linux ties that signal to the *thread* that started the child: start brokers from a long-lived
+thread, such as the main one, not from a short-lived executor thread.)
 """
 
 from __future__ import annotations
