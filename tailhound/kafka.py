@@ -72,10 +72,8 @@ async def group_lag(settings: Settings, group: str, topic: str) -> int | None:
     try:
         await admin.start()
         await consumer.start()
+        await consumer.topics()  # fetches cluster metadata, so a topic created a moment ago is known
         parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup of a new topic
-            parts = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         if not tps:
             return None
