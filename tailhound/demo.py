@@ -26,7 +26,7 @@ from tailhound.console import ConsoleReceiver
 from tailhound.errors import TailhoundError
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import broker_for, ensure_topics, group_lag, make_consumer
-from tailhound.settings import Settings
+from tailhound.settings import Settings, SinksSettings
 from tailhound.worker_process import WorkerProcess
 
 DEMO_FAULT = "thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"
@@ -81,9 +81,7 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
         "streams": settings.streams.model_copy(
             update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams", "log_level": "info"}),
         # the worker publishes to the incident topic; this process prints what arrives there
-        "sinks": settings.sinks.model_copy(update={
-            "console": settings.sinks.console.model_copy(update={"enabled": False}),
-            "incident_topic": settings.sinks.incident_topic.model_copy(update={"enabled": True})}),
+        "sinks": SinksSettings(console={"enabled": False}, incident_topic={"enabled": True}),
     })
     faults = [FaultSpec.parse(f) for f in opts.faults]
     sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed), faults)
