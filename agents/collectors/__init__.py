@@ -1,0 +1,45 @@
+"""Collectors: each one measures one job and returns what it saw as exposition text.
+
+A collector is an object with ``job`` (the recording/snapshot source name), ``interval_s`` and an
+``async collect() -> list[ScrapeRecord]`` method; it raises :class:`CollectError` when the whole
+collection failed (the agent then publishes a gap). Collectors never publish: the agent runtime
+(:mod:`agents.runtime`) schedules them and turns their records into snapshots through
+:mod:`agents.pipeline`, the same path a replayed recording takes.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Protocol, runtime_checkable
+
+from tailhound.errors import TailhoundError
+from tailhound.recording import ScrapeRecord
+
+
+class CollectError(TailhoundError):
+    """A collection failed as a whole (endpoint down, timeout); the agent publishes a gap."""
+
+
+class CollectorUnavailable(CollectError):
+    """The collector cannot work on this host at all (no NVIDIA driver, no mtr): the agent logs the
+    message once and turns the collector off."""
+
+
+@runtime_checkable
+class Collector(Protocol):
+    job: str
+    interval_s: float
+
+    async def collect(self) -> list[ScrapeRecord]: ...
+
+    async def close(self) -> None: ...
+
+
+def local_node() -> str:
+    """This host's short name, the default `node` of what a collector measures locally."""
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+def now() -> float:
+    return time.time()
