@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 
 from tailhound.errors import TailhoundError
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
@@ -112,26 +115,38 @@ def parse_exposition(text: str) -> list[Family]:
 Sample = GaugeSample | CounterSample | HistogramSample
 
 
-def to_samples(families: list[Family], drop_value: float | None = None) -> list[Sample]:
-    """Families -> wire samples. NaN and (optionally) a sentinel `drop_value` are left out: absent, not 0."""
+def to_samples(
+    families: list[Family],
+    drop: Callable[[float], bool] | None = None,
+    counters: Collection[str] = (),
+    errors: list[str] | None = None,
+) -> list[Sample]:
+    """Families -> wire samples.
+
+    NaN, infinities and values `drop` says are sentinels (dcgm-exporter's NOT_SUPPORTED) are left
+    out: absent, not 0. Untyped families named in `counters` become counters (node_exporter exposes
+    its netstat counters untyped). A family that cannot become a valid sample (a histogram whose
+    buckets are not cumulative) is skipped with a message appended to `errors`; the rest is kept.
+    """
     out: list[Sample] = []
     for fam in families:
         if fam.type == "histogram":
-            out.extend(_histograms(fam))
+            out.extend(_histograms(fam, errors))
             continue
+        is_counter = fam.type == "counter" or (fam.type in ("untyped", "unknown") and fam.name in counters)
         for s in fam.samples:
             if s.name.endswith("_created") or math.isnan(s.value) or math.isinf(s.value):
                 continue
-            if drop_value is not None and s.value >= drop_value:
+            if drop is not None and drop(s.value):
                 continue
-            if fam.type == "counter" and s.value >= 0:
+            if is_counter and s.value >= 0:
                 out.append(CounterSample(name=s.name, labels=s.labels, value=s.value))
             elif fam.type != "summary" or "quantile" in s.labels:
                 out.append(GaugeSample(name=s.name, labels=s.labels, value=s.value))
     return out
 
 
-def _histograms(fam: Family) -> list[HistogramSample]:
+def _histograms(fam: Family, errors: list[str] | None = None) -> list[HistogramSample]:
     groups: dict[tuple[tuple[str, str], ...], dict] = {}
     for s in fam.samples:
         base = {k: v for k, v in s.labels.items() if k != "le"}
@@ -148,6 +163,11 @@ def _histograms(fam: Family) -> list[HistogramSample]:
         count = g["count"] if g["count"] is not None else g["buckets"].get(math.inf, finite[-1][1] if finite else 0.0)
         if not finite:
             continue
-        out.append(HistogramSample(name=fam.name, labels=g["labels"], le=[le for le, _ in finite],
-                                   counts=[c for _, c in finite], count=count, sum=g["sum"]))
+        try:
+            out.append(HistogramSample(name=fam.name, labels=g["labels"], le=[le for le, _ in finite],
+                                       counts=[c for _, c in finite], count=count, sum=g["sum"]))
+        except ValidationError as exc:
+            if errors is None:
+                raise
+            errors.append(f"{fam.name}{g['labels'] or ''}: {exc.errors()[0]['msg']}")
     return out

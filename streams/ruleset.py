@@ -40,6 +40,7 @@ from pydantic import (
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.errors import RuleFileError
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
+from tailhound.yamlfile import line_of as _line_of
 
 from .signals import DERIVED_SIGNALS
 
@@ -267,7 +268,7 @@ def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> l
 def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) -> None:
     for signal in [t.signal for t in rule.thresholds()] + rule.context:
         spec = catalog.spec(signal)
-        per = spec.per if spec else DERIVED_SIGNALS.get(signal, (None, None))[0]
+        per = (spec.per[0] if spec.per else None) if spec else DERIVED_SIGNALS.get(signal, (None, None))[0]
         if spec is None and signal not in DERIVED_SIGNALS:
             raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {signal!r}")
         if (per or "node") != rule.scope.value:
@@ -275,23 +276,6 @@ def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) 
                 origin, line,
                 f"rule {rule.name}: signal {signal} is per {per or 'node'}, rule scope is {rule.scope.value}",
             )
-
-
-def _line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
-    """1-based line of the deepest YAML node that `loc` (a pydantic error location) reaches."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
-            if match is None:
-                continue  # a union tag or a missing key: stay on the parent
-            node = match
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            continue
-        line = node.start_mark.line + 1
-    return line
 
 
 for _m in (AllOf, AnyOf, NotOf, Rule, RuleGroup, RuleFile):

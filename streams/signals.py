@@ -42,13 +42,15 @@ def extract(snapshot: Snapshot, catalog: Catalog | None = None) -> SignalValues:
     catalog = catalog or default_catalog()
     out: SignalValues = {}
     for sample in snapshot.samples:
-        if sample.kind != "gauge":
-            continue  # counters and histograms become signals through windows (streams issue)
-        found = catalog.lookup(snapshot.source, sample.name)
+        if sample.kind == "histogram":
+            continue  # histograms become signals through windows (streams issue)
+        found = catalog.lookup(snapshot.source, sample.name, sample.labels)
         if found is None:
             continue
         spec, scale = found
-        entity = _entity(spec.per, sample.labels, snapshot.labels)
+        if spec.kind != "gauge" or sample.kind != "gauge":
+            continue  # counters become rates through their deltas (streams issue)
+        entity = spec.entity(sample.labels, snapshot.labels)
         if entity is None:
             continue
         out.setdefault(spec.name, {})[entity] = sample.value * scale
@@ -60,9 +62,3 @@ def extract(snapshot: Snapshot, catalog: Catalog | None = None) -> SignalValues:
         if ratios:
             out[name] = ratios
     return out
-
-
-def _entity(per: str | None, labels: dict[str, str], common: dict[str, str]) -> str | None:
-    if per is None or per == "node":
-        return ""
-    return labels.get(per, common.get(per))

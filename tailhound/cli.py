@@ -150,6 +150,50 @@ def simulate(
 
 
 @app.command()
+def agent(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="agent.yaml: collectors, listen, publish.")
+    ] = None,
+    from_recording: Annotated[
+        Path | None, typer.Option("--from-recording", help="Publish this scrape recording instead of collecting.")
+    ] = None,
+    speed: Annotated[float, typer.Option(help="Replay pace: recorded seconds per wall second (0: at once).")] = 0.0,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Run the node agent: collect, publish one snapshot per collection (TAILHOUND_BROKER)."""
+    from agents.config import AgentConfig, load_agent_config
+    from agents.main import run_agent, run_replay
+
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=fmt)
+    settings = _settings(None)
+    if from_recording is not None:
+        cfg = load_agent_config(config) if config else AgentConfig(listen=None)
+        n = asyncio.run(run_replay(settings, from_recording, speed, cfg))
+        console.print(f"published {n} snapshots from {from_recording} to {settings.telemetry_topic}")
+        return
+    if config is None:
+        raise TailhoundError("tailhound agent needs --config agent.yaml (or --from-recording FILE)")
+    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration))
+
+
+@app.command()
+def record(
+    config: Annotated[Path, typer.Option("--config", "-c", help="agent.yaml: the collectors to record.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Recording to write (JSON lines).")],
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: Ctrl-C).")] = None,
+) -> None:
+    """Write what the agent collects as a scrape recording (docs/recording-format.md); no broker needed."""
+    from agents.config import load_agent_config
+    from agents.main import run_record
+
+    logging.basicConfig(level="WARNING", stream=sys.stderr)
+    n = asyncio.run(run_record(load_agent_config(config), out, duration_s=duration))
+    console.print(f"wrote {n} records to {out}")
+
+
+@app.command()
 def schema(
     out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path("docs/schemas"),
     check: Annotated[bool, typer.Option("--check", help="Fail if the files differ from the models.")] = False,

@@ -11,8 +11,8 @@ class ConfigError(TailhoundError):
     """Settings, rule or catalog files that cannot be used; the message names the file and line."""
 
 
-class RuleFileError(ConfigError):
-    """A rule file that does not parse or validate. The old rules keep running."""
+class ConfigFileError(ConfigError):
+    """A YAML file (rules, agent config) that does not parse or validate; names the file and line."""
 
     def __init__(self, path: str, line: int | None, message: str) -> None:
         self.path = path
@@ -20,6 +20,10 @@ class RuleFileError(ConfigError):
         self.detail = message
         where = f"{path}:{line}" if line else path
         super().__init__(f"{where}: {message}")
+
+
+class RuleFileError(ConfigFileError):
+    """A rule file that does not parse or validate. The old rules keep running."""
 
 
 class BrokerError(TailhoundError):

@@ -53,10 +53,27 @@ class GaugeSample(_SampleBase):
 
 
 class CounterSample(_SampleBase):
-    """A cumulative value that only grows until its process restarts (tokens, preemptions)."""
+    """A cumulative value that only grows until its process restarts (tokens, preemptions).
+
+    ``delta`` is the increase since the previous collection of the same series (the snapshot's
+    ``prev_ts``), with counter resets already handled: after a restart it is the new value, never
+    negative. ``None`` on the first sight of a series.
+    """
 
     kind: Literal["counter"] = "counter"
     value: float = Field(ge=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    reset: bool = Field(default=False, description="The counter went down since the previous collection.")
+
+
+class HistogramDelta(BaseModel):
+    """Per-interval bucket increases (same ``le`` as the histogram): what ``rate(x_bucket[...])`` sees."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    counts: list[float]
+    count: float = Field(ge=0, allow_inf_nan=False)
+    sum: float = Field(allow_inf_nan=False)
 
 
 class HistogramSample(_SampleBase):
@@ -67,6 +84,10 @@ class HistogramSample(_SampleBase):
     counts: list[float]
     count: float = Field(ge=0, allow_inf_nan=False)
     sum: float = Field(allow_inf_nan=False)
+    delta: HistogramDelta | None = Field(
+        default=None, description="Increase since the previous collection (resets handled); None on first sight."
+    )
+    reset: bool = Field(default=False, description="The histogram went down since the previous collection.")
 
     @model_validator(mode="after")
     def _check_buckets(self) -> HistogramSample:
@@ -82,6 +103,8 @@ class HistogramSample(_SampleBase):
             raise ValueError("bucket counts must be cumulative (non-decreasing)")
         if self.counts[-1] > self.count:
             raise ValueError("the last bucket count exceeds `count` (the +Inf bucket)")
+        if self.delta is not None and len(self.delta.counts) != len(self.le):
+            raise ValueError(f"delta has {len(self.delta.counts)} bucket counts for {len(self.le)} bounds")
         return self
 
 
@@ -108,6 +131,18 @@ class Snapshot(BaseModel):
         description="Labels common to every sample (cluster, model_name, engine, endpoint ...).",
     )
     samples: list[Sample] = Field(default_factory=list)
+    prev_ts: float | None = Field(
+        default=None,
+        description="Event time of the previous collection of this source on this node: counter and histogram "
+        "deltas cover (prev_ts, ts]. None on the first collection.",
+    )
+    gap: bool = Field(
+        default=False,
+        description="Collections were missed or failed between prev_ts and ts (deltas then span the gap).",
+    )
+    error: str | None = Field(
+        default=None, description="The collection failed (no samples): the reason, e.g. 'connect refused'."
+    )
 
     @field_validator("node")
     @classmethod

@@ -1,4 +1,12 @@
-"""The canonical signal catalog: which source metric is which canonical signal (data in signals.yaml)."""
+"""The canonical signal catalog: which source metric is which canonical signal (data in signals.yaml).
+
+Each signal names its unit, kind (gauge, counter or histogram), the label(s) that identify the entity
+a value belongs to (``per``), and for every source (snapshot ``source`` = recording ``job``) the
+metric(s) that carry it. A source may list several metrics for one signal (vLLM V1 and V0 names,
+both dcgm-exporter naming generations); ``match`` narrows a mapping to samples with given label
+values (``probe_http_duration_seconds{phase="connect"}``) and ``scale`` converts units
+(percent -> ratio). ``docs/signals.md`` is generated from this file (``tailhound catalog --markdown``).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,17 @@ import yaml
 
 from tailhound.errors import ConfigError
 
+KINDS = ("gauge", "counter", "histogram")
+
 
 @dataclass(frozen=True)
 class SourceMetric:
     metric: str
     scale: float = 1.0
+    match: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match)
 
 
 @dataclass(frozen=True)
@@ -22,49 +36,100 @@ class SignalSpec:
     name: str
     unit: str
     kind: str
-    per: str | None
+    per: tuple[str, ...]
     description: str
-    sources: dict[str, SourceMetric] = field(default_factory=dict)
+    sources: dict[str, tuple[SourceMetric, ...]] = field(default_factory=dict)
+
+    def entity(self, labels: dict[str, str], common: dict[str, str]) -> str | None:
+        """The entity a sample describes: its `per` label values joined by '/', '' for node-level
+        signals. A sample without the label falls back to the snapshot's common labels, then to its
+        ``instance`` (one engine per scraped server, as with TGI or vLLM V0); else it is not usable."""
+        if not self.per or self.per == ("node",):
+            return ""
+        parts = []
+        for label in self.per:
+            v = labels.get(label, common.get(label))
+            if v is None:
+                v = labels.get("instance", common.get("instance")) if len(self.per) == 1 else None
+            if v is None:
+                return None
+            parts.append(v)
+        return "/".join(parts)
 
 
 @dataclass(frozen=True)
 class Catalog:
     signals: dict[str, SignalSpec]
-    #: (source, metric) -> (canonical signal, scale)
-    by_metric: dict[tuple[str, str], tuple[SignalSpec, float]]
+    #: (source, metric) -> the mappings of that metric, most specific (most `match` labels) first
+    by_metric: dict[tuple[str, str], list[tuple[SignalSpec, SourceMetric]]]
 
-    def lookup(self, source: str, metric: str) -> tuple[SignalSpec, float] | None:
-        return self.by_metric.get((source, metric))
+    def lookup(self, source: str, metric: str, labels: dict[str, str] | None = None) -> tuple[SignalSpec, float] | None:
+        for spec, sm in self.by_metric.get((source, metric), ()):
+            if sm.matches(labels or {}):
+                return spec, sm.scale
+        return None
 
     def spec(self, signal: str) -> SignalSpec | None:
         return self.signals.get(signal)
 
+    def kind_of(self, source: str, metric: str) -> str | None:
+        """The kind the catalog gives a source metric (for exporters that mistype, e.g. untyped counters)."""
+        found = self.by_metric.get((source, metric))
+        return found[0][0].kind if found else None
+
+    def sources(self) -> list[str]:
+        return sorted({src for spec in self.signals.values() for src in spec.sources})
+
+
+def _source_metrics(value: object) -> tuple[SourceMetric, ...]:
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(SourceMetric(metric=item))
+        elif isinstance(item, dict):
+            unknown = set(item) - {"metric", "scale", "match"}
+            if unknown:
+                raise ValueError(f"unknown mapping keys {sorted(unknown)}")
+            match = tuple(sorted((str(k), str(v)) for k, v in (item.get("match") or {}).items()))
+            out.append(SourceMetric(metric=str(item["metric"]), scale=float(item.get("scale", 1.0)), match=match))
+        else:
+            raise ValueError(f"a source mapping must be a metric name or {{metric, scale, match}}, got {item!r}")
+    return tuple(out)
+
 
 def parse_catalog(data: dict, origin: str = "signals.yaml") -> Catalog:
-    try:
-        raw = data["signals"]
-        signals: dict[str, SignalSpec] = {}
-        by_metric: dict[tuple[str, str], tuple[SignalSpec, float]] = {}
-        for name, entry in raw.items():
-            sources = {
-                src: SourceMetric(metric=str(m["metric"]), scale=float(m.get("scale", 1.0)))
-                for src, m in (entry.get("sources") or {}).items()
-            }
+    signals: dict[str, SignalSpec] = {}
+    by_metric: dict[tuple[str, str], list[tuple[SignalSpec, SourceMetric]]] = {}
+    for name, entry in (data.get("signals") or {}).items():
+        try:
+            unknown = set(entry) - {"unit", "kind", "per", "description", "sources"}
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)}")
+            if entry["kind"] not in KINDS:
+                raise ValueError(f"kind must be one of {KINDS}, got {entry['kind']!r}")
+            per = entry.get("per")
             spec = SignalSpec(
                 name=name,
                 unit=str(entry.get("unit", "")),
                 kind=str(entry["kind"]),
-                per=entry.get("per"),
+                per=tuple(per) if isinstance(per, list) else ((per,) if per else ()),
                 description=str(entry.get("description", "")),
-                sources=sources,
+                sources={src: _source_metrics(v) for src, v in (entry.get("sources") or {}).items()},
             )
-            signals[name] = spec
-            for src, sm in sources.items():
-                if (src, sm.metric) in by_metric:
-                    raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped twice")
-                by_metric[(src, sm.metric)] = (spec, sm.scale)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"{origin}: invalid signal catalog: {exc!r}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{origin}: signal {name}: {exc}") from exc
+        signals[name] = spec
+        for src, mappings in spec.sources.items():
+            for sm in mappings:
+                entries = by_metric.setdefault((src, sm.metric), [])
+                if any(other.match == sm.match for _, other in entries):
+                    raise ConfigError(f"{origin}: {src} metric {sm.metric} {dict(sm.match)} is mapped twice")
+                if entries and entries[0][0].kind != spec.kind:
+                    raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} "
+                                      f"and as {spec.kind}")
+                entries.append((spec, sm))
+                entries.sort(key=lambda e: -len(e[1].match))
     return Catalog(signals=signals, by_metric=by_metric)
 
 

@@ -34,7 +34,7 @@ def test_vllm_v1_exposition():
 
 def test_dcgm_exporter_drops_not_supported_sentinels():
     samples = by_name(to_samples(parse_exposition((FIXTURES / "dcgm_exporter.prom").read_text()),
-                                 drop_value=DCGM_NOT_SUPPORTED))
+                                 drop=lambda v: v >= DCGM_NOT_SUPPORTED))
     assert [s.labels["gpu"] for s in samples["DCGM_FI_DEV_GPU_TEMP"]] == ["0", "3"]
     assert "DCGM_FI_DEV_MEMORY_TEMP" not in samples  # absent, never 0
     assert samples["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0].kind == "counter"

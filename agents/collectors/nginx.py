@@ -1,0 +1,145 @@
+"""nginx ``stub_status``: connection states and how close nginx is to its ``worker_connections`` limit.
+
+The page (ngx_http_stub_status_module) is exactly::
+
+    Active connections: 291
+    server accepts handled requests
+     16630948 16630948 31070465
+    Reading: 6 Writing: 179 Waiting: 106
+
+(nginx puts a space before each newline). It is rendered under nginx-prometheus-exporter's names
+(``nginx_connections_active`` ..., ``nginx_http_requests_total``, ``nginx_up``) plus
+``tailhound_nginx_worker_connections`` and ``tailhound_nginx_connections_utilization_ratio``.
+
+``worker_connections`` in the config is nginx's **total** connection capacity: ``events {
+worker_connections N; }`` times ``worker_processes``. nginx counts every connection against it,
+upstream connections to the inference servers included, so a reverse proxy runs out at about half
+of it in client connections; once it is exhausted new clients time out in the TCP handshake
+("worker_connections are not enough" in nginx's error log) instead of seeing a slow response.
+``Active connections`` counts client connections only (Waiting = idle keep-alive ones included).
+``accepts - handled`` grows only when nginx drops connections at a resource limit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agents.collectors import CollectError, now
+from agents.render import ExpositionWriter
+from tailhound.recording import ScrapeRecord
+
+JOB = "netprobe"
+_ACTIVE = re.compile(r"^Active connections:\s*(\d+)\s*$")
+_HEADER = re.compile(r"^server accepts handled requests\s*$")
+_TOTALS = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s*$")
+_STATES = re.compile(r"^Reading:\s*(\d+)\s+Writing:\s*(\d+)\s+Waiting:\s*(\d+)\s*$")
+
+
+class NginxConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="stub_status URL, e.g. http://127.0.0.1:8080/nginx_status")
+    worker_connections: int = Field(gt=0, description="Total capacity: worker_connections x worker_processes.")
+    interval_s: float = Field(default=5.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0, le=60)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"expected an http(s) URL with a host, got {url!r}")
+        return url
+
+
+@dataclass(frozen=True)
+class StubStatus:
+    active: int
+    accepts: int
+    handled: int
+    requests: int
+    reading: int
+    writing: int
+    waiting: int
+
+
+def parse_stub_status(text: str) -> StubStatus:
+    """Parse the four-line stub_status page; ValueError says which line is wrong."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) != 4:
+        raise ValueError(f"expected 4 lines, got {len(lines)}: {text[:120]!r}")
+    expected = (("'Active connections: N'", _ACTIVE), ("'server accepts handled requests'", _HEADER),
+                ("'accepts handled requests' numbers", _TOTALS), ("'Reading: N Writing: N Waiting: N'", _STATES))
+    groups: list[int] = []
+    for line_no, (line, (what, pattern)) in enumerate(zip(lines, expected, strict=True), 1):
+        m = pattern.match(line)
+        if not m:
+            raise ValueError(f"line {line_no}: expected {what}, got {line[:80]!r}")
+        groups.extend(int(g) for g in m.groups())
+    active, accepts, handled, requests, reading, writing, waiting = groups
+    return StubStatus(active, accepts, handled, requests, reading, writing, waiting)
+
+
+def render_stub_status(status: StubStatus, worker_connections: int) -> str:
+    """nginx-prometheus-exporter names plus tailhound's capacity gauges."""
+    w = ExpositionWriter()
+    w.gauge("nginx_connections_active", status.active, help="Active client connections")
+    w.counter("nginx_connections_accepted", status.accepts, help="Accepted client connections")
+    w.counter("nginx_connections_handled", status.handled, help="Handled client connections")
+    w.gauge("nginx_connections_reading", status.reading, help="Connections where NGINX is reading the request header")
+    w.gauge("nginx_connections_writing", status.writing,
+            help="Connections where NGINX is writing the response back to the client")
+    w.gauge("nginx_connections_waiting", status.waiting, help="Idle client connections")
+    w.counter("nginx_http_requests_total", status.requests, help="Total http requests")
+    w.gauge("nginx_up", 1, help="Status of the last metric scrape")
+    w.gauge("tailhound_nginx_worker_connections", worker_connections,
+            help="Configured connection capacity (worker_connections x worker_processes).")
+    w.gauge("tailhound_nginx_connections_utilization_ratio", status.active / worker_connections,
+            help="Active client connections / configured capacity.")
+    return w.text()
+
+
+class NginxCollector:
+    """Scrapes one nginx stub_status page; ``node`` defaults to the URL's host."""
+
+    job = JOB
+
+    def __init__(self, config: NginxConfig, node: str | None = None) -> None:
+        self.config = config
+        self.interval_s = config.interval_s
+        self.node = node or httpx.URL(config.url).host
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # stub_status is an internal page: no proxies from the environment.
+            self._client = httpx.AsyncClient(timeout=self.config.timeout_s, trust_env=False, follow_redirects=False)
+        return self._client
+
+    async def collect(self) -> list[ScrapeRecord]:
+        url = self.config.url
+        try:
+            response = await self._http().get(url)
+        except httpx.TimeoutException:
+            raise CollectError(f"nginx stub_status {url}: timed out after {self.config.timeout_s:g}s") from None
+        except httpx.HTTPError as exc:
+            raise CollectError(f"nginx stub_status {url}: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise CollectError(f"nginx stub_status {url}: HTTP {response.status_code} {response.reason_phrase}")
+        try:
+            status = parse_stub_status(response.text)
+        except ValueError as exc:
+            raise CollectError(f"nginx stub_status {url}: malformed page: {exc}") from None
+        return [ScrapeRecord(ts=now(), node=self.node, job=self.job, labels=dict(self.config.labels),
+                             body=render_stub_status(status, self.config.worker_connections),
+                             interval_s=self.interval_s)]
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

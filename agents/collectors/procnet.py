@@ -1,0 +1,146 @@
+"""TCP counters from /proc/net, under node_exporter's metric names (no root needed).
+
+Ingress trouble in the playbook shows up here: accept-queue overflows (``ListenOverflows``; the kernel
+drops the SYN or the final ACK when a listener's accept queue is full, ``ListenDrops`` is a superset),
+TIME-WAIT pile-ups (``sockstat`` ``tw``, what ``ss -s`` prints as timewait) and retransmits
+(``delta(RetransSegs) / delta(OutSegs)``).
+
+The text matches node_exporter's netstat and sockstat collectors, so one catalog mapping covers this
+collector and a scraped node_exporter: netstat/snmp values are ``untyped`` (HELP ``Statistic
+<Proto><Field>.``) although they are cumulative kernel counters, sockstat values are gauges. The parser
+turns ``untyped`` into gauge samples, so whatever computes rates must treat ``node_netstat_*`` (except
+``Tcp_CurrEstab``) as counters by name. Stock node_exporter's default ``--collector.netstat.fields``
+does not include ``TcpExt_TCPTimeouts``, ``Tcp_AttemptFails`` or ``Tcp_EstabResets``; this collector
+always exports them.
+
+All three files are per network namespace: inside a container they describe the container's netns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.collectors import CollectError, CollectorUnavailable, local_node, now
+from agents.render import format_value
+from tailhound.recording import ScrapeRecord
+
+JOB = "node"
+#: (protocol, field) pairs exported from /proc/net/netstat.
+NETSTAT_FIELDS = (("TcpExt", "ListenOverflows"), ("TcpExt", "ListenDrops"), ("TcpExt", "TCPTimeouts"),
+                  ("TcpExt", "TCPSynRetrans"))
+#: (protocol, field) pairs exported from /proc/net/snmp.
+SNMP_FIELDS = tuple(("Tcp", f) for f in ("RetransSegs", "OutSegs", "InSegs", "CurrEstab", "ActiveOpens",
+                                         "PassiveOpens", "AttemptFails", "EstabResets"))
+#: (protocol, field) pairs exported from /proc/net/sockstat (plus ``sockets used``).
+SOCKSTAT_FIELDS = tuple(("TCP", f) for f in ("inuse", "orphan", "tw", "alloc"))
+
+
+class ProcNetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: float = Field(default=5.0, gt=0)
+    proc_root: Path = Field(default=Path("/proc"), description="procfs mount; tests point it at fixtures.")
+
+
+def parse_netstat(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/netstat or /proc/net/snmp: ``Proto: names...`` / ``Proto: values...`` line pairs."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) % 2:
+        raise ValueError(f"odd number of lines ({len(lines)}): header/value pairs expected")
+    stats: dict[str, dict[str, int]] = {}
+    for i in range(0, len(lines), 2):
+        names, values = lines[i].split(), lines[i + 1].split()
+        proto = names[0]
+        if not proto.endswith(":") or values[0] != proto:
+            raise ValueError(f"line {i + 1}: {proto!r} header followed by {values[0]!r} values")
+        if len(names) != len(values):
+            raise ValueError(f"line {i + 1}: {proto[:-1]} has {len(names) - 1} names but {len(values) - 1} values")
+        try:
+            stats[proto[:-1]] = {n: int(v) for n, v in zip(names[1:], values[1:], strict=True)}
+        except ValueError:
+            raise ValueError(f"line {i + 2}: {proto[:-1]} values are not all integers") from None
+    return stats
+
+
+def parse_sockstat(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/sockstat: ``TCP: inuse 1 orphan 0 tw 0 alloc 1 mem 91`` -> {"TCP": {"inuse": 1, ...}}."""
+    stats: dict[str, dict[str, int]] = {}
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        proto, sep, rest = line.partition(":")
+        parts = rest.split()
+        if not sep or len(parts) % 2:
+            raise ValueError(f"line {line_no}: expected 'PROTO: name value ...', got {line[:80]!r}")
+        try:
+            stats[proto.strip()] = {parts[j]: int(parts[j + 1]) for j in range(0, len(parts), 2)}
+        except ValueError:
+            raise ValueError(f"line {line_no}: {proto} values are not all integers") from None
+    return stats
+
+
+def _family(lines: list[str], name: str, type_: str, help_: str, value: int) -> None:
+    lines += [f"# HELP {name} {help_}", f"# TYPE {name} {type_}", f"{name} {format_value(value)}"]
+
+
+def render_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]],
+                   sockstat: dict[str, dict[str, int]]) -> str:
+    """node_exporter-style exposition of the selected fields; a field the kernel lacks is left out."""
+    families: dict[str, tuple[str, str, int]] = {}
+    for source, fields in ((netstat, NETSTAT_FIELDS), (snmp, SNMP_FIELDS)):
+        for proto, field in fields:
+            if field in source.get(proto, {}):
+                families[f"node_netstat_{proto}_{field}"] = ("untyped", f"Statistic {proto}{field}.",
+                                                             source[proto][field])
+    if "used" in sockstat.get("sockets", {}):
+        families["node_sockstat_sockets_used"] = ("gauge", "Number of IPv4 sockets in use.",
+                                                  sockstat["sockets"]["used"])
+    for proto, field in SOCKSTAT_FIELDS:
+        if field in sockstat.get(proto, {}):
+            families[f"node_sockstat_{proto}_{field}"] = ("gauge", f"Number of {proto} sockets in state {field}.",
+                                                          sockstat[proto][field])
+    lines: list[str] = []
+    for name in sorted(families):  # client_golang sorts families by name
+        _family(lines, name, *families[name])
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+class ProcNetCollector:
+    """Reads /proc/net/{netstat,snmp,sockstat} of this host's network namespace."""
+
+    job = JOB
+
+    def __init__(self, config: ProcNetConfig, node: str | None = None) -> None:
+        self.config = config
+        self.interval_s = config.interval_s
+        self.node = node or local_node()
+
+    def _read(self, name: str) -> str:
+        path = self.config.proc_root / "net" / name
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            raise CollectorUnavailable(f"procnet: {path} does not exist (no Linux procfs); TCP counters off") from None
+        except OSError as exc:
+            raise CollectError(f"procnet: cannot read {path}: {exc.strerror or exc}") from None
+
+    def _parse(self, name: str, parser: Callable[[str], dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+        try:
+            return parser(self._read(name))
+        except ValueError as exc:
+            raise CollectError(f"procnet: {self.config.proc_root / 'net' / name}: {exc}") from None
+
+    def snapshot(self) -> str:
+        """Exposition text of the current kernel counters."""
+        return render_procnet(self._parse("netstat", parse_netstat), self._parse("snmp", parse_netstat),
+                              self._parse("sockstat", parse_sockstat))
+
+    async def collect(self) -> list[ScrapeRecord]:
+        body = self.snapshot()  # three small procfs reads: no need for a thread
+        return [ScrapeRecord(ts=now(), node=self.node, job=self.job, body=body, interval_s=self.interval_s)]
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,97 @@
+"""Scrape any Prometheus text endpoint: vLLM, TGI, NIM, dcgm-exporter, node_exporter, blackbox_exporter.
+
+One target per collector. The record's ``job`` selects the mapping (tailhound/catalog/signals.yaml);
+``instance`` (host:port of the URL) is added to the record labels so two servers of one job on one
+node stay apart. For blackbox_exporter the record's node is the probed target's host (the ``target``
+query parameter), so the client-side view meets the target node's own metrics.
+
+The text format 0.0.4 is requested (OpenMetrics is parsed too, when a server insists).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.collectors import CollectError, local_node
+from tailhound.recording import ScrapeRecord
+
+ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+MAX_BODY_BYTES = 16 << 20
+
+
+class ScrapeTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+                     description="Mapping to use: vllm, tgi, nim, dcgm, node, blackbox (or a new source name).")
+    url: str = Field(pattern=r"^https?://", description="The /metrics (or blackbox /probe?target=...) URL.")
+    interval_s: float = Field(default=5.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0)
+    node: str | None = Field(default=None, description="Node the metrics describe (default: the agent's node; "
+                                                       "blackbox: the probed target's host).")
+    labels: dict[str, str] = Field(default_factory=dict)
+    headers_from_env: dict[str, str] = Field(
+        default_factory=dict, description="Header name -> env var holding its value (e.g. a bearer token)."
+    )
+
+
+def target_node(target: ScrapeTarget, default: str) -> str:
+    if target.node:
+        return target.node
+    if target.job == "blackbox":
+        probed = parse_qs(urlsplit(target.url).query).get("target", [""])[0]
+        host = urlsplit(probed if "://" in probed else f"//{probed}").hostname
+        if host:
+            return host
+    return default
+
+
+class ScrapeCollector:
+    def __init__(self, target: ScrapeTarget, node: str | None = None) -> None:
+        self.target = target
+        self.job = target.job
+        self.interval_s = target.interval_s
+        self.node = target_node(target, node or local_node())
+        parts = urlsplit(target.url)
+        self.labels = {"instance": parts.netloc, **target.labels}
+        self._client: httpx.AsyncClient | None = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": ACCEPT}
+        for name, var in self.target.headers_from_env.items():
+            value = os.environ.get(var)
+            if value is None:
+                raise CollectError(f"{self.target.url}: header {name}: environment variable {var} is not set")
+            headers[name] = value
+        return headers
+
+    async def collect(self) -> list[ScrapeRecord]:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.target.timeout_s, follow_redirects=True)
+        ts = time.time()
+        try:
+            resp = await self._client.get(self.target.url, headers=self._headers())
+        except httpx.TimeoutException:
+            raise CollectError(f"{self.target.url}: timed out after {self.target.timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise CollectError(f"{self.target.url}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code != 200:
+            raise CollectError(f"{self.target.url}: HTTP {resp.status_code}")
+        if len(resp.content) > MAX_BODY_BYTES:
+            raise CollectError(f"{self.target.url}: body of {len(resp.content)} bytes is over the limit")
+        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, body=resp.text, labels=self.labels,
+                             interval_s=self.interval_s)]
+
+    def failure_record(self, ts: float, reason: str) -> ScrapeRecord:
+        return ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=self.labels, interval_s=self.interval_s,
+                            error=reason)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

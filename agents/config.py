@@ -1,0 +1,70 @@
+"""``agent.yaml``: which collectors one agent runs, where its metrics listen and how it publishes.
+
+Parsed strictly (unknown keys are errors naming the file and line); ``${VAR}`` / ``${VAR:-default}``
+expand from the environment (the DaemonSet passes NODE_NAME and NODE_IP). The broker and topic prefix
+come from the usual settings (``TAILHOUND_BROKER``, ``TAILHOUND_TOPIC_PREFIX``), not from this file.
+Secrets never live here: headers that carry tokens name an environment variable (``headers_from_env``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.collectors.hops import HopsConfig
+from agents.collectors.nginx import NginxConfig
+from agents.collectors.nvml import NvmlConfig
+from agents.collectors.procnet import ProcNetConfig
+from agents.collectors.scrape import ScrapeTarget
+from agents.collectors.streamprobe import StreamProbeConfig
+from agents.collectors.tcpconnect import TcpConnectConfig
+from tailhound.yamlfile import load_yaml_model, parse_yaml_model
+
+
+class OutboxConfig(BaseModel):
+    """The bounded buffer that rides out broker outages (see agents/buffer.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_messages: int = Field(default=100_000, ge=1)
+    max_bytes: int = Field(default=64 << 20, ge=1024)
+    spill_file: Path | None = Field(default=None, description="Overflow and restart file (optional).")
+    spill_max_bytes: int = Field(default=1 << 30, ge=1024)
+
+
+class PublishConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    batch_max: int = Field(default=500, ge=1, description="Snapshots per send.")
+    linger_ms: int = Field(default=20, ge=0)
+    compression: Literal["gzip", "none"] = "gzip"
+    request_timeout_s: float = Field(default=120.0, gt=0,
+                                     description="How long one send may wait for the broker before it is retried.")
+    buffer: OutboxConfig = Field(default_factory=OutboxConfig)
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node: str | None = Field(default=None, pattern=r"^\S+$", description="This node's name (default: hostname).")
+    labels: dict[str, str] = Field(default_factory=dict, description="Added to every snapshot (cluster, region).")
+    listen: str | None = Field(default="127.0.0.1:9464", pattern=r"^[^:\s]*:\d+$",
+                               description="host:port of the agent's own /metrics; null turns it off.")
+    scrape: list[ScrapeTarget] = Field(default_factory=list)
+    nvml: NvmlConfig | None = None
+    procnet: ProcNetConfig | None = None
+    tcp_connect: TcpConnectConfig | None = None
+    hops: HopsConfig | None = None
+    nginx: list[NginxConfig] = Field(default_factory=list)
+    stream_probe: list[StreamProbeConfig] = Field(default_factory=list)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+
+
+def load_agent_config(path: str | Path) -> AgentConfig:
+    return load_yaml_model(path, AgentConfig, env=True)
+
+
+def parse_agent_config(text: str, origin: str = "agent.yaml") -> AgentConfig:
+    return parse_yaml_model(text, AgentConfig, origin, env=True)

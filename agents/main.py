@@ -1,0 +1,95 @@
+"""Entry points behind ``tailhound agent`` and ``tailhound record`` (the CLI stays thin)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from agents.buffer import Outbox
+from agents.config import AgentConfig
+from agents.metrics import AgentMetrics, serve_metrics
+from agents.runtime import Agent, replay
+from agents.sender import SnapshotSender
+from tailhound.errors import TailhoundError
+from tailhound.kafka import ensure_topics
+from tailhound.recording import read_records
+from tailhound.settings import Settings
+
+log = logging.getLogger("tailhound.agent")
+
+
+def make_sender(settings: Settings, config: AgentConfig, metrics: AgentMetrics) -> SnapshotSender:
+    p = config.publish
+    outbox = Outbox(max_messages=p.buffer.max_messages, max_bytes=p.buffer.max_bytes,
+                    spill_file=p.buffer.spill_file, spill_max_bytes=p.buffer.spill_max_bytes)
+    return SnapshotSender(settings, outbox, metrics, batch_max=p.batch_max, linger_ms=p.linger_ms,
+                          compression=None if p.compression == "none" else p.compression,
+                          request_timeout_s=p.request_timeout_s)
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+def _require_broker(settings: Settings) -> None:
+    if not settings.broker:
+        raise TailhoundError("the agent publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
+                             "(or use `tailhound record` to write a recording without one)")
+
+
+async def run_agent(settings: Settings, config: AgentConfig, duration_s: float | None = None,
+                    stop: asyncio.Event | None = None) -> AgentMetrics:
+    """Collect and publish until SIGINT/SIGTERM (or `duration_s`)."""
+    _require_broker(settings)
+    metrics = AgentMetrics()
+    stop = stop or asyncio.Event()
+    _stop_on_signals(stop)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ensure_topics(settings), timeout=10)  # the broker may be down at start: buffer
+    sender = make_sender(settings, config, metrics)
+    await sender.start()
+    runner = await serve_metrics(metrics, config.listen) if config.listen else None
+    agent = Agent(config, sender.enqueue, metrics=metrics)
+    log.info("agent %s: %d collector(s) -> %s", agent.node, len(agent.collectors), settings.telemetry_topic)
+    try:
+        await agent.run(stop, duration_s)
+    finally:
+        await sender.stop()
+        if runner is not None:
+            await runner.cleanup()
+    return metrics
+
+
+async def run_record(config: AgentConfig, out: Path, duration_s: float | None = None,
+                     stop: asyncio.Event | None = None) -> int:
+    """Collect like the agent, but write a scrape recording instead of publishing."""
+    stop = stop or asyncio.Event()
+    _stop_on_signals(stop)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        agent = Agent(config, None, recorder=fh)
+        await agent.run(stop, duration_s)
+        return agent.records
+
+
+async def run_replay(settings: Settings, recording: Path, speed: float, config: AgentConfig | None = None) -> int:
+    """Publish a recording's snapshots (``tailhound agent --from-recording``)."""
+    _require_broker(settings)
+    config = config or AgentConfig(listen=None)
+    metrics = AgentMetrics()
+    await ensure_topics(settings)
+    sender = make_sender(settings, config, metrics)
+    await sender.start()
+    try:
+        n = await replay(read_records(recording), sender.enqueue, speed)
+        if not await sender.flush(timeout_s=120):
+            raise TailhoundError(f"the broker did not take {len(sender.outbox)} snapshot(s) within 120 s")
+        return n
+    finally:
+        await sender.stop(flush_timeout_s=0)

@@ -1,0 +1,65 @@
+"""The agent's own Prometheus metrics, served on ``/metrics`` (``listen`` in agent.yaml)."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger("tailhound.agent")
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.collections = Counter("tailhound_agent_collections", "Collections run, by job.", ["job"], registry=r)
+        self.collect_errors = Counter("tailhound_agent_collect_errors", "Failed collections (published as gaps).",
+                                      ["job"], registry=r)
+        self.collect_seconds = Histogram("tailhound_agent_collect_duration_seconds", "Time one collection took.",
+                                         ["job"], registry=r,
+                                         buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.collectors_off = Gauge("tailhound_agent_collectors_disabled", "Collectors turned off on this host.",
+                                    registry=r)
+        self.enqueued = Counter("tailhound_agent_snapshots_enqueued", "Snapshots put in the outbox.", registry=r)
+        self.sent = Counter("tailhound_agent_snapshots_sent", "Snapshots the broker acknowledged.", registry=r)
+        self.dropped = Counter("tailhound_agent_snapshots_dropped", "Snapshots dropped because the outbox was full.",
+                               registry=r)
+        self.send_errors = Counter("tailhound_agent_send_errors", "Failed send attempts (retried).", registry=r)
+        self.outbox_messages = Gauge("tailhound_agent_outbox_messages", "Snapshots waiting for the broker.",
+                                     registry=r)
+        self.outbox_fill = Gauge("tailhound_agent_outbox_fill_ratio", "Memory outbox fill (0..1).", registry=r)
+        self.send_latency = Histogram("tailhound_agent_send_latency_seconds",
+                                      "Collection to broker acknowledgement, per snapshot.", registry=r,
+                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+        self.broker_up = Gauge("tailhound_agent_broker_up", "1 while the last send succeeded.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve_metrics(metrics: AgentMetrics, listen: str) -> web.AppRunner:
+    """Serve ``/metrics`` on ``host:port``; returns the runner (``await runner.cleanup()`` stops it)."""
+    host, _, port = listen.rpartition(":")
+
+    async def handle(_request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host or "0.0.0.0", int(port))
+    await site.start()
+    log.info("agent metrics on http://%s/metrics", listen)
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port the metrics server listens on (useful with port 0)."""
+    for site in runner.sites:
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            return server.sockets[0].getsockname()[1]
+    raise RuntimeError("metrics server is not listening")

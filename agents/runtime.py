@@ -1,0 +1,171 @@
+"""The agent: runs collectors on their intervals and turns what they collect into snapshots.
+
+Where a metric enters tailhound: each collector's ``collect()`` returns scrape records (exposition
+text); :class:`agents.pipeline.SnapshotBuilder` turns every record into one snapshot; the sink
+(:class:`agents.sender.SnapshotSender` for ``tailhound agent``) publishes it. ``tailhound record``
+writes the records to a recording instead, and :func:`replay` feeds a recording through the same
+builder, so record -> replay gives identical snapshots.
+
+Each collector runs in its own task on a fixed schedule (missed ticks are skipped, not bunched up);
+a slow or failing collector never delays another, and publishing never blocks collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import IO
+
+from agents.collectors import Collector, CollectorUnavailable, local_node
+from agents.config import AgentConfig
+from agents.metrics import AgentMetrics
+from agents.pipeline import SnapshotBuilder
+from tailhound.recording import ScrapeRecord
+from tailhound.snapshot import Snapshot
+
+log = logging.getLogger("tailhound.agent")
+
+SnapshotSink = Callable[[Snapshot], None]
+
+
+def build_collectors(config: AgentConfig) -> list[Collector]:
+    from agents.collectors.hops import HopsCollector
+    from agents.collectors.nginx import NginxCollector
+    from agents.collectors.nvml import NvmlCollector
+    from agents.collectors.procnet import ProcNetCollector
+    from agents.collectors.scrape import ScrapeCollector
+    from agents.collectors.streamprobe import StreamProbeCollector
+    from agents.collectors.tcpconnect import TcpConnectCollector
+
+    node = config.node
+    out: list[Collector] = [ScrapeCollector(t, node=node) for t in config.scrape]
+    if config.nvml is not None and config.nvml.enabled:
+        out.append(NvmlCollector(config.nvml, node=node))
+    if config.procnet is not None:
+        out.append(ProcNetCollector(config.procnet, node=node))
+    if config.tcp_connect is not None and config.tcp_connect.targets:
+        out.append(TcpConnectCollector(config.tcp_connect, node=node))
+    if config.hops is not None and config.hops.targets:
+        out.append(HopsCollector(config.hops, node=node))
+    out.extend(NginxCollector(c) for c in config.nginx)
+    out.extend(StreamProbeCollector(c) for c in config.stream_probe)
+    return out
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, sink: SnapshotSink | None = None, *, recorder: IO[str] | None = None,
+                 metrics: AgentMetrics | None = None, collectors: list[Collector] | None = None) -> None:
+        self.config = config
+        self.node = config.node or local_node()
+        self.sink = sink
+        self.recorder = recorder
+        self.metrics = metrics or AgentMetrics()
+        self.builder = SnapshotBuilder()
+        self.collectors = collectors if collectors is not None else build_collectors(config)
+        self.records = 0
+        self._warned: set[str] = set()
+
+    def emit(self, rec: ScrapeRecord) -> None:
+        if self.config.labels:
+            rec = rec.model_copy(update={"labels": {**self.config.labels, **rec.labels}})
+        if self.recorder is not None:
+            self.recorder.write(rec.to_line() + "\n")
+        self.records += 1
+        if self.sink is not None:
+            self.sink(self.builder.build(rec))
+
+    def _failure(self, c: Collector, ts: float, reason: str) -> ScrapeRecord:
+        make = getattr(c, "failure_record", None)
+        if make is not None:
+            return make(ts, reason)
+        return ScrapeRecord(ts=ts, node=getattr(c, "node", None) or self.node, job=c.job,
+                            labels=dict(getattr(c, "labels", None) or {}), interval_s=c.interval_s, error=reason)
+
+    async def collect_once(self, c: Collector) -> bool:
+        """One collection of `c`; False when the collector turned itself off."""
+        ts = time.time()
+        t0 = time.perf_counter()
+        job = c.job
+        try:
+            records = await asyncio.wait_for(c.collect(), timeout=max(c.interval_s, 1.0) * 2)
+        except CollectorUnavailable as exc:
+            log.warning("%s", exc)
+            self.metrics.collectors_off.inc()
+            return False
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any collector failure becomes a gap, never a crash
+            reason = str(exc) or type(exc).__name__
+            if isinstance(exc, asyncio.TimeoutError):
+                reason = f"collection took longer than {max(c.interval_s, 1.0) * 2:g} s"
+            if type(exc).__name__ != "CollectError" and job not in self._warned:
+                self._warned.add(job)
+                log.exception("%s collector failed unexpectedly (reported as a gap; logged once)", job)
+            self.metrics.collect_errors.labels(job).inc()
+            records = [self._failure(c, ts, reason)]
+        self.metrics.collections.labels(job).inc()
+        self.metrics.collect_seconds.labels(job).observe(time.perf_counter() - t0)
+        for rec in records:
+            self.emit(rec)
+        return True
+
+    async def _loop(self, c: Collector) -> None:
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        while True:
+            if not await self.collect_once(c):
+                return
+            next_t += c.interval_s
+            now = loop.time()
+            if next_t < now:  # fell behind: skip the missed ticks (the snapshot's gap flag shows them)
+                next_t += ((now - next_t) // c.interval_s + 1) * c.interval_s
+            await asyncio.sleep(next_t - now)
+
+    async def run(self, stop: asyncio.Event | None = None, duration_s: float | None = None) -> None:
+        stop = stop or asyncio.Event()
+        if not self.collectors:
+            log.warning("no collectors are enabled in the agent config")
+        tasks = [asyncio.create_task(self._loop(c), name=f"collect-{c.job}") for c in self.collectors]
+        try:
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait([waiter], timeout=duration_s)
+            waiter.cancel()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            for c in self.collectors:
+                with contextlib.suppress(Exception):
+                    await c.close()
+
+
+async def paced(records: Iterable[ScrapeRecord], speed: float) -> AsyncIterator[ScrapeRecord]:
+    """Yield records in file order; with speed > 0, at `speed` x their recorded pace."""
+    loop = asyncio.get_running_loop()
+    t0 = first = None
+    for rec in records:
+        if speed > 0:
+            if first is None:
+                first, t0 = rec.ts, loop.time()
+            delay = t0 + max(0.0, rec.ts - first) / speed - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        yield rec
+
+
+async def replay(records: Iterable[ScrapeRecord], sink: SnapshotSink, speed: float = 0.0,
+                 builder: SnapshotBuilder | None = None) -> int:
+    """Turn a recording back into snapshots (same builder as live collection); returns the count."""
+    builder = builder or SnapshotBuilder()
+    n = 0
+    async for rec in paced(records, speed):
+        sink(builder.build(rec))
+        n += 1
+        if n % 500 == 0:
+            await asyncio.sleep(0)  # let the sender run
+    return n

@@ -1,0 +1,128 @@
+"""Publishes snapshots from the outbox to the telemetry topic, in order, without blocking collection.
+
+``enqueue()`` encodes a snapshot (one message per snapshot, key = node) into the :class:`Outbox` and
+returns at once. One sender task moves batches from the outbox head to the producer (gzip, linger)
+and removes them only after the broker acknowledged the whole batch; on failure it waits and sends
+the same batch again, so order is kept and nothing is skipped.
+
+Duplicates: the bundled broker (Tansu) has no idempotent producer, so the producer's own retries are
+what carries a batch through a short outage: ``request_timeout_s`` (default 120 s) is longer than
+the outages we ride out without re-sending. Only a batch whose request timed out after reaching the
+broker can arrive twice; consumers ignore a snapshot whose (node, source, ts) they already saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from agents.buffer import Message, Outbox
+from agents.metrics import AgentMetrics
+from tailhound.kafka import make_producer
+from tailhound.settings import Settings
+from tailhound.snapshot import Snapshot
+
+log = logging.getLogger("tailhound.agent.sender")
+
+
+class SnapshotSender:
+    def __init__(self, settings: Settings, outbox: Outbox, metrics: AgentMetrics, *, batch_max: int = 500,
+                 linger_ms: int = 20, compression: str | None = "gzip", request_timeout_s: float = 120.0,
+                 producer: AIOKafkaProducer | None = None) -> None:
+        self.topic = settings.telemetry_topic
+        self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max
+        self._producer = producer or make_producer(
+            settings, compression_type=compression, linger_ms=linger_ms,
+            request_timeout_ms=int(request_timeout_s * 1000),
+        )
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._enqueued_at: dict[int, float] = {}
+        self._seq_in = self._seq_out = 0
+        self._down_since: float | None = None
+        self._dropped_seen = 0
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="snapshot-sender")
+
+    def enqueue(self, snap: Snapshot) -> None:
+        self.outbox.append(Message(key=snap.key(), value=snap.model_dump_json(exclude_none=True).encode()))
+        self._enqueued_at[self._seq_in] = time.monotonic()
+        self._seq_in += 1
+        self.metrics.enqueued.inc()
+        self._update_gauges()
+        self._wake.set()
+
+    def _update_gauges(self) -> None:
+        self.metrics.outbox_messages.set(len(self.outbox))
+        self.metrics.outbox_fill.set(self.outbox.fill_ratio)
+        if self.outbox.dropped > self._dropped_seen:
+            self.metrics.dropped.inc(self.outbox.dropped - self._dropped_seen)
+            self._dropped_seen = self.outbox.dropped
+
+    async def _run(self) -> None:
+        started = False
+        backoff = 0.5
+        while True:
+            batch = self.outbox.peek(self.batch_max)
+            if not batch:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                if not started:
+                    await self._producer.start()
+                    started = True
+                futures = [await self._producer.send(self.topic, value=m.value, key=m.key) for m in batch]
+                await asyncio.gather(*futures)
+            except KafkaError as exc:
+                self.metrics.send_errors.inc()
+                self.metrics.broker_up.set(0)
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                    log.warning("broker unreachable (%s); buffering (%d waiting)", exc, len(self.outbox))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            self.outbox.pop(len(batch))
+            backoff = 0.5
+            now = time.monotonic()
+            for _ in batch:
+                t = self._enqueued_at.pop(self._seq_out, None)
+                self._seq_out += 1
+                if t is not None:
+                    self.metrics.send_latency.observe(now - t)
+            self.metrics.sent.inc(len(batch))
+            self.metrics.broker_up.set(1)
+            if self._down_since is not None:
+                log.warning("broker back after %.0f s; %d buffered snapshot(s) left",
+                            now - self._down_since, len(self.outbox))
+                self._down_since = None
+            self._update_gauges()
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait until the outbox is empty (True) or `timeout_s` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.outbox) and time.monotonic() < deadline:
+            self._wake.set()
+            await asyncio.sleep(0.05)
+        return not len(self.outbox)
+
+    async def stop(self, flush_timeout_s: float = 5.0) -> None:
+        await self.flush(flush_timeout_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        left = self.outbox.persist()
+        if left:
+            log.warning("%d snapshot(s) not yet sent were saved to %s", left, self.outbox.spill_file)
+        elif len(self.outbox):
+            log.warning("%d snapshot(s) not yet sent are lost (no spill_file configured)", len(self.outbox))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._producer.stop(), timeout=5)
