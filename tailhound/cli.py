@@ -121,17 +121,29 @@ def simulate(
     nodes: Annotated[int, typer.Option(min=1, max=512)] = 4,
     seed: Annotated[int, typer.Option()] = 7,
     fault: Annotated[list[str] | None, typer.Option(help="Fault to inject (repeatable).")] = None,
+    record: Annotated[
+        Path | None, typer.Option("--record", help="Write a scrape recording (JSON lines) instead of publishing.")
+    ] = None,
 ) -> None:
-    """Publish a simulated fleet's snapshots to the configured broker's telemetry topic."""
-    from agents.publisher import SnapshotPublisher
+    """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
     from agents.simulator import FaultSpec, FleetSimulator, SimConfig
+
+    sim = FleetSimulator(SimConfig(nodes=nodes, seed=seed), [FaultSpec.parse(f) for f in fault or []])
+    if record is not None:
+        from agents.simulator.recording import write_recording
+
+        n = write_recording(sim, minutes, record)
+        console.print(f"wrote {n} records to {record}")
+        return
+
+    from agents.publisher import SnapshotPublisher
     from tailhound.kafka import ensure_topics
 
     settings = _settings(config)
     if not settings.broker:
         raise TailhoundError("simulate publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
-                             "(`tailhound worker` prints the URL of the bundled one it starts)")
-    sim = FleetSimulator(SimConfig(nodes=nodes, seed=seed), [FaultSpec.parse(f) for f in fault or []])
+                             "(`tailhound worker` prints the URL of the bundled one it starts), "
+                             "or write a recording with --record FILE")
 
     async def _run() -> int:
         import time
@@ -210,6 +222,23 @@ def schema(
         return
     for p in write_schemas(out):
         console.print(f"wrote {p}")
+
+
+@app.command()
+def catalog(
+    out: Annotated[Path, typer.Option(help="Markdown file to write.")] = Path("docs/signals.md"),
+    check: Annotated[bool, typer.Option("--check", help="Fail if the file differs from the catalog.")] = False,
+) -> None:
+    """Write the signal catalog (tailhound/catalog/signals.yaml) as Markdown tables."""
+    from tailhound.catalog.markdown import is_stale, write_markdown
+
+    if check:
+        if is_stale(out):
+            err_console.print(f"out of date: {out} (run `tailhound catalog --out {out}`)")
+            raise typer.Exit(1)
+        console.print(f"{out} up to date")
+        return
+    console.print(f"wrote {write_markdown(out)}")
 
 
 @rules_app.command("check")

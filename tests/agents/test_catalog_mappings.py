@@ -102,7 +102,8 @@ def test_blackbox_phases():
 
 def test_match_selects_by_label():
     cat = default_catalog()
-    assert cat.lookup("nvml", "tailhound_gpu_ecc_errors_total", {"type": "uncorrected"})[0].name == "gpu.ecc_uncorrected"
+    found = cat.lookup("nvml", "tailhound_gpu_ecc_errors_total", {"type": "uncorrected"})
+    assert found[0].name == "gpu.ecc_uncorrected"
     assert cat.lookup("nvml", "tailhound_gpu_ecc_errors_total", {"type": "other"}) is None
 
 
