@@ -39,7 +39,8 @@ class PublishConfig(BaseModel):
 
     batch_max: int = Field(default=500, ge=1, description="Snapshots per send.")
     linger_ms: int = Field(default=20, ge=0)
-    compression: Literal["gzip", "none"] = "gzip"
+    compression: Literal["lz4", "zstd", "gzip", "none"] = Field(
+        default="lz4", description="Kafka batch compression (lz4: ~10x cheaper in CPU than gzip, similar size).")
     request_timeout_s: float = Field(default=120.0, gt=0,
                                      description="How long one send may wait for the broker before it is retried.")
     buffer: OutboxConfig = Field(default_factory=OutboxConfig)

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from pydantic import ValidationError
 
@@ -20,10 +21,11 @@ from tailhound.errors import TailhoundError
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(rf"^({_NAME})(\{{.*\}})?\s+(\S+)(?:\s+(\S+))?\s*$")
+_NAME_RE = re.compile(_NAME)
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+MAX_NAME = 200  # the wire model's limit
 
 
 class ExpositionError(TailhoundError):
@@ -32,7 +34,7 @@ class ExpositionError(TailhoundError):
         super().__init__(f"line {line_no}: {message}")
 
 
-@dataclass
+@dataclass(slots=True)
 class RawSample:
     name: str
     labels: dict[str, str]
@@ -58,17 +60,29 @@ def parse_value(text: str) -> float:
     return float(text)
 
 
-def _parse_labels(text: str, line_no: int) -> dict[str, str]:
+@lru_cache(maxsize=8192)
+def _parse_label_text(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
     inner = text[1:-1].strip()
-    labels: dict[str, str] = {}
+    labels: list[tuple[str, str]] = []
     pos = 0
     while pos < len(inner):
         m = _LABEL.match(inner, pos)
         if not m:
             raise ExpositionError(line_no, f"malformed labels {text!r}")
-        labels[m.group(1)] = re.sub(r"\\[\\\"n]", lambda e: _ESCAPES[e.group(0)], m.group(2))
+        value = m.group(2)
+        if "\\" in value:
+            value = re.sub(r"\\[\\\"n]", lambda e: _ESCAPES[e.group(0)], value)
+        labels.append((m.group(1), value))
         pos = m.end()
-    return labels
+    return tuple(labels)
+
+
+def _parse_labels(text: str, line_no: int) -> dict[str, str]:
+    """Label text -> dict. Scrapes repeat the same label sets every time, so parsing is cached."""
+    try:
+        return dict(_parse_label_text(text, 0))
+    except ExpositionError as exc:
+        raise ExpositionError(line_no, str(exc).split(": ", 1)[1]) from None
 
 
 def _family_of(name: str, families: dict[str, Family]) -> Family:
@@ -83,14 +97,31 @@ def _family_of(name: str, families: dict[str, Family]) -> Family:
     return fam
 
 
+def _split_sample(line: str, line_no: int) -> tuple[str, str, str]:
+    """``name{labels} value [timestamp]`` -> (name, label text or '', value text)."""
+    brace = line.find("{")
+    if brace >= 0:
+        close = line.rfind("}")
+        if close < brace:
+            raise ExpositionError(line_no, f"not a sample line: {line[:80]!r}")
+        name, label_text, rest = line[:brace].rstrip(), line[brace:close + 1], line[close + 1:].split()
+    else:
+        parts = line.split()
+        name, label_text, rest = parts[0], "", parts[1:]
+    if not rest or len(rest) > 2 or not _NAME_RE.fullmatch(name):
+        raise ExpositionError(line_no, f"not a sample line: {line[:80]!r}")
+    return name, label_text, rest[0]
+
+
 def parse_exposition(text: str) -> list[Family]:
     """Parse Prometheus text or OpenMetrics text into families, in order of appearance."""
     families: dict[str, Family] = {}
+    family_of: dict[str, Family] = {}  # sample name -> family, memoised (suffix lookups are not free)
     for line_no, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:
             continue
-        if line.startswith("#"):
+        if line[0] == "#":
             parts = line.split(None, 3)
             if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
                 fam = families.setdefault(parts[2], Family(name=parts[2]))
@@ -99,16 +130,16 @@ def parse_exposition(text: str) -> list[Family]:
                 else:
                     fam.help = parts[3] if len(parts) > 3 else ""
             continue  # comments, `# EOF`, `# UNIT`
-        m = _SAMPLE.match(line)
-        if not m:
-            raise ExpositionError(line_no, f"not a sample line: {line[:80]!r}")
-        name, label_text, value_text = m.group(1), m.group(2), m.group(3)
+        name, label_text, value_text = _split_sample(line, line_no)
         try:
-            value = parse_value(value_text)
+            value = float(value_text)  # also takes NaN, +Inf, -Inf
         except ValueError:
             raise ExpositionError(line_no, f"{name}: value {value_text!r} is not a number") from None
         labels = _parse_labels(label_text, line_no) if label_text else {}
-        _family_of(name, families).samples.append(RawSample(name, labels, value))
+        fam = family_of.get(name)
+        if fam is None:
+            fam = family_of[name] = _family_of(name, families)
+        fam.samples.append(RawSample(name, labels, value))
     return [f for f in families.values() if f.samples]
 
 
@@ -139,10 +170,15 @@ def to_samples(
                 continue
             if drop is not None and drop(s.value):
                 continue
+            if len(s.name) > MAX_NAME:
+                if errors is not None:
+                    errors.append(f"{s.name[:60]}...: metric name longer than {MAX_NAME} characters")
+                continue
+            # values are finite floats and labels str -> str here: skip re-validating ~1k samples a scrape
             if is_counter and s.value >= 0:
-                out.append(CounterSample(name=s.name, labels=s.labels, value=s.value))
+                out.append(CounterSample.trusted(name=s.name, labels=s.labels, value=s.value, delta=None, reset=False))
             elif fam.type != "summary" or "quantile" in s.labels:
-                out.append(GaugeSample(name=s.name, labels=s.labels, value=s.value))
+                out.append(GaugeSample.trusted(name=s.name, labels=s.labels, value=s.value))
     return out
 
 

@@ -104,15 +104,15 @@ class SnapshotBuilder:
     def _with_delta(self, s, st: _SourceState, gauges: frozenset[str]):
         if s.kind == "counter":
             if s.name in gauges:  # typed counter, but a rate (dcgm's PCIE_TX_BYTES)
-                return GaugeSample(name=s.name, labels=s.labels, value=s.value)
+                return GaugeSample.trusted(name=s.name, labels=s.labels, value=s.value)
             k = _series_key(s.name, s.labels)
             prev = st.counters.get(k)
             st.counters[k] = s.value
             if prev is None:
                 return s
             reset = s.value < prev
-            return CounterSample(name=s.name, labels=s.labels, value=s.value,
-                                 delta=s.value if reset else s.value - prev, reset=reset)
+            return CounterSample.trusted(name=s.name, labels=s.labels, value=s.value,
+                                         delta=s.value if reset else s.value - prev, reset=reset)
         if s.kind == "histogram":
             k = _series_key(s.name, s.labels)
             prev = st.histograms.get(k)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
@@ -26,13 +27,21 @@ def format_value(v: float) -> str:
 
 
 def _escape(v: str) -> str:
+    if "\\" not in v and "\n" not in v and '"' not in v:
+        return v
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+@lru_cache(maxsize=8192)
+def _format_label_items(items: tuple[tuple[str, str], ...]) -> str:
+    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in items) + "}"
+
+
 def format_labels(labels: Mapping[str, str]) -> str:
+    """Label set -> ``{a="1",b="2"}``; collectors repeat the same sets every collection, so it is cached."""
     if not labels:
         return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+    return _format_label_items(tuple(labels.items()))
 
 
 class ExpositionWriter:

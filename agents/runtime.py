@@ -77,12 +77,13 @@ class Agent:
         if self.sink is not None:
             self.sink(self.builder.build(rec))
 
-    def _failure(self, c: Collector, ts: float, reason: str) -> ScrapeRecord:
-        make = getattr(c, "failure_record", None)
+    def _failure(self, c: Collector, ts: float, reason: str) -> list[ScrapeRecord]:
+        """Gap records for a failed collection, on the same sources (node, job, labels) as its data."""
+        make = getattr(c, "failure_records", None)
         if make is not None:
             return make(ts, reason)
-        return ScrapeRecord(ts=ts, node=getattr(c, "node", None) or self.node, job=c.job,
-                            labels=dict(getattr(c, "labels", None) or {}), interval_s=c.interval_s, error=reason)
+        return [ScrapeRecord(ts=ts, node=getattr(c, "node", None) or self.node, job=c.job,
+                             labels=dict(getattr(c, "labels", None) or {}), interval_s=c.interval_s, error=reason)]
 
     async def collect_once(self, c: Collector) -> bool:
         """One collection of `c`; False when the collector turned itself off."""
@@ -105,7 +106,7 @@ class Agent:
                 self._warned.add(job)
                 log.exception("%s collector failed unexpectedly (reported as a gap; logged once)", job)
             self.metrics.collect_errors.labels(job).inc()
-            records = [self._failure(c, ts, reason)]
+            records = self._failure(c, ts, reason)
         self.metrics.collections.labels(job).inc()
         self.metrics.collect_seconds.labels(job).observe(time.perf_counter() - t0)
         for rec in records:

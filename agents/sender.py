@@ -1,7 +1,7 @@
 """Publishes snapshots from the outbox to the telemetry topic, in order, without blocking collection.
 
 ``enqueue()`` encodes a snapshot (one message per snapshot, key = node) into the :class:`Outbox` and
-returns at once. One sender task moves batches from the outbox head to the producer (gzip, linger)
+returns at once. One sender task moves batches from the outbox head to the producer (lz4, linger)
 and removes them only after the broker acknowledged the whole batch; on failure it waits and sends
 the same batch again, so order is kept and nothing is skipped.
 
@@ -32,7 +32,7 @@ log = logging.getLogger("tailhound.agent.sender")
 
 class SnapshotSender:
     def __init__(self, settings: Settings, outbox: Outbox, metrics: AgentMetrics, *, batch_max: int = 500,
-                 linger_ms: int = 20, compression: str | None = "gzip", request_timeout_s: float = 120.0,
+                 linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
                  producer: AIOKafkaProducer | None = None) -> None:
         self.topic = settings.telemetry_topic
         self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max

@@ -117,7 +117,9 @@ def broker(
 def simulate(
     config: ConfigOpt = None,
     minutes: Annotated[float, typer.Option(help="Minutes of fleet time.")] = 60.0,
-    speed: Annotated[float, typer.Option(help="Fleet seconds per wall second (0: as fast as possible).")] = 0.0,
+    speed: Annotated[
+        float, typer.Option(help="Fleet seconds per wall second (0: as fast as possible; ignored with --record).")
+    ] = 0.0,
     nodes: Annotated[int, typer.Option(min=1, max=512)] = 4,
     seed: Annotated[int, typer.Option()] = 7,
     fault: Annotated[list[str] | None, typer.Option(help="Fault to inject (repeatable).")] = None,

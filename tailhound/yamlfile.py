@@ -2,7 +2,8 @@
 
 Used by every YAML file an operator writes (rules, agent config). ``${VAR}`` and ``${VAR:-default}``
 are expanded from the environment when asked (agent configs use the pod's NODE_NAME / NODE_IP);
-an unset variable without a default is an error, never an empty string.
+an unset variable without a default is an error, never an empty string; ``$${VAR}`` is a literal and
+comment lines are not expanded.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from tailhound.errors import ConfigFileError
 
 M = TypeVar("M", bound=BaseModel)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_VAR = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
@@ -26,10 +27,12 @@ def line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
     line = node.start_mark.line + 1 if node is not None else None
     for key in loc:
         if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+            match = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
             if match is None:
                 continue  # a union tag or a missing key: stay on the parent
-            node = match
+            node = match[1]
+            line = match[0].start_mark.line + 1  # the key's line (a block value starts on the next one)
+            continue
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             node = node.value[key]
         else:
@@ -39,18 +42,28 @@ def line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
 
 
 def expand_env(text: str, origin: str, env: dict[str, str] | None = None) -> str:
+    """Expand ``${VAR}`` / ``${VAR:-default}``; ``$${VAR}`` stays a literal ``${VAR}``. Lines that are
+    only a comment are left alone, so documentation in the file never needs the variables it mentions."""
     env = os.environ if env is None else env
+    out = []
+    for line_no, line in enumerate(text.splitlines(keepends=True), 1):
+        if line.lstrip().startswith("#"):
+            out.append(line)
+            continue
 
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        line = text.count("\n", 0, m.start()) + 1
-        raise ConfigFileError(origin, line, f"environment variable {name} is not set (write ${{{name}:-default}})")
+        def sub(m: re.Match[str], line_no: int = line_no) -> str:
+            escaped, name, default = m.group(1), m.group(2), m.group(3)
+            if escaped:
+                return m.group(0)[1:]
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigFileError(origin, line_no,
+                                  f"environment variable {name} is not set (write ${{{name}:-default}})")
 
-    return _VAR.sub(sub, text)
+        out.append(_VAR.sub(sub, line))
+    return "".join(out)
 
 
 def parse_yaml_model(text: str, model: type[M], origin: str, *, env: bool = False) -> M:

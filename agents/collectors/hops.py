@@ -233,6 +233,11 @@ class HopsCollector:
         return ScrapeRecord(ts=now(), node=target.host, job=self.job, body=body, interval_s=self.interval_s,
                             labels={"target": target.name, "source": self.source})
 
+    def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
+        """The whole collection failed: one gap per target, on the same source as its data."""
+        return [ScrapeRecord(ts=ts, node=t.host, job=self.job, error=reason, interval_s=self.interval_s,
+                             labels={"target": t.name, "source": self.source}) for t in self.config.targets]
+
     async def collect(self) -> list[ScrapeRecord]:
         if self._mtr is None:
             self._mtr = find_mtr(self.config.mtr_path)

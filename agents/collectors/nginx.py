@@ -121,6 +121,10 @@ class NginxCollector:
             self._client = httpx.AsyncClient(timeout=self.config.timeout_s, trust_env=False, follow_redirects=False)
         return self._client
 
+    def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
+        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=dict(self.config.labels),
+                             interval_s=self.interval_s, error=reason)]
+
     async def collect(self) -> list[ScrapeRecord]:
         url = self.config.url
         try:

@@ -89,6 +89,11 @@ class GpuInfo:
     gpm: bool = False  # DRAM bandwidth from GPM (Hopper+); otherwise the memory-busy-time proxy
 
     def labels(self) -> dict[str, str]:
+        """Labels of every per-GPU sample: the index only (uuid and model name are on ``tailhound_gpu_up``,
+        once per GPU, which halves the size of an 8-GPU snapshot)."""
+        return {"gpu": str(self.index)}
+
+    def identity(self) -> dict[str, str]:
         return {"gpu": str(self.index), "uuid": self.uuid, "model": self.model}
 
 
@@ -192,5 +197,6 @@ def render_gpu(w: ExpositionWriter, r: GpuReading) -> None:
 
 def render_gpu_up(w: ExpositionWriter, index: int, info: GpuInfo | None, up: bool) -> None:
     """``tailhound_gpu_up``: 0 for a GPU NVML lost (its other metrics are then absent)."""
-    labels = info.labels() if info is not None else {"gpu": str(index)}
-    w.gauge("tailhound_gpu_up", 1 if up else 0, labels, "1 if NVML could read the GPU, 0 if it is lost.")
+    labels = info.identity() if info is not None else {"gpu": str(index)}
+    w.gauge("tailhound_gpu_up", 1 if up else 0, labels,
+            "1 if NVML could read the GPU, 0 if it is lost; carries the GPU's uuid and model name.")

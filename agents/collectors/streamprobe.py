@@ -210,6 +210,11 @@ class StreamProbeCollector:
         return [ScrapeRecord(ts=ts, node=self.node, job=self.job, body=self._render(stream),
                              labels=labels, interval_s=self.interval_s)]
 
+    def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
+        labels = {"endpoint": self.config.name, **self.config.labels}
+        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=labels, interval_s=self.interval_s,
+                             error=reason)]
+
     async def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None

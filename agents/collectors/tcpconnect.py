@@ -200,8 +200,15 @@ class TcpConnectCollector:
         for outcome in outcomes:
             totals.add(outcome)
         return ScrapeRecord(ts=now(), node=target.host, job=self.job, body=render_target(target, totals, outcomes),
-                            labels={"target": target.name, **target.labels, "source": self.source},
-                            interval_s=self.interval_s)
+                            labels=self._labels(target), interval_s=self.interval_s)
+
+    def _labels(self, target: TcpTarget) -> dict[str, str]:
+        return {"target": target.name, **target.labels, "source": self.source}
+
+    def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
+        """The whole collection failed: one gap per target, on the same source as its data."""
+        return [ScrapeRecord(ts=ts, node=t.host, job=self.job, labels=self._labels(t), interval_s=self.interval_s,
+                             error=reason) for t in self.config.targets]
 
     async def collect(self) -> list[ScrapeRecord]:
         limit = asyncio.Semaphore(MAX_CONCURRENT_TARGETS)

@@ -9,10 +9,11 @@ their deltas from the second collection on, exactly as live collection would giv
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from agents.render import render_samples
-from tailhound.recording import ScrapeRecord
+from tailhound.recording import ScrapeRecord, write_records
 from tailhound.snapshot import Snapshot
 
 from .fleet import FleetSimulator
@@ -25,14 +26,16 @@ def snapshot_to_record(snapshot: Snapshot) -> ScrapeRecord:
                         interval_s=snapshot.interval_s, error=snapshot.error)
 
 
+def iter_records(sim: FleetSimulator, minutes: float) -> Iterator[ScrapeRecord]:
+    """The records of `minutes` of fleet time, tick by tick (time order per node and source)."""
+    for _ts, snapshots in sim.run(minutes * 60):
+        for snap in snapshots:
+            yield snapshot_to_record(snap)
+
+
 def write_recording(sim: FleetSimulator, minutes: float, path: str | Path) -> int:
     """Run `sim` for `minutes` of fleet time and write every snapshot to `path`; returns the line count."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
     with out.open("w", encoding="utf-8") as fh:
-        for _ts, snapshots in sim.run(minutes * 60):
-            for snap in snapshots:
-                fh.write(snapshot_to_record(snap).to_line() + "\n")
-                n += 1
-    return n
+        return write_records(fh, iter_records(sim, minutes))

@@ -5,7 +5,7 @@ a value belongs to (``per``), and for every source (snapshot ``source`` = record
 metric(s) that carry it. A source may list several metrics for one signal (vLLM V1 and V0 names,
 both dcgm-exporter naming generations); ``match`` narrows a mapping to samples with given label
 values (``probe_http_duration_seconds{phase="connect"}``) and ``scale`` converts units
-(percent -> ratio). ``docs/signals.md`` is generated from this file (``tailhound catalog --markdown``).
+(percent -> ratio). ``docs/signals.md`` is generated from this file (``tailhound catalog``).
 """
 
 from __future__ import annotations

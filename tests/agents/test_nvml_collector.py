@@ -68,7 +68,9 @@ async def test_one_record_per_collection_with_the_fake_values(fake, collector):
     assert per_gpu(samples, "tailhound_gpu_pcie_rx_bytes_per_second")["0"] == 2_000_000 * 1024
     assert per_gpu(samples, "tailhound_gpu_up") == dict.fromkeys(ALL_GPUS, 1.0)
     temp0 = next(s for s in samples if s.name == "tailhound_gpu_temperature_celsius")
-    assert temp0.labels == {"gpu": "0", "uuid": fake.gpus[0].uuid, "model": "NVIDIA H100 80GB HBM3"}
+    assert temp0.labels == {"gpu": "0"}
+    [up0] = [s for s in samples if s.name == "tailhound_gpu_up" and s.labels["gpu"] == "0"]
+    assert up0.labels == {"gpu": "0", "uuid": fake.gpus[0].uuid, "model": "NVIDIA H100 80GB HBM3"}
     [took] = [s for s in samples if s.name == "tailhound_nvml_collect_seconds"]
     assert took.labels == {} and 0 < took.value < 1
     assert isinstance(collector, Collector) and collector.job == "nvml"

@@ -111,3 +111,37 @@ async def test_record_then_replay_gives_identical_snapshots(tmp_path, monkeypatc
     n = await replay(read_records(out), replayed.append)
     assert n == len(live) == agent.records
     assert replayed == live
+
+
+def source_key(rec: ScrapeRecord) -> tuple:
+    return rec.node, rec.job, tuple(sorted(rec.labels.items()))
+
+
+async def test_failure_records_land_on_the_same_sources_as_data():
+    from agents.collectors.nginx import NginxCollector, NginxConfig
+    from agents.collectors.tcpconnect import TcpConnectCollector, TcpConnectConfig
+    from tests.agents.sse_servers import closed_port_url
+
+    port = int(closed_port_url().rsplit(":", 1)[1])
+    tcp = TcpConnectCollector(TcpConnectConfig(targets=[{"name": "lb", "host": "127.0.0.1", "port": port,
+                                                         "labels": {"tier": "edge"}}], timeout_s=0.2), node="n1")
+    data = await tcp.collect()
+    assert [source_key(r) for r in tcp.failure_records(1.0, "x")] == [source_key(r) for r in data]
+    async with serve(ServerSpec(tokens=4, first_token_delay_s=0.01, token_gap_s=0.01)) as sse:
+        probe = StreamProbeCollector(StreamProbeConfig(endpoint=sse.url, name="chat", model="m", health_samples=1,
+                                                       labels={"region": "eu"}))
+        data = await probe.collect()
+        await probe.close()
+    assert [source_key(r) for r in probe.failure_records(1.0, "x")] == [source_key(r) for r in data]
+
+    def stub() -> str:
+        return "Active connections: 1 \nserver accepts handled requests\n 1 1 1 \nReading: 0 Writing: 1 Waiting: 0 \n"
+
+    async with serve_metrics(stub, path="/nginx_status") as url:
+        nginx = NginxCollector(NginxConfig(url=url, worker_connections=10, labels={"lb": "a"}))
+        data = await nginx.collect()
+        await nginx.close()
+    assert [source_key(r) for r in nginx.failure_records(1.0, "x")] == [source_key(r) for r in data]
+    scrape = ScrapeCollector(ScrapeTarget(job="vllm", url="http://127.0.0.1:9/metrics"), node="n1")
+    [failed] = scrape.failure_records(1.0, "x")
+    assert source_key(failed) == ("n1", "vllm", (("instance", "127.0.0.1:9"),))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
@@ -336,9 +337,10 @@ def test_agent_daemonset(applied):
     (c,) = spec["containers"]
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
-    assert any(p["containerPort"] == 9464 for p in c["ports"])
+    assert {p["name"]: p["containerPort"] for p in c["ports"]}.get("metrics") == 9464
     assert c["securityContext"].get("privileged", False) is False
     res = c["resources"]
     assert quantity(res["requests"]["cpu"]) == quantity("50m") and quantity(res["limits"]["cpu"]) == quantity("200m")
@@ -347,7 +349,18 @@ def test_agent_daemonset(applied):
     assert "TAILHOUND_BROKER" in _container_env(applied, c)
 
 
-def test_agent_config_is_mounted_where_the_command_reads_it(applied):
+@pytest.fixture
+def node_env(monkeypatch):
+    """What the DaemonSet's downward API gives the agent."""
+    monkeypatch.setenv("NODE_NAME", "gpu-node-1")
+    monkeypatch.setenv("NODE_IP", "10.0.0.11")
+
+
+def test_agent_config_is_mounted_where_the_command_reads_it_and_validates(applied, node_env):
+    """The ConfigMap's agent.yaml is valid AgentConfig once NODE_NAME / NODE_IP are substituted."""
+    from agents.config import parse_agent_config
+    from agents.runtime import build_collectors
+
     ds = one(applied, "DaemonSet", "tailhound-agent")
     spec = ds["spec"]["template"]["spec"]
     (c,) = spec["containers"]
@@ -357,19 +370,29 @@ def test_agent_config_is_mounted_where_the_command_reads_it(applied):
     volumes = {v["name"]: v for v in spec["volumes"]}
     mount = next(m for m in c["volumeMounts"] if PurePosixPath(m["mountPath"]) == config.parent)
     cm = one(applied, "ConfigMap", volumes[mount["name"]]["configMap"]["name"])
-    agent_yaml = yaml.safe_load(cm["data"][config.name])
-    assert isinstance(agent_yaml, dict) and agent_yaml.get("scrape")
-    assert str(agent_yaml.get("listen", "")).endswith(":9464")
+    cfg = parse_agent_config(cm["data"][config.name], origin=f"agent-configmap.yaml:{config.name}")
+    assert cfg.node == "gpu-node-1" and cfg.listen == "0.0.0.0:9464"
+    assert cfg.scrape and all(t.url.startswith("http://10.0.0.11:") for t in cfg.scrape)
+    assert cfg.nvml is not None and cfg.nvml.enabled and cfg.procnet is not None and cfg.tcp_connect is not None
+    assert {c.job for c in build_collectors(cfg)} >= {"vllm", "dcgm", "nvml", "node", "netprobe"}
+    spill = cfg.publish.buffer.spill_file  # the root filesystem is read-only: it must be on a writable emptyDir
+    on = [m for m in c["volumeMounts"] if spill and PurePosixPath(m["mountPath"]) in PurePosixPath(str(spill)).parents]
+    assert spill is None or on, f"{spill} is not on a volume"
+    assert all(not m.get("readOnly") and "emptyDir" in volumes[m["name"]] for m in on)
 
 
-#: Commands the manifests already use that a later issue adds (the node agent: agents issue).
-PLANNED_COMMANDS = {"agent"}
+def test_agent_command_is_a_real_cli_command(applied):
+    (c,) = one(applied, "DaemonSet", "tailhound-agent")["spec"]["template"]["spec"]["containers"]
+    assert c["args"][:3] == ["agent", "--config", "/etc/tailhound/agent/agent.yaml"] and "command" not in c
+    assert c["args"][0] in cli_command_names()
+    check_cli_args(c["args"])
 
 
-def test_agent_command_is_real_or_planned(applied):
-    ds = one(applied, "DaemonSet", "tailhound-agent")
-    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
-    if args[0] in cli_command_names():
-        check_cli_args(args)
-    else:
-        assert args[0] in PLANNED_COMMANDS, f"DaemonSet runs unknown command {args[0]!r}"
+def test_agent_configmap_variables_are_set_by_the_daemonset(applied):
+    text = one(applied, "ConfigMap", "tailhound-agent-config")["data"]["agent.yaml"]
+    referenced = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}", text))
+    assert referenced >= {"NODE_NAME", "NODE_IP"}
+    (c,) = one(applied, "DaemonSet", "tailhound-agent")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"] for e in c["env"]}
+    assert referenced <= env, f"agent.yaml references {sorted(referenced - env)}, which the DaemonSet does not set"
+

@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`); results and method in BENCHMARKS.md."""
