@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint schema clean
+.PHONY: demo test lint schema bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(VENV)/.dev-installed
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
+
+# Benchmarks (a few minutes); results and method in BENCHMARKS.md. `make bench ARGS=--quick` for a smoke run.
+bench: $(VENV)/.dev-installed
+	$(BIN)/python -m bench $(ARGS)
 
 schema: $(VENV)/.demo-installed
 	$(BIN)/tailhound schema

@@ -38,7 +38,7 @@ class PublishConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     batch_max: int = Field(default=500, ge=1, description="Snapshots per send.")
-    linger_ms: int = Field(default=20, ge=0)
+    linger_ms: int = Field(default=100, ge=0, description="Wait this long to batch snapshots into one request.")
     compression: Literal["lz4", "zstd", "gzip", "none"] = Field(
         default="lz4", description="Kafka batch compression (lz4: ~10x cheaper in CPU than gzip, similar size).")
     request_timeout_s: float = Field(default=120.0, gt=0,

@@ -12,19 +12,23 @@ import asyncio
 import logging
 import sys
 
-import pytest
-
 from agents.config import load_agent_config
 from agents.main import run_agent
 from tailhound.settings import load_settings
 from tests.agents.fake_pynvml import FakeNvml
 
 
+class _SetAttr:
+    """The one monkeypatch method FakeNvml.install needs."""
+
+    def setattr(self, target: object, name: str, value: object) -> None:
+        setattr(target, name, value)
+
+
 def main() -> None:
     config, duration = sys.argv[1], float(sys.argv[2])
     logging.basicConfig(level=logging.WARNING)
-    mp = pytest.MonkeyPatch()
-    FakeNvml.fleet().install(mp)
+    FakeNvml.fleet().install(_SetAttr())  # no pytest import: it would inflate the measured RSS
     asyncio.run(run_agent(load_settings(), load_agent_config(config), duration_s=duration))
 
 

@@ -91,6 +91,7 @@ scrape:
 nvml: {{interval_s: 1}}
 procnet: {{interval_s: 1}}
 tcp_connect: {{interval_s: 1, targets: [{{name: lb, host: "{host}", port: {port}}}]}}
+hops: {{interval_s: 1, cycles: 1, targets: [{{name: lb, host: "{host}"}}]}}
 nginx: [{{url: "{urls['nginx']}", worker_connections: 4096, interval_s: 1}}]
 stream_probe:
   - {{endpoint: "{urls['stream']}", name: chat, model: bench, interval_s: 1, health_samples: 3,

@@ -5,8 +5,8 @@ A collector is an object with ``job`` (the recording/snapshot source name), ``in
 collection failed, and the agent then publishes a gap for each of its sources: the records of
 ``failure_records(ts, reason)`` when the collector has that method (they must name the same node,
 job and labels as its data, so the gap lands on the right series), else one record on its ``node``.
-Collectors never publish: the agent runtime (:mod:`agents.runtime`) schedules them and turns their records into snapshots through
-:mod:`agents.pipeline`, the same path a replayed recording takes.
+Collectors never publish: the agent runtime (:mod:`agents.runtime`) schedules them and turns their
+records into snapshots through :mod:`agents.pipeline`, the same path a replayed recording takes.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The supported way is the ``mtr`` binary (``mtr --json -n -c <cycles> <host>``): its helper
 ``mtr-packet`` needs ``cap_net_raw`` (distributions install it setcap or suid-root), so the agent
-itself stays unprivileged. tailhound has no traceroute of its own: without mtr the collector reports
-:class:`CollectorUnavailable` and the agent turns it off.
+itself stays unprivileged. Without mtr, when the agent may open raw ICMP sockets (root or cap_net_raw),
+the built-in IPv4 tracer (:mod:`agents.collectors.traceroute`) measures the same numbers; with neither
+the collector reports :class:`CollectorUnavailable` and the agent turns it off.
 
 Reading the numbers (mtr semantics, ``ui/net.c``): ``Loss%`` excludes probes still in flight; loss at
 an intermediate hop that does not persist to later hops is usually ICMP rate limiting on that router,
@@ -157,14 +158,14 @@ def raw_sockets_permitted() -> bool:
     return True
 
 
-def find_mtr(mtr_path: str) -> str:
-    """Absolute path of the mtr binary, or CollectorUnavailable saying what is missing."""
+def find_mtr(mtr_path: str) -> str | None:
+    """Absolute path of the mtr binary; None when it is missing but raw sockets are permitted (the built-in
+    tracer runs instead); CollectorUnavailable when neither."""
     found = shutil.which(mtr_path)
     if found:
         return found
     if raw_sockets_permitted():
-        raise CollectorUnavailable(f"hops: {mtr_path!r} not found; raw sockets are permitted but tailhound has "
-                                   "no built-in traceroute, install mtr; per-hop probe off")
+        return None
     raise CollectorUnavailable("hops: needs mtr (with cap_net_raw) or raw sockets; per-hop probe off")
 
 
@@ -212,16 +213,28 @@ class HopsCollector:
         self.interval_s = config.interval_s
         self.source = node or local_node()
         self._mtr: str | None = None
+        self._chosen = False  # find_mtr ran; _mtr None then means the built-in tracer
         self._signatures: dict[str, str] = {}
         self._route_changes: dict[str, int] = {t.name: 0 for t in config.targets}
 
-    async def _probe(self, target: HopTarget, mtr: str, limit: asyncio.Semaphore) -> ScrapeRecord:
-        async with limit:
-            text = await run_mtr(mtr, target.host, self.config.cycles, self.config.timeout_s)
+    async def _measure(self, host: str, mtr: str | None) -> list[Hop]:
+        """Hops from mtr, or from the built-in raw-socket tracer when mtr is None."""
+        if mtr is None:
+            from agents.collectors.traceroute import trace  # it imports Hop from this module
+
+            try:
+                return await asyncio.wait_for(trace(host, self.config.cycles), self.config.timeout_s)
+            except TimeoutError:
+                raise CollectError(f"hops: trace to {host} timed out after {self.config.timeout_s:g}s") from None
+        text = await run_mtr(mtr, host, self.config.cycles, self.config.timeout_s)
         try:
-            hops = parse_mtr_json(text)
+            return parse_mtr_json(text)
         except ValueError as exc:
-            raise CollectError(f"hops: {target.host}: {exc}") from None
+            raise CollectError(f"hops: {host}: {exc}") from None
+
+    async def _probe(self, target: HopTarget, mtr: str | None, limit: asyncio.Semaphore) -> ScrapeRecord:
+        async with limit:
+            hops = await self._measure(target.host, mtr)
         if not hops:
             raise CollectError(f"hops: mtr to {target.host} reported no hops")
         signature = route_signature(hops)
@@ -239,8 +252,9 @@ class HopsCollector:
                              labels={"target": t.name, "source": self.source}) for t in self.config.targets]
 
     async def collect(self) -> list[ScrapeRecord]:
-        if self._mtr is None:
+        if not self._chosen:
             self._mtr = find_mtr(self.config.mtr_path)
+            self._chosen = True
         limit = asyncio.Semaphore(MAX_CONCURRENT_MTR)
         results = await asyncio.gather(*(self._probe(t, self._mtr, limit) for t in self.config.targets),
                                        return_exceptions=True)

@@ -22,10 +22,12 @@ of it in client connections; once it is exhausted new clients time out in the TC
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.collectors import CollectError, now
@@ -51,8 +53,8 @@ class NginxConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        parsed = httpx.URL(url)
-        if parsed.scheme not in ("http", "https") or not parsed.host:
+        parsed = urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"expected an http(s) URL with a host, got {url!r}")
         return url
 
@@ -112,13 +114,13 @@ class NginxCollector:
     def __init__(self, config: NginxConfig, node: str | None = None) -> None:
         self.config = config
         self.interval_s = config.interval_s
-        self.node = node or httpx.URL(config.url).host
-        self._client: httpx.AsyncClient | None = None
+        self.node = node or urlsplit(config.url).hostname or "unknown"
+        self._client: aiohttp.ClientSession | None = None
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> aiohttp.ClientSession:
         if self._client is None:
-            # stub_status is an internal page: no proxies from the environment.
-            self._client = httpx.AsyncClient(timeout=self.config.timeout_s, trust_env=False, follow_redirects=False)
+            # stub_status is an internal page: no proxies from the environment (aiohttp's default).
+            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
         return self._client
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
@@ -128,15 +130,16 @@ class NginxCollector:
     async def collect(self) -> list[ScrapeRecord]:
         url = self.config.url
         try:
-            response = await self._http().get(url)
-        except httpx.TimeoutException:
+            async with self._http().get(url, allow_redirects=False) as response:
+                text = await response.text(errors="replace")
+        except (asyncio.TimeoutError, TimeoutError):
             raise CollectError(f"nginx stub_status {url}: timed out after {self.config.timeout_s:g}s") from None
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise CollectError(f"nginx stub_status {url}: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise CollectError(f"nginx stub_status {url}: HTTP {response.status_code} {response.reason_phrase}")
+        if response.status != 200:
+            raise CollectError(f"nginx stub_status {url}: HTTP {response.status} {response.reason}")
         try:
-            status = parse_stub_status(response.text)
+            status = parse_stub_status(text)
         except ValueError as exc:
             raise CollectError(f"nginx stub_status {url}: malformed page: {exc}") from None
         return [ScrapeRecord(ts=now(), node=self.node, job=self.job, labels=dict(self.config.labels),
@@ -145,5 +148,5 @@ class NginxCollector:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None

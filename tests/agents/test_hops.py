@@ -111,18 +111,32 @@ async def test_unavailable_without_mtr_or_raw_sockets(monkeypatch):
         await collector.collect()
 
 
-async def test_unavailable_without_mtr_even_with_raw_sockets(monkeypatch):
-    class FakeSocket:
-        def __init__(self, *args):
-            assert args[1] == socket.SOCK_RAW
+async def test_builtin_tracer_without_mtr_when_raw_sockets_permitted(monkeypatch):
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()
+    except PermissionError:
+        pytest.skip("opening a raw ICMP socket raised PermissionError (needs root or CAP_NET_RAW)")
 
-        def close(self):
-            pass
+    async def no_mtr(*args, **kwargs):
+        raise AssertionError("mtr must not run")
 
     monkeypatch.setattr(hops_module.shutil, "which", lambda name: None)
-    monkeypatch.setattr(hops_module.socket, "socket", FakeSocket)
-    with pytest.raises(CollectorUnavailable, match="install mtr"):
-        await HopsCollector(HopsConfig(targets=[{"name": "a", "host": "h"}])).collect()
+    monkeypatch.setattr(hops_module, "run_mtr", no_mtr)
+    cfg = HopsConfig(targets=[{"name": "lo", "host": "127.0.0.1"}, {"name": "lo2", "host": "127.0.0.2"}],
+                     cycles=2, timeout_s=10)
+    collector = HopsCollector(cfg, node="client-1")
+    for _ in range(2):
+        records = await collector.collect()
+        assert [(r.node, r.error, r.labels["target"]) for r in records] == [
+            ("127.0.0.1", None, "lo"), ("127.0.0.2", None, "lo2")]
+        for record in records:
+            parse_exposition(record.body)
+            [rtt] = samples(record.body, "tailhound_hop_rtt_seconds")
+            assert rtt.labels["address"] == record.node and rtt.value > 0
+            assert samples(record.body, "tailhound_hop_loss_ratio")[0].value == 0.0
+            assert samples(record.body, "tailhound_hop_count")[0].value == 1
+            assert samples(record.body, "tailhound_route_changes_total")[0].value == 0
+    await collector.close()
 
 
 async def test_fake_mtr_end_to_end_counts_route_changes(tmp_path):

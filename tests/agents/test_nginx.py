@@ -151,6 +151,6 @@ async def test_connection_refused_is_collect_error():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     collector = NginxCollector(NginxConfig(url=f"http://127.0.0.1:{port}/nginx_status", worker_connections=10))
-    with pytest.raises(CollectError, match=r"ConnectError"):
+    with pytest.raises(CollectError, match=r"ConnectorError"):
         await collector.collect()
     await collector.close()

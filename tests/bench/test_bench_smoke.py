@@ -1,0 +1,27 @@
+"""The benchmark code still runs (the numbers themselves live in BENCHMARKS.md, never in tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents.config import parse_agent_config
+from agents.runtime import build_collectors
+from bench import parse_speed
+from bench.endpoints import agent_yaml
+
+
+def test_parse_speed_runs_and_reports():
+    rows = parse_speed.run(reps=1, loops=1)
+    assert {r["input"] for r in rows} >= {"nvml (8 GPUs)"}
+    assert "prometheus_client" in parse_speed.report(rows)
+
+
+def test_bench_agent_config_enables_every_collector(tmp_path):
+    urls = {k: "http://127.0.0.1:1/x" for k in ("vllm", "dcgm", "node", "blackbox", "nginx", "stream")}
+    urls["tcp"] = "127.0.0.1:1"
+    cfg = parse_agent_config(agent_yaml(urls, "127.0.0.1:0", Path(tmp_path) / "s.jsonl"))
+    jobs = sorted(c.job for c in build_collectors(cfg))
+    assert jobs == sorted(["vllm", "dcgm", "node", "blackbox", "nvml", "node", "netprobe", "netprobe",
+                           "netprobe", "streamprobe"])
+    assert all(c.interval_s == 1 for c in build_collectors(cfg))
+    assert parse_agent_config(agent_yaml(None, "127.0.0.1:0", Path(tmp_path) / "s.jsonl")).scrape == []
