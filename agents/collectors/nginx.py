@@ -22,7 +22,6 @@ of it in client connections; once it is exhausted new clients time out in the TC
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -132,7 +131,7 @@ class NginxCollector:
         try:
             async with self._http().get(url, allow_redirects=False) as response:
                 text = await response.text(errors="replace")
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             raise CollectError(f"nginx stub_status {url}: timed out after {self.config.timeout_s:g}s") from None
         except aiohttp.ClientError as exc:
             raise CollectError(f"nginx stub_status {url}: {type(exc).__name__}: {exc}") from None
