@@ -1,4 +1,7 @@
-"""`make bench`: run every benchmark and print the tables BENCHMARKS.md quotes."""
+"""`make bench`: run every benchmark and print the tables BENCHMARKS.md quotes.
+
+Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ def main() -> None:
     print(parse_speed.report(parse_speed.run(reps=3 if quick else 7)))
     print("\n## Agent cost (all collectors at 1 Hz)\n")
     medians = asyncio.run(agent_cost.run(reps=1 if quick else 3, warmup_s=5 if quick else 8,
-                                         window_s=10 if quick else 30))
+                                         window_s=10 if quick else 30, breakdown="--breakdown" in sys.argv))
     print(agent_cost.report(medians))
 
 

@@ -17,7 +17,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from bench.endpoints import agent_yaml, serve_endpoints
+from bench.endpoints import COLLECTOR_GROUPS, agent_yaml, serve_endpoints
 from tailhound.broker import EmbeddedBroker
 from tailhound.kafka import ensure_topics
 from tailhound.settings import Settings
@@ -54,7 +54,8 @@ async def measure_once(config: Path, env: dict[str, str], warmup_s: float, windo
     return {"cpu_pct": 100 * (c1 - c0) / (t1 - t0), "rss_mb": rss, "hwm_mb": hwm}
 
 
-async def run(reps: int = 3, warmup_s: float = 8.0, window_s: float = 30.0) -> dict[str, dict[str, float]]:
+async def run(reps: int = 3, warmup_s: float = 8.0, window_s: float = 30.0,
+              breakdown: bool = False) -> dict[str, dict[str, float]]:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", partitions=1)
         await ensure_topics(settings)
@@ -62,12 +63,17 @@ async def run(reps: int = 3, warmup_s: float = 8.0, window_s: float = 30.0) -> d
         env.update(TAILHOUND_BROKER=broker.url, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
                    PYTHONPATH=str(ROOT))
         async with serve_endpoints() as urls:
-            variants = {"baseline: runtime + sender + /metrics, no collectors": None, "all collectors at 1 Hz": urls}
+            variants: dict[str, tuple[dict | None, tuple[str, ...] | None]] = {
+                "baseline: runtime + sender + /metrics, no collectors": (None, None),
+                "all collectors at 1 Hz": (urls, None),
+            }
+            if breakdown:
+                variants.update({f"only {name}": (urls, only) for name, only in COLLECTOR_GROUPS.items()})
             results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
             for rep in range(reps):
-                for name, u in variants.items():
+                for name, (u, only) in variants.items():
                     cfg = Path(tmp) / f"agent-{rep}.yaml"
-                    cfg.write_text(agent_yaml(u, "127.0.0.1:0", Path(tmp) / f"spill-{rep}.jsonl"))
+                    cfg.write_text(agent_yaml(u, "127.0.0.1:0", Path(tmp) / f"spill-{rep}.jsonl", only))
                     results[name].append(await measure_once(cfg, env, warmup_s, window_s))
                     print(f"  rep {rep + 1}/{reps} {name}: {results[name][-1]}", file=sys.stderr)
     return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}

@@ -76,13 +76,35 @@ async def serve_endpoints():
             await runner.cleanup()
 
 
-def agent_yaml(urls: dict[str, str] | None, listen: str, spill: Path) -> str:
-    """All collectors at 1 Hz (urls given), or none (the baseline: runtime, sender and /metrics only)."""
+COLLECTOR_GROUPS = {
+    "nvml (8 fake GPUs, 18 NVLinks each)": ("nvml",),
+    "4 scrapes (vLLM, dcgm-exporter, node_exporter, blackbox)": ("scrape",),
+    "stream probe (SSE + 3 /health)": ("stream_probe",),
+    "procnet + tcp_connect + hops + nginx": ("procnet", "tcp_connect", "hops", "nginx"),
+}
+
+
+def agent_yaml(urls: dict[str, str] | None, listen: str, spill: Path, only: tuple[str, ...] | None = None) -> str:
+    """All collectors at 1 Hz (urls given), or none (the baseline: runtime, sender and /metrics only);
+    `only` keeps just the named top-level collector sections (for the per-collector breakdown)."""
     head = f"node: bench-node\nlisten: {listen}\npublish: {{buffer: {{spill_file: {spill}}}}}\n"
     if urls is None:
         return head
+    body = _collectors_yaml(urls)
+    if only is not None:
+        text, keep = [], False
+        for line in body.splitlines(keepends=True):
+            if line and not line[0].isspace():
+                keep = line.split(":", 1)[0] in only
+            if keep:
+                text.append(line)
+        body = "".join(text)
+    return head + body
+
+
+def _collectors_yaml(urls: dict[str, str]) -> str:
     host, port = urls["tcp"].split(":")
-    return head + f"""\
+    return f"""\
 scrape:
   - {{job: vllm, url: "{urls['vllm']}", interval_s: 1}}
   - {{job: dcgm, url: "{urls['dcgm']}", interval_s: 1}}

@@ -5,7 +5,8 @@ Where things are:
 - telemetry enters in :func:`create_app`'s ``evaluate`` agent (topic ``<prefix>telemetry``, key = node,
   value decoded by :mod:`streams.codec`);
 - rules fire in :func:`streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
-  changelogged so a restarted worker resumes where it stopped);
+  changelogged so a restarted worker resumes where it stopped), called through
+  :class:`streams.processor.SnapshotProcessor`, the same step offline replay (:mod:`streams.replay`) uses;
 - incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``.
 """
 
@@ -24,7 +25,7 @@ from tailhound.settings import Settings
 
 from . import codec
 from .codec import Malformed
-from .evaluator import NodeState, evaluate
+from .processor import SnapshotProcessor
 from .ruleset import RuleSet
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
+    processor = SnapshotProcessor(rules, catalog)
 
     async def dead_letter(message: Any, reason: str, stage: str) -> None:
         log.warning("dead-letter %s[%s]@%s (%s): %s", message.topic, message.partition, message.offset,
@@ -88,17 +90,14 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                                   f"{value.node!r} (telemetry is partitioned by node)", "key")
                 continue
             try:
-                raw_state = state.get(value.node)
-                before = NodeState.model_validate(raw_state) if raw_state else None
-                after, events = evaluate(before, value, rules, catalog)
+                result = processor.step(state.get(value.node), value)
             except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
                 log.exception("evaluation failed for %s", value.node)
                 await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate")
                 continue
-            dumped = after.model_dump(mode="json")
-            if dumped != raw_state:
-                state[value.node] = dumped
-            for ev in events:
+            if result.changed:
+                state[value.node] = result.state
+            for ev in result.events:
                 log.info("incident %s %s %s %s", ev.incident_id, ev.event, ev.root_cause, ev.scope.describe())
                 if settings.sinks.incident_topic.enabled:
                     await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())

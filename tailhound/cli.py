@@ -208,6 +208,26 @@ def record(
 
 
 @app.command()
+def replay(
+    recordings: Annotated[list[Path], typer.Argument(help="Scrape recordings (JSON lines), replayed in order.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Incident events, one JSON object per line.")] = None,
+    rules: Annotated[Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")] = None,
+) -> None:
+    """Run recordings through the streams code offline (no broker, event time, deterministic)."""
+    from streams.replay import replay_files
+    from streams.ruleset import load_rules
+
+    rs = load_rules(rules or _settings(None).rules_dir)
+    result = replay_files(recordings, rs, out)
+    opened = sum(1 for e in result.events if e.event == "opened")
+    console.print(f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
+                  f"events ({opened} opened)" + (f" -> {out}" if out else ""))
+    if out is None:
+        for ev in result.events:
+            console.print(f"{ev.ts:.0f} {ev.event:8s} {ev.root_cause} {ev.scope.describe()}", highlight=False)
+
+
+@app.command()
 def schema(
     out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path("docs/schemas"),
     check: Annotated[bool, typer.Option("--check", help="Fail if the files differ from the models.")] = False,

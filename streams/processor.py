@@ -1,0 +1,55 @@
+"""One snapshot in, state and incident events out: the step the Faust agent and offline replay share.
+
+State is kept per node as JSON-able dicts (what the Faust table stores and its changelog carries);
+:class:`SnapshotProcessor` decodes it, runs the pure evaluator and says whether the state changed,
+so the table is only written when it did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailhound.catalog import Catalog, default_catalog
+from tailhound.incident import IncidentEvent
+from tailhound.snapshot import Snapshot
+
+from .evaluator import NodeState, evaluate
+from .ruleset import RuleSet
+
+RawState = dict[str, Any]
+
+
+@dataclass
+class StepResult:
+    state: RawState
+    changed: bool
+    events: list[IncidentEvent] = field(default_factory=list)
+
+
+class SnapshotProcessor:
+    def __init__(self, rules: RuleSet, catalog: Catalog | None = None) -> None:
+        self.rules = rules
+        self.catalog = catalog or default_catalog()
+
+    def step(self, raw_state: RawState | None, snapshot: Snapshot) -> StepResult:
+        before = NodeState.model_validate(raw_state) if raw_state else None
+        after, events = evaluate(before, snapshot, self.rules, self.catalog)
+        dumped = after.model_dump(mode="json")
+        return StepResult(state=dumped, changed=dumped != raw_state, events=events)
+
+
+class MemoryStateStore:
+    """The offline stand-in for the Faust table: node -> raw state."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, RawState] = {}
+
+    def get(self, node: str) -> RawState | None:
+        return self._data.get(node)
+
+    def __setitem__(self, node: str, state: RawState) -> None:
+        self._data[node] = state
+
+    def __len__(self) -> int:
+        return len(self._data)
