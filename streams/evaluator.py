@@ -11,22 +11,27 @@ Per rule and node:
 - the firing entities of a rule on a node form one incident: it opens with the first entity, is
   *updated* when another entity joins (the scope only grows), and *resolves* when none is firing.
 
-Snapshots older than the newest already seen from the same source and node are ignored, so a
-re-delivered message (at-least-once) changes nothing and emits nothing.
+Rules read the node's merged view (:mod:`streams.nodesignals`): the latest value of every signal from
+every source of the node, counter rates, and derived ratios; conditions are judged by
+:mod:`streams.condition_eval`. Snapshots older than the newest already seen from the same source (and
+instance) on the node are ignored, so a re-delivered message (at-least-once) changes nothing.
 """
 
 from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.incident import Evidence, IncidentEvent, Scope, incident_id
 from tailhound.snapshot import Snapshot
 from tailhound.vocabulary import ROOT_CAUSES
 
-from .ruleset import AllOf, AnyOf, NotOf, Rule, RuleSet, Threshold
+from .condition_eval import EvalContext, entities_of, holds, observations
+from .conditions import SignalCondition
+from .nodesignals import LatestValues, counter_rates
+from .ruleset import Rule, RuleSet
 from .signals import SignalValues, decode_clock_event_reasons, extract
 
 DEFAULT_STALE_AFTER_S = 300.0
@@ -56,8 +61,23 @@ class RuleState(BaseModel):
 
 class NodeState(BaseModel):
     node: str
-    last_ts: dict[str, float] = Field(default_factory=dict, description="newest ts seen per source")
+    last_ts: dict[str, float] = Field(default_factory=dict, description="newest ts seen per source and instance")
     rules: dict[str, RuleState] = Field(default_factory=dict)
+    #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions
+    history: dict[str, list[list[float]]] = Field(default_factory=dict)
+    _latest: LatestValues | None = PrivateAttr(default=None)
+
+
+def source_key(snapshot: Snapshot) -> str:
+    """Redelivery is detected per source *and* instance: two vLLM servers on one node scrape apart."""
+    inst = snapshot.labels.get("instance") or snapshot.labels.get("target") or snapshot.labels.get("endpoint")
+    return f"{snapshot.source}|{inst}" if inst else snapshot.source
+
+
+def _snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SignalValues:
+    values = extract(snapshot, catalog)
+    values.update(counter_rates(snapshot, catalog))
+    return values
 
 
 def evaluate(
@@ -66,22 +86,37 @@ def evaluate(
     rules: RuleSet,
     catalog: Catalog | None = None,
     stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    latest: LatestValues | None = None,
 ) -> tuple[NodeState, list[IncidentEvent]]:
+    """One snapshot of a node: update what the node reports, step every rule that reads it.
+
+    `latest` is the node's in-memory view (the processor keeps one per node); without it the state
+    carries one privately, so calling evaluate() in a loop works too.
+    """
+    carried = state._latest if state is not None else None
     state = state.model_copy(deep=True) if state else NodeState(node=snapshot.node)
-    last = state.last_ts.get(snapshot.source)
+    latest = latest or carried or LatestValues()
+    state._latest = latest
+    key = source_key(snapshot)
+    last = state.last_ts.get(key)
     if last is not None and snapshot.ts <= last:
         return state, []
-    state.last_ts[snapshot.source] = snapshot.ts
+    state.last_ts[key] = snapshot.ts
     catalog = catalog or default_catalog()
-    values = extract(snapshot, catalog)
+    fresh = _snapshot_values(snapshot, catalog)
+    latest.update(fresh, snapshot.ts, snapshot.interval_s)
+    ctx = EvalContext(now=snapshot.ts, values=latest.view(snapshot.ts), last_seen=latest.last_seen(),
+                      catalog=catalog, history=lambda s, e: _history(state, s, e))
+    _record_history(state, rules, fresh, snapshot.ts)
+    updated = set(fresh) | {n for n in ctx.values if n not in fresh and _derived_from(n, fresh)}
     events: list[IncidentEvent] = []
     for rule in rules.rules:
-        signals = {t.signal for t in rule.thresholds()}
-        if not signals & values.keys() and rule.name not in state.rules:
+        reads = rule.signals()
+        if not reads & updated and rule.name not in state.rules and not _has_absence(rule):
             continue
         rs = state.rules.setdefault(rule.name, RuleState())
-        if signals & values.keys():
-            _step_entities(rs, rule, values, snapshot.ts, catalog)
+        if reads & set(ctx.values) or _has_absence(rule):
+            _step_entities(rs, rule, ctx, snapshot.ts, catalog)
         _expire_stale(rs, snapshot.ts, stale_after_s)
         event = _incident_transition(rs, rule, snapshot)
         if event:
@@ -91,15 +126,52 @@ def evaluate(
     return state, events
 
 
-def _step_entities(rs: RuleState, rule: Rule, values: SignalValues, ts: float, catalog: Catalog) -> None:
-    entities = sorted({e for t in rule.thresholds() for e in values.get(t.signal, {})}, key=_entity_order)
-    for e in entities:
-        verdict = _holds(rule.when, values, e)
+def _has_absence(rule: Rule) -> bool:
+    return any(not isinstance(leaf, SignalCondition) for leaf in rule.leaves())
+
+
+def _derived_from(name: str, fresh: SignalValues) -> bool:
+    from .nodesignals import RATE_RATIOS
+    from .signals import DERIVED_SIGNALS
+
+    if name in DERIVED_SIGNALS:
+        return any(x in fresh for x in DERIVED_SIGNALS[name][1])
+    return name in RATE_RATIOS and any(x in fresh for x in RATE_RATIOS[name])
+
+
+#: History kept per series for trend conditions: the longest `growing_for` plus a margin, bounded.
+MAX_HISTORY_POINTS = 120
+
+
+def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: float) -> None:
+    windows: dict[str, float] = {}
+    for rule in rules.rules:
+        for leaf in rule.thresholds():
+            if leaf.growing_for is not None:
+                windows[leaf.signal] = max(windows.get(leaf.signal, 0.0), leaf.growing_for)
+    for signal, window in windows.items():
+        for entity, value in (fresh.get(signal) or {}).items():
+            pts = state.history.setdefault(f"{signal}|{entity}", [])
+            pts.append([ts, value])
+            cutoff = ts - window * 1.5
+            while pts and (pts[0][0] < cutoff or len(pts) > MAX_HISTORY_POINTS):
+                pts.pop(0)
+
+
+def _history(state: NodeState, signal: str, entity: str) -> list[tuple[float, float]]:
+    return [(t, v) for t, v in state.history.get(f"{signal}|{entity}", [])]
+
+
+def _step_entities(rs: RuleState, rule: Rule, ctx: EvalContext, ts: float, catalog: Catalog) -> None:
+    scope = rule.scope.value
+    leaves = rule.leaves()
+    for e in entities_of(leaves, ctx, scope):
+        verdict = holds(rule.when, ctx, e, scope)
         if verdict is None:
             continue  # a signal is missing for this entity: no news, keep the state as it is
         if verdict:
             since = rs.pending.setdefault(e, ts)
-            evidence = _evidence(rule, values, e, ts - since, catalog)
+            evidence = _evidence(rule, ctx, e, ts - since, catalog)
             if e in rs.firing:
                 rs.firing[e].last_true = ts
                 rs.firing[e].evidence = evidence
@@ -120,37 +192,11 @@ def _expire_stale(rs: RuleState, ts: float, stale_after_s: float) -> None:
         del rs.pending[e]
 
 
-def _holds(cond: object, values: SignalValues, entity: str) -> bool | None:
-    if isinstance(cond, Threshold):
-        v = values.get(cond.signal, {}).get(entity)
-        return None if v is None else cond.holds(v)
-    if isinstance(cond, AllOf):
-        results = [_holds(c, values, entity) for c in cond.all]
-        if any(r is False for r in results):
-            return False
-        return None if any(r is None for r in results) else True
-    if isinstance(cond, AnyOf):
-        results = [_holds(c, values, entity) for c in cond.any]
-        if any(r is True for r in results):
-            return True
-        return None if any(r is None for r in results) else False
-    if isinstance(cond, NotOf):
-        r = _holds(cond.not_, values, entity)
-        return None if r is None else not r
-    raise TypeError(f"unknown condition {cond!r}")
-
-
-def _evidence(rule: Rule, values: SignalValues, entity: str, held_s: float, catalog: Catalog) -> list[Evidence]:
+def _evidence(rule: Rule, ctx: EvalContext, entity: str, held_s: float, catalog: Catalog) -> list[Evidence]:
     labels = {rule.scope.value: entity} if entity else {}
-    out = []
-    for t in rule.thresholds():
-        v = values.get(t.signal, {}).get(entity)
-        if v is not None:
-            spec = catalog.spec(t.signal)
-            out.append(Evidence(signal=t.signal, value=round(v, 4), op=t.symbol, threshold=t.threshold,
-                                unit=spec.unit if spec else "", window_s=held_s, labels=labels))
+    out = observations(rule.leaves(), ctx, entity, rule.scope.value, held_s, labels)
     for signal in rule.context:
-        v = values.get(signal, {}).get(entity)
+        v = (ctx.values.get(signal) or {}).get(entity if ctx.per(signal) else "")
         if v is not None:
             spec = catalog.spec(signal)
             detail = _DETAIL[signal](v) if signal in _DETAIL else ""

@@ -20,50 +20,26 @@ Shape, close to Prometheus rule files::
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.errors import RuleFileError
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 from tailhound.yamlfile import line_of as _line_of
 
-from .signals import DERIVED_SIGNALS
+from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
+from .durations import parse_duration
+from .signals import signal_per
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+__all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
+           "load_rules", "load_rule_file", "parse_rule_text", "parse_duration"]
 
-
-def parse_duration(v: Any) -> float:
-    """``90``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds."""
-    if isinstance(v, bool):
-        raise ValueError("duration must be a number of seconds or a string like 30s, 5m, 1h")
-    if isinstance(v, int | float):
-        if v < 0:
-            raise ValueError("duration must be >= 0")
-        return float(v)
-    m = _DURATION.match(str(v))
-    if not m:
-        raise ValueError(f"invalid duration {v!r}: use a number of seconds or 30s, 5m, 1h")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
+#: The name earlier code used for a signal comparison.
+Threshold = SignalCondition
 
 class Scope(StrEnum):
     GPU = "gpu"
@@ -72,79 +48,6 @@ class Scope(StrEnum):
     MODEL = "model"
     ENDPOINT = "endpoint"
     FLEET = "fleet"
-
-
-_OPS = {"above": ">", "at_least": ">=", "below": "<", "at_most": "<="}
-
-
-class Threshold(BaseModel):
-    """``{signal: gpu.temperature, at_least: 85}``: exactly one of above / at_least / below / at_most."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    signal: str
-    above: float | None = None
-    at_least: float | None = None
-    below: float | None = None
-    at_most: float | None = None
-
-    @model_validator(mode="after")
-    def _one_op(self) -> Threshold:
-        set_ops = [op for op in _OPS if getattr(self, op) is not None]
-        if len(set_ops) != 1:
-            raise ValueError(f"a condition needs exactly one of {', '.join(_OPS)}; got {set_ops or 'none'}")
-        return self
-
-    @property
-    def op(self) -> str:
-        return next(op for op in _OPS if getattr(self, op) is not None)
-
-    @property
-    def symbol(self) -> str:
-        return _OPS[self.op]
-
-    @property
-    def threshold(self) -> float:
-        return float(getattr(self, self.op))
-
-    def holds(self, value: float) -> bool:
-        t = self.threshold
-        return {"above": value > t, "at_least": value >= t, "below": value < t, "at_most": value <= t}[self.op]
-
-
-class AllOf(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    all: list[Condition] = Field(min_length=1)
-
-
-class AnyOf(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    any: list[Condition] = Field(min_length=1)
-
-
-class NotOf(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    not_: Condition = Field(alias="not")
-
-
-def _condition_kind(v: Any) -> str | None:
-    if isinstance(v, dict):
-        for key in ("all", "any", "not"):
-            if key in v:
-                return key
-        return "threshold"
-    if isinstance(v, BaseModel):
-        return {AllOf: "all", AnyOf: "any", NotOf: "not"}.get(type(v), "threshold")
-    return None
-
-
-Condition = Annotated[
-    Annotated[Threshold, Tag("threshold")]
-    | Annotated[AllOf, Tag("all")]
-    | Annotated[AnyOf, Tag("any")]
-    | Annotated[NotOf, Tag("not")],
-    Discriminator(_condition_kind),
-]
 
 
 class Rule(BaseModel):
@@ -177,21 +80,16 @@ class Rule(BaseModel):
             return self.transient
         return bool(self.root_cause and ROOT_CAUSES[self.root_cause].usually_transient)
 
-    def thresholds(self) -> list[Threshold]:
-        return list(_leaves(self.when))
+    def thresholds(self) -> list[SignalCondition]:
+        """The signal comparisons of `when` (absence checks excluded)."""
+        return [c for c in leaves(self.when) if isinstance(c, SignalCondition)]
 
+    def leaves(self) -> list[Leaf]:
+        return list(leaves(self.when))
 
-def _leaves(c: Any):
-    if isinstance(c, Threshold):
-        yield c
-    elif isinstance(c, AllOf):
-        for x in c.all:
-            yield from _leaves(x)
-    elif isinstance(c, AnyOf):
-        for x in c.any:
-            yield from _leaves(x)
-    elif isinstance(c, NotOf):
-        yield from _leaves(c.not_)
+    def signals(self) -> set[str]:
+        """Every signal `when` reads (both sides of comparisons, absences)."""
+        return {s for c in leaves(self.when) for s in c.signals()}
 
 
 class RuleGroup(BaseModel):
@@ -266,17 +164,31 @@ def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> l
 
 
 def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) -> None:
-    for signal in [t.signal for t in rule.thresholds()] + rule.context:
-        spec = catalog.spec(signal)
-        per = (spec.per[0] if spec.per else None) if spec else DERIVED_SIGNALS.get(signal, (None, None))[0]
-        if spec is None and signal not in DERIVED_SIGNALS:
-            raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {signal!r}")
-        if (per or "node") != rule.scope.value:
+    scope = rule.scope.value
+
+    def check(signal: str, reduce: object, what: str) -> None:
+        per = signal_per(signal, catalog)
+        if per is None:
+            raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {signal!r} ({what})")
+        if reduce is None and per and per != (scope,):
             raise RuleFileError(
                 origin, line,
-                f"rule {rule.name}: signal {signal} is per {per or 'node'}, rule scope is {rule.scope.value}",
+                f"rule {rule.name}: signal {signal} is per {'/'.join(per)}, rule scope is {scope}: "
+                "add `reduce: max|min|mean|sum|count` to fold it onto the rule's scope",
             )
 
+    for leaf in rule.leaves():
+        if isinstance(leaf, Absent):
+            check(leaf.absent, None, "absent")
+            continue
+        check(leaf.signal, leaf.reduce, "when")
+        bound = leaf.bound
+        if isinstance(bound, Ref) and bound.signal:
+            check(bound.signal, bound.reduce, "compared with")
+    for signal in rule.context:
+        if signal_per(signal, catalog) is None:
+            raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {signal!r} (context)")
 
-for _m in (AllOf, AnyOf, NotOf, Rule, RuleGroup, RuleFile):
+
+for _m in (Rule, RuleGroup, RuleFile):
     _m.model_rebuild()

@@ -33,6 +33,37 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
 THERMAL_REASONS_MASK = 0x20 | 0x40
 
 
+#: Window statistics the streams code derives from histogram signals: ``latency.ttft.p95`` ...
+HISTOGRAM_STATS = ("p50", "p90", "p95", "p99", "mean", "count")
+
+
+def signal_per(name: str, catalog: Catalog | None = None) -> tuple[str, ...] | None:
+    """The entity labels of a signal name rules may use, or None if no such signal exists.
+
+    Catalog signals, derived ratios, ``<counter>.rate`` (per second over the collection interval) and
+    ``<histogram>.p95`` style window statistics.
+    """
+    catalog = catalog or default_catalog()
+    spec = catalog.spec(name)
+    if spec is not None:
+        return spec.per
+    if name in DERIVED_SIGNALS:
+        return (DERIVED_SIGNALS[name][0],)
+    from .nodesignals import RATE_RATIOS  # ratios of rates: per like their numerator
+
+    if name in RATE_RATIOS:
+        return signal_per(RATE_RATIOS[name][0], catalog)
+    base, _, suffix = name.rpartition(".")
+    spec = catalog.spec(base)
+    if spec is None:
+        return None
+    if suffix == "rate" and spec.kind == "counter":
+        return spec.per
+    if suffix in HISTOGRAM_STATS and spec.kind == "histogram":
+        return spec.per
+    return None
+
+
 def decode_clock_event_reasons(mask: float | int) -> list[str]:
     m = int(mask)
     return [name for bit, name in CLOCK_EVENT_REASONS.items() if m & bit]

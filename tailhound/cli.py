@@ -210,8 +210,12 @@ def record(
 @app.command()
 def replay(
     recordings: Annotated[list[Path], typer.Argument(help="Scrape recordings (JSON lines), replayed in order.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Incident events, one JSON object per line.")] = None,
-    rules: Annotated[Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Incident events, one JSON object per line.")
+    ] = None,
+    rules: Annotated[
+        Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")
+    ] = None,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic)."""
     from streams.replay import replay_files

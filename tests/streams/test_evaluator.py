@@ -89,7 +89,7 @@ def test_state_is_serialisable_and_small():
     state, _ = run(dcgm_snapshot(T0 + 15 * i, hot={3: (88, 1100), 5: (88, 1100)}) for i in range(10))
     dumped = state.model_dump_json()
     assert len(dumped) < 4096
-    assert type(state).model_validate_json(dumped) == state
+    assert type(state).model_validate_json(dumped).model_dump() == state.model_dump()
 
 
 @pytest.mark.parametrize(("template", "expected"), [

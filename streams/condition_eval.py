@@ -1,0 +1,185 @@
+"""Evaluating a rule's `when:` for one entity against what a node currently reports (pure).
+
+:class:`EvalContext` is the node's view at one event time: current values per signal and entity, when
+each was last seen, and lookups for baselines and short histories. Every function answers True, False
+or None ("no news": a signal is missing), and :func:`observations` turns the leaves into evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tailhound.catalog import Catalog, default_catalog
+from tailhound.incident import Evidence
+
+from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
+from .signals import SignalValues, signal_per
+
+#: (signal, entity) -> the baseline value to compare against, and where it came from
+BaselineLookup = Callable[[str, str], tuple[float, str] | None]
+#: (signal, entity) -> [(ts, value), ...] oldest first
+HistoryLookup = Callable[[str, str], list[tuple[float, float]]]
+
+
+@dataclass
+class EvalContext:
+    now: float
+    values: SignalValues
+    last_seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    baseline: BaselineLookup = lambda _s, _e: None
+    history: HistoryLookup = lambda _s, _e: []
+    catalog: Catalog = field(default_factory=default_catalog)
+
+    def per(self, signal: str) -> tuple[str, ...]:
+        return signal_per(signal, self.catalog) or ()
+
+
+def _reduce(how: Reduce | str, vals: list[float]) -> float | None:
+    if how == Reduce.COUNT:
+        return float(len(vals))
+    if not vals:
+        return None
+    if how == Reduce.MAX:
+        return max(vals)
+    if how == Reduce.MIN:
+        return min(vals)
+    if how == Reduce.SUM:
+        return sum(vals)
+    return sum(vals) / len(vals)
+
+
+def value_of(ctx: EvalContext, signal: str, reduce: Reduce | None, entity: str, scope: str) -> float | None:
+    """The value of `signal` for the rule's `entity`: its own, the node's, or reduced over the node
+    (over the entity's members when the signal is finer, e.g. the NVLinks of one GPU)."""
+    vals = ctx.values.get(signal) or {}
+    per = ctx.per(signal)
+    if reduce is None:
+        return vals.get("" if not per else entity)
+    if per and per[0] == scope and len(per) > 1:
+        members = [v for e, v in vals.items() if e.split("/", 1)[0] == entity]
+    else:
+        members = list(vals.values())
+    if not members and reduce != Reduce.COUNT:
+        return None
+    return _reduce(reduce, members)
+
+
+def limit_of(ctx: EvalContext, cond: SignalCondition, entity: str, scope: str) -> tuple[float, str] | None:
+    """The right-hand side: a constant, another signal (times k) or k x the baseline; with its source."""
+    b = cond.bound
+    if b is None:
+        return None
+    if not isinstance(b, Ref):
+        return float(b), "threshold"
+    if b.baseline is not None:
+        found = ctx.baseline(cond.signal, entity)
+        return None if found is None else (found[0] * b.baseline, found[1])
+    other = value_of(ctx, b.signal or "", b.reduce, entity, scope)
+    return None if other is None else (other * b.times, "signal")
+
+
+def rising(points: list[tuple[float, float]], window_s: float, now: float) -> bool | None:
+    """The series rose over the window: it spans the window, ends higher than it started and its
+    least-squares slope is positive (None while there is not enough history)."""
+    pts = sorted((t, v) for t, v in points if t >= now - window_s - 1e-9)
+    if len(pts) < 3 or pts[-1][0] - pts[0][0] < window_s * 0.8:
+        return None
+    n = len(pts)
+    mt = sum(t for t, _ in pts) / n
+    mv = sum(v for _, v in pts) / n
+    num = sum((t - mt) * (v - mv) for t, v in pts)
+    return num > 0 and pts[-1][1] > pts[0][1]
+
+
+def holds(cond: object, ctx: EvalContext, entity: str, scope: str) -> bool | None:
+    if isinstance(cond, SignalCondition):
+        v = value_of(ctx, cond.signal, cond.reduce, entity, scope)
+        if v is None:
+            return None
+        if cond.min_observations is not None:
+            base = cond.signal.rpartition(".")[0]
+            n = value_of(ctx, f"{base}.count", cond.reduce, entity, scope)
+            if n is None or n < cond.min_observations:
+                return None
+        verdict = True
+        if cond.op is not None:
+            limit = limit_of(ctx, cond, entity, scope)
+            if limit is None:
+                return None
+            verdict = cond.compare(v, limit[0])
+        if verdict and cond.growing_for is not None:
+            trend = rising(ctx.history(cond.signal, entity), cond.growing_for, ctx.now)
+            return trend
+        return verdict
+    if isinstance(cond, Absent):
+        seen = ctx.last_seen.get(cond.absent) or {}
+        last = seen.get("" if not ctx.per(cond.absent) else entity)
+        if last is None:
+            return None  # never seen: nothing went missing
+        return ctx.now - last >= cond.for_
+    if isinstance(cond, AllOf):
+        results = [holds(c, ctx, entity, scope) for c in cond.all]
+        if any(r is False for r in results):
+            return False
+        return None if any(r is None for r in results) else True
+    if isinstance(cond, AnyOf):
+        results = [holds(c, ctx, entity, scope) for c in cond.any]
+        if any(r is True for r in results):
+            return True
+        return None if any(r is None for r in results) else False
+    if isinstance(cond, NotOf):
+        r = holds(cond.not_, ctx, entity, scope)
+        return None if r is None else not r
+    raise TypeError(f"unknown condition {cond!r}")
+
+
+def entities_of(leaves: Iterable[object], ctx: EvalContext, scope: str) -> list[str]:
+    """The entities a rule can judge now: those its per-scope signals report (else the node itself)."""
+    found: set[str] = set()
+    for leaf in leaves:
+        if isinstance(leaf, SignalCondition) and leaf.reduce is None and ctx.per(leaf.signal) == (scope,):
+            found.update((ctx.values.get(leaf.signal) or {}).keys())
+        elif isinstance(leaf, Absent) and ctx.per(leaf.absent) == (scope,):
+            found.update((ctx.last_seen.get(leaf.absent) or {}).keys())
+    if not found and scope == "node":
+        found.add("")
+    if not found and not any(isinstance(leaf, SignalCondition) and leaf.reduce is None and ctx.per(leaf.signal)
+                             for leaf in leaves):
+        found.add("")
+    return sorted(found, key=lambda e: (int(e), "") if e.isdigit() else (1 << 30, e))
+
+
+def observations(leaves: Iterable[object], ctx: EvalContext, entity: str, scope: str, held_s: float,
+                 labels: dict[str, str]) -> list[Evidence]:
+    """Evidence for the leaves that have a value now: value vs threshold / baseline / other signal."""
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, Absent):
+            seen = (ctx.last_seen.get(leaf.absent) or {}).get("" if not ctx.per(leaf.absent) else entity)
+            if seen is not None:
+                out.append(Evidence(signal=leaf.absent, value=round(ctx.now - seen, 3), op="absent for",
+                                    threshold=leaf.for_, unit="s", labels=labels))
+            continue
+        v = value_of(ctx, leaf.signal, leaf.reduce, entity, scope)
+        if v is None:
+            continue
+        limit = limit_of(ctx, leaf, entity, scope)
+        spec = ctx.catalog.spec(leaf.signal) or ctx.catalog.spec(leaf.signal.rpartition(".")[0])
+        name = f"{leaf.reduce.value}({leaf.signal})" if leaf.reduce else leaf.signal
+        threshold = baseline = None
+        detail = ""
+        if limit is not None:
+            if limit[1] in ("rolling", "load-model"):
+                baseline = round(limit[0] / (leaf.bound.baseline or 1), 6)  # type: ignore[union-attr]
+                threshold = round(limit[0], 6)
+                detail = f"{v / baseline:.1f}x the {limit[1]} baseline" if baseline else ""
+            else:
+                threshold = round(limit[0], 6)
+                if limit[1] == "signal":
+                    detail = f"vs {leaf.bound.describe()}"  # type: ignore[union-attr]
+        elif leaf.growing_for is not None:
+            detail = f"rising for {leaf.growing_for:g} s"
+        out.append(Evidence(signal=name, value=round(v, 6), op=leaf.symbol, threshold=threshold, baseline=baseline,
+                            unit=spec.unit if spec else "", window_s=held_s, labels=labels, detail=detail))
+    return out

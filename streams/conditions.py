@@ -1,0 +1,216 @@
+"""The `when:` language of rules: condition models (pydantic, strict) and helpers to walk them.
+
+Leaves compare one signal of the rule's entity (a GPU, an engine, the node):
+
+    {signal: gpu.temperature, at_least: 85}                         absolute threshold
+    {signal: latency.tpot.p95, above: {baseline: 2.0}}              ratio to the series' baseline
+    {signal: latency.tpot.p95, above_baseline: 2.0}                 ... the same, shorter
+    {signal: lb.health_timeout, below: {signal: health.p95, times: 1.5}}   against another signal
+    {signal: engine.requests_waiting, reduce: sum,
+     above: {signal: engine.requests_waiting, reduce: count, times: 2}}    node totals
+    {signal: gpu.dram_bw_util, reduce: max, above: 0.85}            a GPU signal in an engine rule
+    {signal: engine.requests_waiting, growing_for: 5m}              trend: rose over the window
+    {signal: net.listen_overflows.rate, above: 0}                   rate of a counter (per second)
+    {absent: gpu.temperature, for: 2m}                              a signal that stopped arriving
+
+and combine with `all`, `any` and `not`. ``reduce`` (max, min, mean, sum, count) folds a signal whose
+entities are not the rule's (GPU values in an engine rule) over the node, or over the links of a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+
+from .durations import parse_duration
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class Reduce(StrEnum):
+    MAX = "max"
+    MIN = "min"
+    MEAN = "mean"
+    SUM = "sum"
+    COUNT = "count"
+
+
+class Ref(BaseModel):
+    """A right-hand side that is not a constant: another signal, or the left signal's baseline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    signal: str | None = None
+    reduce: Reduce | None = None
+    baseline: float | None = Field(default=None, gt=0, description="Multiple of the left signal's baseline.")
+    times: float = Field(default=1.0, gt=0, description="Multiplier of the other signal.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Ref:
+        if (self.signal is None) == (self.baseline is None):
+            raise ValueError("a reference needs exactly one of `signal` or `baseline`")
+        if self.baseline is not None and (self.reduce is not None or self.times != 1.0):
+            raise ValueError("`reduce` and `times` go with `signal`, not `baseline`")
+        return self
+
+    def describe(self) -> str:
+        if self.baseline is not None:
+            return f"{self.baseline:g}x baseline"
+        red = f"{self.reduce.value}(" if self.reduce else ""
+        return f"{self.times:g} x {red}{self.signal}{')' if self.reduce else ''}" if self.times != 1 else \
+            f"{red}{self.signal}{')' if self.reduce else ''}"
+
+
+def _bound(v: Any) -> Any:
+    """A mapping is a reference: validate it as one, so its errors are the ones reported."""
+    if isinstance(v, dict):
+        try:
+            return Ref.model_validate(v)
+        except ValidationError as exc:
+            raise ValueError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+    return v
+
+
+Bound = Annotated[float | Ref, BeforeValidator(_bound)]
+_OPS = {"above": ">", "at_least": ">=", "below": "<", "at_most": "<="}
+
+
+class SignalCondition(BaseModel):
+    """One signal of the entity compared with a constant, another signal or its baseline, or a trend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    signal: str
+    reduce: Reduce | None = None
+    above: Bound | None = None
+    at_least: Bound | None = None
+    below: Bound | None = None
+    at_most: Bound | None = None
+    above_baseline: float | None = Field(default=None, gt=0, description="Shorthand: above: {baseline: X}.")
+    growing_for: Duration | None = Field(default=None, gt=0, description="The value rose over this window.")
+    min_observations: int | None = Field(
+        default=None, ge=1, description="Percentile signals: at least this many requests in the window.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sugar(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("above_baseline") is not None:
+            if data.get("above") is not None:
+                raise ValueError("use either `above` or `above_baseline`")
+            data = {**data, "above": {"baseline": data["above_baseline"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _one_op(self) -> SignalCondition:
+        set_ops = [op for op in _OPS if getattr(self, op) is not None]
+        if len(set_ops) > 1 or (not set_ops and self.growing_for is None):
+            raise ValueError(f"a condition needs exactly one of {', '.join(_OPS)} (or growing_for); "
+                             f"got {set_ops or 'none'}")
+        return self
+
+    @property
+    def op(self) -> str | None:
+        return next((op for op in _OPS if getattr(self, op) is not None), None)
+
+    @property
+    def symbol(self) -> str:
+        return _OPS[self.op] if self.op else "rising"
+
+    @property
+    def bound(self) -> Bound | None:
+        return getattr(self, self.op) if self.op else None
+
+    @property
+    def threshold(self) -> float | None:
+        """The constant threshold, when the bound is one."""
+        b = self.bound
+        return float(b) if isinstance(b, int | float) else None
+
+    def compare(self, value: float, limit: float) -> bool:
+        return {"above": value > limit, "at_least": value >= limit, "below": value < limit,
+                "at_most": value <= limit}[self.op or "above"]
+
+    def signals(self) -> Iterator[str]:
+        yield self.signal
+        b = self.bound
+        if isinstance(b, Ref) and b.signal:
+            yield b.signal
+
+
+class Absent(BaseModel):
+    """``{absent: gpu.temperature, for: 2m}``: the signal was seen before and has not arrived for `for`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    absent: str
+    for_: Duration = Field(alias="for", gt=0)
+
+    def signals(self) -> Iterator[str]:
+        yield self.absent
+
+
+class AllOf(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    all: list[Condition] = Field(min_length=1)
+
+
+class AnyOf(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    any: list[Condition] = Field(min_length=1)
+
+
+class NotOf(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    not_: Condition = Field(alias="not")
+
+
+def _condition_kind(v: Any) -> str | None:
+    if isinstance(v, dict):
+        for key in ("all", "any", "not", "absent"):
+            if key in v:
+                return key
+        return "signal"
+    if isinstance(v, BaseModel):
+        return {AllOf: "all", AnyOf: "any", NotOf: "not", Absent: "absent"}.get(type(v), "signal")
+    return None
+
+
+Condition = Annotated[
+    Annotated[SignalCondition, Tag("signal")]
+    | Annotated[Absent, Tag("absent")]
+    | Annotated[AllOf, Tag("all")]
+    | Annotated[AnyOf, Tag("any")]
+    | Annotated[NotOf, Tag("not")],
+    Discriminator(_condition_kind),
+]
+
+Leaf = SignalCondition | Absent
+
+
+def leaves(c: Any) -> Iterator[Leaf]:
+    if isinstance(c, SignalCondition | Absent):
+        yield c
+    elif isinstance(c, AllOf):
+        for x in c.all:
+            yield from leaves(x)
+    elif isinstance(c, AnyOf):
+        for x in c.any:
+            yield from leaves(x)
+    elif isinstance(c, NotOf):
+        yield from leaves(c.not_)
+
+
+for _m in (AllOf, AnyOf, NotOf):
+    _m.model_rebuild()
