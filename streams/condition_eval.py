@@ -99,7 +99,7 @@ def holds(cond: object, ctx: EvalContext, entity: str, scope: str) -> bool | Non
             return None
         if cond.min_observations is not None:
             base = cond.signal.rpartition(".")[0]
-            n = value_of(ctx, f"{base}.count", cond.reduce, entity, scope)
+            n = value_of(ctx, f"{base}.window_count", cond.reduce, entity, scope)
             if n is None or n < cond.min_observations:
                 return None
         verdict = True

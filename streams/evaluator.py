@@ -24,12 +24,14 @@ import re
 from pydantic import BaseModel, Field, PrivateAttr
 
 from tailhound.catalog import Catalog, default_catalog
-from tailhound.incident import Evidence, IncidentEvent, Scope, incident_id
+from tailhound.incident import Evidence, IncidentEvent, Scope
 from tailhound.snapshot import Snapshot
-from tailhound.vocabulary import ROOT_CAUSES
 
+from .baseline import RollingBaseline
 from .condition_eval import EvalContext, entities_of, holds, observations
-from .conditions import SignalCondition
+from .conditions import Ref, SignalCondition
+from .correlate import Episode, Firing, correlate
+from .latency import LatencyTracker
 from .nodesignals import LatestValues, counter_rates
 from .ruleset import Rule, RuleSet
 from .signals import SignalValues, decode_clock_event_reasons, extract
@@ -43,20 +45,12 @@ class FiringEntity(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
 
 
-class OpenIncident(BaseModel):
-    incident_id: str
-    opened_at: float
-    sequence: int = 1
-    entities: list[str] = Field(default_factory=list)
-
-
 class RuleState(BaseModel):
     pending: dict[str, float] = Field(default_factory=dict)
     firing: dict[str, FiringEntity] = Field(default_factory=dict)
-    incident: OpenIncident | None = None
 
     def is_idle(self) -> bool:
-        return not (self.pending or self.firing or self.incident)
+        return not (self.pending or self.firing)
 
 
 class NodeState(BaseModel):
@@ -65,6 +59,15 @@ class NodeState(BaseModel):
     rules: dict[str, RuleState] = Field(default_factory=dict)
     #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions
     history: dict[str, list[list[float]]] = Field(default_factory=dict)
+    #: "signal|entity" -> RollingBaseline state, for signals rules compare with their baseline
+    baselines: dict[str, dict] = Field(default_factory=dict)
+    #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
+    latency: dict | None = None
+    #: open incidents by domain (see streams.correlate) and lone symptoms waiting for a cause
+    incidents: dict[str, Episode] = Field(default_factory=dict)
+    orphans: dict[str, float] = Field(default_factory=dict)
+    #: models served on this node (from engine samples), for the incident scope
+    models: list[str] = Field(default_factory=list)
     _latest: LatestValues | None = PrivateAttr(default=None)
 
 
@@ -95,7 +98,8 @@ def evaluate(
     """
     carried = state._latest if state is not None else None
     state = state.model_copy(deep=True) if state else NodeState(node=snapshot.node)
-    latest = latest or carried or LatestValues()
+    if latest is None:
+        latest = carried if carried is not None else LatestValues()
     state._latest = latest
     key = source_key(snapshot)
     last = state.last_ts.get(key)
@@ -104,12 +108,19 @@ def evaluate(
     state.last_ts[key] = snapshot.ts
     catalog = catalog or default_catalog()
     fresh = _snapshot_values(snapshot, catalog)
+    if any(s.kind == "histogram" and s.delta is not None for s in snapshot.samples):
+        tracker = LatencyTracker.from_dict(state.latency, catalog) if state.latency else LatencyTracker(catalog=catalog)
+        if tracker.observe(snapshot):
+            state.latency = tracker.to_dict()
+            fresh.update(tracker.engine_values(snapshot.ts, snapshot.node))
     latest.update(fresh, snapshot.ts, snapshot.interval_s)
-    ctx = EvalContext(now=snapshot.ts, values=latest.view(snapshot.ts), last_seen=latest.last_seen(),
-                      catalog=catalog, history=lambda s, e: _history(state, s, e))
+    view = latest.view(snapshot.ts)
     _record_history(state, rules, fresh, snapshot.ts)
+    _learn_baselines(state, rules, view, fresh, snapshot.ts)
+    ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.last_seen(), catalog=catalog,
+                      history=lambda s, e: _history(state, s, e), baseline=lambda s, e: _baseline(state, s, e))
     updated = set(fresh) | {n for n in ctx.values if n not in fresh and _derived_from(n, fresh)}
-    events: list[IncidentEvent] = []
+    _remember_models(state, snapshot)
     for rule in rules.rules:
         reads = rule.signals()
         if not reads & updated and rule.name not in state.rules and not _has_absence(rule):
@@ -118,12 +129,24 @@ def evaluate(
         if reads & set(ctx.values) or _has_absence(rule):
             _step_entities(rs, rule, ctx, snapshot.ts, catalog)
         _expire_stale(rs, snapshot.ts, stale_after_s)
-        event = _incident_transition(rs, rule, snapshot)
-        if event:
-            events.append(event)
         if rs.is_idle():
             del state.rules[rule.name]
+    firing = {
+        name: Firing(entities=sorted(rs.firing, key=_entity_order), since=min(f.since for f in rs.firing.values()),
+                     evidence=[ev for e in sorted(rs.firing, key=_entity_order) for ev in rs.firing[e].evidence])
+        for name, rs in state.rules.items() if rs.firing and rules.by_name(name) is not None
+    }
+    pending = {name for name, rs in state.rules.items() if set(rs.pending) - set(rs.firing)}
+    events = correlate(state.incidents, state.orphans, firing, rules, snapshot, state.models, pending)
     return state, events
+
+
+def _remember_models(state: NodeState, snapshot: Snapshot) -> None:
+    for s in snapshot.samples:
+        model = s.labels.get("model_name") or snapshot.labels.get("model_name")
+        if model and model not in state.models:
+            state.models = sorted([*state.models, model])[:8]
+            return
 
 
 def _has_absence(rule: Rule) -> bool:
@@ -156,6 +179,33 @@ def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: f
             cutoff = ts - window * 1.5
             while pts and (pts[0][0] < cutoff or len(pts) > MAX_HISTORY_POINTS):
                 pts.pop(0)
+
+
+def _baseline_signals(rules: RuleSet) -> set[str]:
+    return {leaf.signal for rule in rules.rules for leaf in rule.thresholds()
+            if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None}
+
+
+def _learn_baselines(state: NodeState, rules: RuleSet, view: SignalValues, fresh: SignalValues, ts: float) -> None:
+    """Feed every value a rule compares with its baseline, except while that entity is in an incident
+    of a rule reading the signal (an incident must not raise its own baseline)."""
+    for signal in _baseline_signals(rules):
+        if signal not in fresh and not any(signal.startswith(f"{f}.") for f in fresh):
+            continue
+        troubled = {e for rule in rules.rules if signal in rule.signals() and rule.name in state.rules
+                    for e in (*state.rules[rule.name].firing, *state.rules[rule.name].pending)}
+        for entity, value in (view.get(signal) or {}).items():
+            key = f"{signal}|{entity}"
+            raw = state.baselines.get(key)
+            baseline = RollingBaseline.from_dict(raw) if raw else RollingBaseline()
+            if baseline.observe(ts, value, in_incident=entity in troubled):
+                state.baselines[key] = baseline.to_dict()
+
+
+def _baseline(state: NodeState, signal: str, entity: str) -> tuple[float, str] | None:
+    raw = state.baselines.get(f"{signal}|{entity}")
+    expected = RollingBaseline.from_dict(raw).expected() if raw else None
+    return None if expected is None else (max(expected.median, 1e-9), "rolling")
 
 
 def _history(state: NodeState, signal: str, entity: str) -> list[tuple[float, float]]:
@@ -211,63 +261,6 @@ def _clock_event_detail(mask: float) -> str:
 
 #: How to spell out a context value for a person.
 _DETAIL = {"gpu.clock_event_reasons": _clock_event_detail}
-
-
-def _incident_transition(rs: RuleState, rule: Rule, snapshot: Snapshot) -> IncidentEvent | None:
-    entities = sorted(rs.firing, key=_entity_order)
-    inc = rs.incident
-    if entities and inc is None:
-        opened_at = snapshot.ts
-        rs.incident = OpenIncident(
-            incident_id=incident_id(rule.name, snapshot.node, opened_at), opened_at=opened_at, entities=entities
-        )
-        return _event("opened", rs.incident, rule, snapshot, rs)
-    if inc is None:
-        return None
-    if not entities:
-        inc.sequence += 1
-        rs.incident = None
-        return _event("resolved", inc, rule, snapshot, rs)
-    grown = sorted(set(inc.entities) | set(entities), key=_entity_order)
-    if grown != inc.entities:  # the scope only grows: a recovered GPU stays part of the incident
-        inc.sequence += 1
-        inc.entities = grown
-        return _event("updated", inc, rule, snapshot, rs)
-    return None
-
-
-def _event(kind: str, inc: OpenIncident, rule: Rule, snapshot: Snapshot, rs: RuleState) -> IncidentEvent:
-    scope = _scope(rule, snapshot, inc.entities)
-    evidence = [ev for e in inc.entities if e in rs.firing for ev in rs.firing[e].evidence]
-    title = ROOT_CAUSES[rule.root_cause].title if rule.root_cause else rule.name
-    verb = {"opened": "", "updated": "", "resolved": "resolved: "}[kind]
-    return IncidentEvent(
-        incident_id=inc.incident_id,
-        event=kind,  # type: ignore[arg-type]
-        sequence=inc.sequence,
-        ts=snapshot.ts,
-        root_cause=rule.root_cause,  # type: ignore[arg-type]
-        severity=rule.severity,
-        opened_at=inc.opened_at,
-        resolved_at=snapshot.ts if kind == "resolved" else None,
-        scope=scope,
-        transient=rule.is_transient,
-        summary=f"{verb}{title} on {scope.describe()}",
-        evidence=evidence,
-        actions=[render_action(a, scope, evidence) for a in rule.actions],
-        rule=rule.name,
-        labels=dict(rule.labels),
-    )
-
-
-def _scope(rule: Rule, snapshot: Snapshot, entities: list[str]) -> Scope:
-    model = snapshot.labels.get("model_name")
-    engine = snapshot.labels.get("engine")
-    if rule.scope.value == "gpu":
-        return Scope(node=snapshot.node, gpus=entities, model=model)
-    if rule.scope.value == "engine":
-        return Scope(node=snapshot.node, engine=",".join(entities) or engine, model=model)
-    return Scope(node=snapshot.node, model=model)
 
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")

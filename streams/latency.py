@@ -69,6 +69,9 @@ def derived_values(signal: str, h: Histogram) -> dict[str, float]:
         value = h.quantile(q)
         if value is not None:
             out[f"{signal}.{suffix}"] = value
+    mean = h.mean()  # exact (sum/count): bucket bounds are too coarse for 20 ms queue-wait thresholds
+    if mean is not None:
+        out[f"{signal}.mean"] = mean
     return out
 
 

@@ -15,6 +15,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
 from .evaluator import NodeState, evaluate
+from .nodesignals import LatestValues
 from .ruleset import RuleSet
 
 RawState = dict[str, Any]
@@ -28,13 +29,20 @@ class StepResult:
 
 
 class SnapshotProcessor:
+    """Keeps each node's latest values in memory (see :mod:`streams.nodesignals`) next to the
+    persisted state the caller stores."""
+
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
+        self._latest: dict[str, LatestValues] = {}
 
     def step(self, raw_state: RawState | None, snapshot: Snapshot) -> StepResult:
         before = NodeState.model_validate(raw_state) if raw_state else None
-        after, events = evaluate(before, snapshot, self.rules, self.catalog)
+        latest = self._latest.get(snapshot.node)
+        if latest is None:
+            latest = self._latest[snapshot.node] = LatestValues()
+        after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest)
         dumped = after.model_dump(mode="json")
         return StepResult(state=dumped, changed=dumped != raw_state, events=events)
 

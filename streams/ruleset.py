@@ -62,6 +62,10 @@ class Rule(BaseModel):
     severity: Severity = Severity.WARNING
     root_cause: RootCause | None = None
     symptom: bool = False
+    #: symptoms only: open an incident with this cause if nothing else explains the symptom
+    fallback_root_cause: RootCause | None = None
+    #: symptoms only: how long a lone symptom waits for a cause before the fallback opens
+    attach_grace: Duration = 120.0
     transient: bool | None = None
     actions: list[str] = Field(default_factory=list)
     #: extra signals reported as evidence next to the conditions (e.g. the raw clock and throttle reasons)
@@ -72,13 +76,16 @@ class Rule(BaseModel):
     def _cause_or_symptom(self) -> Rule:
         if (self.root_cause is None) == (not self.symptom):
             raise ValueError("a rule needs either `root_cause: <tag>` or `symptom: true` (not both)")
+        if self.fallback_root_cause is not None and not self.symptom:
+            raise ValueError("`fallback_root_cause` is for symptom rules")
         return self
 
     @property
     def is_transient(self) -> bool:
         if self.transient is not None:
             return self.transient
-        return bool(self.root_cause and ROOT_CAUSES[self.root_cause].usually_transient)
+        cause = self.root_cause or self.fallback_root_cause
+        return bool(cause and ROOT_CAUSES[cause].usually_transient)
 
     def thresholds(self) -> list[SignalCondition]:
         """The signal comparisons of `when` (absence checks excluded)."""

@@ -32,9 +32,15 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
 }
 THERMAL_REASONS_MASK = 0x20 | 0x40
 
+#: 0/1 flags decoded from a bitmask signal: flag -> (per, mask signal, bits)
+FLAG_SIGNALS: dict[str, tuple[str, str, int]] = {
+    "gpu.thermal_throttle_flag": ("gpu", "gpu.clock_event_reasons", THERMAL_REASONS_MASK),
+    "gpu.power_cap_flag": ("gpu", "gpu.clock_event_reasons", 0x4 | 0x80),
+}
+
 
 #: Window statistics the streams code derives from histogram signals: ``latency.ttft.p95`` ...
-HISTOGRAM_STATS = ("p50", "p90", "p95", "p99", "mean", "count")
+HISTOGRAM_STATS = ("p50", "p95", "p99", "mean", "window_count")
 
 
 def signal_per(name: str, catalog: Catalog | None = None) -> tuple[str, ...] | None:
@@ -49,6 +55,8 @@ def signal_per(name: str, catalog: Catalog | None = None) -> tuple[str, ...] | N
         return spec.per
     if name in DERIVED_SIGNALS:
         return (DERIVED_SIGNALS[name][0],)
+    if name in FLAG_SIGNALS:
+        return (FLAG_SIGNALS[name][0],)
     from .nodesignals import RATE_RATIOS  # ratios of rates: per like their numerator
 
     if name in RATE_RATIOS:
@@ -85,6 +93,10 @@ def extract(snapshot: Snapshot, catalog: Catalog | None = None) -> SignalValues:
         if entity is None:
             continue
         out.setdefault(spec.name, {})[entity] = sample.value * scale
+    for name, (_per, mask_signal, bits) in FLAG_SIGNALS.items():
+        masks = out.get(mask_signal)
+        if masks:
+            out[name] = {e: 1.0 if int(m) & bits else 0.0 for e, m in masks.items()}
     for name, (_per, (num, den)) in DERIVED_SIGNALS.items():
         nums, dens = out.get(num), out.get(den)
         if not nums or not dens:

@@ -96,8 +96,8 @@ def test_node_exporter_untyped_counters_become_counters():
 def test_blackbox_phases():
     values = extract(snapshot("blackbox.prom", "blackbox"))
     assert values["probe.success"] == {"": 1.0}
-    assert values["probe.http_phase_duration"]["connect"] == pytest.approx(0.002113)
-    assert set(values["probe.http_phase_duration"]) == {"connect", "processing", "resolve", "tls", "transfer"}
+    assert values["probe.http_connect_duration"] == {"": pytest.approx(0.002113)}  # `match: {phase: connect}`
+    assert set(values["probe.http_phase_duration"]) == {"processing", "resolve", "tls", "transfer"}
 
 
 def test_match_selects_by_label():

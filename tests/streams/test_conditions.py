@@ -148,3 +148,29 @@ def test_growing_queue_through_evaluate():
         state, ev = evaluate(state, snap, rules)
         events += [(i, e.event) for e in ev]
     assert events and events[0][1] == "opened" and 6 <= events[0][0] <= 9  # rose over >= 96 s of the 2m
+
+
+def test_rolling_baseline_learns_and_an_incident_does_not_raise_it():
+    [r] = parse_rule_text(rule("{all: [{signal: engine.requests_waiting, above_baseline: 3.0}, "
+                               "{signal: engine.requests_waiting, above: 5}]}", extra="        for: 1m\n"), "x.yaml")
+    rules = RuleSet(rules=[r])
+    state, events = None, []
+    for i in range(160):  # 40 min: 30 quiet (waiting ~4), then a jump to 20
+        waiting = 20.0 if i >= 120 else 4.0 + (i % 3)
+        snap = Snapshot(ts=T0 + 15 * i, node="n", source="vllm", interval_s=15,
+                        samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"},
+                                             value=waiting)])
+        state, ev = evaluate(state, snap, rules)
+        events += [(i, e) for e in ev]
+    assert [e.event for _, e in events] == ["opened"]
+    i, opened = events[0]
+    assert 124 <= i <= 126  # `for: 1m` after the jump at tick 120
+    ev = next(e for e in opened.evidence if e.baseline is not None)
+    assert ev.baseline == pytest.approx(5.0, abs=1.0) and "baseline" in ev.detail
+    assert RollingBaseline_median(state) < 6  # 10 minutes in the incident did not lift the baseline
+
+
+def RollingBaseline_median(state) -> float:
+    from streams.baseline import RollingBaseline
+
+    return RollingBaseline.from_dict(state.baselines["engine.requests_waiting|0"]).expected().median

@@ -1,0 +1,316 @@
+"""Streams throughput: the same telemetry messages consumed four ways, side by side in one run.
+
+Input: a simulated fleet (8 nodes x vllm + dcgm + node + blackbox, one thermal-throttle fault) rendered
+as a scrape recording and turned into snapshots by the agent's own pipeline (``SnapshotBuilder``, so
+counters and histograms carry their deltas), encoded as the agent's sender does
+(``model_dump_json(exclude_none=True)``, key = node, lz4) and produced once to the telemetry topic of
+the bundled broker (unique topic prefix, the default partition count). The topic holds ``warmup``
+snapshots (one fleet tick) followed by the ``n`` measured ones. Each measurement is a child process
+with its own consumer group that reads the topic from the start:
+
+- ``aiokafka``: a plain aiokafka consumer that only counts messages (the upper bound);
+- ``faust``: a trivial Faust agent (``stream.events()``, raw values, only counts) on an app with the
+  settings :func:`streams.app.create_app` gives (copied from the real app's ``conf``, checked equal);
+- ``tailhound``: the real worker: ``create_app(settings, load_rules("rules"))`` run by ``faust.Worker``
+  as ``tailhound worker`` runs it. It is observed, not changed: ``streams.app.SnapshotProcessor`` is
+  replaced by a subclass whose ``step`` calls the original and then counts (one integer add);
+- ``step``: no Kafka: ``SnapshotProcessor.step`` over the decoded snapshots in a loop, in this process.
+
+Every Kafka variant counts the same way: the clock starts when message number ``warmup`` is handled
+(so group join, partition assignment, table recovery and first-message costs are outside the window)
+and stops at message ``warmup + n``; throughput is ``n`` over that time, CPU is the child's
+utime+stime over it. After each run the group's committed lag must reach 0 (``group_lag``), which
+checks that every message was consumed and committed; then the child is stopped (SIGTERM, bounded
+waits, SIGKILL as a last resort). Variants are interleaved ``reps`` times; medians are reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from agents.pipeline import SnapshotBuilder
+from agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from agents.simulator.recording import iter_records
+from streams.codec import decode_snapshot
+from streams.processor import MemoryStateStore, SnapshotProcessor
+from streams.ruleset import load_rules
+from tailhound.broker import EmbeddedBroker, _die_with_parent
+from tailhound.kafka import ensure_topics, group_lag, make_producer
+from tailhound.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules"
+NODES = 8
+FAULTS = ("thermal-throttle@10m+10m",)  # the first node, GPUs 3 and 5
+VARIANTS = ("aiokafka", "faust", "tailhound", "step")
+LABELS = {
+    "aiokafka": "(a) plain aiokafka consumer, counts only (upper bound)",
+    "faust": "(b) trivial Faust agent, same app settings, counts only",
+    "tailhound": "(c) tailhound worker: create_app + default rules",
+    "step": "(d) SnapshotProcessor.step only, no Kafka (decoded snapshots)",
+    "decode": "(d') codec decode only, no Kafka (reference)",
+}
+#: The faust.App settings create_app sets; the trivial app copies their values from the real app.
+FAUST_KEYS = ("broker", "store", "datadir", "autodiscover", "web_enabled", "topic_partitions",
+              "topic_replication_factor", "topic_allow_declare", "table_standby_replicas", "broker_commit_interval",
+              "broker_session_timeout", "broker_heartbeat_interval", "broker_rebalance_timeout",
+              "consumer_auto_offset_reset")
+
+
+# --- input -----------------------------------------------------------------------------------------
+def fleet_messages(count: int, nodes: int = NODES) -> list[tuple[bytes, bytes]]:
+    """`count` (key, value) telemetry messages of a simulated fleet, tick by tick, as the agent sends them."""
+    sim = FleetSimulator(SimConfig(nodes=nodes), [FaultSpec.parse(f) for f in FAULTS])
+    builder = SnapshotBuilder()
+    records = itertools.islice(iter_records(sim, minutes=10**6), count)
+    return [(s.key(), s.model_dump_json(exclude_none=True).encode()) for s in map(builder.build, records)]
+
+
+async def produce(settings: Settings, messages: list[tuple[bytes, bytes]]) -> None:
+    producer = make_producer(settings, compression_type="lz4")
+    await producer.start()
+    try:
+        futures = [await producer.send(settings.telemetry_topic, key=k, value=v) for k, v in messages]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+# --- child side ------------------------------------------------------------------------------------
+class Counter:
+    """Counts handled messages; times message `warmup` to message `warmup + n`, then writes the result."""
+
+    def __init__(self, warmup: int, n: int, result: Path) -> None:
+        self.warmup, self.n, self.result = warmup, n, result
+        self.seen = 0
+        self.t0 = self.c0 = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.seen >= self.warmup + self.n
+
+    def tick(self) -> None:
+        self.seen += 1
+        if self.seen == self.warmup:
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+        elif self.seen == self.warmup + self.n:
+            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            tmp = self.result.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"n": self.n, "wall_s": wall, "rate": self.n / wall, "cpu_pct": 100 * cpu / wall}))
+            tmp.rename(self.result)
+
+
+def trivial_app(settings: Settings, counter: Counter | None = None):
+    """A Faust app with create_app's settings and one agent that only counts; also returns the real app."""
+    import faust
+
+    from streams.app import create_app
+
+    real = create_app(settings, load_rules(settings.rules_dir))
+    app = faust.App(settings.streams.app_id, **{k: getattr(real.conf, k) for k in FAUST_KEYS})
+    topic = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer="raw",
+                      partitions=settings.partitions)
+
+    @app.agent(topic, name="count")
+    async def count(stream) -> None:
+        async for _event in stream.events():
+            if counter is not None:
+                counter.tick()
+
+    return app, real
+
+
+def conf_diff(a, b) -> list[str]:
+    """Faust settings that differ between two apps (reply_to is a random name per app)."""
+    names = [n for n in a.conf.setting_names() if n != "reply_to"]
+    return [n for n in names if getattr(a.conf, n) != getattr(b.conf, n)]
+
+
+def counting_worker_app(settings: Settings, counter: Counter):
+    """The real app, observed: SnapshotProcessor.step counts after it returns; nothing else changes."""
+    import streams.app
+
+    class CountingProcessor(streams.app.SnapshotProcessor):
+        def step(self, raw_state, snapshot):
+            result = super().step(raw_state, snapshot)
+            counter.tick()
+            return result
+
+    streams.app.SnapshotProcessor = CountingProcessor
+    return streams.app.create_app(settings, load_rules(settings.rules_dir))
+
+
+async def count_aiokafka(settings: Settings, counter: Counter, group: str) -> None:
+    from tailhound.kafka import make_consumer
+
+    consumer = make_consumer(settings, settings.telemetry_topic, group_id=group)
+    await consumer.start()
+    try:
+        while not counter.done:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for _ in records:
+                    counter.tick()
+        await consumer.commit()
+    finally:
+        await consumer.stop()
+
+
+def child_main(variant: str, result: str, warmup: str, n: str, settings_json: str) -> None:
+    settings = Settings(**json.loads(settings_json))
+    counter = Counter(int(warmup), int(n), Path(result))
+    if variant == "aiokafka":
+        asyncio.run(count_aiokafka(settings, counter, settings.streams.app_id))
+        return
+    import faust
+
+    if variant == "faust":
+        app, real = trivial_app(settings, counter)
+        if diff := conf_diff(app, real):
+            raise SystemExit(f"trivial app settings differ from create_app's: {diff}")
+    else:
+        app = counting_worker_app(settings, counter)
+    faust.Worker(app, loglevel=settings.streams.log_level.upper(), quiet=True,
+                 redirect_stdouts=False).execute_from_commandline()
+
+
+# --- parent side -----------------------------------------------------------------------------------
+async def _stop(proc: subprocess.Popen, grace_s: float) -> None:
+    """Wait `grace_s` for the child to exit by itself, then SIGTERM (15 s), then SIGKILL."""
+    for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        if sig is not None:
+            proc.send_signal(sig)
+        deadline = time.monotonic() + wait_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+
+
+async def _lag_zero(settings: Settings, group: str, timeout_s: float = 10.0) -> int | None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lag = await group_lag(settings, group, settings.telemetry_topic)
+        if lag == 0 or time.monotonic() > deadline:
+            return lag
+        await asyncio.sleep(0.5)
+
+
+async def measure(variant: str, settings: Settings, warmup: int, n: int, workdir: Path,
+                  timeout_s: float = 300.0) -> dict:
+    """One Kafka variant in a child process with its own consumer group; see the module docstring."""
+    group = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
+    s = settings.model_copy(update={"streams": settings.streams.model_copy(
+        update={"app_id": group, "data_dir": workdir / group})})
+    result, log = workdir / f"{group}.json", workdir / f"{group}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
+    env["PYTHONPATH"] = str(ROOT)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.streams_throughput", "child", variant, str(result), str(warmup), str(n),
+             s.model_dump_json()], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not result.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = f"exited {proc.returncode}" if proc.poll() is not None else f"no result in {timeout_s:.0f} s"
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+                raise RuntimeError(f"{variant} child {why}:\n{tail}")
+            await asyncio.sleep(0.1)
+        out = json.loads(result.read_text())
+        out["lag"] = await _lag_zero(s, group)
+    finally:
+        await _stop(proc, grace_s=10.0 if variant == "aiokafka" else 0.0)
+    return out
+
+
+def measure_step(values: list[bytes], warmup: int, rules) -> tuple[dict, dict]:
+    """(d) SnapshotProcessor.step over decoded snapshots, and (d') the decode alone, timed after `warmup`."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    snapshots = [decode_snapshot(v) for v in values[warmup:]]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n = len(snapshots)
+    decode = {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": None}
+    snapshots = [decode_snapshot(v) for v in values[:warmup]] + snapshots
+    processor, store = SnapshotProcessor(rules), MemoryStateStore()
+    for i, snap in enumerate(snapshots):
+        if i == warmup:
+            t0, c0 = time.perf_counter(), time.process_time()
+        step = processor.step(store.get(snap.node), snap)
+        if step.changed:
+            store[snap.node] = step.state
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": None}, decode
+
+
+async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS, nodes: int = NODES,
+              warmup: int | None = None) -> dict:
+    warmup = warmup or nodes * 4  # one fleet tick
+    messages = fleet_messages(warmup + n, nodes)
+    runs: dict[str, list[dict]] = {v: [] for v in (*variants, *(["decode"] if "step" in variants else []))}
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
+        settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", rules_dir=RULES,
+                            streams={"data_dir": Path(tmp)})
+        await ensure_topics(settings)
+        await produce(settings, messages)
+        rules = load_rules(RULES)
+        for rep in range(reps):
+            for variant in variants:
+                if variant == "step":
+                    step, decode = measure_step([v for _, v in messages], warmup, rules)
+                    runs["step"].append(step)
+                    runs["decode"].append(decode)
+                else:
+                    runs[variant].append(await measure(variant, settings, warmup, n, Path(tmp)))
+                print(f"  rep {rep + 1}/{reps} {variant}: {runs[variant][-1]['rate']:,.0f} snapshots/s",
+                      file=sys.stderr)
+        partitions = settings.partitions
+    sizes = [len(v) for _, v in messages]
+    return {"n": n, "warmup": warmup, "nodes": nodes, "reps": reps, "partitions": partitions,
+            "mean_bytes": statistics.mean(sizes), "runs": runs}
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def report(result: dict) -> str:
+    runs = result["runs"]
+    ref = _median(runs["faust"], "rate") if runs.get("faust") else None
+    lines = [f"{result['n']:,} snapshots measured after {result['warmup']} warm-up ({result['nodes']} nodes x vllm + "
+             f"dcgm + node + blackbox, {result['mean_bytes'] / 1024:.1f} KB JSON on average, lz4, "
+             f"{result['partitions']} partitions); medians of {result['reps']}.", "",
+             "| consumer | snapshots/s | runs (snapshots/s) | CPU (% of one core) | vs (b) | lag after |",
+             "|---|---:|---|---:|---:|---:|"]
+    for variant, rs in runs.items():
+        if not rs:
+            continue
+        rate = _median(rs, "rate")
+        each = ", ".join(f"{r['rate']:,.0f}" for r in rs)
+        vs = f"{rate / ref:.0%}" if ref else "-"
+        lag = "-" if rs[0]["lag"] is None else str(max(r["lag"] if r["lag"] is not None else -1 for r in rs))
+        lines.append(f"| {LABELS[variant]} | {rate:,.0f} | {each} | {_median(rs, 'cpu_pct'):.0f} | {vs} | {lag} |")
+    if ref and runs.get("tailhound"):
+        ratio = _median(runs["tailhound"], "rate") / ref
+        lines += ["", f"(c)/(b) = **{ratio:.0%}** (target >= 50%: {'met' if ratio >= 0.5 else 'not met'})"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["child"]:
+        child_main(*sys.argv[2:7])
+    else:
+        with contextlib.suppress(KeyboardInterrupt):
+            print(report(asyncio.run(run(n=int(sys.argv[1]) if len(sys.argv) > 1 else 4096))))

@@ -1,0 +1,244 @@
+"""Firing rules of one node -> incidents: grouping by topology and time, causal ranking, symptoms.
+
+Every rule steps its entities on its own (pending -> firing, see :mod:`streams.evaluator`); this module
+decides what a person is told:
+
+- cause rules that fire on the same node at the same time and belong to the same *domain* become
+  ONE incident. Domains: ``gpu`` (everything that slows the engine from the inside: thermal, NVLink,
+  PCIe, memory bandwidth, KV cache, head-of-line blocking, retry storms, capacity) and ``path``
+  (between the user and the engine: network path, ingress, health checks, stream buffering);
+- its root cause is the firing cause ranked first in :data:`CAUSAL_RANK`: thermal throttling explains
+  the TPOT rise that explains the queue growth that explains the P99 breach. A better-ranked cause
+  that starts firing later takes over (an ``updated`` event says so);
+- symptom rules (``symptom: true``) never open an incident of their own: they attach to the open
+  incident of the node (their evidence is added). A symptom with ``fallback_root_cause`` that fires
+  alone for ``attach_grace`` opens an incident with that cause (a P99 breach with a growing queue and
+  no GPU-side cause is a capacity problem);
+- transient vs persistent: an incident whose causes are all usually transient (network-side) is
+  marked transient; if it is still open after :data:`PERSISTENT_AFTER_S` it becomes persistent.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tailhound.incident import Evidence, IncidentEvent, Scope, incident_id
+from tailhound.snapshot import Snapshot
+from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
+
+from .ruleset import Rule, RuleSet
+
+#: Most fundamental first: a cause explains the ones after it.
+CAUSAL_RANK: tuple[RootCause, ...] = (
+    RootCause.GPU_THERMAL_THROTTLE,
+    RootCause.NVLINK_DEGRADED,
+    RootCause.PCIE_BOTTLENECK,
+    RootCause.GPU_MEMORY_BANDWIDTH,
+    RootCause.KV_CACHE_PRESSURE,
+    RootCause.HEAD_OF_LINE_BLOCKING,
+    RootCause.RETRY_STORM,
+    RootCause.CAPACITY,
+    RootCause.INGRESS_SATURATION,
+    RootCause.NETWORK_PATH,
+    RootCause.HEALTH_CHECK_FLAPPING,
+    RootCause.STREAM_BUFFERING,
+)
+PATH_CAUSES = frozenset({RootCause.INGRESS_SATURATION, RootCause.NETWORK_PATH, RootCause.HEALTH_CHECK_FLAPPING,
+                         RootCause.STREAM_BUFFERING})
+PERSISTENT_AFTER_S = 600.0
+#: A cause that could be explained by a better-ranked cause still pending waits this long before it
+#: opens the incident on its own (then the better cause takes over with an `updated` event).
+CORRELATION_WAIT_S = 120.0
+#: orphans[rule] == EXPLAINED: the symptom belonged to an incident that resolved; it is not an orphan
+#: (no fallback incident) until it stops firing.
+EXPLAINED = -1.0
+MAX_EVIDENCE = 48
+_SEVERITY = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+def domain_of(cause: RootCause | str) -> str:
+    return "path" if RootCause(cause) in PATH_CAUSES else "gpu"
+
+
+def rank_of(cause: RootCause | str) -> int:
+    return CAUSAL_RANK.index(RootCause(cause))
+
+
+class Episode(BaseModel):
+    """One open incident of a node."""
+
+    incident_id: str
+    domain: str
+    opened_at: float
+    sequence: int = 1
+    root_cause: str
+    root_rule: str
+    #: opened by a lone symptom's fallback cause; any real cause that fires takes over
+    fallback: bool = False
+    #: rule -> entities that fired in it (grows only: a recovered GPU stays part of the incident)
+    members: dict[str, list[str]] = Field(default_factory=dict)
+    transient: bool = False
+
+
+class Firing(BaseModel):
+    """What the evaluator hands over per rule: firing entities, since when, and their evidence."""
+
+    entities: list[str]
+    since: float
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: dict[str, Firing], rules: RuleSet,
+              snapshot: Snapshot, models: list[str], pending: set[str] | frozenset[str] = frozenset()
+              ) -> list[IncidentEvent]:
+    """Update the node's open incidents from what fires now; returns the lifecycle events.
+
+    `pending` names the rules with entities that hold but have not held for their `for` yet."""
+    by_name = {r.name: r for r in rules.rules}
+    events: list[IncidentEvent] = []
+    causes = {n: f for n, f in firing.items() if by_name[n].root_cause is not None}
+    symptoms = {n: f for n, f in firing.items() if by_name[n].symptom}
+    for domain in ("gpu", "path"):
+        mine = {n: f for n, f in causes.items() if domain_of(by_name[n].root_cause) == domain}  # type: ignore[arg-type]
+        ep = episodes.get(domain)
+        if ep is not None and ep.fallback:
+            if mine:  # a real cause explains what the symptom's fallback stood for
+                ep.fallback = False
+            elif ep.root_rule in symptoms:
+                mine = {ep.root_rule: symptoms[ep.root_rule]}
+        if ep is None and mine and _wait_for_better(mine, pending, by_name, snapshot.ts):
+            continue
+        if ep is None and mine:
+            ep = _open(domain, mine, by_name, snapshot)
+            episodes[domain] = ep
+            _attach(ep, mine, {})
+            _attach(ep, symptoms if domain == _symptom_home(episodes) else {}, {})
+            events.append(_event("opened", ep, by_name, firing, snapshot, models))
+        elif ep is not None and not mine:
+            ep.sequence += 1
+            events.append(_event("resolved", ep, by_name, firing, snapshot, models))
+            del episodes[domain]
+            for name in ep.members:
+                if name in symptoms:  # still draining (a queue after its cause): explained, not an orphan
+                    orphans[name] = EXPLAINED
+        elif ep is not None:
+            changed = _attach(ep, mine, {})
+            if domain == _symptom_home(episodes):
+                changed |= _attach(ep, symptoms, {})
+            real = {n: f for n, f in mine.items() if by_name[n].root_cause is not None}
+            if real:
+                best = min(real, key=lambda n: (rank_of(by_name[n].root_cause), real[n].since, n))  # type: ignore[arg-type]
+                if best != ep.root_rule and (by_name[ep.root_rule].symptom or rank_of(by_name[best].root_cause)
+                                             < rank_of(ep.root_cause)):  # type: ignore[arg-type]
+                    ep.root_cause, ep.root_rule, changed = str(by_name[best].root_cause), best, True
+            if ep.transient and snapshot.ts - ep.opened_at >= PERSISTENT_AFTER_S:
+                ep.transient, changed = False, True
+            if changed:
+                ep.sequence += 1
+                events.append(_event("updated", ep, by_name, firing, snapshot, models))
+    events += _orphan_symptoms(episodes, orphans, symptoms, by_name, snapshot, firing, models)
+    return events
+
+
+def _wait_for_better(mine: dict[str, Firing], pending: set[str] | frozenset[str], by_name: dict[str, Rule],
+                     now: float) -> bool:
+    """Hold the opening while a better-ranked cause is pending, for at most CORRELATION_WAIT_S."""
+    best = min(rank_of(by_name[n].root_cause) for n in mine)  # type: ignore[arg-type]
+    better_pending = any(by_name[n].root_cause is not None and rank_of(by_name[n].root_cause) < best  # type: ignore[arg-type]
+                         for n in pending if n in by_name and n not in mine)
+    first = min(f.since for f in mine.values())
+    return better_pending and now - first < CORRELATION_WAIT_S
+
+
+def _symptom_home(episodes: dict[str, Episode]) -> str | None:
+    """Symptoms (latency, queues) attach to the engine-side incident first, else the path one."""
+    return "gpu" if "gpu" in episodes else ("path" if "path" in episodes else None)
+
+
+def _open(domain: str, mine: dict[str, Firing], by_name: dict[str, Rule], snapshot: Snapshot) -> Episode:
+    best = min(mine, key=lambda n: (rank_of(by_name[n].root_cause), mine[n].since, n))  # type: ignore[arg-type]
+    transient = all(by_name[n].is_transient for n in mine)
+    return Episode(incident_id=incident_id(domain, snapshot.node, snapshot.ts), domain=domain, opened_at=snapshot.ts,
+                   root_cause=str(by_name[best].root_cause), root_rule=best, transient=transient)
+
+
+def _attach(ep: Episode, firing: dict[str, Firing], _unused: dict) -> bool:
+    changed = False
+    for name, f in firing.items():
+        have = set(ep.members.get(name, []))
+        grown = have | set(f.entities)
+        if grown != have or name not in ep.members:
+            ep.members[name] = sorted(grown, key=_entity_order)
+            changed = True
+    return changed
+
+
+def _orphan_symptoms(episodes: dict[str, Episode], orphans: dict[str, float], symptoms: dict[str, Firing],
+                     by_name: dict[str, Rule], snapshot: Snapshot, firing: dict[str, Firing],
+                     models: list[str]) -> list[IncidentEvent]:
+    """Symptoms firing with no incident to attach to: wait `attach_grace`, then open with the fallback."""
+    for name in [n for n in orphans if n not in symptoms or (episodes and orphans[n] != EXPLAINED)]:
+        del orphans[name]
+    if episodes:
+        return []
+    events = []
+    for name, f in symptoms.items():
+        rule = by_name[name]
+        since = orphans.setdefault(name, snapshot.ts)
+        if since == EXPLAINED or rule.fallback_root_cause is None or snapshot.ts - since < rule.attach_grace:
+            continue
+        domain = domain_of(rule.fallback_root_cause)
+        if domain in episodes:
+            continue
+        ep = Episode(incident_id=incident_id(domain, snapshot.node, snapshot.ts), domain=domain,
+                     opened_at=snapshot.ts, root_cause=str(rule.fallback_root_cause), root_rule=name, fallback=True,
+                     transient=rule.is_transient, members={name: sorted(f.entities, key=_entity_order)})
+        episodes[domain] = ep
+        del orphans[name]
+        events.append(_event("opened", ep, by_name, firing, snapshot, models))
+    return events
+
+
+def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, Firing], snapshot: Snapshot,
+           models: list[str]) -> IncidentEvent:
+    scope = _scope(ep, by_name, snapshot.node, models)
+    root = by_name[ep.root_rule]
+    ordered = [ep.root_rule] + sorted(n for n in ep.members if n != ep.root_rule)
+    evidence = [ev for n in ordered if n in firing for ev in firing[n].evidence][:MAX_EVIDENCE]
+    severity = max((by_name[n].severity for n in ep.members if n in by_name), key=lambda s: _SEVERITY[s],
+                   default=root.severity)
+    title = ROOT_CAUSES[RootCause(ep.root_cause)].title
+    explains = sorted(n for n in ep.members if by_name[n].symptom)
+    also = sorted(n for n in ep.members if n != ep.root_rule and not by_name[n].symptom)
+    summary = ("resolved: " if kind == "resolved" else "") + f"{title} on {scope.describe()}"
+    if explains:
+        summary += f"; explains {', '.join(explains)}"
+    if also:
+        summary += f"; also firing: {', '.join(also)}"
+    from .evaluator import render_action
+
+    actions = [render_action(a, scope, evidence) for a in root.actions]
+    return IncidentEvent(
+        incident_id=ep.incident_id, event=kind, sequence=ep.sequence, ts=snapshot.ts,  # type: ignore[arg-type]
+        root_cause=RootCause(ep.root_cause), severity=severity, opened_at=ep.opened_at,
+        resolved_at=snapshot.ts if kind == "resolved" else None, scope=scope, transient=ep.transient,
+        summary=summary, evidence=evidence, actions=actions, rule=ep.root_rule,
+        labels={**root.labels, "rules": ",".join(sorted(ep.members))},
+    )
+
+
+def _scope(ep: Episode, by_name: dict[str, Rule], node: str, models: list[str]) -> Scope:
+    gpus: set[str] = set()
+    engines: set[str] = set()
+    endpoints: set[str] = set()
+    for name, entities in ep.members.items():
+        scope = by_name[name].scope.value if name in by_name else ""
+        target = {"gpu": gpus, "engine": engines, "endpoint": endpoints}.get(scope)
+        if target is not None:
+            target.update(e for e in entities if e)
+    return Scope(node=node, gpus=sorted(gpus, key=_entity_order), engine=",".join(sorted(engines)) or None,
+                 model=",".join(models) or None, endpoint=",".join(sorted(endpoints)) or None)
+
+
+def _entity_order(e: str) -> tuple[int, str]:
+    return (int(e), "") if e.isdigit() else (1 << 30, e)
