@@ -1,16 +1,20 @@
 """`make bench`: run every benchmark and print the tables BENCHMARKS.md quotes.
 
-Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone).
+Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
+``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory),
+``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import platform
-import sys
 
-from bench import agent_cost, parse_speed
+from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
+
+SECTIONS = ("parse", "agent", "streams", "replay", "memory")
 
 
 def machine() -> str:
@@ -20,15 +24,46 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, Python {platform.python_version()}"
 
 
-def main() -> None:
-    quick = "--quick" in sys.argv
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one short repetition of everything (a smoke run)")
+    p.add_argument("--breakdown", action="store_true", help="agent cost: also each collector group alone")
+    p.add_argument("--only", action="append", default=[], metavar="SECTION",
+                   help=f"run only these sections ({', '.join(SECTIONS)}); comma-separated or repeated")
+    p.add_argument("--streams-n", type=int, default=None, metavar="N",
+                   help="snapshots measured per streams throughput run (default 4096, --quick 512)")
+    args = p.parse_args(argv)
+    only = [s.strip() for item in args.only for s in item.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown section(s) {', '.join(unknown)}; sections: {', '.join(SECTIONS)}")
+    args.sections = [s for s in SECTIONS if not only or s in only]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    quick = args.quick
     print(f"machine: {machine()}\n")
-    print("## Exposition parse speed\n")
-    print(parse_speed.report(parse_speed.run(reps=3 if quick else 7)))
-    print("\n## Agent cost (all collectors at 1 Hz)\n")
-    medians = asyncio.run(agent_cost.run(reps=1 if quick else 3, warmup_s=5 if quick else 8,
-                                         window_s=10 if quick else 30, breakdown="--breakdown" in sys.argv))
-    print(agent_cost.report(medians))
+    if "parse" in args.sections:
+        print("## Exposition parse speed\n")
+        print(parse_speed.report(parse_speed.run(reps=3 if quick else 7)))
+    if "agent" in args.sections:
+        print("\n## Agent cost (all collectors at 1 Hz)\n")
+        medians = asyncio.run(agent_cost.run(reps=1 if quick else 3, warmup_s=5 if quick else 8,
+                                             window_s=10 if quick else 30, breakdown=args.breakdown))
+        print(agent_cost.report(medians))
+    if "streams" in args.sections:
+        print("\n## Streams throughput (telemetry topic -> worker)\n")
+        n = args.streams_n or (512 if quick else 4096)
+        print(streams_throughput.report(asyncio.run(streams_throughput.run(n=n, reps=1 if quick else 3))))
+    if "replay" in args.sections:
+        print("\n## Offline replay speed\n")
+        print(replay_speed.report(replay_speed.run(reps=1 if quick else 3)))
+    if "memory" in args.sections:
+        print("\n## Streams state memory\n")
+        sizes = (1_000, 10_000) if quick else (10_000, 100_000)
+        print(streams_memory.report(streams_memory.run(sizes=sizes)))
 
 
 if __name__ == "__main__":

@@ -89,6 +89,10 @@ async def produce(settings: Settings, messages: list[tuple[bytes, bytes]]) -> No
 
 
 # --- child side ------------------------------------------------------------------------------------
+def timing(n: int, wall: float, cpu: float, lag: int | None = None) -> dict:
+    return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": lag}
+
+
 class Counter:
     """Counts handled messages; times message `warmup` to message `warmup + n`, then writes the result."""
 
@@ -108,7 +112,7 @@ class Counter:
         elif self.seen == self.warmup + self.n:
             wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
             tmp = self.result.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"n": self.n, "wall_s": wall, "rate": self.n / wall, "cpu_pct": 100 * cpu / wall}))
+            tmp.write_text(json.dumps(timing(self.n, wall, cpu)))
             tmp.rename(self.result)
 
 
@@ -242,7 +246,7 @@ def measure_step(values: list[bytes], warmup: int, rules) -> tuple[dict, dict]:
     snapshots = [decode_snapshot(v) for v in values[warmup:]]
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     n = len(snapshots)
-    decode = {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": None}
+    decode = timing(n, wall, cpu)
     snapshots = [decode_snapshot(v) for v in values[:warmup]] + snapshots
     processor, store = SnapshotProcessor(rules), MemoryStateStore()
     for i, snap in enumerate(snapshots):
@@ -252,7 +256,7 @@ def measure_step(values: list[bytes], warmup: int, rules) -> tuple[dict, dict]:
         if step.changed:
             store[snap.node] = step.state
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": None}, decode
+    return timing(n, wall, cpu), decode
 
 
 async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS, nodes: int = NODES,
@@ -299,8 +303,9 @@ def report(result: dict) -> str:
             continue
         rate = _median(rs, "rate")
         each = ", ".join(f"{r['rate']:,.0f}" for r in rs)
-        vs = f"{rate / ref:.0%}" if ref else "-"
-        lag = "-" if rs[0]["lag"] is None else str(max(r["lag"] if r["lag"] is not None else -1 for r in rs))
+        vs = f"{rate / ref:.3g}x" if ref else "-"
+        lags = [r["lag"] for r in rs]
+        lag = "-" if variant in ("step", "decode") else ("?" if None in lags else str(max(lags)))
         lines.append(f"| {LABELS[variant]} | {rate:,.0f} | {each} | {_median(rs, 'cpu_pct'):.0f} | {vs} | {lag} |")
     if ref and runs.get("tailhound"):
         ratio = _median(runs["tailhound"], "rate") / ref

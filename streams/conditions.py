@@ -29,6 +29,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     model_validator,
@@ -120,9 +121,15 @@ class SignalCondition(BaseModel):
                              f"got {set_ops or 'none'}")
         return self
 
+    def model_post_init(self, _context: Any) -> None:
+        op = next((op for op in _OPS if getattr(self, op) is not None), None)
+        object.__setattr__(self, "_op", op)
+
+    _op: str | None = PrivateAttr(default=None)
+
     @property
     def op(self) -> str | None:
-        return next((op for op in _OPS if getattr(self, op) is not None), None)
+        return self._op
 
     @property
     def symbol(self) -> str:

@@ -29,7 +29,6 @@ from tailhound.snapshot import Snapshot
 
 from .baseline import RollingBaseline
 from .condition_eval import EvalContext, entities_of, holds, observations
-from .conditions import Ref, SignalCondition
 from .correlate import Episode, Firing, correlate
 from .latency import LatencyTracker
 from .nodesignals import LatestValues, counter_rates
@@ -63,6 +62,8 @@ class NodeState(BaseModel):
     baselines: dict[str, dict] = Field(default_factory=dict)
     #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
     latency: dict | None = None
+    #: bumped on every latency update; an in-memory tracker is only reused if it saw the same one
+    latency_seq: int = 0
     #: open incidents by domain (see streams.correlate) and lone symptoms waiting for a cause
     incidents: dict[str, Episode] = Field(default_factory=dict)
     orphans: dict[str, float] = Field(default_factory=dict)
@@ -90,6 +91,8 @@ def evaluate(
     catalog: Catalog | None = None,
     stale_after_s: float = DEFAULT_STALE_AFTER_S,
     latest: LatestValues | None = None,
+    copy: bool = True,
+    trackers: dict[str, tuple[int, LatencyTracker]] | None = None,
 ) -> tuple[NodeState, list[IncidentEvent]]:
     """One snapshot of a node: update what the node reports, step every rule that reads it.
 
@@ -97,7 +100,10 @@ def evaluate(
     carries one privately, so calling evaluate() in a loop works too.
     """
     carried = state._latest if state is not None else None
-    state = state.model_copy(deep=True) if state else NodeState(node=snapshot.node)
+    if state is None:
+        state = NodeState(node=snapshot.node)
+    elif copy:  # the caller keeps its state object as it was (the processor passes a fresh one: copy=False)
+        state = state.model_copy(deep=True)
     if latest is None:
         latest = carried if carried is not None else LatestValues()
     state._latest = latest
@@ -108,18 +114,14 @@ def evaluate(
     state.last_ts[key] = snapshot.ts
     catalog = catalog or default_catalog()
     fresh = _snapshot_values(snapshot, catalog)
-    if any(s.kind == "histogram" and s.delta is not None for s in snapshot.samples):
-        tracker = LatencyTracker.from_dict(state.latency, catalog) if state.latency else LatencyTracker(catalog=catalog)
-        if tracker.observe(snapshot):
-            state.latency = tracker.to_dict()
-            fresh.update(tracker.engine_values(snapshot.ts, snapshot.node))
+    fresh.update(_latency_values(state, snapshot, catalog, trackers))
     latest.update(fresh, snapshot.ts, snapshot.interval_s)
     view = latest.view(snapshot.ts)
     _record_history(state, rules, fresh, snapshot.ts)
     _learn_baselines(state, rules, view, fresh, snapshot.ts)
     ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.last_seen(), catalog=catalog,
                       history=lambda s, e: _history(state, s, e), baseline=lambda s, e: _baseline(state, s, e))
-    updated = set(fresh) | {n for n in ctx.values if n not in fresh and _derived_from(n, fresh)}
+    updated = set(fresh) | {d for f in fresh for d in _DERIVED_BY_INPUT.get(f, ())}
     _remember_models(state, snapshot)
     for rule in rules.rules:
         reads = rule.signals()
@@ -149,17 +151,49 @@ def _remember_models(state: NodeState, snapshot: Snapshot) -> None:
             return
 
 
+def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog,
+                    trackers: dict[str, tuple[int, LatencyTracker]] | None) -> SignalValues:
+    """Feed histogram deltas into the node's latency windows; their percentiles per engine."""
+    if not any(s.kind == "histogram" and s.delta is not None for s in snapshot.samples):
+        return {}
+    cached = trackers.get(state.node) if trackers is not None else None
+    if cached is not None and cached[0] == state.latency_seq:
+        tracker = cached[1]
+    elif state.latency:  # first sight, or the table moved on without us (a rebalance): rebuild
+        tracker = LatencyTracker.from_dict(state.latency, catalog)
+    else:
+        tracker = LatencyTracker(catalog=catalog)
+    if not tracker.observe(snapshot):
+        return {}
+    state.latency = tracker.to_dict()
+    state.latency_seq += 1
+    if trackers is not None:
+        trackers[state.node] = (state.latency_seq, tracker)
+    return tracker.engine_values(snapshot.ts, snapshot.node)
+
+
 def _has_absence(rule: Rule) -> bool:
-    return any(not isinstance(leaf, SignalCondition) for leaf in rule.leaves())
+    return rule.has_absence
 
 
-def _derived_from(name: str, fresh: SignalValues) -> bool:
+def _derived_inputs() -> dict[str, tuple[str, ...]]:
     from .nodesignals import RATE_RATIOS
-    from .signals import DERIVED_SIGNALS
+    from .signals import DERIVED_SIGNALS, FLAG_SIGNALS
 
-    if name in DERIVED_SIGNALS:
-        return any(x in fresh for x in DERIVED_SIGNALS[name][1])
-    return name in RATE_RATIOS and any(x in fresh for x in RATE_RATIOS[name])
+    out: dict[str, list[str]] = {}
+    for name, (_per, inputs) in DERIVED_SIGNALS.items():
+        for x in inputs:
+            out.setdefault(x, []).append(name)
+    for name, inputs in RATE_RATIOS.items():
+        for x in inputs:
+            out.setdefault(x, []).append(name)
+    for name, (_per, mask, _bits) in FLAG_SIGNALS.items():
+        out.setdefault(mask, []).append(name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+#: input signal -> the derived signals computed from it
+_DERIVED_BY_INPUT = _derived_inputs()
 
 
 #: History kept per series for trend conditions: the longest `growing_for` plus a margin, bounded.
@@ -167,12 +201,7 @@ MAX_HISTORY_POINTS = 120
 
 
 def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: float) -> None:
-    windows: dict[str, float] = {}
-    for rule in rules.rules:
-        for leaf in rule.thresholds():
-            if leaf.growing_for is not None:
-                windows[leaf.signal] = max(windows.get(leaf.signal, 0.0), leaf.growing_for)
-    for signal, window in windows.items():
+    for signal, window in rules.trend_windows.items():
         for entity, value in (fresh.get(signal) or {}).items():
             pts = state.history.setdefault(f"{signal}|{entity}", [])
             pts.append([ts, value])
@@ -181,15 +210,10 @@ def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: f
                 pts.pop(0)
 
 
-def _baseline_signals(rules: RuleSet) -> set[str]:
-    return {leaf.signal for rule in rules.rules for leaf in rule.thresholds()
-            if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None}
-
-
 def _learn_baselines(state: NodeState, rules: RuleSet, view: SignalValues, fresh: SignalValues, ts: float) -> None:
     """Feed every value a rule compares with its baseline, except while that entity is in an incident
     of a rule reading the signal (an incident must not raise its own baseline)."""
-    for signal in _baseline_signals(rules):
+    for signal in rules.baseline_signals:
         if signal not in fresh and not any(signal.startswith(f"{f}.") for f in fresh):
             continue
         troubled = {e for rule in rules.rules if signal in rule.signals() and rule.name in state.rules

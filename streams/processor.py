@@ -15,6 +15,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
 from .evaluator import NodeState, evaluate
+from .latency import LatencyTracker
 from .nodesignals import LatestValues
 from .ruleset import RuleSet
 
@@ -36,13 +37,15 @@ class SnapshotProcessor:
         self.rules = rules
         self.catalog = catalog or default_catalog()
         self._latest: dict[str, LatestValues] = {}
+        self._trackers: dict[str, tuple[int, LatencyTracker]] = {}
 
     def step(self, raw_state: RawState | None, snapshot: Snapshot) -> StepResult:
         before = NodeState.model_validate(raw_state) if raw_state else None
         latest = self._latest.get(snapshot.node)
         if latest is None:
             latest = self._latest[snapshot.node] = LatestValues()
-        after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest)
+        after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
+                                 trackers=self._trackers)
         dumped = after.model_dump(mode="json")
         return StepResult(state=dumped, changed=dumped != raw_state, events=events)
 

@@ -21,10 +21,11 @@ Shape, close to Prometheus rule files::
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.errors import RuleFileError
@@ -52,6 +53,8 @@ class Scope(StrEnum):
 
 class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    _signals: frozenset[str] | None = PrivateAttr(default=None)
+    _leaves: list | None = PrivateAttr(default=None)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     description: str = ""
@@ -92,11 +95,23 @@ class Rule(BaseModel):
         return [c for c in leaves(self.when) if isinstance(c, SignalCondition)]
 
     def leaves(self) -> list[Leaf]:
-        return list(leaves(self.when))
+        cached = self.__pydantic_private__.get("_leaves") if self.__pydantic_private__ else None
+        if cached is None:
+            cached = list(leaves(self.when))
+            self._leaves = cached
+        return cached
 
-    def signals(self) -> set[str]:
-        """Every signal `when` reads (both sides of comparisons, absences)."""
-        return {s for c in leaves(self.when) for s in c.signals()}
+    @property
+    def has_absence(self) -> bool:
+        return any(isinstance(leaf, Absent) for leaf in self.leaves())
+
+    def signals(self) -> frozenset[str]:
+        """Every signal `when` reads (both sides of comparisons, absences); computed once."""
+        cached = self.__pydantic_private__.get("_signals") if self.__pydantic_private__ else None
+        if cached is None:
+            cached = frozenset(s for c in leaves(self.when) for s in c.signals())
+            self._signals = cached
+        return cached
 
 
 class RuleGroup(BaseModel):
@@ -116,7 +131,27 @@ class RuleSet(BaseModel):
     files: list[str] = Field(default_factory=list)
 
     def by_name(self, name: str) -> Rule | None:
-        return next((r for r in self.rules if r.name == name), None)
+        return self.index.get(name)
+
+    @cached_property
+    def index(self) -> dict[str, Rule]:
+        return {r.name: r for r in self.rules}
+
+    @cached_property
+    def baseline_signals(self) -> frozenset[str]:
+        """Signals some rule compares with their baseline (they get a rolling baseline per entity)."""
+        return frozenset(leaf.signal for rule in self.rules for leaf in rule.thresholds()
+                         if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None)
+
+    @cached_property
+    def trend_windows(self) -> dict[str, float]:
+        """Signals used with `growing_for` -> the longest window (their short history is kept)."""
+        out: dict[str, float] = {}
+        for rule in self.rules:
+            for leaf in rule.thresholds():
+                if leaf.growing_for is not None:
+                    out[leaf.signal] = max(out.get(leaf.signal, 0.0), leaf.growing_for)
+        return out
 
 
 def load_rules(directory: str | Path, catalog: Catalog | None = None) -> RuleSet:

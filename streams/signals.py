@@ -50,6 +50,19 @@ def signal_per(name: str, catalog: Catalog | None = None) -> tuple[str, ...] | N
     ``<histogram>.p95`` style window statistics.
     """
     catalog = catalog or default_catalog()
+    key = (name, id(catalog))
+    if key in _PER_CACHE:
+        return _PER_CACHE[key]
+    per = _signal_per(name, catalog)
+    if len(_PER_CACHE) < 65536:
+        _PER_CACHE[key] = per
+    return per
+
+
+_PER_CACHE: dict[tuple[str, int], tuple[str, ...] | None] = {}
+
+
+def _signal_per(name: str, catalog: Catalog) -> tuple[str, ...] | None:
     spec = catalog.spec(name)
     if spec is not None:
         return spec.per

@@ -59,9 +59,17 @@ def test_second_gpu_joining_updates_the_incident():
     assert events[1].scope.gpus == ["3", "5"] and events[1].sequence == 2
 
 
-def test_hot_but_not_throttled_and_throttled_but_cool_do_not_fire():
-    snaps = [dcgm_snapshot(T0 + 15 * i, hot={1: (90.0, 1900.0), 2: (70.0, 1000.0)}) for i in range(20)]
+def test_hot_but_not_throttled_and_slow_for_another_reason_do_not_fire():
+    # GPU 1 hot at full clock; GPU 2 cool and slow because of the power cap (0x4), not heat
+    snaps = [dcgm_snapshot(T0 + 15 * i, hot={1: (90.0, 1900.0), 2: (70.0, 1000.0)}, reasons={1: 0, 2: 0x4})
+             for i in range(20)]
     assert run(snaps)[1] == []
+
+
+def test_thermal_flags_with_a_clock_drop_fire_below_85c():
+    snaps = [dcgm_snapshot(T0 + 15 * i, hot={2: (80.0, 1000.0)}, reasons={2: 0x40}) for i in range(20)]
+    events = run(snaps)[1]
+    assert [e.event for e in events] == ["opened"] and events[0].scope.gpus == ["2"]
 
 
 def test_blip_shorter_than_for_does_not_fire():

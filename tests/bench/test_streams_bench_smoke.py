@@ -1,0 +1,57 @@
+"""The streams benchmarks still run, at small sizes (numbers live in BENCHMARKS.md, never in tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import replay_speed, streams_memory, streams_throughput
+from bench.__main__ import parse_args
+from tailhound.settings import Settings
+
+
+def test_trivial_faust_app_has_create_apps_settings(tmp_path):
+    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES,
+                        streams={"data_dir": tmp_path})
+    app, real = streams_throughput.trivial_app(settings)
+    assert streams_throughput.conf_diff(app, real) == []
+    assert list(app.agents) == ["count"]
+
+
+def test_fleet_messages_are_keyed_snapshots_with_deltas():
+    messages = streams_throughput.fleet_messages(16, nodes=2)
+    assert len(messages) == 16
+    assert {k for k, _ in messages} == {b"gpu-node-1", b"gpu-node-2"}
+    assert any(b'"delta"' in v for _, v in messages[8:])  # second tick on: counter and histogram deltas
+
+
+@pytest.mark.broker
+async def test_streams_throughput_runs_the_worker_and_the_step_loop():
+    result = await streams_throughput.run(n=40, reps=1, variants=("tailhound", "step"), nodes=2, warmup=8)
+    runs = result["runs"]
+    assert set(runs) == {"tailhound", "step", "decode"}
+    assert runs["tailhound"][0]["n"] == 40 and runs["tailhound"][0]["lag"] == 0
+    text = streams_throughput.report(result)
+    assert "(c) tailhound worker" in text and "(d) SnapshotProcessor.step" in text
+
+
+def test_replay_speed_runs_and_detects_the_fault():
+    result = replay_speed.run(reps=1, minutes=30, nodes=1)
+    assert result["records"] == 30 * 4 * 4
+    assert "gpu-thermal-throttle" in result["runs"][0]["opened"]
+    assert "snapshots/s" in replay_speed.report(result)
+
+
+def test_streams_memory_runs_and_reports():
+    result = streams_memory.run(sizes=(200,), minutes=10)
+    assert {r["n"] for r in result["series"]} == {200}
+    assert all(r["memory"] > 0 and r["json"] > 0 for r in result["series"])
+    assert result["node"]["state_series"] > 0 and result["node"]["bytes"] > 0
+    assert "whole node" in streams_memory.report(result)
+
+
+def test_bench_sections_can_run_alone():
+    assert parse_args(["--only", "streams"]).sections == ["streams"]
+    assert parse_args(["--only", "replay,memory"]).sections == ["replay", "memory"]
+    assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory"]
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "nope"])
