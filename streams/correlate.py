@@ -53,6 +53,7 @@ CORRELATION_WAIT_S = 120.0
 #: (no fallback incident) until it stops firing.
 EXPLAINED = -1.0
 MAX_EVIDENCE = 48
+KEPT_EVIDENCE = 12
 _SEVERITY = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
@@ -78,6 +79,8 @@ class Episode(BaseModel):
     #: rule -> entities that fired in it (grows only: a recovered GPU stays part of the incident)
     members: dict[str, list[str]] = Field(default_factory=dict)
     transient: bool = False
+    #: the last evidence seen while firing, so the `resolved` event still says what it was about
+    evidence: list[Evidence] = Field(default_factory=list)
 
 
 class Firing(BaseModel):
@@ -205,6 +208,10 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
     root = by_name[ep.root_rule]
     ordered = [ep.root_rule] + sorted(n for n in ep.members if n != ep.root_rule)
     evidence = [ev for n in ordered if n in firing for ev in firing[n].evidence][:MAX_EVIDENCE]
+    if evidence:
+        ep.evidence = evidence[:KEPT_EVIDENCE]
+    else:
+        evidence = list(ep.evidence)
     severity = max((by_name[n].severity for n in ep.members if n in by_name), key=lambda s: _SEVERITY[s],
                    default=root.severity)
     title = ROOT_CAUSES[RootCause(ep.root_cause)].title
