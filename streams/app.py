@@ -25,7 +25,7 @@ from tailhound.settings import Settings
 
 from . import codec
 from .codec import Malformed
-from .processor import SnapshotProcessor
+from .processor import SnapshotProcessor, load_models
 from .ruleset import RuleSet
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
-    processor = SnapshotProcessor(rules, catalog)
+    processor = SnapshotProcessor(rules, catalog, load_models(settings.streams.load_models))
 
     async def dead_letter(message: Any, reason: str, stage: str) -> None:
         log.warning("dead-letter %s[%s]@%s (%s): %s", message.topic, message.partition, message.offset,

@@ -31,6 +31,7 @@ from .baseline import RollingBaseline
 from .condition_eval import EvalContext, entities_of, holds, observations
 from .correlate import Episode, Firing, correlate
 from .latency import LatencyTracker
+from .loadmodel import LoadModel, expected_for, features_of
 from .nodesignals import LatestValues, counter_rates
 from .ruleset import Rule, RuleSet
 from .signals import SignalValues, decode_clock_event_reasons, extract
@@ -93,6 +94,7 @@ def evaluate(
     latest: LatestValues | None = None,
     copy: bool = True,
     trackers: dict[str, tuple[int, LatencyTracker]] | None = None,
+    models: dict[str, LoadModel] | None = None,
 ) -> tuple[NodeState, list[IncidentEvent]]:
     """One snapshot of a node: update what the node reports, step every rule that reads it.
 
@@ -120,7 +122,8 @@ def evaluate(
     _record_history(state, rules, fresh, snapshot.ts)
     _learn_baselines(state, rules, view, fresh, snapshot.ts)
     ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.last_seen(), catalog=catalog,
-                      history=lambda s, e: _history(state, s, e), baseline=lambda s, e: _baseline(state, s, e))
+                      history=lambda s, e: _history(state, s, e),
+                      baseline=lambda s, e: _baseline(state, s, e, view, models))
     updated = set(fresh) | {d for f in fresh for d in _DERIVED_BY_INPUT.get(f, ())}
     _remember_models(state, snapshot)
     for rule in rules.rules:
@@ -226,10 +229,16 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: SignalValues, fresh
                 state.baselines[key] = baseline.to_dict()
 
 
-def _baseline(state: NodeState, signal: str, entity: str) -> tuple[float, str] | None:
+def _baseline(state: NodeState, signal: str, entity: str, view: SignalValues,
+              models: dict[str, LoadModel] | None) -> tuple[float, str] | None:
+    """What `signal` should be for this entity: the load model's prediction for the current load when a
+    model for the signal is loaded and covers that load, else the rolling baseline's median."""
     raw = state.baselines.get(f"{signal}|{entity}")
-    expected = RollingBaseline.from_dict(raw).expected() if raw else None
-    return None if expected is None else (max(expected.median, 1e-9), "rolling")
+    rolling = RollingBaseline.from_dict(raw) if raw else None
+    model = (models or {}).get(signal)
+    features = features_of(view, entity) if model is not None else None
+    expected = expected_for(signal, features, model, rolling)
+    return None if expected is None else (max(expected.value, 1e-9), expected.source)
 
 
 def _history(state: NodeState, signal: str, entity: str) -> list[tuple[float, float]]:

@@ -272,3 +272,19 @@ def expected_for(signal: str, features: WindowFeatures | None, model: LoadModel 
     if expected is None:
         return None
     return ExpectedCost(value=expected.median, source="rolling", floor=rolling.median_floor)
+
+
+def features_of(view: dict[str, dict[str, float]], entity: str, ts: float | None = None) -> WindowFeatures | None:
+    """The load of one engine from the node's current view (None while a part is unknown)."""
+    def get(signal: str) -> float | None:
+        return (view.get(signal) or {}).get(entity)
+
+    prompt, gen = get("tokens.prompt.mean"), get("tokens.generation.mean")
+    running, waiting = get("engine.requests_running"), get("engine.requests_waiting")
+    rate = get("engine.requests_finished.rate")
+    if rate is None:
+        rate = get("engine.requests_received.rate")
+    if None in (prompt, gen, running, waiting, rate):
+        return None
+    return WindowFeatures(prompt_tokens=prompt, gen_tokens=gen, running=running, waiting=waiting,  # type: ignore[arg-type]
+                          request_rate=rate, ts=ts)  # type: ignore[arg-type]

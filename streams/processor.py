@@ -16,6 +16,7 @@ from tailhound.snapshot import Snapshot
 
 from .evaluator import NodeState, evaluate
 from .latency import LatencyTracker
+from .loadmodel import LoadModel
 from .nodesignals import LatestValues
 from .ruleset import RuleSet
 
@@ -33,11 +34,19 @@ class SnapshotProcessor:
     """Keeps each node's latest values in memory (see :mod:`streams.nodesignals`) next to the
     persisted state the caller stores."""
 
-    def __init__(self, rules: RuleSet, catalog: Catalog | None = None) -> None:
+    def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
+                 models: dict[str, LoadModel] | None = None) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
+        #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see streams.loadmodel
+        self.models = models or {}
         self._latest: dict[str, LatestValues] = {}
         self._trackers: dict[str, tuple[int, LatencyTracker]] = {}
+
+    def view(self, node: str, now: float) -> dict:
+        """The node's current merged values (what rules are judged on)."""
+        latest = self._latest.get(node)
+        return latest.view(now) if latest is not None else {}
 
     def step(self, raw_state: RawState | None, snapshot: Snapshot) -> StepResult:
         before = NodeState.model_validate(raw_state) if raw_state else None
@@ -45,9 +54,18 @@ class SnapshotProcessor:
         if latest is None:
             latest = self._latest[snapshot.node] = LatestValues()
         after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                 trackers=self._trackers)
+                                 trackers=self._trackers, models=self.models)
         dumped = after.model_dump(mode="json")
         return StepResult(state=dumped, changed=dumped != raw_state, events=events)
+
+
+def load_models(paths: list) -> dict[str, LoadModel]:
+    """Load-aware baseline artifacts by the signal they model (a bad file raises naming it)."""
+    models: dict[str, LoadModel] = {}
+    for p in paths:
+        model = LoadModel.load(p)
+        models[model.signal] = model
+    return models
 
 
 class MemoryStateStore:

@@ -20,6 +20,7 @@ from agents.pipeline import SnapshotBuilder
 from tailhound.incident import IncidentEvent
 from tailhound.recording import ScrapeRecord, read_records
 
+from .loadmodel import LoadModel
 from .processor import MemoryStateStore, SnapshotProcessor
 from .ruleset import RuleSet
 
@@ -32,9 +33,10 @@ class ReplayResult:
     seconds: float = 0.0
 
 
-def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str] | None = None) -> ReplayResult:
+def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str] | None = None,
+                   models: dict[str, LoadModel] | None = None) -> ReplayResult:
     builder = SnapshotBuilder()
-    processor = SnapshotProcessor(rules)
+    processor = SnapshotProcessor(rules, models=models)
     store = MemoryStateStore()
     result = ReplayResult()
     t0 = time.perf_counter()
@@ -53,7 +55,8 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
     return result
 
 
-def replay_files(paths: list[Path], rules: RuleSet, out_path: Path | None) -> ReplayResult:
+def replay_files(paths: list[Path], rules: RuleSet, out_path: Path | None,
+                 models: dict[str, LoadModel] | None = None) -> ReplayResult:
     """Replay recordings one after another (each file in its own order) into `out_path`."""
 
     def records() -> Iterable[ScrapeRecord]:
@@ -61,7 +64,7 @@ def replay_files(paths: list[Path], rules: RuleSet, out_path: Path | None) -> Re
             yield from read_records(p)
 
     if out_path is None:
-        return replay_records(records(), rules)
+        return replay_records(records(), rules, models=models)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w", encoding="utf-8") as out:
-        return replay_records(records(), rules, out)
+        return replay_records(records(), rules, out, models=models)

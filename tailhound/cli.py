@@ -216,13 +216,18 @@ def replay(
     rules: Annotated[
         Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")
     ] = None,
+    model: Annotated[
+        list[Path] | None, typer.Option("--model", help="Load-aware baseline artifact (repeatable).")
+    ] = None,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic)."""
+    from streams.processor import load_models
     from streams.replay import replay_files
     from streams.ruleset import load_rules
 
-    rs = load_rules(rules or _settings(None).rules_dir)
-    result = replay_files(recordings, rs, out)
+    settings = _settings(None)
+    rs = load_rules(rules or settings.rules_dir)
+    result = replay_files(recordings, rs, out, load_models(list(model or settings.streams.load_models)))
     opened = sum(1 for e in result.events if e.event == "opened")
     console.print(f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
                   f"events ({opened} opened)" + (f" -> {out}" if out else ""))
@@ -278,6 +283,57 @@ def rules_check(
     d = directory or _settings(config).rules_dir
     rs = load_rules(d)
     console.print(f"{len(rs.rules)} rules OK in {len(rs.files)} files under {d}")
+
+
+@rules_app.command("doc")
+def rules_doc(
+    out: Annotated[Path, typer.Option(help="Markdown file to write.")] = Path("docs/root-causes.md"),
+    check: Annotated[bool, typer.Option("--check", help="Fail if the file differs from the rules.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Write docs/root-causes.md: each root cause with the rules, evidence and actions that name it."""
+    from streams.rule_docs import render_root_causes, write_root_causes
+    from streams.ruleset import load_rules
+
+    rs = load_rules(_settings(config).rules_dir)
+    if check:
+        if not out.exists() or out.read_text(encoding="utf-8") != render_root_causes(rs):
+            err_console.print(f"{out} is out of date (run `tailhound rules doc`)")
+            raise typer.Exit(1)
+        console.print(f"{out} up to date")
+        return
+    changed = write_root_causes(rs, out)
+    console.print(f"{'wrote' if changed else 'unchanged'} {out}")
+
+
+baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True)
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.command("fit")
+def baseline_fit(
+    recordings: Annotated[list[Path], typer.Argument(help="Scrape recordings of normal operation.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model artifact to write (versioned JSON).")],
+    signal: Annotated[str, typer.Option(help="Latency percentile to model.")] = "latency.ttft.p95",
+    quantile: Annotated[float, typer.Option(help="Quantile of the regression.")] = 0.95,
+) -> None:
+    """Fit the expected `signal` for a given load (token mix, concurrency) from recordings."""
+    from streams.loadfit import training_rows
+    from streams.loadmodel import LoadModel
+    from tailhound.recording import read_records
+
+    def records():
+        for p in recordings:
+            yield from read_records(p)
+
+    rows, targets = training_rows(records(), signal=signal)
+    if len(rows) < 50:
+        raise TailhoundError(f"only {len(rows)} windows with enough requests in the recordings; need >= 50")
+    model = LoadModel.fit(rows, targets, quantile=quantile, signal=signal)
+    model.save(out)
+    fit = model.artifact.fit
+    console.print(f"fitted {signal} q={quantile} on {len(rows)} windows -> {out} "
+                  f"(pinball loss {fit.pinball_loss:.4g} vs {fit.baseline_pinball_loss:.4g} for a constant)")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ parent, which stops children in order) and ``PR_SET_PDEATHSIG`` (so it never out
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -37,7 +38,8 @@ class WorkerProcess:
             "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
         })
         for name, value in s.streams.model_dump().items():
-            env[f"TAILHOUND_STREAMS__{name.upper()}"] = str(value)
+            text = json.dumps([str(v) for v in value]) if isinstance(value, list) else str(value)
+            env[f"TAILHOUND_STREAMS__{name.upper()}"] = text
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
