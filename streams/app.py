@@ -63,7 +63,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
-    processor = SnapshotProcessor(rules, catalog, load_models(settings.streams.load_models))
+    processor = SnapshotProcessor(rules, catalog, load_models(settings.streams.load_models),
+                                  sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s})
 
     async def dead_letter(message: Any, reason: str, stage: str) -> None:
         log.warning("dead-letter %s[%s]@%s (%s): %s", message.topic, message.partition, message.offset,

@@ -68,8 +68,9 @@ class NodeState(BaseModel):
     #: open incidents by domain (see streams.correlate) and lone symptoms waiting for a cause
     incidents: dict[str, Episode] = Field(default_factory=dict)
     orphans: dict[str, float] = Field(default_factory=dict)
-    #: models served on this node (from engine samples), for the incident scope
+    #: models served on this node (from engine samples), for the incident scope, and engine -> model
     models: list[str] = Field(default_factory=list)
+    engine_models: dict[str, str] = Field(default_factory=dict)
     _latest: LatestValues | None = PrivateAttr(default=None)
 
 
@@ -95,6 +96,7 @@ def evaluate(
     copy: bool = True,
     trackers: dict[str, tuple[int, LatencyTracker]] | None = None,
     models: dict[str, LoadModel] | None = None,
+    sla: dict[str, dict[str, float]] | None = None,
 ) -> tuple[NodeState, list[IncidentEvent]]:
     """One snapshot of a node: update what the node reports, step every rule that reads it.
 
@@ -118,14 +120,15 @@ def evaluate(
     fresh = _snapshot_values(snapshot, catalog)
     fresh.update(_latency_values(state, snapshot, catalog, trackers))
     latest.update(fresh, snapshot.ts, snapshot.interval_s)
+    _remember_models(state, snapshot)
     view = latest.view(snapshot.ts)
+    _add_sla(view, state, sla)
     _record_history(state, rules, fresh, snapshot.ts)
     _learn_baselines(state, rules, view, fresh, snapshot.ts)
     ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.last_seen(), catalog=catalog,
                       history=lambda s, e: _history(state, s, e),
                       baseline=lambda s, e: _baseline(state, s, e, view, models))
     updated = set(fresh) | {d for f in fresh for d in _DERIVED_BY_INPUT.get(f, ())}
-    _remember_models(state, snapshot)
     for rule in rules.rules:
         reads = rule.signals()
         if not reads & updated and rule.name not in state.rules and not _has_absence(rule):
@@ -149,9 +152,35 @@ def evaluate(
 def _remember_models(state: NodeState, snapshot: Snapshot) -> None:
     for s in snapshot.samples:
         model = s.labels.get("model_name") or snapshot.labels.get("model_name")
-        if model and model not in state.models:
+        if not model:
+            continue
+        if model not in state.models:
             state.models = sorted([*state.models, model])[:8]
-            return
+        engine = s.labels.get("engine") or snapshot.labels.get("instance")
+        if engine and state.engine_models.get(engine) != model and len(state.engine_models) < 64:
+            state.engine_models[engine] = model
+
+
+DEFAULT_SLA = {"ttft_p99_sla_s": {"*": 1.5}}
+
+
+def _add_sla(view: SignalValues, state: NodeState, sla: dict[str, dict[str, float]] | None) -> None:
+    """``sla.ttft_p99`` per engine from the engine's model (settings.streams.ttft_p99_sla_s)."""
+    import fnmatch
+
+    from .signals import SLA_SIGNALS
+
+    engines = set((view.get("engine.requests_running") or {}).keys()) | set(state.engine_models)
+    for signal, field in SLA_SIGNALS.items():
+        patterns = (sla or DEFAULT_SLA).get(field) or DEFAULT_SLA[field]
+        values = {}
+        for engine in engines:
+            model = state.engine_models.get(engine, "")
+            limit = next((v for pat, v in patterns.items() if fnmatch.fnmatchcase(model, pat)), None)
+            if limit is not None:
+                values[engine] = limit
+        if values:
+            view[signal] = values
 
 
 def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog,

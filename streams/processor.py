@@ -35,11 +35,13 @@ class SnapshotProcessor:
     persisted state the caller stores."""
 
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
-                 models: dict[str, LoadModel] | None = None) -> None:
+                 models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
         #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see streams.loadmodel
         self.models = models or {}
+        #: per-model service levels (settings.streams.ttft_p99_sla_s ...), see streams.evaluator
+        self.sla = sla
         self._latest: dict[str, LatestValues] = {}
         self._trackers: dict[str, tuple[int, LatencyTracker]] = {}
 
@@ -54,7 +56,7 @@ class SnapshotProcessor:
         if latest is None:
             latest = self._latest[snapshot.node] = LatestValues()
         after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                 trackers=self._trackers, models=self.models)
+                                 trackers=self._trackers, models=self.models, sla=self.sla)
         dumped = after.model_dump(mode="json")
         return StepResult(state=dumped, changed=dumped != raw_state, events=events)
 

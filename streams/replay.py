@@ -34,9 +34,10 @@ class ReplayResult:
 
 
 def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str] | None = None,
-                   models: dict[str, LoadModel] | None = None) -> ReplayResult:
+                   models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None
+                   ) -> ReplayResult:
     builder = SnapshotBuilder()
-    processor = SnapshotProcessor(rules, models=models)
+    processor = SnapshotProcessor(rules, models=models, sla=sla)
     store = MemoryStateStore()
     result = ReplayResult()
     t0 = time.perf_counter()
@@ -56,7 +57,8 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
 
 
 def replay_files(paths: list[Path], rules: RuleSet, out_path: Path | None,
-                 models: dict[str, LoadModel] | None = None) -> ReplayResult:
+                 models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None
+                 ) -> ReplayResult:
     """Replay recordings one after another (each file in its own order) into `out_path`."""
 
     def records() -> Iterable[ScrapeRecord]:
@@ -64,7 +66,7 @@ def replay_files(paths: list[Path], rules: RuleSet, out_path: Path | None,
             yield from read_records(p)
 
     if out_path is None:
-        return replay_records(records(), rules, models=models)
+        return replay_records(records(), rules, models=models, sla=sla)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w", encoding="utf-8") as out:
-        return replay_records(records(), rules, out, models=models)
+        return replay_records(records(), rules, out, models=models, sla=sla)

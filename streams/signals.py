@@ -32,6 +32,9 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
 }
 THERMAL_REASONS_MASK = 0x20 | 0x40
 
+#: Per-engine service levels from the settings (by the engine's model): signal -> settings field
+SLA_SIGNALS = {"sla.ttft_p99": "ttft_p99_sla_s"}
+
 #: 0/1 flags decoded from a bitmask signal: flag -> (per, mask signal, bits)
 FLAG_SIGNALS: dict[str, tuple[str, str, int]] = {
     "gpu.thermal_throttle_flag": ("gpu", "gpu.clock_event_reasons", THERMAL_REASONS_MASK),
@@ -70,6 +73,8 @@ def _signal_per(name: str, catalog: Catalog) -> tuple[str, ...] | None:
         return (DERIVED_SIGNALS[name][0],)
     if name in FLAG_SIGNALS:
         return (FLAG_SIGNALS[name][0],)
+    if name in SLA_SIGNALS:
+        return ("engine",)
     from .nodesignals import RATE_RATIOS  # ratios of rates: per like their numerator
 
     if name in RATE_RATIOS:

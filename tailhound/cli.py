@@ -227,7 +227,8 @@ def replay(
 
     settings = _settings(None)
     rs = load_rules(rules or settings.rules_dir)
-    result = replay_files(recordings, rs, out, load_models(list(model or settings.streams.load_models)))
+    result = replay_files(recordings, rs, out, load_models(list(model or settings.streams.load_models)),
+                          sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s})
     opened = sum(1 for e in result.events if e.event == "opened")
     console.print(f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
                   f"events ({opened} opened)" + (f" -> {out}" if out else ""))

@@ -38,6 +38,9 @@ class StreamsSettings(BaseModel):
     #: load-aware baseline artifacts (`tailhound baseline fit`); rules comparing a signal with its
     #: baseline use the model for that signal when it covers the current load
     load_models: list[Path] = Field(default_factory=list)
+    #: TTFT P99 service level per model (fnmatch patterns, first match wins): the `sla.ttft_p99` signal
+    #: rules compare with. 1.5 s is where chat users notice (playbook); batch models can allow more.
+    ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: {"*": 1.5})
 
 
 class ConsoleSink(BaseModel):

@@ -174,3 +174,21 @@ def RollingBaseline_median(state) -> float:
     from streams.baseline import RollingBaseline
 
     return RollingBaseline.from_dict(state.baselines["engine.requests_waiting|0"]).expected().median
+
+
+def test_sla_per_model_from_settings():
+    [r] = parse_rule_text(rule("{signal: engine.requests_waiting, above: {signal: sla.ttft_p99}}"), "x.yaml")
+    rules = RuleSet(rules=[r])
+
+    def snap(i: float, model: str) -> Snapshot:
+        return Snapshot(ts=T0 + 15 * i, node="n", source="vllm", interval_s=15, samples=[
+            GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0", "model_name": model}, value=3.0),
+            GaugeSample(name="vllm:num_requests_running", labels={"engine": "0", "model_name": model}, value=1.0)])
+
+    sla = {"ttft_p99_sla_s": {"batch-*": 10.0, "*": 1.5}}
+    for model, fires in (("chat-8b", True), ("batch-70b", False)):
+        state, events = None, []
+        for i in range(3):
+            state, ev = evaluate(state, snap(i, model), rules, sla=sla)
+            events += ev
+        assert bool(events) is fires, model
