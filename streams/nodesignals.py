@@ -16,7 +16,7 @@ from __future__ import annotations
 from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
 
-from .signals import DERIVED_SIGNALS, SignalValues
+from .signals import DERIVED_SIGNALS, SignalValues, add_ratio
 
 #: A value is current for this many collection intervals (at least MIN_AGE_S).
 STALE_INTERVALS = 3.0
@@ -76,9 +76,9 @@ class LatestValues:
             if current:
                 out[signal] = current
         for name, (_per, (num, den)) in DERIVED_SIGNALS.items():
-            _ratio(out, name, num, den)
+            add_ratio(out, name, num, den)
         for name, (num, den) in RATE_RATIOS.items():
-            _ratio(out, name, num, den)
+            add_ratio(out, name, num, den)
         return out
 
     def last_seen(self) -> dict[str, dict[str, float]]:
@@ -95,12 +95,3 @@ class LatestValues:
 
     def __len__(self) -> int:
         return sum(len(p) for p in self._values.values())
-
-
-def _ratio(out: SignalValues, name: str, num: str, den: str) -> None:
-    nums, dens = out.get(num), out.get(den)
-    if not nums or not dens:
-        return
-    ratios = {e: nums[e] / dens[e] for e in nums if dens.get(e)}
-    if ratios:
-        out[name] = ratios

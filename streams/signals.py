@@ -116,10 +116,15 @@ def extract(snapshot: Snapshot, catalog: Catalog | None = None) -> SignalValues:
         if masks:
             out[name] = {e: 1.0 if int(m) & bits else 0.0 for e, m in masks.items()}
     for name, (_per, (num, den)) in DERIVED_SIGNALS.items():
-        nums, dens = out.get(num), out.get(den)
-        if not nums or not dens:
-            continue
-        ratios = {e: nums[e] / dens[e] for e in nums if dens.get(e)}
-        if ratios:
-            out[name] = ratios
+        add_ratio(out, name, num, den)
     return out
+
+
+def add_ratio(out: SignalValues, name: str, num: str, den: str) -> None:
+    """``out[name] = out[num] / out[den]`` per entity present in both (denominator not 0)."""
+    nums, dens = out.get(num), out.get(den)
+    if not nums or not dens:
+        return
+    ratios = {e: nums[e] / dens[e] for e in nums if dens.get(e)}
+    if ratios:
+        out[name] = ratios

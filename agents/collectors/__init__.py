@@ -38,6 +38,14 @@ class Collector(Protocol):
     async def close(self) -> None: ...
 
 
+def unique_names(targets: list) -> list:
+    """Validator body for collector configs: probe targets need distinct names (they label series)."""
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ValueError(f"target names must be unique, got {names}")
+    return targets
+
+
 def local_node() -> str:
     """This host's short name, the default `node` of what a collector measures locally."""
     return socket.gethostname().split(".")[0] or "localhost"

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collectors import CollectError, CollectorUnavailable, local_node, now
+from agents.collectors import CollectError, CollectorUnavailable, local_node, now, unique_names
 from agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
@@ -63,10 +63,7 @@ class HopsConfig(BaseModel):
     @field_validator("targets")
     @classmethod
     def _unique_names(cls, targets: list[HopTarget]) -> list[HopTarget]:
-        names = [t.name for t in targets]
-        if len(set(names)) != len(names):
-            raise ValueError(f"target names must be unique, got {names}")
-        return targets
+        return unique_names(targets)
 
 
 @dataclass(frozen=True)

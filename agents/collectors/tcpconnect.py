@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collectors import local_node, now
+from agents.collectors import local_node, now, unique_names
 from agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
@@ -69,10 +69,7 @@ class TcpConnectConfig(BaseModel):
     @field_validator("targets")
     @classmethod
     def _unique_names(cls, targets: list[TcpTarget]) -> list[TcpTarget]:
-        names = [t.name for t in targets]
-        if len(set(names)) != len(names):
-            raise ValueError(f"target names must be unique, got {names}")
-        return targets
+        return unique_names(targets)
 
 
 @dataclass(frozen=True)
