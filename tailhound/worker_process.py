@@ -38,7 +38,7 @@ class WorkerProcess:
             "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
         })
         for name, value in s.streams.model_dump().items():
-            text = json.dumps([str(v) for v in value]) if isinstance(value, list) else str(value)
+            text = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
             env[f"TAILHOUND_STREAMS__{name.upper()}"] = text
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:

@@ -63,3 +63,23 @@ def test_bootstrap_servers():
 def test_settings_model_forbids_unknown_fields():
     with pytest.raises(ValueError):
         Settings(nonsense=1)
+
+
+def test_worker_child_env_round_trips_every_streams_setting(tmp_path, monkeypatch):
+    """The demo/test worker child gets its settings through env: complex values must survive."""
+    from tailhound.settings import Settings, load_settings
+    from tailhound.worker_process import WorkerProcess
+
+    s = Settings(broker="kafka://127.0.0.1:9", streams={"ttft_p99_sla_s": {"batch-*": 10.0, "*": 1.5},
+                                                        "load_models": [tmp_path / "m.json"]})
+    captured = {}
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **kw: captured.update(kw) or type("P", (), {"pid": 1})())
+    WorkerProcess(s, tmp_path / "w.log").start()
+    for k in [k for k in list(__import__("os").environ) if k.startswith("TAILHOUND_")]:
+        monkeypatch.delenv(k)
+    for k, v in captured["env"].items():
+        if k.startswith("TAILHOUND_"):
+            monkeypatch.setenv(k, v)
+    got = load_settings()
+    assert got.streams.ttft_p99_sla_s == {"batch-*": 10.0, "*": 1.5}
+    assert got.streams.load_models == [tmp_path / "m.json"]
