@@ -42,7 +42,7 @@ def test_replay_speed_runs_and_detects_the_fault():
 
 
 def test_streams_memory_runs_and_reports():
-    result = streams_memory.run(sizes=(200,), minutes=10)
+    result = streams_memory.run(sizes=(200,), minutes=5)
     assert {r["n"] for r in result["series"]} == {200}
     assert all(r["memory"] > 0 and r["json"] > 0 for r in result["series"])
     assert result["node"]["state_series"] > 0 and result["node"]["bytes"] > 0

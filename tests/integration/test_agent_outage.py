@@ -59,9 +59,9 @@ async def test_outage_of_30s_loses_nothing_and_keeps_order():
                 broker.resume()
             await asyncio.sleep(2.0)
             stop.set()
-            await run
-        assert await sender.flush(timeout_s=60), f"{len(sender.outbox)} snapshot(s) never left the outbox"
-        await sender.stop()
+            await asyncio.wait_for(run, 30)  # collectors stop within one interval
+        assert await sender.flush(timeout_s=90), f"{len(sender.outbox)} snapshot(s) never left the outbox"
+        await asyncio.wait_for(sender.stop(flush_timeout_s=1), 30)
 
         assert sent_before > 0
         assert waiting >= OUTAGE_S / 0.2  # both nodes kept collecting into the outbox during the outage
