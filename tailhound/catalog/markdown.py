@@ -162,7 +162,27 @@ def render_markdown(catalog: Catalog | None = None) -> str:
     for g, specs in groups:
         out += ["", f"### {g.title}", "", g.intro, ""]
         out += render_table(specs)
+    out += ["", DERIVED]
     return "\n".join(out) + "\n"
+
+
+DERIVED = """\
+## Derived signals (computed by the streams worker)
+
+Rules may also name these; their entity is the one of the signal they come from.
+
+| name | what it is |
+|---|---|
+| `<counter>.rate` | per-second rate of a counter signal over the collection interval (from the agent's deltas, resets handled), e.g. `net.listen_overflows.rate`, `engine.preemptions.rate` |
+| `<histogram>.p50` / `.p95` / `.p99` | percentile over a 5-minute window of bucket deltas (Prometheus `histogram_quantile` maths), e.g. `latency.tpot.p95` |
+| `<histogram>.mean` | exact mean (sum / count) over the window; use it where bucket bounds are too coarse (vLLM's queue time starts at 0.3 s) |
+| `<histogram>.window_count` | observations in the window (`min_observations` in rules) |
+| `gpu.sm_clock_ratio` | `gpu.sm_clock` / `gpu.sm_clock_max` |
+| `gpu.thermal_throttle_flag`, `gpu.power_cap_flag` | 1 when the clock-event reasons have the SW/HW thermal (0x20, 0x40) or power (0x4, 0x80) bits |
+| `net.tcp_retrans_ratio` | `net.tcp_retrans_segs.rate` / `net.tcp_out_segs.rate` |
+| `engine.prefix_cache_hit_ratio` | `engine.prefix_cache_hits.rate` / `engine.prefix_cache_queries.rate` |
+| `sla.ttft_p99` | the engine's model's TTFT P99 service level (settings `streams.ttft_p99_sla_s`, fnmatch patterns; default 1.5 s) |
+"""
 
 
 def write_markdown(path: Path = DOC_PATH, catalog: Catalog | None = None) -> Path:

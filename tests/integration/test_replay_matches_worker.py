@@ -21,15 +21,24 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
 
-async def test_replay_and_worker_agree(settings, tmp_path):
-    sim = FleetSimulator(SimConfig(nodes=3, seed=5), [
-        FaultSpec.parse("thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5"),
-        FaultSpec.parse("thermal-throttle@12m+6m:node=gpu-node-3:gpus=0"),
-    ])
+SCENARIOS = {
+    # GPU gauges only
+    "thermal": (30, ["thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5",
+                     "thermal-throttle@12m+6m:node=gpu-node-3:gpus=0"], {"gpu-node-2", "gpu-node-3"}),
+    # latency windows, counter rates, rolling baselines, correlation (needs the 20-minute warm-up)
+    "kv+network": (34, ["kv-cache-pressure@24m+8m:node=gpu-node-1", "network-path-degradation@24m+8m:node=gpu-node-3"],
+                   {"gpu-node-1", "gpu-node-3"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_replay_and_worker_agree(settings, tmp_path, name):
+    minutes, faults, nodes = SCENARIOS[name]
+    sim = FleetSimulator(SimConfig(nodes=3, seed=5), [FaultSpec.parse(f) for f in faults])
     recording = tmp_path / "fleet.jsonl"
-    write_recording(sim, 30, recording)
+    write_recording(sim, minutes, recording)
     offline = replay_files([recording], load_rules(RULES), None).events
-    assert len(offline) >= 4 and {e.scope.node for e in offline} == {"gpu-node-2", "gpu-node-3"}
+    assert {e.scope.node for e in offline} == nodes and sum(e.event == "opened" for e in offline) == len(nodes)
 
     await ensure_topics(settings)
     worker = WorkerProcess(settings, tmp_path / "worker.log")
