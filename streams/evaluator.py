@@ -55,6 +55,10 @@ class RuleState(BaseModel):
 
 class NodeState(BaseModel):
     node: str
+    #: bumped on every write to the table (streams.processor reuses its decoded copy while they match)
+    version: int = 0
+    #: event time of the last write
+    persisted_at: float = 0.0
     last_ts: dict[str, float] = Field(default_factory=dict, description="newest ts seen per source and instance")
     rules: dict[str, RuleState] = Field(default_factory=dict)
     #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions

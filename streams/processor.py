@@ -1,8 +1,16 @@
 """One snapshot in, state and incident events out: the step the Faust agent and offline replay share.
 
-State is kept per node as JSON-able dicts (what the Faust table stores and its changelog carries);
-:class:`SnapshotProcessor` decodes it, runs the pure evaluator and says whether the state changed,
-so the table is only written when it did.
+State is kept per node as JSON-able dicts (what the Faust table stores and its changelog carries).
+Decoding and encoding that state for every snapshot was most of the worker's cost, so
+:class:`SnapshotProcessor` keeps the decoded state of each node in memory and reuses it while the
+stored one still carries the same ``version``; it asks the caller to write the table (``persist``)
+
+- whenever incident events were emitted or a rule's pending/firing entities or the incidents
+  changed (the incident lifecycle survives a restart exactly), and
+- at least every :data:`PERSIST_EVERY_S` of event time otherwise (windows, baselines, histories:
+  a restart loses at most that much of them, which only delays a baseline or a percentile).
+
+Replay uses the same step with an in-memory store, so it gives the same events.
 """
 
 from __future__ import annotations
@@ -21,13 +29,21 @@ from .nodesignals import LatestValues
 from .ruleset import RuleSet
 
 RawState = dict[str, Any]
+PERSIST_EVERY_S = 60.0
 
 
 @dataclass
 class StepResult:
-    state: RawState
+    state: RawState | None  # what to store when `changed` (None otherwise)
     changed: bool
     events: list[IncidentEvent] = field(default_factory=list)
+
+
+def _decisions(state: NodeState) -> tuple:
+    """What must never be lost on a restart: rule entity states and open incidents."""
+    rules = tuple(sorted((n, tuple(sorted(r.pending)), tuple(sorted(r.firing))) for n, r in state.rules.items()))
+    incidents = tuple(sorted((d, e.incident_id, e.sequence) for d, e in state.incidents.items()))
+    return rules, incidents, tuple(sorted(state.orphans.items()))
 
 
 class SnapshotProcessor:
@@ -44,6 +60,7 @@ class SnapshotProcessor:
         self.sla = sla
         self._latest: dict[str, LatestValues] = {}
         self._trackers: dict[str, tuple[int, LatencyTracker]] = {}
+        self._states: dict[str, NodeState] = {}
 
     def view(self, node: str, now: float) -> dict:
         """The node's current merged values (what rules are judged on)."""
@@ -51,14 +68,32 @@ class SnapshotProcessor:
         return latest.view(now) if latest is not None else {}
 
     def step(self, raw_state: RawState | None, snapshot: Snapshot) -> StepResult:
-        before = NodeState.model_validate(raw_state) if raw_state else None
-        latest = self._latest.get(snapshot.node)
+        node = snapshot.node
+        cached = self._states.get(node)
+        if raw_state is None:
+            before = None
+        elif cached is not None and raw_state.get("version") == cached.version:
+            before = cached  # the stored state is the one we wrote last: the cached one is at least as new
+        else:  # first sight, a restart or a rebalance: the stored state is the truth
+            before = NodeState.model_validate(raw_state)
+        decided = _decisions(before) if before is not None else None
+        latest = self._latest.get(node)
         if latest is None:
-            latest = self._latest[snapshot.node] = LatestValues()
-        after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                 trackers=self._trackers, models=self.models, sla=self.sla)
-        dumped = after.model_dump(mode="json")
-        return StepResult(state=dumped, changed=dumped != raw_state, events=events)
+            latest = self._latest[node] = LatestValues()
+        try:
+            after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
+                                     trackers=self._trackers, models=self.models, sla=self.sla)
+        except Exception:
+            self._states.pop(node, None)  # possibly half-updated: decode the stored state next time
+            raise
+        self._states[node] = after
+        persist = (before is None or bool(events) or _decisions(after) != decided
+                   or snapshot.ts - after.persisted_at >= PERSIST_EVERY_S)
+        if not persist:
+            return StepResult(state=None, changed=False, events=events)
+        after.version += 1
+        after.persisted_at = snapshot.ts
+        return StepResult(state=after.model_dump(mode="json"), changed=True, events=events)
 
 
 def load_models(paths: list) -> dict[str, LoadModel]:
