@@ -50,7 +50,7 @@ async def serve_metrics(source: FakeVllm | Callable[[], str], path: str = "/metr
 
     app = web.Application()
     app.router.add_get(path, handle)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -28,6 +28,21 @@ OUTAGE_S = 30.0
 
 
 async def test_outage_of_30s_loses_nothing_and_keeps_order():
+    phases: list[tuple[str, float]] = []
+    loop = asyncio.get_running_loop()
+
+    def phase(name: str) -> None:
+        phases.append((name, round(loop.time(), 1)))
+
+    try:
+        async with asyncio.timeout(270):  # below pytest's 300 s, so a hang names its phase
+            await _outage_scenario(phase)
+    except TimeoutError:
+        pytest.fail(f"the outage test hung; phases reached (loop time): {phases}")
+
+
+async def _outage_scenario(phase) -> None:
+    phase("start broker")
     with EmbeddedBroker() as broker:
         settings = Settings(broker=broker.url, topic_prefix=f"o{uuid.uuid4().hex[:6]}.", partitions=2)
         await ensure_topics(settings)
@@ -46,10 +61,12 @@ async def test_outage_of_30s_loses_nothing_and_keeps_order():
             collectors = [ScrapeCollector(ScrapeTarget(job="vllm", url=url_a, interval_s=0.2), node="gpu-a"),
                           ScrapeCollector(ScrapeTarget(job="vllm", url=url_b, interval_s=0.2), node="gpu-b")]
             agent = Agent(config, sink, metrics=metrics, collectors=collectors)
+            phase("collect")
             stop = asyncio.Event()
             run = asyncio.create_task(agent.run(stop))
             await asyncio.sleep(2.0)
             sent_before = metrics.sent._value.get()
+            phase("pause")
             broker.pause()
             try:
                 await asyncio.sleep(OUTAGE_S)
@@ -57,11 +74,16 @@ async def test_outage_of_30s_loses_nothing_and_keeps_order():
                 waiting = len(sender.outbox)
             finally:
                 broker.resume()
+                phase("resumed")
             await asyncio.sleep(2.0)
             stop.set()
             await asyncio.wait_for(run, 30)  # collectors stop within one interval
+            phase("agent stopped")
+        phase("servers closed")
         assert await sender.flush(timeout_s=90), f"{len(sender.outbox)} snapshot(s) never left the outbox"
+        phase("flushed")
         await asyncio.wait_for(sender.stop(flush_timeout_s=1), 30)
+        phase("sender stopped")
 
         assert sent_before > 0
         assert waiting >= OUTAGE_S / 0.2  # both nodes kept collecting into the outbox during the outage
@@ -69,6 +91,7 @@ async def test_outage_of_30s_loses_nothing_and_keeps_order():
         assert sender.outbox.dropped == 0 and metrics.dropped._value.get() == 0
 
         records = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= len(emitted), timeout=60)
+        phase("consumed")
         got = [Snapshot.model_validate_json(r.value) for r in records]
         ids = [(s.node, s.ts) for s in got]
         assert len(ids) == len(set(ids)), "a snapshot arrived twice"
