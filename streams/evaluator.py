@@ -67,8 +67,7 @@ class NodeState(BaseModel):
     baselines: dict[str, dict] = Field(default_factory=dict)
     #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
     latency: dict | None = None
-    #: bumped on every latency update; an in-memory tracker is only reused if it saw the same one
-    latency_seq: int = 0
+
     #: open incidents by domain (see streams.correlate) and lone symptoms waiting for a cause
     incidents: dict[str, Episode] = Field(default_factory=dict)
     orphans: dict[str, float] = Field(default_factory=dict)
@@ -76,6 +75,30 @@ class NodeState(BaseModel):
     models: list[str] = Field(default_factory=list)
     engine_models: dict[str, str] = Field(default_factory=dict)
     _latest: LatestValues | None = PrivateAttr(default=None)
+    # decoded forms of `latency` and `baselines`, written back by sync() before the state is stored
+    _tracker: LatencyTracker | None = PrivateAttr(default=None)
+    _baseline_objs: dict[str, RollingBaseline] = PrivateAttr(default_factory=dict)
+    _dirty: set[str] = PrivateAttr(default_factory=set)
+
+    def tracker(self, catalog: Catalog) -> LatencyTracker:
+        if self._tracker is None:
+            self._tracker = (LatencyTracker.from_dict(self.latency, catalog) if self.latency
+                             else LatencyTracker(catalog=catalog))
+        return self._tracker
+
+    def baseline_of(self, key: str) -> RollingBaseline | None:
+        obj = self._baseline_objs.get(key)
+        if obj is None and key in self.baselines:
+            obj = self._baseline_objs[key] = RollingBaseline.from_dict(self.baselines[key])
+        return obj
+
+    def sync(self) -> None:
+        """Write the decoded windows and baselines back into the stored fields (before a dump)."""
+        if "latency" in self._dirty and self._tracker is not None:
+            self.latency = self._tracker.to_dict()
+        for key in self._dirty - {"latency"}:
+            self.baselines[key] = self._baseline_objs[key].to_dict()
+        self._dirty.clear()
 
 
 def source_key(snapshot: Snapshot) -> str:
@@ -98,7 +121,6 @@ def evaluate(
     stale_after_s: float = DEFAULT_STALE_AFTER_S,
     latest: LatestValues | None = None,
     copy: bool = True,
-    trackers: dict[str, tuple[int, LatencyTracker]] | None = None,
     models: dict[str, LoadModel] | None = None,
     sla: dict[str, dict[str, float]] | None = None,
 ) -> tuple[NodeState, list[IncidentEvent]]:
@@ -122,7 +144,7 @@ def evaluate(
     state.last_ts[key] = snapshot.ts
     catalog = catalog or default_catalog()
     fresh = _snapshot_values(snapshot, catalog)
-    fresh.update(_latency_values(state, snapshot, catalog, trackers))
+    fresh.update(_latency_values(state, snapshot, catalog))
     latest.update(fresh, snapshot.ts, snapshot.interval_s)
     _remember_models(state, snapshot)
     view = latest.view(snapshot.ts)
@@ -150,6 +172,8 @@ def evaluate(
     }
     pending = {name for name, rs in state.rules.items() if set(rs.pending) - set(rs.firing)}
     events = correlate(state.incidents, state.orphans, firing, rules, snapshot, state.models, pending)
+    if copy:
+        state.sync()
     return state, events
 
 
@@ -187,24 +211,14 @@ def _add_sla(view: SignalValues, state: NodeState, sla: dict[str, dict[str, floa
             view[signal] = values
 
 
-def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog,
-                    trackers: dict[str, tuple[int, LatencyTracker]] | None) -> SignalValues:
+def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog) -> SignalValues:
     """Feed histogram deltas into the node's latency windows; their percentiles per engine."""
     if not any(s.kind == "histogram" and s.delta is not None for s in snapshot.samples):
         return {}
-    cached = trackers.get(state.node) if trackers is not None else None
-    if cached is not None and cached[0] == state.latency_seq:
-        tracker = cached[1]
-    elif state.latency:  # first sight, or the table moved on without us (a rebalance): rebuild
-        tracker = LatencyTracker.from_dict(state.latency, catalog)
-    else:
-        tracker = LatencyTracker(catalog=catalog)
+    tracker = state.tracker(catalog)
     if not tracker.observe(snapshot):
         return {}
-    state.latency = tracker.to_dict()
-    state.latency_seq += 1
-    if trackers is not None:
-        trackers[state.node] = (state.latency_seq, tracker)
+    state._dirty.add("latency")
     return tracker.engine_values(snapshot.ts, snapshot.node)
 
 
@@ -256,18 +270,17 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: SignalValues, fresh
                     for e in (*state.rules[rule.name].firing, *state.rules[rule.name].pending)}
         for entity, value in (view.get(signal) or {}).items():
             key = f"{signal}|{entity}"
-            raw = state.baselines.get(key)
-            baseline = RollingBaseline.from_dict(raw) if raw else RollingBaseline()
+            baseline = state.baseline_of(key) or RollingBaseline()
             if baseline.observe(ts, value, in_incident=entity in troubled):
-                state.baselines[key] = baseline.to_dict()
+                state._baseline_objs[key] = baseline
+                state._dirty.add(key)
 
 
 def _baseline(state: NodeState, signal: str, entity: str, view: SignalValues,
               models: dict[str, LoadModel] | None) -> tuple[float, str] | None:
     """What `signal` should be for this entity: the load model's prediction for the current load when a
     model for the signal is loaded and covers that load, else the rolling baseline's median."""
-    raw = state.baselines.get(f"{signal}|{entity}")
-    rolling = RollingBaseline.from_dict(raw) if raw else None
+    rolling = state.baseline_of(f"{signal}|{entity}")
     model = (models or {}).get(signal)
     features = features_of(view, entity) if model is not None else None
     expected = expected_for(signal, features, model, rolling)

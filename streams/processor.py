@@ -23,7 +23,6 @@ from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
 from .evaluator import NodeState, evaluate
-from .latency import LatencyTracker
 from .loadmodel import LoadModel
 from .nodesignals import LatestValues
 from .ruleset import RuleSet
@@ -59,7 +58,6 @@ class SnapshotProcessor:
         #: per-model service levels (settings.streams.ttft_p99_sla_s ...), see streams.evaluator
         self.sla = sla
         self._latest: dict[str, LatestValues] = {}
-        self._trackers: dict[str, tuple[int, LatencyTracker]] = {}
         self._states: dict[str, NodeState] = {}
 
     def view(self, node: str, now: float) -> dict:
@@ -82,7 +80,7 @@ class SnapshotProcessor:
             latest = self._latest[node] = LatestValues()
         try:
             after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                     trackers=self._trackers, models=self.models, sla=self.sla)
+                                     models=self.models, sla=self.sla)
         except Exception:
             self._states.pop(node, None)  # possibly half-updated: decode the stored state next time
             raise
@@ -93,6 +91,7 @@ class SnapshotProcessor:
             return StepResult(state=None, changed=False, events=events)
         after.version += 1
         after.persisted_at = snapshot.ts
+        after.sync()
         return StepResult(state=after.model_dump(mode="json"), changed=True, events=events)
 
 
