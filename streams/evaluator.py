@@ -321,13 +321,27 @@ def _expire_stale(rs: RuleState, ts: float, stale_after_s: float) -> None:
         del rs.pending[e]
 
 
+#: Latency percentiles are always shown with the load of the same window (the token mix and the
+#: running requests): a P95 means little without what was asked of the engine.
+LOAD_CONTEXT = ("tokens.prompt.mean", "tokens.generation.mean", "engine.requests_running")
+
+
 def _evidence(rule: Rule, ctx: EvalContext, entity: str, held_s: float, catalog: Catalog) -> list[Evidence]:
     labels = {rule.scope.value: entity} if entity else {}
     out = observations(rule.leaves(), ctx, entity, rule.scope.value, held_s, labels)
-    for signal in rule.context:
-        v = (ctx.values.get(signal) or {}).get(entity if ctx.per(signal) else "")
+    context = list(rule.context)
+    if any(ev.signal.startswith(("latency.", "max(latency.", "min(latency.")) for ev in out):
+        context += [c for c in LOAD_CONTEXT if c not in context]
+    shown = {ev.signal for ev in out}
+    for signal in context:
+        if signal in shown:
+            continue
+        per = ctx.per(signal)
+        if per and per != (rule.scope.value,):
+            continue  # a finer or other-scope signal without a reduce: not this entity's
+        v = (ctx.values.get(signal) or {}).get(entity if per else "")
         if v is not None:
-            spec = catalog.spec(signal)
+            spec = catalog.spec(signal) or catalog.spec(signal.rpartition(".")[0])
             detail = _DETAIL[signal](v) if signal in _DETAIL else ""
             out.append(Evidence(signal=signal, value=round(v, 4), op="=", unit=spec.unit if spec else "",
                                 labels=labels, detail=detail))

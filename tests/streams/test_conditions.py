@@ -192,3 +192,18 @@ def test_sla_per_model_from_settings():
             state, ev = evaluate(state, snap(i, model), rules, sla=sla)
             events += ev
         assert bool(events) is fires, model
+
+
+def test_latency_evidence_comes_with_the_load_of_the_window():
+    from pathlib import Path
+
+    from agents.simulator import FaultSpec, FleetSimulator, SimConfig
+    from agents.simulator.recording import iter_records
+    from streams.replay import replay_records
+    from streams.ruleset import load_rules
+
+    sim = FleetSimulator(SimConfig(nodes=1, seed=3), [FaultSpec.parse("kv-cache-pressure@25m+6m")])
+    events = replay_records(iter_records(sim, 32), load_rules(Path(__file__).resolve().parents[2] / "rules")).events
+    signals = {ev.signal for e in events for ev in e.evidence}
+    assert any(s.startswith("latency.") for s in signals)
+    assert {"tokens.prompt.mean", "tokens.generation.mean", "engine.requests_running"} <= signals
