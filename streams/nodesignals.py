@@ -28,6 +28,7 @@ RATE_RATIOS: dict[str, tuple[str, str]] = {
     "net.tcp_retrans_ratio": ("net.tcp_retrans_segs.rate", "net.tcp_out_segs.rate"),
     "engine.prefix_cache_hit_ratio": ("engine.prefix_cache_hits.rate", "engine.prefix_cache_queries.rate"),
     "net.connect_failure_rate_ratio": ("net.connect_failures.rate", "net.connect_attempts.rate"),
+    "engine.http_rejection_ratio": ("engine.http_rejections.rate", "engine.http_requests.rate"),
 }
 
 

@@ -1,0 +1,53 @@
+"""The retry-storm rule on vLLM's HTTP counters and e2e histogram, through the agent pipeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents.render import ExpositionWriter
+from streams.replay import replay_records
+from streams.ruleset import load_rules
+from tailhound.recording import ScrapeRecord
+
+T0 = 1_767_225_600.0
+LE = [1.0, 5.0, 10.0, 15.0, 20.0, 30.0]
+
+
+def records(storm_from: int, ticks: int):
+    ok = rej = 0.0
+    counts = [0.0] * len(LE)
+    total = 0.0
+    for i in range(ticks):
+        storm = i >= storm_from
+        ok += 40 * 15
+        rej += (25 if storm else 0.05) * 15
+        new = 200.0
+        for j, bound in enumerate(LE):  # storm: a third of requests above 15 s
+            share = (0.6 if bound < 15 else 0.66) if storm else (0.97 if bound < 5 else 1.0)
+            counts[j] += new * share
+        total += new
+        w = ExpositionWriter()
+        labels = {"engine": "0", "model_name": "m"}
+        w.counter("http_requests_total", ok, {"handler": "/v1/chat/completions", "method": "POST", "status": "2xx"})
+        w.counter("http_requests_total", rej, {"handler": "/v1/chat/completions", "method": "POST", "status": "4xx"})
+        w.histogram("vllm:e2e_request_latency_seconds", LE, counts, total, total * 3.0, labels)
+        w.gauge("vllm:num_requests_waiting", 300.0 if storm else 1.0, labels)
+        yield ScrapeRecord(ts=T0 + 15 * i, node="gpu-node-1", job="vllm", body=w.text(), interval_s=15,
+                           labels={"instance": "10.0.0.5:8000"})
+
+
+def test_retry_storm_opens_with_its_evidence():
+    rules = load_rules(Path(__file__).resolve().parents[2] / "rules")
+    events = replay_records(records(storm_from=20, ticks=45), rules).events
+    opened = [e for e in events if e.event == "opened"]
+    assert opened, [(e.event, e.root_cause) for e in events]
+    last = events[-1]
+    assert last.root_cause == "retry-storm"
+    signals = {ev.signal for ev in last.evidence}
+    assert "sum(engine.http_rejections.rate)" in signals and "latency.e2e.p99" in signals
+
+
+def test_a_few_rejections_are_not_a_storm():
+    rules = load_rules(Path(__file__).resolve().parents[2] / "rules")
+    events = replay_records(records(storm_from=10_000, ticks=40), rules).events
+    assert not [e for e in events if e.root_cause == "retry-storm"]
