@@ -5,8 +5,8 @@ Decoding and encoding that state for every snapshot was most of the worker's cos
 :class:`SnapshotProcessor` keeps the decoded state of each node in memory and reuses it while the
 stored one still carries the same ``version``; it asks the caller to write the table (``persist``)
 
-- whenever incident events were emitted or a rule's pending/firing entities or the incidents
-  changed (the incident lifecycle survives a restart exactly), and
+- whenever incident events were emitted or a rule's pending/firing entities (or the last time a
+  firing one held) or the incidents changed, so the incident lifecycle survives a restart exactly, and
 - at least every :data:`PERSIST_EVERY_S` of event time otherwise (windows, baselines, histories:
   a restart loses at most that much of them, which only delays a baseline or a percentile).
 
@@ -39,8 +39,11 @@ class StepResult:
 
 
 def _decisions(state: NodeState) -> tuple:
-    """What must never be lost on a restart: rule entity states and open incidents."""
-    rules = tuple(sorted((n, tuple(sorted(r.pending)), tuple(sorted(r.firing))) for n, r in state.rules.items()))
+    """What must never be lost on a restart: rule entity states (with the last time a firing entity
+    held, which decides when it resolves) and open incidents. While something fires, that is every
+    snapshot; in quiet times it is only the periodic write."""
+    rules = tuple(sorted((n, tuple(sorted(r.pending)), tuple(sorted((e, f.last_true) for e, f in r.firing.items())))
+                         for n, r in state.rules.items()))
     incidents = tuple(sorted((d, e.incident_id, e.sequence) for d, e in state.incidents.items()))
     return rules, incidents, tuple(sorted(state.orphans.items()))
 
