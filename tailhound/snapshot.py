@@ -110,15 +110,17 @@ class HistogramSample(_SampleBase):
 
     @model_validator(mode="after")
     def _check_buckets(self) -> HistogramSample:
-        if len(self.le) != len(self.counts):
-            raise ValueError(f"le has {len(self.le)} bounds but counts has {len(self.counts)} values")
-        if any(not math.isfinite(b) for b in self.le):
+        # every decoded histogram passes here: C-level checks (sorted, set, min/max) over Python loops
+        le, counts = self.le, self.counts
+        if len(le) != len(counts):
+            raise ValueError(f"le has {len(le)} bounds but counts has {len(counts)} values")
+        if not (math.isfinite(min(le)) and math.isfinite(max(le))) or any(map(math.isnan, le)):
             raise ValueError("bucket bounds must be finite (the +Inf bucket is `count`)")
-        if any(b2 <= b1 for b1, b2 in zip(self.le, self.le[1:], strict=False)):
+        if le != sorted(le) or len(set(le)) != len(le):
             raise ValueError("bucket bounds `le` must be strictly increasing")
-        if any(c < 0 or not math.isfinite(c) for c in self.counts):
+        if min(counts) < 0 or not math.isfinite(max(counts)) or any(map(math.isnan, counts)):
             raise ValueError("bucket counts must be finite and >= 0")
-        if any(c2 < c1 for c1, c2 in zip(self.counts, self.counts[1:], strict=False)):
+        if counts != sorted(counts):
             raise ValueError("bucket counts must be cumulative (non-decreasing)")
         if self.counts[-1] > self.count:
             raise ValueError("the last bucket count exceeds `count` (the +Inf bucket)")
