@@ -36,3 +36,20 @@ class BrokerBinaryMissing(BrokerError):
 
 class MalformedMessage(TailhoundError):
     """A telemetry message that cannot be decoded; it goes to the dead-letter topic with this reason."""
+
+
+class DeliveryError(TailhoundError):
+    """A receiver could not deliver a notification.
+
+    ``retryable`` says whether the same request may succeed later (timeouts, 429, 5xx); a non-retryable
+    failure (400, bad token, unknown channel) goes to the dead-letter topic at once with ``reason``.
+    ``retry_after`` is the wait the far side asked for (``Retry-After``), in seconds.
+    """
+
+    def __init__(self, reason: str, *, retryable: bool, retry_after: float | None = None,
+                 status: int | None = None) -> None:
+        self.reason = reason
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+        super().__init__(reason)
