@@ -82,7 +82,8 @@ def parse_yaml_model(text: str, model: type[M], origin: str, *, env: bool = Fals
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigFileError(origin, line_of(node, list(err["loc"])), f"{where}: {err['msg']}{more}") from exc
+        msg = f"{where}: {err['msg']}" if where else err["msg"].removeprefix("Value error, ")
+        raise ConfigFileError(origin, line_of(node, list(err["loc"])), f"{msg}{more}") from exc
 
 
 def load_yaml_model(path: str | Path, model: type[M], *, env: bool = False) -> M:

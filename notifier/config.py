@@ -1,0 +1,167 @@
+"""The notifier's YAML config (``notifier.yaml``): grouping, flap control, delivery policy, the routing
+tree, receivers, inhibit rules and declared maintenance windows.
+
+Parsed strictly (``extra="forbid"`` everywhere); :func:`load_config` names the file and line of the
+first problem. Secrets are never in this file: receivers name env variables or files
+(:mod:`notifier.secrets`). Webhook target hosts must also be on the allow-list in the settings
+(``notifier.webhook_allowed_hosts``), so neither a rule file nor this file alone can send incident
+data to a new host.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from streams.conditions import Duration
+from tailhound.yamlfile import load_yaml_model, parse_yaml_model
+
+from .matchers import MatcherField
+from .receivers.console import ConsoleConfig
+from .receivers.registry import ReceiverConfig
+
+
+class _Strict(BaseModel):
+    # an inline secret typed by mistake must not be echoed back in the error
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+
+class Grouping(_Strict):
+    """Incidents whose ``by`` labels are equal share one notification (one page).
+
+    ``by: [incident]`` (the default) gives one group per incident; ``by: [root_cause, node]`` folds a
+    burst of related incidents into one page.
+    """
+
+    by: list[str] = Field(default_factory=lambda: ["incident"], min_length=1)
+    #: wait this long after a group's first incident before the first notification (gathers a burst)
+    wait: Duration = 30.0
+    #: least time between two notifications of one group about new or changed incidents
+    interval: Duration = 300.0
+    #: re-send a group that is still firing after this long (0: never)
+    repeat: Duration = 4 * 3600.0
+
+
+class FlapControl(_Strict):
+    """A group that flips between firing and resolved more than ``max_flips`` times within ``window``
+    is marked flapping: one notification says so, then nothing until the flips age out of the window
+    (see :mod:`notifier.stages.flap`). The defaults page at most once per window: resolve, then a
+    re-fire within 20 minutes is flapping, not a second page."""
+
+    window: Duration = 1200.0
+    max_flips: int = Field(default=1, ge=1)
+    #: a resolve followed by a re-open within this time is one incident, not two flips
+    min_flip_interval: Duration = 60.0
+
+
+class Backoff(_Strict):
+    initial: Duration = 1.0
+    max: Duration = 300.0
+    multiplier: float = Field(default=2.0, ge=1.0)
+    #: +-fraction of random jitter on each wait
+    jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+
+
+class Breaker(_Strict):
+    """Per receiver: after ``failures`` consecutive failures, stop calling it for ``cooldown``."""
+
+    failures: int = Field(default=5, ge=1)
+    cooldown: Duration = 60.0
+
+
+class Delivery(_Strict):
+    #: attempts per notification before it goes to the dead-letter topic (a non-retryable error: at once)
+    max_attempts: int = Field(default=20, ge=1)
+    backoff: Backoff = Field(default_factory=Backoff)
+    breaker: Breaker = Field(default_factory=Breaker)
+
+
+class Route(_Strict):
+    """A node of the routing tree (Alertmanager's shape).
+
+    An incident group goes down the tree: the first child whose ``matchers`` all match takes it
+    (``continue: true`` lets later siblings match too); a node with no matching child delivers to its
+    own ``receiver`` (inherited from its parent when not set).
+    """
+
+    receiver: str | None = None
+    matchers: list[MatcherField] = Field(default_factory=list)
+    continue_: bool = Field(default=False, alias="continue")
+    routes: list[Route] = Field(default_factory=list)
+
+
+class InhibitRule(_Strict):
+    """While an incident matching ``source_matchers`` fires, incidents matching ``target_matchers``
+    with the same values of the ``equal`` labels are not notified (their cause already is)."""
+
+    source_matchers: list[MatcherField] = Field(min_length=1)
+    target_matchers: list[MatcherField] = Field(min_length=1)
+    equal: list[str] = Field(default_factory=list)
+
+
+class MaintenanceWindow(_Strict):
+    """A silence declared in git: incidents matching ``matchers`` between ``starts_at`` and ``ends_at``
+    are not notified."""
+
+    matchers: list[MatcherField] = Field(min_length=1)
+    starts_at: datetime
+    ends_at: datetime
+    author: str = Field(min_length=1)
+    comment: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MaintenanceWindow:
+        if self.starts_at.tzinfo is None or self.ends_at.tzinfo is None:
+            raise ValueError("starts_at and ends_at need a time zone (e.g. 2026-12-01T02:00:00Z)")
+        if self.ends_at <= self.starts_at:
+            raise ValueError("ends_at must be after starts_at")
+        return self
+
+
+class NotifierConfig(_Strict):
+    grouping: Grouping = Field(default_factory=Grouping)
+    flap: FlapControl = Field(default_factory=FlapControl)
+    delivery: Delivery = Field(default_factory=Delivery)
+    route: Route = Field(default_factory=lambda: Route(receiver="console"))
+    receivers: list[Annotated[ReceiverConfig, Field(discriminator="type")]] = Field(
+        default_factory=lambda: [ConsoleConfig(type="console", name="console")])
+    inhibit_rules: list[InhibitRule] = Field(default_factory=list)
+    maintenance: list[MaintenanceWindow] = Field(default_factory=list)
+    #: links every notification carries (runbook pages per root cause are added by the notifier)
+    links: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _receivers_exist(self) -> NotifierConfig:
+        names = [r.name for r in self.receivers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"receiver names must be unique: {', '.join(dupes)}")
+        if self.route.receiver is None:
+            raise ValueError("the top-level route needs a receiver (the default for unmatched incidents)")
+        for name in _route_receivers(self.route):
+            if name not in names:
+                raise ValueError(f"route names receiver {name!r}, which is not among the receivers "
+                                 f"({', '.join(names) or 'none'})")
+        return self
+
+    def receiver(self, name: str) -> ReceiverConfig:
+        return next(r for r in self.receivers if r.name == name)
+
+
+def _route_receivers(route: Route) -> list[str]:
+    out = [route.receiver] if route.receiver else []
+    for child in route.routes:
+        out.extend(_route_receivers(child))
+    return out
+
+
+def load_config(path: str | Path) -> NotifierConfig:
+    """Parse a notifier config file; errors name the file and line (:class:`ConfigFileError`)."""
+    return load_yaml_model(path, NotifierConfig)
+
+
+def parse_config(text: str, origin: str = "<notifier config>") -> NotifierConfig:
+    return parse_yaml_model(text, NotifierConfig, origin)

@@ -1,0 +1,277 @@
+"""The notifier's pure core: incident events and time in, notifications for receivers out.
+
+The pipeline, assembled here and nowhere else::
+
+    intake:  dedup -> group                      (as incident events arrive)
+    notify:  inhibit -> silence -> flap -> route  (for groups whose flush time has come)
+    enqueue: one Notification per receiver, appended to the group's durable delivery log
+    deliver: notifier.deliver (retries, backoff, Retry-After, circuit breaker, dead letters)
+
+:class:`Notifier` holds the state in memory and reports which table keys changed (``dirty``), so the
+Faust wiring only persists and the tests drive it with a fake clock, no broker needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tailhound.errors import DeliveryError
+from tailhound.incident import IncidentEvent
+
+from .config import NotifierConfig
+from .model import Notification
+from .stages import Candidate, Context
+from .stages.dedup import dedup
+from .stages.flap import flap, update_flapping
+from .stages.group import group
+from .stages.inhibit import inhibit
+from .stages.route import route
+from .stages.silence import silence
+from .state import DeliveryLog, GroupState, Silence
+
+INTAKE = (dedup, group)
+NOTIFY = (inhibit, silence, flap, route)
+
+DEFAULT_RUNBOOK = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
+#: how soon a group whose notification was suppressed (silence, inhibition, flapping) is looked at again
+RECHECK_S = 15.0
+#: expired silences stay listed this long
+SILENCE_RETENTION_S = 7 * 86400.0
+
+
+@dataclass
+class Outcome:
+    """What one call changed: table keys to write (value None = delete) and notifications created."""
+
+    dirty: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    created: list[Notification] = field(default_factory=list)
+    decisions: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Notifier:
+    def __init__(self, config: NotifierConfig, *, runbook_url: str = DEFAULT_RUNBOOK) -> None:
+        self.config = config
+        self.runbook_url = runbook_url
+        self.groups: dict[str, GroupState] = {}
+        self.open_groups: dict[str, str] = {}
+        self.incident_group: dict[str, str] = {}
+        self.seen: dict[str, int] = {}
+        self.silences: dict[str, Silence] = {}
+        for i, window in enumerate(config.maintenance):
+            s = Silence(id=f"maintenance-{i + 1}", matchers=window.matchers, starts_at=window.starts_at.timestamp(),
+                        ends_at=window.ends_at.timestamp(), author=window.author, comment=window.comment,
+                        created_at=window.starts_at.timestamp(), source="config")
+            self.silences[s.id] = s
+
+    # --- state ---------------------------------------------------------------------------------
+    @classmethod
+    def restore(cls, config: NotifierConfig, items: dict[str, Any], **kw: Any) -> Notifier:
+        """Rebuild from the table's items (``group:<id>`` and ``silence:<id>``)."""
+        self = cls(config, **kw)
+        for key, value in items.items():
+            if value is None:
+                continue
+            if key.startswith("group:"):
+                grp = GroupState.model_validate(value)
+                self.groups[grp.group_id] = grp
+                self.open_groups[grp.group_key] = grp.group_id
+                for iid, ev in grp.incidents.items():
+                    self.incident_group[iid] = grp.group_id
+                    self.seen[iid] = ev.sequence
+            elif key.startswith("silence:"):
+                s = Silence.model_validate(value)
+                self.silences[s.id] = s
+        return self
+
+    def _context(self, now: float) -> Context:
+        return Context(now=now, config=self.config, groups=self.groups, open_groups=self.open_groups,
+                       incident_group=self.incident_group, seen=self.seen, silences=self.silences)
+
+    def _outcome(self, ctx: Context, created: list[Notification] | None = None) -> Outcome:
+        dirty: dict[str, dict[str, Any] | None] = {}
+        for key in ctx.dirty:
+            kind, _, ident = key.partition(":")
+            obj = self.groups.get(ident) if kind == "group" else self.silences.get(ident)
+            dirty[key] = obj.model_dump(mode="json") if obj is not None else None
+        return Outcome(dirty=dirty, created=created or [], decisions=ctx.decisions)
+
+    # --- intake --------------------------------------------------------------------------------
+    def ingest(self, events: list[IncidentEvent], now: float) -> Outcome:
+        ctx = self._context(now)
+        batch: list[Any] = list(events)
+        for stage in INTAKE:
+            batch = stage(batch, ctx)
+        return self._outcome(ctx)
+
+    def add_silence(self, s: Silence) -> Outcome:
+        ctx = self._context(s.created_at)
+        self.silences[s.id] = s
+        ctx.dirty.add(f"silence:{s.id}")
+        return self._outcome(ctx)
+
+    def expire_silence(self, silence_id: str, now: float) -> Outcome:
+        ctx = self._context(now)
+        s = self.silences.get(silence_id)
+        if s is not None and s.source == "cli" and s.expired_at is None:
+            s.expired_at = now
+            ctx.dirty.add(f"silence:{s.id}")
+        return self._outcome(ctx)
+
+    # --- notify --------------------------------------------------------------------------------
+    def next_flush(self) -> float | None:
+        times = [g.next_flush_at for g in self.groups.values() if g.next_flush_at is not None]
+        return min(times) if times else None
+
+    def flush(self, now: float) -> Outcome:
+        """Run the notify stages for every due group and queue the resulting notifications."""
+        ctx = self._context(now)
+        cands: list[Any] = []
+        due = [g for g in self.groups.values() if g.next_flush_at is not None and g.next_flush_at <= now]
+        for grp in due:
+            grp.next_flush_at = None
+            grp.suppressed = None
+            ctx.touch(grp)
+            cand = self._candidate(grp, ctx)
+            if cand is not None:
+                cands.append(cand)
+        for stage in NOTIFY:
+            cands = stage(cands, ctx)
+        created = [n for cand in cands for n in self._enqueue(cand, now)]
+        for grp in due:
+            if grp.suppressed is not None:
+                grp.next_flush_at = now + RECHECK_S  # a silence may end, a source resolve, a flap settle
+        self._collect(ctx)
+        return self._outcome(ctx, created)
+
+    def _candidate(self, grp: GroupState, ctx: Context) -> Candidate | None:
+        now = ctx.now
+        update_flapping(grp, ctx)
+        if grp.flapping:  # the flap stage lets one marked notification through, then holds the group
+            return Candidate(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
+        status, said = grp.status, grp.notified_status
+        kind = None
+        if said is None:
+            kind = "opened" if status == "firing" else None  # resolved before group_wait: never paged
+        elif status == "resolved":
+            kind = "resolved" if said == "firing" else None
+        elif said == "resolved":
+            kind = "opened"
+        else:
+            repeat = self.config.grouping.repeat
+            changed = grp.fingerprint() != grp.notified_fingerprint
+            if changed or (repeat and now - (grp.last_notified_at or now) >= repeat):
+                kind = "updated"
+        if kind is None:
+            self._schedule_repeat(grp)
+            return None
+        return Candidate(group=grp, kind=kind, incidents=grp.ordered())
+
+    def _schedule_repeat(self, grp: GroupState) -> None:
+        repeat = self.config.grouping.repeat
+        if repeat and grp.status == "firing" and grp.notified_status == "firing" and grp.last_notified_at:
+            at = grp.last_notified_at + repeat
+            grp.next_flush_at = at if grp.next_flush_at is None else min(grp.next_flush_at, at)
+
+    def _enqueue(self, cand: Candidate, now: float) -> list[Notification]:
+        grp = cand.group
+        links = dict(self.config.links)
+        links.setdefault("runbook", f"{self.runbook_url}#{grp.lead.root_cause}")
+        created = []
+        for name in cand.receivers:
+            log = grp.logs.setdefault(name, DeliveryLog(receiver=name))
+            open_here = log.is_open()
+            kind = cand.kind
+            if cand.flapping:
+                kind = "updated" if log.sequence else "opened"
+            elif kind == "resolved" and not open_here:
+                continue
+            elif kind == "updated" and not open_here:
+                kind = "opened"
+            elif kind == "opened" and open_here:
+                kind = "updated"
+            incidents = grp.ordered() if kind == "resolved" else cand.incidents
+            if len(log.pending) > 1 and log.pending[-1].kind == "updated" and kind == "updated":
+                seq = log.pending.pop().sequence  # never attempted: the newer update replaces it
+            else:
+                seq = log.sequence = log.sequence + 1
+            n = Notification(group_id=grp.group_id, receiver=name, sequence=seq, kind=kind, ts=now,
+                             incidents=incidents, group_labels=grp.labels, flapping=cand.flapping, links=links)
+            log.pending.append(n)
+            created.append(n)
+        grp.last_notified_at = now
+        if cand.flapping:  # receivers keep the state they were told; this only marks the group
+            grp.notified_flapping = True
+            return created
+        grp.notified_status = grp.status
+        grp.notified_fingerprint = grp.fingerprint()
+        self._schedule_repeat(grp)
+        return created
+
+    def _collect(self, ctx: Context) -> None:
+        """Forget groups that resolved more than a flap window ago and have nothing left to deliver."""
+        window = self.config.flap.window
+        for gid, grp in list(self.groups.items()):
+            if (grp.status == "resolved" and grp.notified_status != "firing" and grp.idle()
+                    and ctx.now - grp.status_since > window and grp.next_flush_at is None):
+                del self.groups[gid]
+                if self.open_groups.get(grp.group_key) == gid:
+                    del self.open_groups[grp.group_key]
+                for iid in grp.incidents:
+                    self.incident_group.pop(iid, None)
+                    self.seen.pop(iid, None)
+                ctx.dirty.add(f"group:{gid}")
+        for sid, s in list(self.silences.items()):
+            ended = min(s.ends_at, s.expired_at or s.ends_at)
+            if s.source == "cli" and not s.active(ctx.now) and ctx.now - ended > SILENCE_RETENTION_S:
+                del self.silences[sid]
+                ctx.dirty.add(f"silence:{sid}")
+
+    # --- deliver bookkeeping -------------------------------------------------------------------
+    def deliverable(self, now: float) -> list[tuple[str, str, Notification, dict[str, str]]]:
+        """(group_id, receiver, notification, receipt) of every log whose oldest pending one is due."""
+        out = []
+        for grp in self.groups.values():
+            for name, log in grp.logs.items():
+                if log.pending and log.next_attempt_at <= now:
+                    out.append((grp.group_id, name, log.pending[0], dict(log.receipt)))
+        out.sort(key=lambda item: (item[2].ts, item[0]))
+        return out
+
+    def delivered(self, group_id: str, receiver: str, sequence: int, receipt: dict[str, str], now: float) -> Outcome:
+        ctx = self._context(now)
+        log = self._log(group_id, receiver)
+        if log is not None and log.pending and log.pending[0].sequence == sequence:
+            n = log.pending.pop(0)
+            log.delivered, log.last_kind = sequence, n.kind
+            log.receipt.update(receipt)
+            log.attempts, log.next_attempt_at, log.last_error = 0, 0.0, None
+            ctx.touch(self.groups[group_id])
+        return self._outcome(ctx)
+
+    def failed(self, group_id: str, receiver: str, sequence: int, error: DeliveryError, now: float,
+               wait_s: float) -> tuple[Outcome, Notification | None]:
+        """Record a failed attempt. Returns the notification when it is given up on (dead letter)."""
+        ctx = self._context(now)
+        log = self._log(group_id, receiver)
+        if log is None or not log.pending or log.pending[0].sequence != sequence:
+            return self._outcome(ctx), None
+        ctx.touch(self.groups[group_id])
+        log.attempts += 1
+        log.last_error = error.reason
+        if not error.retryable or log.attempts >= self.config.delivery.max_attempts:
+            n = log.pending.pop(0)
+            log.delivered, log.last_kind = sequence, n.kind
+            log.attempts, log.next_attempt_at = 0, 0.0
+            return self._outcome(ctx), n
+        log.next_attempt_at = now + wait_s
+        return self._outcome(ctx), None
+
+    def _log(self, group_id: str, receiver: str) -> DeliveryLog | None:
+        grp = self.groups.get(group_id)
+        return grp.logs.get(receiver) if grp is not None else None
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")

@@ -1,0 +1,64 @@
+"""The notification pipeline's stages, one concern per file, all of one shape::
+
+    stage(batch: list[T], ctx: Context) -> list[T]
+
+Intake stages (:mod:`.dedup`, :mod:`.group`) take incident events as they arrive; notify stages
+(:mod:`.inhibit`, :mod:`.silence`, :mod:`.flap`, :mod:`.route`) take the :class:`Candidate`
+notifications of groups that are due. :mod:`notifier.pipeline` assembles them; delivery (retries,
+backoff, circuit breaker, dead letters) is :mod:`notifier.deliver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from notifier.config import NotifierConfig
+from notifier.model import NotificationKind
+from notifier.state import GroupState, Silence
+from tailhound.incident import IncidentEvent
+
+T = TypeVar("T")
+
+
+@dataclass
+class Context:
+    """What every stage may read and change: the config, the durable state and the time."""
+
+    now: float
+    config: NotifierConfig
+    groups: dict[str, GroupState]
+    #: group_key -> group_id of groups that still take new incidents
+    open_groups: dict[str, str]
+    #: incident_id -> group_id
+    incident_group: dict[str, str]
+    #: incident_id -> highest sequence seen (dedup)
+    seen: dict[str, int]
+    silences: dict[str, Silence]
+    #: table keys changed by this call (the wiring persists them)
+    dirty: set[str] = field(default_factory=set)
+    #: decisions worth a log line: (group_id, what)
+    decisions: list[tuple[str, str]] = field(default_factory=list)
+
+    def touch(self, group: GroupState) -> None:
+        self.dirty.add(f"group:{group.group_id}")
+
+    def note(self, group_id: str, what: str) -> None:
+        self.decisions.append((group_id, what))
+
+
+@dataclass
+class Candidate:
+    """A notification a due group would send, before inhibition, silences, flap control and routing."""
+
+    group: GroupState
+    kind: NotificationKind
+    incidents: list[IncidentEvent]
+    flapping: bool = False
+    receivers: list[str] = field(default_factory=list)
+    #: why it was dropped (set by the stage that dropped it, for `incidents show` and logs)
+    suppressed: str | None = None
+
+
+Stage = Callable[[list[Any], Context], list[Any]]

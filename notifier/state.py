@@ -1,0 +1,138 @@
+"""The notifier's durable state: incident groups with their per-receiver notification logs, and silences.
+
+Everything here is JSON-able pydantic and lives in the notifier's table (changelogged on the broker),
+keyed ``group:<group_id>`` and ``silence:<silence_id>``. After a worker is killed and restarted the
+state comes back from the changelog: what was delivered (so nothing is paged twice), what is still
+pending (so the resolve still goes out) and what each receiver needs to find its earlier message.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tailhound.incident import IncidentEvent
+
+from .matchers import MatcherField, matches_all
+from .model import Notification, NotificationKind
+
+GroupStatus = Literal["firing", "resolved"]
+
+
+class DeliveryLog(BaseModel):
+    """What one receiver has been sent about one group, and what is still on its way."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    receiver: str
+    #: last notification sequence created for this receiver (its idempotency keys count up from 1)
+    sequence: int = 0
+    #: last sequence delivered (or given up on and dead-lettered)
+    delivered: int = 0
+    #: what the receiver returned last (Slack channel + ts, ...), passed back on the next send
+    receipt: dict[str, str] = Field(default_factory=dict)
+    #: created and not yet delivered, oldest first
+    pending: list[Notification] = Field(default_factory=list)
+    #: failed attempts of ``pending[0]``
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    last_error: str | None = None
+    #: kind of the last notification that reached the receiver (a resolve goes where pages went)
+    last_kind: NotificationKind | None = None
+
+    def is_open(self) -> bool:
+        """The receiver has (or will have) a firing notification of the group that no resolve followed."""
+        last = self.pending[-1].kind if self.pending else self.last_kind
+        return last is not None and last != "resolved"
+
+
+class GroupState(BaseModel):
+    """One notification group: incidents that share the grouping labels, and what was said about them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str
+    group_key: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    #: latest event of each incident, the lead (the one that opened the group) first
+    incidents: dict[str, IncidentEvent] = Field(default_factory=dict)
+    created_at: float
+    status: GroupStatus = "firing"
+    #: when the status last changed, and every flip inside the flap window
+    status_since: float
+    flips: list[float] = Field(default_factory=list)
+    flapping: bool = False
+    #: what the last notifications said: status, content fingerprint, wall time
+    notified_status: GroupStatus | None = None
+    notified_fingerprint: str = ""
+    notified_flapping: bool = False
+    last_notified_at: float | None = None
+    #: when the flush stage should look at this group again (None: only when an event arrives)
+    next_flush_at: float | None = None
+    #: why the last flush sent nothing (silenced by ..., inhibited by ...), for `incidents show`
+    suppressed: str | None = None
+    logs: dict[str, DeliveryLog] = Field(default_factory=dict)
+
+    @property
+    def lead(self) -> IncidentEvent:
+        return next(iter(self.incidents.values()))
+
+    def ordered(self) -> list[IncidentEvent]:
+        return list(self.incidents.values())
+
+    def computed_status(self) -> GroupStatus:
+        return "resolved" if all(e.event == "resolved" for e in self.incidents.values()) else "firing"
+
+    def fingerprint(self) -> str:
+        """What a notification is about: which incidents, their severity, transience and state.
+        New evidence values alone do not change it (no re-page for a number that moved)."""
+        parts = sorted(f"{i}:{e.severity}:{int(e.transient)}:{int(e.event == 'resolved')}"
+                       for i, e in self.incidents.items())
+        return "|".join(parts)
+
+    def idle(self) -> bool:
+        """Nothing left to deliver."""
+        return all(not log.pending for log in self.logs.values())
+
+
+class Silence(BaseModel):
+    """Incidents matching every matcher between ``starts_at`` and ``ends_at`` are not notified."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=lambda: f"sil-{uuid.uuid4().hex[:12]}")
+    matchers: list[MatcherField] = Field(min_length=1)
+    starts_at: float
+    ends_at: float
+    author: str = Field(min_length=1)
+    comment: str = Field(min_length=1)
+    created_at: float
+    #: set by ``silence expire``; an expired silence stays listed until it is old
+    expired_at: float | None = None
+    #: declared in the notifier config (a maintenance window) rather than created by CLI/API
+    source: Literal["cli", "config"] = "cli"
+
+    def active(self, now: float) -> bool:
+        end = self.ends_at if self.expired_at is None else min(self.ends_at, self.expired_at)
+        return self.starts_at <= now < end
+
+    def state(self, now: float) -> str:
+        if self.active(now):
+            return "active"
+        return "pending" if now < self.starts_at and self.expired_at is None else "expired"
+
+    def mutes(self, labels: dict[str, str], now: float) -> bool:
+        return self.active(now) and matches_all(self.matchers, labels)
+
+
+class SilenceCommand(BaseModel):
+    """What `tailhound silence add|expire` publishes to the notifier's input topic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Literal["add", "expire"]
+    silence: Silence | None = None
+    silence_id: str | None = None
+    ts: float
