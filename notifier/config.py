@@ -73,8 +73,13 @@ class Breaker(_Strict):
 
 
 class Delivery(_Strict):
-    #: attempts per notification before it goes to the dead-letter topic (a non-retryable error: at once)
-    max_attempts: int = Field(default=20, ge=1)
+    """When a notification is given up on and sent to the dead-letter topic: at once for a
+    non-retryable error (400, bad token); else after ``max_attempts`` failed attempts (when set) or
+    when it is still undelivered ``give_up_after`` its creation. Until then a receiver may be down for
+    hours: everything queued for it goes out, in order, once it is back."""
+
+    max_attempts: int | None = Field(default=None, ge=1)
+    give_up_after: Duration = 24 * 3600.0
     backoff: Backoff = Field(default_factory=Backoff)
     breaker: Breaker = Field(default_factory=Breaker)
 

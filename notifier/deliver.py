@@ -44,20 +44,22 @@ class CircuitBreaker:
     policy: Breaker
     consecutive: int = 0
     open_until: float = 0.0
+    tripped: bool = False
 
     def allows(self, now: float) -> bool:
         return now >= self.open_until
 
     def success(self) -> None:
-        self.consecutive, self.open_until = 0, 0.0
+        self.consecutive, self.open_until, self.tripped = 0, 0.0, False
 
     def failure(self, now: float) -> bool:
-        """Record a failure; True when this one opened the breaker."""
+        """Record a failure; True when this one opened the breaker (a failed probe re-opens it quietly)."""
         self.consecutive += 1
         if self.consecutive >= self.policy.failures:
-            was_open = self.open_until > now
+            first = not self.tripped
+            self.tripped = True
             self.open_until = now + self.policy.cooldown
-            return not was_open
+            return first
         return False
 
 
@@ -90,17 +92,38 @@ class Deliverer:
         self.rng = rng or random.Random()
         self.breakers = {name: CircuitBreaker(policy.breaker) for name in receivers}
         self.stats = DeliveryStats()
+        self._running: dict[str, asyncio.Task[int]] = {}
 
-    async def run_once(self) -> int:
-        """Attempt every due notification (receivers in parallel). Returns how many were attempted."""
+    def _due(self) -> dict[str, list]:
         now = self.clock()
         by_receiver: dict[str, list] = {}
         for item in self.notifier.deliverable(now):
-            by_receiver.setdefault(item[1], []).append(item)
-        jobs = [self._drain(name, items) for name, items in by_receiver.items()
-                if self.breakers.setdefault(name, CircuitBreaker(self.policy.breaker)).allows(now)]
-        counts = await asyncio.gather(*jobs)
+            if self.breakers.setdefault(item[1], CircuitBreaker(self.policy.breaker)).allows(now):
+                by_receiver.setdefault(item[1], []).append(item)
+        return by_receiver
+
+    async def run_once(self) -> int:
+        """Attempt every due notification (receivers in parallel) and wait. Returns how many were tried."""
+        counts = await asyncio.gather(*(self._drain(name, items) for name, items in self._due().items()))
         return sum(counts)
+
+    def pump(self) -> None:
+        """Start a drain for every receiver with due notifications that is not busy already, without
+        waiting: a slow or failing receiver never holds up the others."""
+        for name, task in list(self._running.items()):
+            if task.done():
+                del self._running[name]
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("delivery to %s crashed: %r", name, task.exception())
+        for name, items in self._due().items():
+            if name not in self._running:
+                self._running[name] = asyncio.create_task(self._drain(name, items), name=f"deliver-{name}")
+
+    async def stop(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        self._running.clear()
 
     async def _drain(self, name: str, items: list) -> int:
         receiver = self.receivers.get(name)
@@ -138,7 +161,8 @@ class Deliverer:
         outcome, dead = self.notifier.failed(group_id, name, n.sequence, exc, now, wait)
         await self.on_outcome(outcome)
         if dead is not None:
-            why = "not retryable" if not exc.retryable else f"gave up after {self.policy.max_attempts} attempts"
+            why = ("not retryable" if not exc.retryable
+                   else f"gave up after {attempts} attempts in {now - n.ts:.0f}s")
             reason = f"{why}: {exc.reason}"
             self.stats.bump(self.stats.dead, name)
             log.error("dead-letter %s to %s: %s", dead.idempotency_key, name, reason)

@@ -260,7 +260,9 @@ class Notifier:
         ctx.touch(self.groups[group_id])
         log.attempts += 1
         log.last_error = error.reason
-        if not error.retryable or log.attempts >= self.config.delivery.max_attempts:
+        policy = self.config.delivery
+        if (not error.retryable or (policy.max_attempts is not None and log.attempts >= policy.max_attempts)
+                or now - log.pending[0].ts >= policy.give_up_after):
             n = log.pending.pop(0)
             log.delivered, log.last_kind = sequence, n.kind
             log.attempts, log.next_attempt_at = 0, 0.0

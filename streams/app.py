@@ -7,11 +7,14 @@ Where things are:
 - rules fire in :func:`streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
   changelogged so a restarted worker resumes where it stopped), called through
   :class:`streams.processor.SnapshotProcessor`, the same step offline replay (:mod:`streams.replay`) uses;
-- incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``.
+- incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``;
+- pages leave from the notifier (:mod:`notifier.service`), which this worker runs as a task unless
+  ``notifier.enabled`` is false (of several workers, one is the active notifier).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -58,8 +61,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     )
     telemetry = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer=codec.CODEC_NAME,
                           partitions=settings.partitions)
-    incidents = app.topic(settings.incidents_topic, key_serializer="raw", value_serializer="raw",
-                          partitions=settings.partitions)
+    incidents = app.topic(settings.incidents_topic, key_serializer="raw", value_serializer="raw", partitions=1)
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
@@ -105,7 +107,22 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 if console is not None:
                     console.deliver(ev)
 
+    if settings.notifier.enabled:
+        _add_notifier(app, settings)
     return app
+
+
+def _add_notifier(app: faust.App, settings: Settings) -> None:
+    """Run the notifier next to the agents; its config and receivers are checked now, so a bad routing
+    file or a missing secret stops the worker at start with a message naming it."""
+    from notifier.service import NotifierService, build_receivers, notifier_config
+
+    config = notifier_config(settings)
+    receivers = build_receivers(settings, config)
+
+    @app.task
+    async def notifier() -> None:
+        await NotifierService(settings, config, receivers).run(asyncio.Event())
 
 
 def run_worker(settings: Settings, rules: RuleSet) -> None:

@@ -25,6 +25,17 @@ app = typer.Typer(
 rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 
+
+def _add_notifier_commands() -> None:
+    from notifier.cli import incidents_app, notifier_app, silence_app
+
+    app.add_typer(notifier_app, name="notifier")
+    app.add_typer(silence_app, name="silence")
+    app.add_typer(incidents_app, name="incidents")
+
+
+_add_notifier_commands()
+
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 

@@ -35,15 +35,18 @@ def servers(settings: Settings) -> list[str]:
 
 
 async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None) -> None:
-    """Create the telemetry, incidents and dead-letter topics (and `extra`) if they do not exist."""
-    wanted = {settings.telemetry_topic: settings.partitions, settings.incidents_topic: settings.partitions,
-              settings.deadletter_topic: 1, **(extra or {})}
+    """Create the telemetry, incidents, dead-letter and notifier-state topics (and `extra`) if they do not
+    exist. The incidents topic has one partition: incident events are few, consumers get them in one
+    order, and the notifier (one active instance) reads them all."""
+    wanted = {settings.telemetry_topic: settings.partitions, settings.incidents_topic: 1,
+              settings.deadletter_topic: 1, settings.notifier_state_topic: 1, **(extra or {})}
     admin = AIOKafkaAdminClient(bootstrap_servers=servers(settings), client_id="tailhound-admin")
     try:
         await admin.start()
         existing = set(await admin.list_topics())
-        new = [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in wanted.items()
-               if name not in existing]
+        new = [NewTopic(name, num_partitions=n, replication_factor=1,
+                        topic_configs={"cleanup.policy": "compact"} if name == settings.notifier_state_topic else None)
+               for name, n in wanted.items() if name not in existing]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(new)

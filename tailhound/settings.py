@@ -66,6 +66,23 @@ class SinksSettings(BaseModel):
     incident_topic: IncidentTopicSink = Field(default_factory=IncidentTopicSink)
 
 
+class NotifierSettings(BaseModel):
+    """The notifier inside the worker: incidents in, one page per incident out (see notifier/)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    #: routing, receivers, grouping, inhibit rules, maintenance windows. None: ``./notifier.yaml`` when it
+    #: exists, else a console receiver only
+    config: Path | None = None
+    #: hosts remediation webhooks may post to (``host`` or ``*.suffix``); a webhook receiver whose URL is
+    #: not on this list is refused at start, so no rule or routing file alone can send data elsewhere
+    webhook_allowed_hosts: list[str] = Field(default_factory=list)
+    #: how often due groups are flushed and due deliveries attempted
+    tick_s: float = Field(default=0.2, gt=0, le=10)
+    runbook_url: str = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="TAILHOUND_",
@@ -82,6 +99,7 @@ class Settings(BaseSettings):
     rules_dir: Path = Field(default_factory=lambda: default_rules_dir())
     streams: StreamsSettings = Field(default_factory=StreamsSettings)
     sinks: SinksSettings = Field(default_factory=SinksSettings)
+    notifier: NotifierSettings = Field(default_factory=NotifierSettings)
 
     @field_validator("broker")
     @classmethod
@@ -105,8 +123,13 @@ class Settings(BaseSettings):
         return f"{self.topic_prefix}deadletter"
 
     @property
+    def notifier_state_topic(self) -> str:
+        """The notifier's durable state (groups, delivery logs, silences), keyed, compacted."""
+        return f"{self.topic_prefix}notifier-state"
+
+    @property
     def topics(self) -> list[str]:
-        return [self.telemetry_topic, self.incidents_topic, self.deadletter_topic]
+        return [self.telemetry_topic, self.incidents_topic, self.deadletter_topic, self.notifier_state_topic]
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,242 @@
+"""``tailhound notifier run|check``, ``tailhound silence add|list|expire``, ``tailhound incidents list|show``.
+
+Silences are written straight to the notifier's state topic (key ``silence:<id>``), where the active
+notifier picks them up within a tick and where they survive restarts. Incidents are read from the
+incidents topic (lifecycle events) joined with the notifier state (what was delivered where).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.conditions import parse_duration
+from tailhound.errors import TailhoundError
+from tailhound.settings import Settings, load_settings
+
+from .matchers import Matcher
+from .state import GroupState, Silence
+
+console = Console()
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
+
+notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True)
+silence_app = typer.Typer(help="Silence incidents by label matchers.", no_args_is_help=True)
+incidents_app = typer.Typer(help="Incidents and what was notified about them.", no_args_is_help=True)
+
+
+def _settings(config: Path | None) -> Settings:
+    s = load_settings(config)
+    if not s.broker:
+        raise TailhoundError("no broker configured (set TAILHOUND_BROKER=kafka://host:9092)")
+    return s
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "-"
+
+
+def _parse_time(text: str) -> float:
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise TailhoundError(f"invalid time {text!r}: use ISO 8601, e.g. 2026-12-01T02:00:00Z") from exc
+    if dt.tzinfo is None:
+        raise TailhoundError(f"time {text!r} needs a time zone (e.g. ...Z or +01:00)")
+    return dt.timestamp()
+
+
+# --- notifier ------------------------------------------------------------------------------------
+@notifier_app.command("run")
+def notifier_run(config: ConfigOpt = None) -> None:
+    """Run the notifier alone (the streams worker also runs it unless notifier.enabled is false)."""
+    from tailhound.kafka import ensure_topics
+
+    from .service import NotifierService, build_receivers, notifier_config
+
+    settings = _settings(config)
+    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = notifier_config(settings)
+
+    async def main() -> None:
+        await ensure_topics(settings)
+        service = NotifierService(settings, cfg, build_receivers(settings, cfg))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await service.run(stop)
+
+    asyncio.run(main())
+
+
+@notifier_app.command("check")
+def notifier_check(
+    path: Annotated[Path, typer.Argument(help="Notifier config file (routing, receivers, inhibit rules).")],
+    config: ConfigOpt = None,
+    secrets: Annotated[bool, typer.Option(help="Also resolve every receiver's secrets and webhook hosts.")] = False,
+) -> None:
+    """Validate a notifier config; errors name the file and line."""
+    from .config import load_config
+    from .service import build_receivers
+
+    cfg = load_config(path)
+    if secrets:
+        build_receivers(load_settings(config), cfg)
+    console.print(f"{path}: OK ({len(cfg.receivers)} receivers, {len(cfg.inhibit_rules)} inhibit rules, "
+                  f"{len(cfg.maintenance)} maintenance windows)")
+
+
+# --- silences ------------------------------------------------------------------------------------
+async def _write_state(settings: Settings, key: str, value: dict) -> None:
+    from tailhound.kafka import ensure_topics, make_producer
+
+    await ensure_topics(settings)
+    producer = make_producer(settings)
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.notifier_state_topic, key=key.encode(), value=json.dumps(value).encode())
+    finally:
+        await producer.stop()
+
+
+def _state(settings: Settings) -> dict:
+    from .service import read_state
+
+    items, _ = asyncio.run(read_state(settings))
+    return items
+
+
+@silence_app.command("add")
+def silence_add(
+    matcher: Annotated[list[str], typer.Option("--matcher", "-m", help='Label matcher, e.g. node="gpu-node-7" '
+                                                                       "(repeatable; all must match).")],
+    author: Annotated[str, typer.Option(help="Who silences.")],
+    comment: Annotated[str, typer.Option(help="Why (a ticket, a maintenance).")],
+    duration: Annotated[str | None, typer.Option(help="How long, e.g. 2h (default 1h).")] = None,
+    until: Annotated[str | None, typer.Option(help="End time, ISO 8601 (instead of --duration).")] = None,
+    starts_at: Annotated[str | None, typer.Option("--starts-at", help="Start time, ISO 8601 (default now).")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Create a silence; the active notifier applies it within a tick."""
+    try:
+        matchers = [Matcher.parse(m) for m in matcher]
+    except ValueError as exc:
+        raise TailhoundError(str(exc)) from exc
+    now = time.time()
+    start = _parse_time(starts_at) if starts_at else now
+    if until and duration:
+        raise TailhoundError("give --duration or --until, not both")
+    end = _parse_time(until) if until else start + parse_duration(duration or "1h")
+    if end <= start:
+        raise TailhoundError("the silence must end after it starts")
+    silence = Silence(matchers=matchers, starts_at=start, ends_at=end, author=author, comment=comment, created_at=now)
+    asyncio.run(_write_state(_settings(config), f"silence:{silence.id}", silence.model_dump(mode="json")))
+    console.print(f"{silence.id}  {', '.join(map(str, matchers))}  until {_when(end)}")
+
+
+@silence_app.command("list")
+def silence_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include expired silences.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """List silences (active and pending; --all for expired ones too)."""
+    now = time.time()
+    silences = [Silence.model_validate(v) for k, v in _state(_settings(config)).items()
+                if k.startswith("silence:") and v]
+    table = Table("id", "state", "matchers", "starts", "ends", "author", "comment")
+    for s in sorted(silences, key=lambda s: s.starts_at):
+        if all_ or s.state(now) != "expired":
+            table.add_row(s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
+                          _when(min(s.ends_at, s.expired_at or s.ends_at)), s.author, s.comment)
+    console.print(table)
+
+
+@silence_app.command("expire")
+def silence_expire(silence_id: Annotated[str, typer.Argument(help="Silence id (sil-...).")],
+                   config: ConfigOpt = None) -> None:
+    """End a silence now."""
+    settings = _settings(config)
+    value = _state(settings).get(f"silence:{silence_id}")
+    if not value:
+        raise TailhoundError(f"no silence {silence_id}")
+    s = Silence.model_validate(value)
+    if s.expired_at is None:
+        s.expired_at = time.time()
+        asyncio.run(_write_state(settings, f"silence:{s.id}", s.model_dump(mode="json")))
+    console.print(f"{s.id} expired")
+
+
+# --- incidents -----------------------------------------------------------------------------------
+def _incident_events(settings: Settings) -> dict[str, list]:
+    from tailhound.incident import IncidentEvent
+
+    from .service import read_topic
+
+    by_id: dict[str, list] = {}
+    for raw in asyncio.run(read_topic(settings, settings.incidents_topic)):
+        try:
+            ev = IncidentEvent.model_validate_json(raw)
+        except ValueError:
+            continue
+        events = by_id.setdefault(ev.incident_id, [])
+        if all(e.sequence != ev.sequence for e in events):
+            events.append(ev)
+    for events in by_id.values():
+        events.sort(key=lambda e: e.sequence)
+    return by_id
+
+
+@incidents_app.command("list")
+def incidents_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include resolved incidents.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Open incidents (--all: every incident still on the topic), newest first."""
+    by_id = _incident_events(_settings(config))
+    table = Table("incident", "state", "root cause", "severity", "scope", "opened", "kind")
+    latest = sorted((evs[-1] for evs in by_id.values()), key=lambda e: e.opened_at, reverse=True)
+    for ev in latest:
+        state = "resolved" if ev.event == "resolved" else "open"
+        if all_ or state == "open":
+            table.add_row(ev.incident_id, state, str(ev.root_cause), str(ev.severity), ev.scope.describe(),
+                          _when(ev.opened_at), "transient" if ev.transient else "persistent")
+    console.print(table)
+
+
+@incidents_app.command("show")
+def incidents_show(incident_id: Annotated[str, typer.Argument(help="Incident id (inc-...).")],
+                   config: ConfigOpt = None) -> None:
+    """An incident's lifecycle, evidence, actions and what was notified where."""
+    from tailhound.console import render_incident
+
+    settings = _settings(config)
+    events = _incident_events(settings).get(incident_id)
+    if not events:
+        raise TailhoundError(f"no incident {incident_id} on {settings.incidents_topic}")
+    console.print(render_incident(events[-1]))
+    for ev in events:
+        console.print(f"  #{ev.sequence} {ev.event:8s} {_when(ev.ts)}")
+    groups = [GroupState.model_validate(v) for k, v in _state(settings).items() if k.startswith("group:") and v]
+    for grp in groups:
+        if incident_id not in grp.incidents:
+            continue
+        console.print(f"notification group {grp.group_id} ({grp.group_key}, {len(grp.incidents)} incidents)"
+                      + (f": {grp.suppressed}" if grp.suppressed else "") + (" [flapping]" if grp.flapping else ""))
+        for name, log in grp.logs.items():
+            pending = ", ".join(f"#{n.sequence} {n.kind}" for n in log.pending) or "none"
+            err = f"; last error: {log.last_error}" if log.last_error else ""
+            console.print(f"  {name}: delivered up to #{log.delivered} ({log.last_kind or '-'}), "
+                          f"pending {pending}{err}")

@@ -1,0 +1,262 @@
+"""The notifier service: the Kafka side of :class:`notifier.pipeline.Notifier`.
+
+- **In:** incident events from the incidents topic (one partition), read by a consumer group, so of
+  several notifier instances exactly one is active and the others stand by.
+- **State:** every change of a group or silence is written to the compacted ``notifier-state`` topic
+  (key ``group:<id>`` / ``silence:<id>``) *before* the incident offsets are committed. An instance that
+  gets the partition (a restart, a failover) first reads that topic to its end, so it knows what was
+  delivered, what is pending and which silences exist: no duplicate page, and the resolve still goes
+  out. Silences created by `tailhound silence add` are written to the same topic; the service tails it.
+- **Out:** receivers (:mod:`notifier.deliver`), and the dead-letter topic for notifications given up on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from pydantic import ValidationError
+
+from tailhound.deadletter import DeadLetter
+from tailhound.incident import IncidentEvent
+from tailhound.kafka import make_consumer, make_producer
+from tailhound.settings import Settings
+
+from .config import NotifierConfig, load_config
+from .deliver import Deliverer
+from .model import Notification
+from .pipeline import Notifier, Outcome
+from .receivers import Receiver
+from .receivers.registry import build_receiver
+from .state import Silence
+
+log = logging.getLogger(__name__)
+
+
+def notifier_config(settings: Settings) -> NotifierConfig:
+    """The configured notifier file, ``./notifier.yaml`` when present, else console only."""
+    path = settings.notifier.config
+    if path is None and Path("notifier.yaml").is_file():
+        path = Path("notifier.yaml")
+    return load_config(path) if path is not None else NotifierConfig()
+
+
+def build_receivers(settings: Settings, config: NotifierConfig, **console: Any) -> dict[str, Receiver]:
+    """Every configured receiver, secrets resolved (a missing secret or a webhook host that is not
+    allowed stops the start with a ConfigError naming the receiver)."""
+    out: dict[str, Receiver] = {}
+    for rc in config.receivers:
+        extra = console if rc.type == "console" else {}
+        out[rc.name] = build_receiver(rc, allowed_hosts=settings.notifier.webhook_allowed_hosts, **extra)
+    return out
+
+
+async def read_state(settings: Settings, consumer: AIOKafkaConsumer | None = None) -> tuple[dict[str, Any], dict]:
+    """Every key of the state topic with its latest value (None = deleted), and the end offsets read to."""
+    own = consumer is None
+    consumer = consumer or make_consumer(settings, group_id=None)
+    if own:
+        await consumer.start()
+    try:
+        topic = settings.notifier_state_topic
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer.topics()
+            parts = consumer.partitions_for_topic(topic) or {0}
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        items: dict[str, Any] = {}
+        deadline = time.monotonic() + 60
+        while await _behind(consumer, tps, ends):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} did not reach its end in 60 s")
+            batch = await consumer.getmany(*tps, timeout_ms=500)
+            for records in batch.values():
+                for rec in records:
+                    key = rec.key.decode() if rec.key else ""
+                    items[key] = json.loads(rec.value) if rec.value else None
+        return items, ends
+    finally:
+        if own:
+            await consumer.stop()
+
+
+async def _behind(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: dict) -> bool:
+    for tp in tps:
+        if await consumer.position(tp) < ends[tp]:
+            return True
+    return False
+
+
+class _Takeover(ConsumerRebalanceListener):
+    def __init__(self, service: NotifierService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if revoked:
+            self.service.active = False
+            log.info("notifier: incidents partition revoked; standing by")
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        # the main loop takes over before it handles the next batch (records of the new assignment
+        # may come with the same poll, so nothing is dropped)
+        self.service.active = False
+        self.service._takeover_due = bool(assigned)
+
+
+class NotifierService:
+    def __init__(self, settings: Settings, config: NotifierConfig, receivers: dict[str, Receiver], *,
+                 clock: Callable[[], float] = time.time, group_id: str | None = None) -> None:
+        self.settings = settings
+        self.config = config
+        self.receivers = receivers
+        self.clock = clock
+        self.group_id = group_id or f"{settings.streams.app_id}-notifier"
+        self.notifier = Notifier(config, runbook_url=settings.notifier.runbook_url)
+        self.active = False
+        self._takeover_due = False
+        self._dirty: dict[str, Any] = {}
+        self._producer = make_producer(settings, linger_ms=5)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._state_tail: AIOKafkaConsumer | None = None
+        self._deliverer = self._make_deliverer()
+        self.ingested = 0
+        self.created: list[Notification] = []
+
+    def _make_deliverer(self) -> Deliverer:
+        return Deliverer(self.notifier, self.receivers, self.config.delivery, clock=self.clock,
+                         on_outcome=self._record, on_dead_letter=self._dead_letter)
+
+    # --- state -----------------------------------------------------------------------------------
+    async def _record(self, outcome: Outcome) -> None:
+        self._dirty.update(outcome.dirty)
+        for gid, what in outcome.decisions:
+            log.info("notifier: %s: %s", gid, what)
+
+    async def _persist(self) -> None:
+        """Write the changed keys to the state topic and wait until the broker has them."""
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, {}
+        futures = [await self._producer.send(self.settings.notifier_state_topic, key=k.encode(),
+                                             value=json.dumps(v, separators=(",", ":")).encode() if v is not None
+                                             else None) for k, v in dirty.items()]
+        await asyncio.gather(*futures)
+
+    async def take_over(self) -> None:
+        """Rebuild the notifier from the state topic (this instance just got the incidents partition)."""
+        assert self._state_tail is not None
+        items, _ = await read_state(self.settings, self._state_tail)
+        await self._deliverer.stop()
+        self.notifier = Notifier.restore(self.config, items, runbook_url=self.settings.notifier.runbook_url)
+        self._deliverer = self._make_deliverer()
+        self.active = True
+        pending = sum(len(log.pending) for g in self.notifier.groups.values() for log in g.logs.values())
+        log.info("notifier: active with %d groups, %d silences, %d pending notifications",
+                 len(self.notifier.groups), len(self.notifier.silences), pending)
+
+    async def _tail_state(self) -> None:
+        """Pick up silences written by the CLI (our own group writes come back too and are ignored)."""
+        assert self._state_tail is not None
+        batch = await self._state_tail.getmany(timeout_ms=0)
+        for records in batch.values():
+            for rec in records:
+                key = rec.key.decode() if rec.key else ""
+                if not key.startswith("silence:") or not rec.value:
+                    continue
+                try:
+                    s = Silence.model_validate_json(rec.value)
+                except ValidationError as exc:
+                    log.warning("notifier: ignoring a bad silence record %s: %s", key, exc.errors()[0]["msg"])
+                    continue
+                known = self.notifier.silences.get(s.id)
+                if known is None or known.model_dump() != s.model_dump():
+                    self.notifier.silences[s.id] = s
+                    log.info("notifier: silence %s %s (%s)", s.id, s.state(self.clock()), s.comment)
+
+    async def _dead_letter(self, n: Notification, reason: str) -> None:
+        record = DeadLetter.from_bytes(n.model_dump_json().encode(), ts=time.time(), reason=reason, stage="deliver",
+                                       topic=self.settings.incidents_topic, key=n.idempotency_key)
+        await self._producer.send_and_wait(self.settings.deadletter_topic, key=n.idempotency_key.encode(),
+                                           value=record.model_dump_json().encode())
+
+    # --- loop ------------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._producer.start()
+        self._state_tail = make_consumer(self.settings, group_id=None)
+        await self._state_tail.start()
+        self._consumer = make_consumer(self.settings, group_id=self.group_id, session_timeout_ms=10_000,
+                                       heartbeat_interval_ms=1_000, max_poll_interval_ms=300_000)
+        self._consumer.subscribe([self.settings.incidents_topic], listener=_Takeover(self))
+        await self._consumer.start()
+        try:
+            while not stop.is_set():
+                batch = await self._consumer.getmany(timeout_ms=int(self.settings.notifier.tick_s * 1000),
+                                                     max_records=500)
+                if self._takeover_due:
+                    self._takeover_due = False
+                    await self.take_over()
+                if not self.active:
+                    continue
+                await self._tail_state()
+                events = [ev for records in batch.values() for rec in records if (ev := self._decode(rec)) is not None]
+                now = self.clock()
+                if events:
+                    self.ingested += len(events)
+                    await self._record(self.notifier.ingest(events, now))
+                flushed = self.notifier.flush(now)
+                self.created.extend(flushed.created)
+                await self._record(flushed)
+                await self._persist()
+                if batch:
+                    await self._consumer.commit()
+                self._deliverer.pump()
+        finally:
+            await self._deliverer.stop()
+            with contextlib.suppress(Exception):
+                await self._persist()
+            await self._consumer.stop()
+            await self._state_tail.stop()
+            await self._producer.stop()
+            for r in self.receivers.values():
+                with contextlib.suppress(Exception):
+                    await r.close()
+
+    def _decode(self, rec: Any) -> IncidentEvent | None:
+        try:
+            return IncidentEvent.model_validate_json(rec.value)
+        except ValidationError as exc:
+            log.warning("notifier: skipping a bad incident event at offset %s: %s", rec.offset, exc.errors()[0]["msg"])
+            return None
+
+
+async def read_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[bytes]:
+    """Every value of `topic` from the beginning to its current end."""
+    consumer = make_consumer(settings, group_id=None)
+    await consumer.start()
+    try:
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while await _behind(consumer, tps, ends) and time.monotonic() < deadline:
+            for records in (await consumer.getmany(*tps, timeout_ms=500)).values():
+                out.extend(r.value for r in records if r.value)
+        return out
+    finally:
+        await consumer.stop()
