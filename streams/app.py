@@ -7,6 +7,8 @@ Where things are:
 - rules fire in :func:`streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
   changelogged so a restarted worker resumes where it stopped), called through
   :class:`streams.processor.SnapshotProcessor`, the same step offline replay (:mod:`streams.replay`) uses;
+- engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` where the
+  ``model-stage`` agent runs model- and fleet-scope rules (:mod:`streams.model_stage`);
 - incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``;
 - pages leave from the notifier (:mod:`notifier.service`), which this worker runs as a task unless
   ``notifier.enabled`` is false (of several workers, one is the active notifier).
@@ -25,15 +27,20 @@ from tailhound.catalog import Catalog, default_catalog
 from tailhound.console import ConsoleReceiver
 from tailhound.deadletter import DeadLetter
 from tailhound.settings import Settings
+from tailhound.snapshot import Snapshot
 
 from . import codec
 from .codec import Malformed
+from .model_stage import ModelStage, split_rules
 from .processor import SnapshotProcessor, load_models
 from .ruleset import RuleSet
 
 log = logging.getLogger(__name__)
 
 STATE_TABLE = "node-state"
+MODEL_STATE_TABLE = "model-state"
+#: header on model-topic messages: root causes open on the snapshot's node (model-stage correlation)
+CAUSES_HEADER = "tailhound-node-causes"
 
 
 def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = None) -> faust.App:
@@ -65,8 +72,22 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = app.Table(STATE_TABLE, default=None, partitions=settings.partitions)  # JSON values
-    processor = SnapshotProcessor(rules, catalog, load_models(settings.streams.load_models),
-                                  sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s})
+    node_rules, model_rules = split_rules(rules)
+    load = load_models(settings.streams.load_models)
+    sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s}
+    processor = SnapshotProcessor(node_rules, catalog, load, sla=sla)
+    model_stage = ModelStage(model_rules, catalog=catalog, models=load, sla=sla)
+    model_topic = app.topic(settings.model_topic, key_serializer="raw", value_serializer=codec.CODEC_NAME,
+                            partitions=settings.partitions)
+    model_state = app.Table(MODEL_STATE_TABLE, default=None, partitions=settings.partitions)
+
+    async def publish(events: list) -> None:
+        for ev in events:
+            log.info("incident %s %s %s %s", ev.incident_id, ev.event, ev.root_cause, ev.scope.describe())
+            if settings.sinks.incident_topic.enabled:
+                await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
+            if console is not None:
+                console.deliver(ev)
 
     async def dead_letter(message: Any, reason: str, stage: str) -> None:
         log.warning("dead-letter %s[%s]@%s (%s): %s", message.topic, message.partition, message.offset,
@@ -100,16 +121,39 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 continue
             if result.changed:
                 state[value.node] = result.state
-            for ev in result.events:
-                log.info("incident %s %s %s %s", ev.incident_id, ev.event, ev.root_cause, ev.scope.describe())
-                if settings.sinks.incident_topic.enabled:
-                    await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
-                if console is not None:
-                    console.deliver(ev)
+            await publish(result.events)
+            if model_stage.enabled:
+                keys = model_stage.keys(value)
+                if keys:  # engine snapshots also feed the model stage, with the node's open causes
+                    causes = ",".join(processor.open_causes(value.node)).encode()
+                    for key in keys:
+                        await model_topic.send(key=key.encode(), value=message.value,
+                                               headers={CAUSES_HEADER: causes})
+
+    @app.agent(model_topic, name="model-stage")
+    async def model_agent(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            message, value = event.message, event.value
+            if not isinstance(value, Snapshot) or not message.key:
+                continue  # validated by the node stage already; nothing malformed gets here
+            try:
+                events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state)
+            except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
+                log.exception("model stage failed for %s", message.key)
+                continue
+            await publish(events)
 
     if settings.notifier.enabled:
         _add_notifier(app, settings)
     return app
+
+
+def _causes(headers: Any) -> tuple[str, ...]:
+    items = headers.items() if isinstance(headers, dict) else (headers or [])
+    for k, v in items:
+        if k == CAUSES_HEADER and v:
+            return tuple(c for c in (v.decode() if isinstance(v, bytes) else str(v)).split(",") if c)
+    return ()
 
 
 def _add_notifier(app: faust.App, settings: Settings) -> None:

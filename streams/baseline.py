@@ -85,7 +85,8 @@ class Expected:
 
 
 class RollingBaseline:
-    __slots__ = ("bucket_s", "warmup_s", "median_floor", "_ring", "_cur", "_last_ts", "_raw", "_seen", "_stride")
+    __slots__ = ("bucket_s", "warmup_s", "median_floor", "_ring", "_cur", "_last_ts", "_raw", "_seen", "_stride",
+                 "_expected", "_ring_json")
 
     def __init__(self, horizon_s: float = DEFAULT_HORIZON_S, bucket_s: float = DEFAULT_BUCKET_S,
                  warmup_s: float = DEFAULT_WARMUP_S, median_floor: float = DEFAULT_MEDIAN_FLOOR) -> None:
@@ -102,6 +103,12 @@ class RollingBaseline:
         self._raw = array("f")
         self._seen = 0  # values offered to the current bucket (for thinning)
         self._stride = 1
+        self._forget_ring()
+
+    def _forget_ring(self) -> None:
+        """Drop what is derived from the ring (it changes only when a bucket closes, every bucket_s)."""
+        self._expected: Expected | None | bool = False  # False: not computed
+        self._ring_json: list | None = None
 
     @property
     def horizon_s(self) -> float:
@@ -132,6 +139,7 @@ class RollingBaseline:
         if index == self._cur:
             return
         n = len(self._ring)
+        self._forget_ring()
         self._ring[self._cur % n] = _round(_median(list(self._raw))) if self._raw else _NAN
         for skipped in range(self._cur + 1, min(index, self._cur + n) + 1):
             self._ring[skipped % n] = _NAN  # buckets with no data, and the new one
@@ -144,7 +152,12 @@ class RollingBaseline:
         return [float(v) for v in self._ring if not math.isnan(v)]
 
     def expected(self) -> Expected | None:
-        """The baseline, or None before ``warmup_s`` of learned (closed) buckets."""
+        """The baseline, or None before ``warmup_s`` of learned (closed) buckets (computed once per ring)."""
+        if self._expected is False:
+            self._expected = self._compute_expected()
+        return self._expected  # type: ignore[return-value]
+
+    def _compute_expected(self) -> Expected | None:
         medians = sorted(self.bucket_medians())
         if not medians or len(medians) * self.bucket_s < self.warmup_s:
             return None
@@ -164,9 +177,14 @@ class RollingBaseline:
         return {
             "v": STATE_VERSION, "b": self.bucket_s, "w": self.warmup_s, "f": self.median_floor,
             "i": self._cur, "t": self._last_ts if math.isfinite(self._last_ts) else None,
-            "r": [None if math.isnan(x) else _round(x) for x in self._ring],
+            "r": list(self._ring_list()),
             "c": [_round(x) for x in self._raw], "n": self._seen, "s": self._stride,
         }
+
+    def _ring_list(self) -> list:
+        if self._ring_json is None:
+            self._ring_json = [None if math.isnan(x) else _round(x) for x in self._ring]
+        return self._ring_json
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RollingBaseline:
@@ -180,6 +198,7 @@ class RollingBaseline:
         self._raw = array("f", data["c"])
         self._seen = data["n"]
         self._stride = data["s"]
+        self._forget_ring()
         return self
 
     def to_json(self) -> str:

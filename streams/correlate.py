@@ -97,7 +97,7 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
     """Update the node's open incidents from what fires now; returns the lifecycle events.
 
     `pending` names the rules with entities that hold but have not held for their `for` yet."""
-    by_name = {r.name: r for r in rules.rules}
+    by_name = rules.index
     events: list[IncidentEvent] = []
     causes = {n: f for n, f in firing.items() if by_name[n].root_cause is not None}
     symptoms = {n: f for n, f in firing.items() if by_name[n].symptom}
@@ -222,7 +222,7 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
         summary += f"; explains {', '.join(explains)}"
     if also:
         summary += f"; also firing: {', '.join(also)}"
-    from .evaluator import render_action
+    from .evidence import render_action
 
     actions = [render_action(a, scope, evidence) for a in root.actions]
     return IncidentEvent(

@@ -12,29 +12,36 @@ Per rule and node:
   *updated* when another entity joins (the scope only grows), and *resolves* when none is firing.
 
 Rules read the node's merged view (:mod:`streams.nodesignals`): the latest value of every signal from
-every source of the node, counter rates, and derived ratios; conditions are judged by
-:mod:`streams.condition_eval`. Snapshots older than the newest already seen from the same source (and
-instance) on the node are ignored, so a re-delivered message (at-least-once) changes nothing.
+every source of the node, counter rates, and derived ratios (computed per signal as rules read it);
+conditions are judged by :mod:`streams.condition_eval`'s semantics, compiled once per rule set by
+:mod:`streams.rule_plan`. A rule holding no state is stepped only when the snapshot changed a signal it
+reads. Snapshots older than the newest already seen from the same source (and instance) on the node are
+ignored, so a re-delivered message (at-least-once) changes nothing.
 """
 
 from __future__ import annotations
 
-import re
+import fnmatch
 
 from pydantic import BaseModel, Field, PrivateAttr
 
 from tailhound.catalog import Catalog, default_catalog
-from tailhound.incident import Evidence, IncidentEvent, Scope
+from tailhound.incident import Evidence, IncidentEvent
 from tailhound.snapshot import Snapshot
 
 from .baseline import RollingBaseline
-from .condition_eval import EvalContext, entities_of, holds, observations
+from .condition_eval import EvalContext
 from .correlate import Episode, Firing, correlate
+from .evidence import render_action, rule_evidence
 from .latency import LatencyTracker
 from .loadmodel import LoadModel, expected_for, features_of
-from .nodesignals import LatestValues, counter_rates
-from .ruleset import Rule, RuleSet
-from .signals import SignalValues, decode_clock_event_reasons, extract
+from .nodesignals import RATE_RATIOS, CurrentValues, LatestValues, snapshot_values
+from .rule_plan import RulePlan, entity_order, plans_for
+from .ruleset import RuleSet
+from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, SLA_SIGNALS, SignalValues
+
+__all__ = ["DEFAULT_STALE_AFTER_S", "FiringEntity", "NodeState", "RuleState", "evaluate", "render_action",
+           "source_key"]
 
 DEFAULT_STALE_AFTER_S = 300.0
 
@@ -87,9 +94,10 @@ class NodeState(BaseModel):
         return self._tracker
 
     def baseline_of(self, key: str) -> RollingBaseline | None:
-        obj = self._baseline_objs.get(key)
+        objs = self.__pydantic_private__["_baseline_objs"]  # type: ignore[index]  # (getattr of a private is slow)
+        obj = objs.get(key)
         if obj is None and key in self.baselines:
-            obj = self._baseline_objs[key] = RollingBaseline.from_dict(self.baselines[key])
+            obj = objs[key] = RollingBaseline.from_dict(self.baselines[key])
         return obj
 
     def sync(self) -> None:
@@ -105,12 +113,6 @@ def source_key(snapshot: Snapshot) -> str:
     """Redelivery is detected per source *and* instance: two vLLM servers on one node scrape apart."""
     inst = snapshot.labels.get("instance") or snapshot.labels.get("target") or snapshot.labels.get("endpoint")
     return f"{snapshot.source}|{inst}" if inst else snapshot.source
-
-
-def _snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SignalValues:
-    values = extract(snapshot, catalog)
-    values.update(counter_rates(snapshot, catalog))
-    return values
 
 
 def evaluate(
@@ -143,31 +145,43 @@ def evaluate(
         return state, []
     state.last_ts[key] = snapshot.ts
     catalog = catalog or default_catalog()
-    fresh = _snapshot_values(snapshot, catalog)
-    fresh.update(_latency_values(state, snapshot, catalog))
+    scan = snapshot_values(snapshot, catalog)
+    fresh = scan.values
+    if scan.histogram_deltas:
+        fresh.update(_latency_values(state, snapshot, catalog))
     latest.update(fresh, snapshot.ts, snapshot.interval_s)
-    _remember_models(state, snapshot)
-    view = latest.view(snapshot.ts)
+    _remember_models(state, scan.models)
+    view = latest.current(snapshot.ts)  # computed per signal as rules read it
     _add_sla(view, state, sla)
     _record_history(state, rules, fresh, snapshot.ts)
     _learn_baselines(state, rules, view, fresh, snapshot.ts)
-    ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.last_seen(), catalog=catalog,
+    ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.seen(), catalog=catalog,  # type: ignore[arg-type]
                       history=lambda s, e: _history(state, s, e),
                       baseline=lambda s, e: _baseline(state, s, e, view, models))
-    updated = set(fresh) | {d for f in fresh for d in _DERIVED_BY_INPUT.get(f, ())}
-    for rule in rules.rules:
-        reads = rule.signals()
-        if not reads & updated and rule.name not in state.rules and not _has_absence(rule):
-            continue
-        rs = state.rules.setdefault(rule.name, RuleState())
-        if reads & set(ctx.values) or _has_absence(rule):
-            _step_entities(rs, rule, ctx, snapshot.ts, catalog)
-        _expire_stale(rs, snapshot.ts, stale_after_s)
-        if rs.is_idle():
-            del state.rules[rule.name]
+    updated = set(fresh)
+    for f in updated & _DERIVED_BY_INPUT.keys():
+        updated.update(_DERIVED_BY_INPUT[f])
+    for plan in plans_for(rules, catalog):
+        rs = state.rules.get(plan.name)
+        if rs is None:
+            if plan.reads.isdisjoint(updated) and not plan.has_absence:
+                continue  # nothing it reads changed and it holds no state: stepping it would change nothing
+            pending, firing = {}, {}  # a RuleState only if it ends up holding something
+        else:
+            pending, firing = rs.pending, rs.firing
+        if plan.has_absence or any(signal in view for signal in plan.reads):
+            _step_entities(pending, firing, plan, ctx, snapshot.ts, catalog)
+        _expire_stale(pending, firing, snapshot.ts, stale_after_s)
+        if not (pending or firing):
+            if rs is not None:
+                del state.rules[plan.name]
+        elif rs is None:
+            rs = state.rules[plan.name] = RuleState()
+            rs.pending.update(pending)
+            rs.firing.update(firing)
     firing = {
-        name: Firing(entities=sorted(rs.firing, key=_entity_order), since=min(f.since for f in rs.firing.values()),
-                     evidence=[ev for e in sorted(rs.firing, key=_entity_order) for ev in rs.firing[e].evidence])
+        name: Firing(entities=sorted(rs.firing, key=entity_order), since=min(f.since for f in rs.firing.values()),
+                     evidence=[ev for e in sorted(rs.firing, key=entity_order) for ev in rs.firing[e].evidence])
         for name, rs in state.rules.items() if rs.firing and rules.by_name(name) is not None
     }
     pending = {name for name, rs in state.rules.items() if set(rs.pending) - set(rs.firing)}
@@ -177,44 +191,52 @@ def evaluate(
     return state, events
 
 
-def _remember_models(state: NodeState, snapshot: Snapshot) -> None:
-    for s in snapshot.samples:
-        model = s.labels.get("model_name") or snapshot.labels.get("model_name")
-        if not model:
-            continue
+def _remember_models(state: NodeState, models: list[tuple[str, str | None]]) -> None:
+    """The models of a snapshot's samples (sample label, else the snapshot's), and engine -> model."""
+    for model, engine in models:
         if model not in state.models:
             state.models = sorted([*state.models, model])[:8]
-        engine = s.labels.get("engine") or snapshot.labels.get("instance")
         if engine and state.engine_models.get(engine) != model and len(state.engine_models) < 64:
             state.engine_models[engine] = model
 
 
 DEFAULT_SLA = {"ttft_p99_sla_s": {"*": 1.5}}
+#: (patterns, model) -> the first matching pattern's limit (fnmatch per engine and snapshot added up)
+_SLA_LIMITS: dict[tuple[tuple[tuple[str, float], ...], str], float | None] = {}
 
 
-def _add_sla(view: SignalValues, state: NodeState, sla: dict[str, dict[str, float]] | None) -> None:
-    """``sla.ttft_p99`` per engine from the engine's model (settings.streams.ttft_p99_sla_s)."""
-    import fnmatch
+def _sla_limit(patterns: dict[str, float], model: str) -> float | None:
+    key = (tuple(patterns.items()), model)
+    if key not in _SLA_LIMITS:
+        if len(_SLA_LIMITS) > 4096:
+            _SLA_LIMITS.clear()
+        _SLA_LIMITS[key] = next((v for pat, v in patterns.items() if fnmatch.fnmatchcase(model, pat)), None)
+    return _SLA_LIMITS[key]
 
-    from .signals import SLA_SIGNALS
 
-    engines = set((view.get("engine.requests_running") or {}).keys()) | set(state.engine_models)
+def _add_sla(view: CurrentValues | SignalValues, state: NodeState, sla: dict[str, dict[str, float]] | None) -> None:
+    """``sla.ttft_p99`` per engine from the engine's model (settings.streams.ttft_p99_sla_s); computed when a
+    rule first reads it (nothing it depends on changes later in the step)."""
     for signal, field in SLA_SIGNALS.items():
         patterns = (sla or DEFAULT_SLA).get(field) or DEFAULT_SLA[field]
-        values = {}
-        for engine in engines:
-            model = state.engine_models.get(engine, "")
-            limit = next((v for pat, v in patterns.items() if fnmatch.fnmatchcase(model, pat)), None)
-            if limit is not None:
-                values[engine] = limit
-        if values:
+
+        def limits(patterns: dict[str, float] = patterns) -> dict[str, float]:
+            engines = set((view.get("engine.requests_running") or {}).keys()) | set(state.engine_models)
+            values = {}
+            for engine in engines:
+                limit = _sla_limit(patterns, state.engine_models.get(engine, ""))
+                if limit is not None:
+                    values[engine] = limit
+            return values
+
+        if isinstance(view, CurrentValues):
+            view.provide(signal, limits)
+        elif values := limits():
             view[signal] = values
 
 
 def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog) -> SignalValues:
     """Feed histogram deltas into the node's latency windows; their percentiles per engine."""
-    if not any(s.kind == "histogram" and s.delta is not None for s in snapshot.samples):
-        return {}
     tracker = state.tracker(catalog)
     if not tracker.observe(snapshot):
         return {}
@@ -222,14 +244,7 @@ def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog) -> S
     return tracker.engine_values(snapshot.ts, snapshot.node)
 
 
-def _has_absence(rule: Rule) -> bool:
-    return rule.has_absence
-
-
 def _derived_inputs() -> dict[str, tuple[str, ...]]:
-    from .nodesignals import RATE_RATIOS
-    from .signals import DERIVED_SIGNALS, FLAG_SIGNALS
-
     out: dict[str, list[str]] = {}
     for name, (_per, inputs) in DERIVED_SIGNALS.items():
         for x in inputs:
@@ -260,29 +275,31 @@ def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: f
                 pts.pop(0)
 
 
-def _learn_baselines(state: NodeState, rules: RuleSet, view: SignalValues, fresh: SignalValues, ts: float) -> None:
+def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | SignalValues, fresh: SignalValues,
+                     ts: float) -> None:
     """Feed every value a rule compares with its baseline, except while that entity is in an incident
     of a rule reading the signal (an incident must not raise its own baseline)."""
-    for signal in rules.baseline_signals:
-        if signal not in fresh and not any(signal.startswith(f"{f}.") for f in fresh):
-            continue
-        troubled = {e for rule in rules.rules if signal in rule.signals() and rule.name in state.rules
-                    for e in (*state.rules[rule.name].firing, *state.rules[rule.name].pending)}
+    private = state.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
+    for signal, (prefixes, readers) in rules.baseline_plan.items():
+        if signal not in fresh and not any(p in fresh for p in prefixes):
+            continue  # neither the signal nor what it is derived from (latency.tpot for .p95) is new
+        troubled = {e for name in readers if name in state.rules
+                    for e in (*state.rules[name].firing, *state.rules[name].pending)}
         for entity, value in (view.get(signal) or {}).items():
             key = f"{signal}|{entity}"
             baseline = state.baseline_of(key) or RollingBaseline()
             if baseline.observe(ts, value, in_incident=entity in troubled):
-                state._baseline_objs[key] = baseline
-                state._dirty.add(key)
+                private["_baseline_objs"][key] = baseline
+                private["_dirty"].add(key)
 
 
-def _baseline(state: NodeState, signal: str, entity: str, view: SignalValues,
+def _baseline(state: NodeState, signal: str, entity: str, view: CurrentValues | SignalValues,
               models: dict[str, LoadModel] | None) -> tuple[float, str] | None:
     """What `signal` should be for this entity: the load model's prediction for the current load when a
     model for the signal is loaded and covers that load, else the rolling baseline's median."""
     rolling = state.baseline_of(f"{signal}|{entity}")
     model = (models or {}).get(signal)
-    features = features_of(view, entity) if model is not None else None
+    features = features_of(view, entity) if model is not None else None  # type: ignore[arg-type]
     expected = expected_for(signal, features, model, rolling)
     return None if expected is None else (max(expected.value, 1e-9), expected.source)
 
@@ -291,88 +308,35 @@ def _history(state: NodeState, signal: str, entity: str) -> list[tuple[float, fl
     return [(t, v) for t, v in state.history.get(f"{signal}|{entity}", [])]
 
 
-def _step_entities(rs: RuleState, rule: Rule, ctx: EvalContext, ts: float, catalog: Catalog) -> None:
-    scope = rule.scope.value
-    leaves = rule.leaves()
-    for e in entities_of(leaves, ctx, scope):
-        verdict = holds(rule.when, ctx, e, scope)
+def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], plan: RulePlan, ctx: EvalContext,
+                   ts: float, catalog: Catalog) -> None:
+    """Step a rule's entity states (its RuleState's `pending` and `firing`) at `ts`."""
+    rule = plan.rule
+    for e in plan.entities(ctx):
+        verdict = plan.check(ctx, e)
         if verdict is None:
             continue  # a signal is missing for this entity: no news, keep the state as it is
         if verdict:
-            since = rs.pending.setdefault(e, ts)
-            evidence = _evidence(rule, ctx, e, ts - since, catalog)
-            if e in rs.firing:
-                rs.firing[e].last_true = ts
-                rs.firing[e].evidence = evidence
+            since = pending.setdefault(e, ts)
+            evidence = rule_evidence(rule, ctx, e, ts - since, catalog)
+            if e in firing:
+                firing[e].last_true = ts
+                firing[e].evidence = evidence
             elif ts - since >= rule.for_:
-                rs.firing[e] = FiringEntity(since=since, last_true=ts, evidence=evidence)
+                firing[e] = FiringEntity(since=since, last_true=ts, evidence=evidence)
         else:
-            rs.pending.pop(e, None)
-            f = rs.firing.get(e)
+            pending.pop(e, None)
+            f = firing.get(e)
             if f is not None and ts - f.last_true >= rule.keep_firing_for:
-                del rs.firing[e]
+                del firing[e]
 
 
-def _expire_stale(rs: RuleState, ts: float, stale_after_s: float) -> None:
-    for e in [e for e, f in rs.firing.items() if ts - f.last_true > max(stale_after_s, 0.0)]:
-        del rs.firing[e]
-        rs.pending.pop(e, None)
-    for e in [e for e, since in rs.pending.items() if e not in rs.firing and ts - since > stale_after_s * 4]:
-        del rs.pending[e]
-
-
-#: Latency percentiles are always shown with the load of the same window (the token mix and the
-#: running requests): a P95 means little without what was asked of the engine.
-LOAD_CONTEXT = ("tokens.prompt.mean", "tokens.generation.mean", "engine.requests_running")
-
-
-def _evidence(rule: Rule, ctx: EvalContext, entity: str, held_s: float, catalog: Catalog) -> list[Evidence]:
-    labels = {rule.scope.value: entity} if entity else {}
-    out = observations(rule.leaves(), ctx, entity, rule.scope.value, held_s, labels)
-    context = list(rule.context)
-    if any(ev.signal.startswith(("latency.", "max(latency.", "min(latency.")) for ev in out):
-        context += [c for c in LOAD_CONTEXT if c not in context]
-    shown = {ev.signal for ev in out}
-    for signal in context:
-        if signal in shown:
-            continue
-        per = ctx.per(signal)
-        if per and per != (rule.scope.value,):
-            continue  # a finer or other-scope signal without a reduce: not this entity's
-        v = (ctx.values.get(signal) or {}).get(entity if per else "")
-        if v is not None:
-            spec = catalog.spec(signal) or catalog.spec(signal.rpartition(".")[0])
-            detail = _DETAIL[signal](v) if signal in _DETAIL else ""
-            out.append(Evidence(signal=signal, value=round(v, 4), op="=", unit=spec.unit if spec else "",
-                                labels=labels, detail=detail))
-    return out
-
-
-def _clock_event_detail(mask: float) -> str:
-    return f"0x{int(mask):x} (" + (", ".join(decode_clock_event_reasons(mask)) or "no clock event reason") + ")"
-
-
-#: How to spell out a context value for a person.
-_DETAIL = {"gpu.clock_event_reasons": _clock_event_detail}
-
-
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_.]*)\}")
-
-
-def render_action(template: str, scope: Scope, evidence: list[Evidence]) -> str:
-    """Fill ``{node}``, ``{gpus}``, ``{model}``, ``{engine}`` and ``{<signal>}`` (max over evidence)."""
-    values: dict[str, str] = {
-        "node": scope.node or "?",
-        "gpus": ",".join(scope.gpus) or "?",
-        "model": scope.model or "?",
-        "engine": scope.engine or "?",
-    }
-    for ev in evidence:
-        cur = values.get(ev.signal)
-        if cur is None or float(cur) < ev.value:
-            values[ev.signal] = f"{ev.value:g}"
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
-
-
-def _entity_order(e: str) -> tuple[int, str]:
-    return (int(e), "") if e.isdigit() else (1 << 30, e)
+def _expire_stale(pending: dict[str, float], firing: dict[str, FiringEntity], ts: float, stale_after_s: float
+                  ) -> None:
+    if firing:
+        for e in [e for e, f in firing.items() if ts - f.last_true > max(stale_after_s, 0.0)]:
+            del firing[e]
+            pending.pop(e, None)
+    if pending:
+        for e in [e for e, since in pending.items() if e not in firing and ts - since > stale_after_s * 4]:
+            del pending[e]

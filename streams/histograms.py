@@ -17,10 +17,12 @@ per-interval deltas of one series over a rolling event-time window (compact JSON
 from __future__ import annotations
 
 import math
+import operator
 import sys
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from tailhound.snapshot import HistogramDelta
 
@@ -78,13 +80,42 @@ def histogram_quantile(q: float, le: Sequence[float], counts: Sequence[float], c
         return -math.inf
     if q > 1:
         return math.inf
+    prepared = prepare_buckets(le, counts, count)
+    return None if prepared is None else _quantile_of(q, *prepared)
+
+
+#: Above this, neighbouring integral counts could be within SMALL_DELTA_TOLERANCE of each other.
+_EXACT_COUNTS = 1e11
+
+
+def prepare_buckets(le: Sequence[float], counts: Sequence[float], count: float | None
+                    ) -> tuple[list[float], list[float]] | None:
+    """What every quantile of one histogram shares: bounds ending with ``+Inf`` and their cumulative
+    counts, sorted, coalesced and made monotonic as :func:`histogram_quantile` describes; None when no
+    quantile can be answered (no observations, no ``+Inf`` bucket, fewer than two buckets)."""
     if len(le) != len(counts):
         raise ValueError(f"le has {len(le)} bounds but counts has {len(counts)} values")
-    pairs = sorted(zip((float(b) for b in le), (float(c) for c in counts), strict=True), key=lambda p: p[0])
+    bounds = list(map(float, le))
+    cum = list(map(float, counts))
+    if count is not None and bounds and bounds[-1] < math.inf and all(map(operator.lt, bounds, bounds[1:])):
+        # already sorted with distinct finite bounds (every window histogram): nothing to coalesce
+        bounds.append(math.inf)
+        cum.append(float(count))
+    else:
+        bounds, cum = _coalesced(bounds, cum, count)
+        if not bounds or bounds[-1] != math.inf:
+            return None
+    if not _monotonic_already(cum):
+        ensure_monotonic(cum)
+    if len(cum) < 2 or cum[-1] == 0:
+        return None
+    return bounds, cum
+
+
+def _coalesced(le: list[float], counts: list[float], count: float | None) -> tuple[list[float], list[float]]:
+    pairs = sorted(zip(le, counts, strict=True), key=lambda p: p[0])
     if count is not None:
         pairs.append((math.inf, float(count)))
-    if not pairs or pairs[-1][0] != math.inf:
-        return None
     bounds: list[float] = []
     cum: list[float] = []
     for bound, c in pairs:  # coalesceBuckets
@@ -93,9 +124,20 @@ def histogram_quantile(q: float, le: Sequence[float], counts: Sequence[float], c
         else:
             bounds.append(bound)
             cum.append(c)
-    ensure_monotonic(cum)
-    if len(cum) < 2 or cum[-1] == 0:
-        return None
+    return bounds, cum
+
+
+def _monotonic_already(cum: list[float]) -> bool:
+    """True when ensure_monotonic would change nothing: non-decreasing non-negative whole counts below
+    1e11, whose distinct neighbours therefore differ by far more than the float-noise tolerance."""
+    try:
+        return (bool(cum) and cum[0] >= 0 and cum[-1] < _EXACT_COUNTS and all(map(float.is_integer, cum))
+                and all(map(operator.le, cum, cum[1:])))
+    except TypeError:  # not all floats
+        return False
+
+
+def _quantile_of(q: float, bounds: list[float], cum: list[float]) -> float:
     rank = q * cum[-1]
     b = bisect_left(cum, rank, 0, len(cum) - 1)  # sort.Search: first bucket with cum >= rank
     if b == len(cum) - 1:
@@ -131,7 +173,15 @@ class Histogram:
         return cls(tuple(le), tuple(delta.counts), delta.count, delta.sum)
 
     def quantile(self, q: float) -> float | None:
-        return histogram_quantile(q, self.le, self.counts, self.count)
+        if math.isnan(q) or not 0 <= q <= 1:
+            return histogram_quantile(q, self.le, self.counts, self.count)
+        prepared = self._prepared
+        return None if prepared is None else _quantile_of(q, *prepared)
+
+    @cached_property
+    def _prepared(self) -> tuple[list[float], list[float]] | None:
+        """Sorted, coalesced, monotonic buckets: shared by every quantile asked of this histogram."""
+        return prepare_buckets(self.le, self.counts, self.count)
 
     def mean(self) -> float | None:
         """``sum / count``; None without observations."""
@@ -197,148 +247,6 @@ def _compact(x: float) -> float | int:
     return int(x) if x.is_integer() and abs(x) < 2**53 else x
 
 
-@dataclass(frozen=True)
-class Interval:
-    """The bucket increases of one collection interval ``(ts - span_s, ts]``; `gap`: it spans missed
-    collections."""
-
-    ts: float
-    span_s: float
-    gap: bool
-    count: float
-    sum: float
-    counts: tuple[float, ...]
-
-    def to_list(self) -> list:
-        counts = list(self.counts)
-        while counts and counts[-1] == self.count:  # implied: the +Inf bucket's count
-            counts.pop()
-        return [_compact(self.ts), _compact(self.span_s), int(self.gap), _compact(self.count), _compact(self.sum),
-                [_compact(c) for c in counts]]
-
-    @classmethod
-    def from_list(cls, item: list, buckets: int) -> Interval:
-        ts, span, gap, count, total, counts = item
-        values = [float(c) for c in counts]
-        if len(values) > buckets:
-            raise ValueError(f"interval has {len(values)} bucket counts for {buckets} bounds")
-        values += [float(count)] * (buckets - len(values))
-        return cls(float(ts), float(span), bool(gap), float(count), float(total), tuple(values))
-
-
-class LatencyWindow:
-    """A rolling event-time window of the per-interval histogram deltas of ONE series.
-
-    An interval counts at time `now` when its end ``ts`` lies in ``(now - window_s, now]``; intervals
-    that can no longer count (``ts <= newest - window_s``) are dropped, and at most `max_intervals`
-    are kept (the oldest go first). Intervals must arrive in event-time order: one not newer than
-    the newest kept is a re-delivery and ignored. A change of bucket bounds starts the window over.
-    Values are rounded to 6 decimals on the way in, so :meth:`to_dict` / :meth:`from_dict` give back
-    exactly the same window (a restored worker computes what the uninterrupted one would).
-    """
-
-    def __init__(self, window_s: float = 300.0, max_intervals: int = 64) -> None:
-        if not window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
-        if max_intervals < 1:
-            raise ValueError(f"max_intervals must be >= 1, got {max_intervals}")
-        self.window_s = float(window_s)
-        self.max_intervals = int(max_intervals)
-        self.le: tuple[float, ...] = ()
-        self.intervals: list[Interval] = []
-
-    @property
-    def last_ts(self) -> float | None:
-        return self.intervals[-1].ts if self.intervals else None
-
-    def add(self, ts: float, prev_ts: float | None, delta: HistogramDelta | None, le: Sequence[float],
-            gap: bool = False) -> bool:
-        """Add the increase over ``(prev_ts, ts]``; False when ignored (first sight of the series, no
-        delta, a re-delivery, non-finite values). An interval whose start is not the previous
-        interval's end, or flagged `gap`, is kept and marked as spanning a gap. Negative counts (never
-        from the agent, which folds resets into the delta) are clamped to 0."""
-        if prev_ts is None or delta is None or not (math.isfinite(ts) and math.isfinite(prev_ts)) or ts <= prev_ts:
-            return False
-        if len(delta.counts) != len(le):
-            raise ValueError(f"delta has {len(delta.counts)} bucket counts for {len(le)} bounds")
-        values = [*delta.counts, delta.count, delta.sum]
-        if not all(math.isfinite(v) for v in values):
-            return False
-        ts, prev_ts = _clean(ts), _clean(prev_ts)
-        last = self.last_ts
-        if last is not None and ts <= last:
-            return False
-        bounds = tuple(float(b) for b in le)
-        if bounds != self.le:
-            self.le, self.intervals, last = bounds, [], None
-        interval = Interval(ts=ts, span_s=_clean(ts - prev_ts), gap=bool(gap) or (last is not None and prev_ts != last),
-                            count=_clean(max(delta.count, 0.0)), sum=_clean(delta.sum),
-                            counts=tuple(_clean(max(c, 0.0)) for c in delta.counts))
-        self.intervals.append(interval)
-        self._prune(ts)
-        return True
-
-    def _prune(self, newest: float) -> None:
-        horizon = newest - self.window_s
-        drop = 0
-        while drop < len(self.intervals) and self.intervals[drop].ts <= horizon:
-            drop += 1
-        drop = max(drop, len(self.intervals) - self.max_intervals)
-        if drop:
-            del self.intervals[:drop]
-
-    def inside(self, now: float) -> list[Interval]:
-        """The intervals that count at `now`: end in ``(now - window_s, now]``."""
-        start = now - self.window_s
-        return [iv for iv in self.intervals if start < iv.ts <= now]
-
-    def histogram(self, now: float) -> Histogram | None:
-        """All observations of the window at `now` as one histogram; None when no interval is inside."""
-        inside = self.inside(now)
-        if not inside:
-            return None
-        counts = [0.0] * len(self.le)
-        count = total = 0.0
-        for iv in inside:
-            for i, c in enumerate(iv.counts):
-                counts[i] += c
-            count += iv.count
-            total += iv.sum
-        return Histogram(self.le, tuple(counts), count, total)
-
-    def quantile(self, q: float, now: float) -> float | None:
-        h = self.histogram(now)
-        return h.quantile(q) if h is not None else None
-
-    def count(self, now: float) -> float:
-        """Observations in the window at `now`."""
-        return sum(iv.count for iv in self.inside(now))
-
-    def mean(self, now: float) -> float | None:
-        h = self.histogram(now)
-        return h.mean() if h is not None else None
-
-    def gaps(self, now: float) -> int:
-        """Intervals inside the window at `now` that span missed collections."""
-        return sum(iv.gap for iv in self.inside(now))
-
-    def to_dict(self) -> dict:
-        """Compact JSON-able state: bounds once, then ``[ts, span_s, gap, count, sum, counts]`` per
-        interval, cumulative counts without the trailing ones equal to ``count``."""
-        return {"window_s": _compact(self.window_s), "max_intervals": self.max_intervals,
-                "le": [_compact(b) for b in self.le], "intervals": [iv.to_list() for iv in self.intervals]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> LatencyWindow:
-        window = cls(float(data["window_s"]), int(data["max_intervals"]))
-        window.le = tuple(float(b) for b in data["le"])
-        window.intervals = [Interval.from_list(item, len(window.le)) for item in data["intervals"]]
-        return window
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, LatencyWindow):
-            return NotImplemented
-        return (self.window_s, self.max_intervals, self.le, self.intervals) == (
-            other.window_s, other.max_intervals, other.le, other.intervals)
-
-    __hash__ = None  # type: ignore[assignment]
+# LatencyWindow and Interval live in streams.latency_window (which builds on this module); importable from
+# here as before.
+from .latency_window import Interval, LatencyWindow  # noqa: E402, F401

@@ -32,10 +32,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from tailhound.catalog import Catalog, default_catalog
+from tailhound.catalog import Catalog, SignalSpec, default_catalog
 from tailhound.snapshot import HistogramDelta, HistogramSample, Snapshot
 
-from .histograms import Histogram, LatencyWindow, merge
+from .histograms import Histogram, merge
+from .latency_window import LatencyWindow
 from .signals import SignalValues
 
 DEFAULT_WINDOW_S = 300.0
@@ -59,20 +60,31 @@ class TrackedSeries:
 
 def derived_values(signal: str, h: Histogram) -> dict[str, float]:
     """The derived signals of one windowed histogram: window_count, then quantiles or the mean."""
-    out = {f"{signal}.window_count": h.count}
-    if signal.startswith("tokens."):
-        mean = h.mean()
-        if mean is not None:
-            out[f"{signal}.mean"] = mean
-        return out
-    for suffix, q in LATENCY_QUANTILES.items():
+    count_name, quantiles, mean_name = _derived_names(signal)
+    out = {count_name: h.count}
+    for name, q in quantiles:
         value = h.quantile(q)
         if value is not None:
-            out[f"{signal}.{suffix}"] = value
+            out[name] = value
     mean = h.mean()  # exact (sum/count): bucket bounds are too coarse for 20 ms queue-wait thresholds
     if mean is not None:
-        out[f"{signal}.mean"] = mean
+        out[mean_name] = mean
     return out
+
+
+_DERIVED_NAMES: dict[str, tuple[str, tuple[tuple[str, float], ...], str]] = {}
+
+
+def _derived_names(signal: str) -> tuple[str, tuple[tuple[str, float], ...], str]:
+    """``<signal>.window_count``, the quantile signals with their q (none for ``tokens.*``), ``<signal>.mean``."""
+    names = _DERIVED_NAMES.get(signal)
+    if names is None:
+        quantiles = () if signal.startswith("tokens.") else tuple(
+            (f"{signal}.{suffix}", q) for suffix, q in LATENCY_QUANTILES.items())
+        names = (f"{signal}.window_count", quantiles, f"{signal}.mean")
+        if len(_DERIVED_NAMES) < 4096:
+            _DERIVED_NAMES[signal] = names
+    return names
 
 
 def _put(values: SignalValues, signal: str, entity: str, h: Histogram) -> None:
@@ -85,6 +97,21 @@ def _sum_deltas(deltas: list[HistogramDelta]) -> HistogramDelta:
         return deltas[0]
     counts = [sum(col) for col in zip(*(d.counts for d in deltas), strict=True)]
     return HistogramDelta(counts=counts, count=sum(d.count for d in deltas), sum=sum(d.sum for d in deltas))
+
+
+_PREFERENCES: dict[tuple[str, str, str], int] = {}
+
+
+def _preference(spec: SignalSpec, source: str, metric: str) -> int:
+    """Where `metric` comes in the catalog's list of `source` metrics for the signal (first wins)."""
+    key = (spec.name, source, metric)
+    found = _PREFERENCES.get(key)
+    if found is None:
+        names = [sm.metric for sm in spec.sources.get(source, ())]
+        found = names.index(metric) if metric in names else len(names)
+        if len(_PREFERENCES) < 65536:
+            _PREFERENCES[key] = found
+    return found
 
 
 @dataclass
@@ -123,8 +150,7 @@ class LatencyTracker:
             entity = spec.entity(s.labels, snapshot.labels)
             if entity is None:
                 continue
-            names = [sm.metric for sm in spec.sources.get(snapshot.source, ())]
-            preference = names.index(s.name) if s.name in names else len(names)
+            preference = _preference(spec, snapshot.source, s.name)
             le = tuple(b * scale for b in s.le) if scale != 1.0 else tuple(s.le)
             delta = s.delta if scale == 1.0 else s.delta.model_copy(update={"sum": s.delta.sum * scale})
             model = s.labels.get("model_name") or snapshot.labels.get("model_name") or snapshot.labels.get("model")

@@ -13,10 +13,13 @@ snapshots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
 
-from .signals import DERIVED_SIGNALS, SignalValues, add_ratio
+from .signals import DERIVED_SIGNALS, SignalValues, add_flags_and_ratios, add_ratio
 
 #: A value is current for this many collection intervals (at least MIN_AGE_S).
 STALE_INTERVALS = 3.0
@@ -62,8 +65,12 @@ class LatestValues:
 
     def update(self, values: SignalValues, ts: float, interval_s: float | None) -> None:
         max_age = max(STALE_INTERVALS * interval_s, MIN_AGE_S) if interval_s else DEFAULT_AGE_S
+        stored = self._values
         for signal, per_entity in values.items():
-            slot = self._values.setdefault(signal, {})
+            slot = stored.get(signal)
+            if slot is None:
+                stored[signal] = {entity: (value, ts, max_age) for entity, value in per_entity.items()}
+                continue
             for entity, value in per_entity.items():
                 old = slot.get(entity)
                 if old is None or old[1] <= ts:
@@ -82,8 +89,25 @@ class LatestValues:
             add_ratio(out, name, num, den)
         return out
 
+    def current(self, now: float) -> CurrentValues:
+        """:meth:`view`, computed per signal when it is first read (a step reads a few dozen signals of
+        the few hundred values a node has)."""
+        return CurrentValues(self, now)
+
+    def current_of(self, signal: str, now: float) -> dict[str, float] | None:
+        """The current values of one stored signal (None when none is current)."""
+        per_entity = self._values.get(signal)
+        if not per_entity:
+            return None
+        current = {e: v for e, (v, ts, age) in per_entity.items() if now - ts <= age}
+        return current or None
+
     def last_seen(self) -> dict[str, dict[str, float]]:
         return {s: {e: ts for e, (_v, ts, _a) in per.items()} for s, per in self._values.items()}
+
+    def seen(self) -> SeenTimes:
+        """:meth:`last_seen`, per signal when it is read."""
+        return SeenTimes(self._values)
 
     def forget_older_than(self, cutoff: float) -> None:
         """Drop values last seen before `cutoff` (bounded memory for entities that went away)."""
@@ -96,3 +120,184 @@ class LatestValues:
 
     def __len__(self) -> int:
         return sum(len(p) for p in self._values.values())
+
+
+#: derived signal -> its (numerator, denominator), in the order view() computes them (a later one wins)
+_RATIOS: dict[str, tuple[str, str]] = {**{name: pair for name, (_per, pair) in DERIVED_SIGNALS.items()},
+                                       **RATE_RATIOS}
+_MISSING = object()
+
+
+class CurrentValues:
+    """A node's :meth:`LatestValues.view` at one event time, computed per signal on first read.
+
+    Reads as the dict view() returns (``get``, ``[]``, ``in``, iteration); a signal set with ``[]``
+    replaces what it would have been, as an assignment into that dict does, and so does a non-empty
+    answer of a function given with :meth:`provide` (computed when the signal is first read).
+    """
+
+    __slots__ = ("_latest", "_now", "_known", "_provided")
+
+    def __init__(self, latest: LatestValues, now: float) -> None:
+        self._latest = latest
+        self._now = now
+        self._known: dict[str, dict[str, float] | None] = {}
+        self._provided: dict[str, Callable[[], dict[str, float] | None]] = {}
+
+    def provide(self, signal: str, compute: Callable[[], dict[str, float] | None]) -> None:
+        """`signal` is what `compute` returns, when that is not empty (asked on the first read)."""
+        self._provided[signal] = compute
+        self._known.pop(signal, None)
+
+    def get(self, signal: str, default: object = None):  # noqa: ANN201 - as dict.get
+        found = self._known.get(signal, _MISSING)
+        if found is _MISSING:
+            found = self._known[signal] = self._compute(signal)
+        return default if found is None else found
+
+    def _compute(self, signal: str) -> dict[str, float] | None:
+        provided = self._provided.get(signal)
+        if provided is not None:
+            values = provided()
+            if values:
+                return values
+        pair = _RATIOS.get(signal)
+        if pair is not None:
+            nums, dens = self.get(pair[0]), self.get(pair[1])
+            if nums and dens:
+                ratios = {e: nums[e] / dens[e] for e in nums if dens.get(e)}
+                if ratios:
+                    return ratios
+        return self._latest.current_of(signal, self._now)
+
+    def __getitem__(self, signal: str) -> dict[str, float]:
+        found = self.get(signal)
+        if found is None:
+            raise KeyError(signal)
+        return found
+
+    def __setitem__(self, signal: str, values: dict[str, float]) -> None:
+        self._known[signal] = values
+
+    def __contains__(self, signal: object) -> bool:
+        return isinstance(signal, str) and self.get(signal) is not None
+
+    def to_dict(self) -> SignalValues:
+        """Every signal with a current value (what view() gives, plus what was set)."""
+        names = [*self._latest._values, *_RATIOS, *self._provided, *self._known]
+        return {name: values for name in dict.fromkeys(names) if (values := self.get(name)) is not None}
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.to_dict())
+
+    def keys(self):  # noqa: ANN201
+        return self.to_dict().keys()
+
+    def items(self):  # noqa: ANN201
+        return self.to_dict().items()
+
+
+class SeenTimes:
+    """:meth:`LatestValues.last_seen` read one signal at a time: ``get(signal)`` -> {entity: ts}."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: dict[str, dict[str, tuple[float, float, float]]]) -> None:
+        self._values = values
+
+    def get(self, signal: str, default: object = None):  # noqa: ANN201 - as dict.get
+        per = self._values.get(signal)
+        if per is None:
+            return default
+        return {e: ts for e, (_v, ts, _a) in per.items()}
+
+
+class SnapshotScan(NamedTuple):
+    """What one pass over a snapshot's samples finds."""
+
+    #: ``extract(snapshot)`` updated with ``counter_rates(snapshot)``
+    values: SignalValues
+    #: some histogram sample carries a delta (what the latency windows take)
+    histogram_deltas: bool
+    #: (model, engine) of the samples that name a model, in sample order (repeats of the previous one left out)
+    models: list[tuple[str, str | None]]
+
+
+_SKIP = object()  # the metric maps to no signal of the sample's kind
+_BY_LABELS = object()  # the mapping depends on label values (catalog `match`): look it up per sample
+
+
+def _sample_plan(catalog: Catalog, source: str, kind: str, metric: str) -> object:
+    """How a (source, kind, metric) sample becomes a value: (signal, scale, entity label, spec), where the
+    entity label is "" for node-level signals and None when SignalSpec.entity must join several."""
+    if any(sm.match for _, sm in catalog.by_metric.get((source, metric), ())):
+        return _BY_LABELS
+    found = catalog.lookup(source, metric)
+    if found is None or found[0].kind != kind:
+        return _SKIP
+    spec, scale = found
+    per = spec.per
+    label = "" if not per or per == ("node",) else (per[0] if len(per) == 1 else None)
+    return (spec.name if kind == "gauge" else f"{spec.name}.rate", scale, label, spec)
+
+
+def snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SnapshotScan:
+    """``extract(snapshot)`` updated with ``counter_rates(snapshot)``, in one pass over the samples with
+    a plan per (source, kind, metric) kept with the catalog (a dcgm snapshot has 168 samples)."""
+    gauges: SignalValues = {}
+    rates: SignalValues = {}
+    span = snapshot.ts - snapshot.prev_ts if snapshot.prev_ts is not None and snapshot.ts > snapshot.prev_ts else None
+    source, common = snapshot.source, snapshot.labels
+    common_model, common_instance = common.get("model_name"), common.get("instance")
+    plans = {kind: catalog.memo.setdefault(("sample-plans", source, kind), {}) for kind in ("gauge", "counter")}
+    histogram_deltas = False
+    models: list[tuple[str, str | None]] = []
+    for s in snapshot.samples:
+        labels = s.labels
+        model = labels.get("model_name") or common_model
+        if model:
+            pair = (model, labels.get("engine") or common_instance)
+            if not models or models[-1] != pair:
+                models.append(pair)
+        kind = s.kind
+        if kind == "histogram":
+            histogram_deltas = histogram_deltas or s.delta is not None
+            continue
+        if kind == "counter" and (span is None or s.delta is None):
+            continue
+        kind_plans = plans[kind]
+        plan = kind_plans.get(s.name)
+        if plan is None:
+            plan = _sample_plan(catalog, source, kind, s.name)
+            if len(kind_plans) < 65536:  # bounded: metric names come from the wire
+                kind_plans[s.name] = plan
+        if plan is _SKIP:
+            continue
+        if plan is _BY_LABELS:
+            found = catalog.lookup(source, s.name, labels)
+            if found is None or found[0].kind != kind:
+                continue
+            spec, scale = found
+            name, label = (spec.name if kind == "gauge" else f"{spec.name}.rate"), None
+        else:
+            name, scale, label, spec = plan  # type: ignore[misc]
+        if label is None:
+            entity = spec.entity(labels, common)
+            if entity is None:
+                continue
+        elif label:
+            entity = labels.get(label, common.get(label))
+            if entity is None:
+                entity = labels.get("instance", common.get("instance"))
+                if entity is None:
+                    continue
+        else:
+            entity = ""
+        if kind == "gauge":
+            gauges.setdefault(name, {})[entity] = s.value * scale
+        else:
+            per_entity = rates.setdefault(name, {})
+            per_entity[entity] = per_entity.get(entity, 0.0) + s.delta * scale / span  # type: ignore[operator]
+    add_flags_and_ratios(gauges)
+    gauges.update(rates)
+    return SnapshotScan(gauges, histogram_deltas, models)

@@ -42,10 +42,15 @@ def _decisions(state: NodeState) -> tuple:
     """What must never be lost on a restart: rule entity states (with the last time a firing entity
     held, which decides when it resolves) and open incidents. While something fires, that is every
     snapshot; in quiet times it is only the periodic write."""
+    if not (state.rules or state.incidents or state.orphans):
+        return _NOTHING_DECIDED  # a quiet node (most snapshots): what the general case gives, without the sorts
     rules = tuple(sorted((n, tuple(sorted(r.pending)), tuple(sorted((e, f.last_true) for e, f in r.firing.items())))
                          for n, r in state.rules.items()))
     incidents = tuple(sorted((d, e.incident_id, e.sequence) for d, e in state.incidents.items()))
     return rules, incidents, tuple(sorted(state.orphans.items()))
+
+
+_NOTHING_DECIDED: tuple = ((), (), ())
 
 
 class SnapshotProcessor:
@@ -62,6 +67,13 @@ class SnapshotProcessor:
         self.sla = sla
         self._latest: dict[str, LatestValues] = {}
         self._states: dict[str, NodeState] = {}
+
+    def open_causes(self, node: str) -> tuple[str, ...]:
+        """Root causes of the node's open incidents (the model stage uses them for correlation)."""
+        state = self._states.get(node)
+        if state is None:
+            return ()
+        return tuple(sorted({ep.root_cause for ep in state.incidents.values() if not ep.fallback}))
 
     def view(self, node: str, now: float) -> dict:
         """The node's current merged values (what rules are judged on)."""

@@ -4,7 +4,9 @@
 (docs/recording-format.md), turns every line into a snapshot with the agent's own pipeline
 (:class:`agents.pipeline.SnapshotBuilder`), and runs each snapshot through
 :class:`streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
-memory instead of a changelogged table. The output is one ``IncidentEvent`` JSON object per line, in
+memory instead of a changelogged table; engine snapshots also feed the model stage
+(:mod:`streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does.
+The output is one ``IncidentEvent`` JSON object per line, in
 the order the events happened; the same recording and rules always give the same bytes.
 """
 
@@ -21,6 +23,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.recording import ScrapeRecord, read_records
 
 from .loadmodel import LoadModel
+from .model_stage import ModelStage, split_rules
 from .processor import MemoryStateStore, SnapshotProcessor
 from .ruleset import RuleSet
 
@@ -37,7 +40,9 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
                    models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None
                    ) -> ReplayResult:
     builder = SnapshotBuilder()
-    processor = SnapshotProcessor(rules, models=models, sla=sla)
+    node_rules, model_rules = split_rules(rules)
+    processor = SnapshotProcessor(node_rules, models=models, sla=sla)
+    model_stage = ModelStage(model_rules, models=models, sla=sla)
     store = MemoryStateStore()
     result = ReplayResult()
     t0 = time.perf_counter()
@@ -48,7 +53,8 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
         step = processor.step(store.get(snap.node), snap)
         if step.changed:
             store[snap.node] = step.state
-        for ev in step.events:
+        model_events = model_stage.feed(snap, processor.open_causes(snap.node)) if model_stage.enabled else []
+        for ev in [*step.events, *model_events]:
             result.events.append(ev)
             if out is not None:
                 out.write(ev.model_dump_json() + "\n")

@@ -144,6 +144,20 @@ class RuleSet(BaseModel):
                          if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None)
 
     @cached_property
+    def baseline_plan(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Per baseline signal (in `baseline_signals` order): the names it can be derived from
+        (``latency.tpot`` for ``latency.tpot.p95``: every ``f`` with ``signal.startswith(f + ".")``) and
+        the rules that read it."""
+        return {signal: (tuple(signal[:i] for i, ch in enumerate(signal) if ch == "."),
+                         tuple(rule.name for rule in self.rules if signal in rule.signals()))
+                for signal in self.baseline_signals}
+
+    @cached_property
+    def plan_cache(self) -> dict:
+        """The rules compiled per catalog (:func:`streams.rule_plan.plans_for`); filled on first use."""
+        return {}
+
+    @cached_property
     def trend_windows(self) -> dict[str, float]:
         """Signals used with `growing_for` -> the longest window (their short history is kept)."""
         out: dict[str, float] = {}

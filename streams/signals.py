@@ -111,13 +111,18 @@ def extract(snapshot: Snapshot, catalog: Catalog | None = None) -> SignalValues:
         if entity is None:
             continue
         out.setdefault(spec.name, {})[entity] = sample.value * scale
+    add_flags_and_ratios(out)
+    return out
+
+
+def add_flags_and_ratios(out: SignalValues) -> None:
+    """The flags decoded from bitmask signals and the derived ratios of one snapshot's values."""
     for name, (_per, mask_signal, bits) in FLAG_SIGNALS.items():
         masks = out.get(mask_signal)
         if masks:
             out[name] = {e: 1.0 if int(m) & bits else 0.0 for e, m in masks.items()}
     for name, (_per, (num, den)) in DERIVED_SIGNALS.items():
         add_ratio(out, name, num, den)
-    return out
 
 
 def add_ratio(out: SignalValues, name: str, num: str, den: str) -> None:

@@ -123,6 +123,11 @@ class Settings(BaseSettings):
         return f"{self.topic_prefix}deadletter"
 
     @property
+    def model_topic(self) -> str:
+        """Engine snapshots keyed by model, for the model stage (model- and fleet-scope rules)."""
+        return f"{self.topic_prefix}model-telemetry"
+
+    @property
     def notifier_state_topic(self) -> str:
         """The notifier's durable state (groups, delivery logs, silences), keyed, compacted."""
         return f"{self.topic_prefix}notifier-state"

@@ -13,6 +13,7 @@ never written out.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
@@ -110,8 +111,16 @@ class HistogramSample(_SampleBase):
 
     @model_validator(mode="after")
     def _check_buckets(self) -> HistogramSample:
-        # every decoded histogram passes here: C-level checks (sorted, set, min/max) over Python loops
+        # every decoded histogram passes here: C-level checks (map over operator.lt, sorted, set, min/max)
         le, counts = self.le, self.counts
+        delta = self.delta
+        n = len(le)
+        if (n == len(counts) and (delta is None or len(delta.counts) == n) and math.isfinite(le[0])
+                and math.isfinite(le[-1]) and all(map(operator.lt, le, le[1:])) and counts[0] >= 0
+                and counts[-1] <= self.count and all(map(operator.le, counts, counts[1:]))):
+            # valid: finite strictly increasing bounds (a NaN fails every comparison), cumulative counts
+            # from >= 0 up to at most `count` (finite), so each check below would pass; they word the reason
+            return self
         if len(le) != len(counts):
             raise ValueError(f"le has {len(le)} bounds but counts has {len(counts)} values")
         if not (math.isfinite(min(le)) and math.isfinite(max(le))) or any(map(math.isnan, le)):

@@ -19,6 +19,7 @@ import yaml
 from tailhound.errors import ConfigError
 
 KINDS = ("gauge", "counter", "histogram")
+_UNKNOWN = object()
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,18 @@ class SignalSpec:
         """The entity a sample describes: its `per` label values joined by '/', '' for node-level
         signals. A sample without the label falls back to the snapshot's common labels, then to its
         ``instance`` (one engine per scraped server, as with TGI or vLLM V0); else it is not usable."""
-        if not self.per or self.per == ("node",):
+        per = self.per
+        if not per or per == ("node",):
             return ""
-        parts = []
-        for label in self.per:
+        if len(per) == 1:  # the usual case (gpu, engine, endpoint): no join
+            label = per[0]
             v = labels.get(label, common.get(label))
             if v is None:
-                v = labels.get("instance", common.get("instance")) if len(self.per) == 1 else None
+                v = labels.get("instance", common.get("instance"))
+            return v
+        parts = []
+        for label in per:
+            v = labels.get(label, common.get(label))
             if v is None:
                 return None
             parts.append(v)
@@ -63,11 +69,42 @@ class Catalog:
     #: (source, metric) -> the mappings of that metric, most specific (most `match` labels) first
     by_metric: dict[tuple[str, str], list[tuple[SignalSpec, SourceMetric]]]
 
+    #: (source, metric) -> the answer of lookup() for metrics whose mappings match no labels (the answer
+    #: then does not depend on the labels); ~60 lookups per snapshot made this the catalog's hot path
+    _unconditional: dict[tuple[str, str], tuple[SignalSpec, float] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    #: (source, metric) -> the label names its mappings match on; ((source, metric), their values) -> answer
+    _match_keys: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, init=False, repr=False,
+                                                                compare=False)
+    _conditional: dict[tuple, tuple[SignalSpec, float] | None] = field(default_factory=dict, init=False,
+                                                                       repr=False, compare=False)
+    #: what callers derive from the catalog and keep with it (streams: per-metric extraction plans)
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
     def lookup(self, source: str, metric: str, labels: dict[str, str] | None = None) -> tuple[SignalSpec, float] | None:
-        for spec, sm in self.by_metric.get((source, metric), ()):
-            if sm.matches(labels or {}):
-                return spec, sm.scale
-        return None
+        key = (source, metric)
+        cached = self._unconditional.get(key, _UNKNOWN)
+        if cached is not _UNKNOWN:
+            return cached  # type: ignore[return-value]
+        mappings = self.by_metric.get(key, ())
+        if not any(sm.match for _, sm in mappings):
+            found = (mappings[0][0], mappings[0][1].scale) if mappings else None
+            if len(self._unconditional) < 65536:  # bounded: metric names come from the wire
+                self._unconditional[key] = found
+            return found
+        labels = labels or {}
+        match_keys = self._match_keys.get(key)
+        if match_keys is None:
+            match_keys = self._match_keys[key] = tuple(sorted({k for _, sm in mappings for k, _ in sm.match}))
+        # the answer depends only on the values of the labels the mappings match on
+        by_values = (key, tuple(labels.get(k) for k in match_keys))
+        cached = self._conditional.get(by_values, _UNKNOWN)
+        if cached is not _UNKNOWN:
+            return cached  # type: ignore[return-value]
+        found = next(((spec, sm.scale) for spec, sm in mappings if sm.matches(labels)), None)
+        if len(self._conditional) < 65536:
+            self._conditional[by_values] = found
+        return found
 
     def spec(self, signal: str) -> SignalSpec | None:
         return self.signals.get(signal)

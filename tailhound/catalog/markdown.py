@@ -53,8 +53,9 @@ GROUPS: tuple[Group, ...] = (
           _prefixed("gpu.")),
     Group("inference-engine", "Inference engine",
           "Per engine (one vLLM / TGI / NIM server; `engine` label, else the scrape's `instance`): load, "
-          "KV cache, tokens and the server-side latency histograms.",
-          _prefixed("engine.", "latency.", "tokens.")),
+          "KV cache, tokens and the server-side latency histograms. `model.*` signals exist only in the model "
+          "stage (model- and fleet-scope rules, all engines of a model added up).",
+          _prefixed("engine.", "latency.", "tokens.", "model.")),
     Group("node-network", "Node network",
           "Per node: the kernel's TCP counters of the node's network namespace (node_exporter names).",
           _node_network),

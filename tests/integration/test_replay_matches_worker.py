@@ -28,6 +28,8 @@ SCENARIOS = {
     # latency windows, counter rates, rolling baselines, correlation (needs the 20-minute warm-up)
     "kv+network": (34, ["kv-cache-pressure@24m+8m:node=gpu-node-1", "network-path-degradation@24m+8m:node=gpu-node-3"],
                    {"gpu-node-1", "gpu-node-3"}),
+    # the model stage: every node's queue grows; one model-scope incident (scope node None) on top
+    "surge": (16, ["traffic-surge@8m+6m"], {"gpu-node-1", "gpu-node-2", "gpu-node-3", None}),
 }
 
 

@@ -33,6 +33,8 @@ class Scenario:
     gpus: tuple[str, ...] = ()
     max_delay_min: float = 3.0  # fault start -> incident opened
     also_nodes: tuple[str, ...] = field(default=())  # other nodes that must get the same incident
+    #: the root cause of a model-scope incident the fault must also open (model stage), None: none
+    model_root_cause: str | None = None
 
 
 SCENARIOS = {
@@ -45,7 +47,7 @@ SCENARIOS = {
                                  "gpu-memory-bandwidth", max_delay_min=2.0),
     "kv-cache-pressure": Scenario(f"kv-cache-pressure@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "kv-cache-pressure"),
     "traffic-surge": Scenario(f"traffic-surge@{FAULT_AT_MIN}m+10m", "capacity", also_nodes=("gpu-node-2",),
-                              max_delay_min=2.0),
+                              max_delay_min=2.0, model_root_cause="capacity"),
     "nvlink-degraded": Scenario(f"nvlink-degraded@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "nvlink-degraded",
                                 gpus=tuple(str(g) for g in range(8))),
     "network-path": Scenario(f"network-path-degradation@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "network-path"),
@@ -70,8 +72,18 @@ def test_scenario(name):
         assert events == [], [(e.event, e.root_cause, e.scope.describe()) for e in events]
         return
     by_incident: dict[str, list[IncidentEvent]] = {}
+    model_level: dict[str, list[IncidentEvent]] = {}
     for e in events:
-        by_incident.setdefault(e.incident_id, []).append(e)
+        (by_incident if e.scope.node else model_level).setdefault(e.incident_id, []).append(e)
+    if sc.model_root_cause is None:
+        assert model_level == {}, "a model-scope incident opened"
+    else:
+        assert len(model_level) == 1, "one model-scope incident for the whole model"
+        (evs,) = model_level.values()
+        model = "meta-llama/Llama-3.1-70B-Instruct"
+        assert evs[-1].root_cause == sc.model_root_cause and evs[-1].scope.model == model
+        assert evs[-1].scope.describe() == f"model {model}" and f"model {model}" in evs[0].summary
+        assert evs[0].evidence and all("{" not in a and "?" not in a for a in evs[0].actions)
     nodes = {sc.node, *sc.also_nodes}
     assert {evs[0].scope.node for evs in by_incident.values()} == nodes, "an incident opened elsewhere"
     assert len(by_incident) == len(nodes), "one incident per affected node"

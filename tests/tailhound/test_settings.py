@@ -9,7 +9,8 @@ from tailhound.settings import Settings, bootstrap_servers, load_settings
 def test_defaults():
     s = load_settings()
     assert s.broker is None
-    assert s.topics == ["tailhound.telemetry", "tailhound.incidents", "tailhound.deadletter"]
+    assert s.topics == ["tailhound.telemetry", "tailhound.incidents", "tailhound.deadletter",
+                        "tailhound.notifier-state"]
     assert s.rules_dir.is_dir()
 
 

@@ -1,0 +1,242 @@
+"""Model and fleet scope: per-model and fleet-wide latency percentiles, queue totals and their rules.
+
+The node stage judges one node at a time. Questions like "is the model's TTFT P99 over its SLA" or
+"are more requests waiting than twice the engines serving the model" need every engine of the model:
+the model stage answers them.
+
+It collects the engine snapshots (vLLM, TGI, NIM) of every node serving a model into event-time
+buckets of :data:`BUCKET_S`. When every node that reported in the last :data:`IDLE_S` has moved past a
+bucket's end (each node's snapshots arrive in order, so nothing more can land in it), the bucket is
+closed into one synthetic snapshot per source for the model (node ``model:<name>``) and one for the
+whole fleet (node ``fleet``):
+
+- histogram bucket deltas of all engines added up, so percentiles are the model's own (what
+  ``histogram_quantile(sum by (le) (rate(..._bucket)))`` gives), not a max of per-engine percentiles;
+- counter deltas added up;
+- gauges kept per engine, labelled ``engine="<node>/<engine>"``, so rules can ``sum`` and ``count``
+  them (total waiting vs 2 x engines);
+- ``model.nodes_with_cause``: how many of those nodes have an open node-level root cause (thermal,
+  bandwidth, KV cache, ...), so a model-scope rule can leave a queue that one sick node explains to
+  that node's incident (cross-node correlation: the node's cause explains the model's symptom).
+
+The synthetic snapshots go through the same :class:`streams.processor.SnapshotProcessor` as nodes,
+with the rules whose scope is ``model`` or ``fleet``; their incidents are scoped to the model (or the
+fleet), not to a node. Closing buckets by per-node progress keeps the result independent of how
+partitions interleave, so replay and the worker agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tailhound.incident import IncidentEvent, Scope
+from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
+
+from .processor import MemoryStateStore, SnapshotProcessor
+from .ruleset import RuleSet
+
+ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim"})
+MODEL_SCOPES = frozenset({"model", "fleet"})
+BUCKET_S = 15.0
+IDLE_S = 300.0
+FLEET = "fleet"
+NODES_WITH_CAUSE = "tailhound_model_nodes_with_cause"
+#: node-level root causes that do not explain a model-wide queue (they are the same problem seen per node)
+_NOT_EXPLAINING = frozenset({"capacity"})
+#: labels that name one engine process rather than what it serves; merged series drop them
+_ENGINE_LABELS = ("engine", "instance", "pod", "node", "hostname")
+
+
+def split_rules(rules: RuleSet) -> tuple[RuleSet, RuleSet]:
+    """(node-stage rules, model-stage rules: scope model or fleet)."""
+    node = [r for r in rules.rules if r.scope.value not in MODEL_SCOPES]
+    model = [r for r in rules.rules if r.scope.value in MODEL_SCOPES]
+    return RuleSet(rules=node, files=rules.files), RuleSet(rules=model, files=rules.files)
+
+
+def model_keys(snapshot: Snapshot, *, models: bool = True, fleet: bool = True) -> list[str]:
+    """The aggregation keys an engine snapshot feeds: each model it serves, and the fleet."""
+    if snapshot.source not in ENGINE_SOURCES or snapshot.error or not snapshot.samples:
+        return []
+    keys: list[str] = []
+    if models:
+        common = snapshot.labels.get("model_name")
+        keys = sorted({m for s in snapshot.samples if (m := s.labels.get("model_name") or common)})
+    return keys + [FLEET] if fleet else keys
+
+
+def synthetic_node(key: str) -> str:
+    return FLEET if key == FLEET else f"model:{key}"
+
+
+@dataclass
+class ModelAggregator:
+    """Event-time buckets of the engine snapshots feeding one key (a model, or the fleet)."""
+
+    key: str
+    bucket_s: float = BUCKET_S
+    idle_s: float = IDLE_S
+    node_ts: dict[str, float] = field(default_factory=dict)
+    buckets: dict[float, dict[str, list[Snapshot]]] = field(default_factory=dict)
+    closed_until: float = 0.0
+    prev_end: dict[str, float] = field(default_factory=dict)
+    late: int = 0
+    #: per node, the (event time, root causes) of its open incidents as of its latest snapshot
+    node_causes: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+
+    def add(self, snapshot: Snapshot, causes: tuple[str, ...] = ()) -> list[Snapshot]:
+        """Take one engine snapshot (with the root causes open on its node); return the synthetic
+        snapshots of the buckets it closed."""
+        self.node_causes[snapshot.node] = (snapshot.ts, causes)
+        start = math.floor(snapshot.ts / self.bucket_s) * self.bucket_s
+        if start < self.closed_until:
+            self.late += 1  # its bucket was closed already (a node that came back late)
+        else:
+            self.buckets.setdefault(start, {}).setdefault(snapshot.node, []).append(snapshot)
+        self.node_ts[snapshot.node] = max(snapshot.ts, self.node_ts.get(snapshot.node, 0.0))
+        newest = max(self.node_ts.values())
+        active = [ts for ts in self.node_ts.values() if newest - ts <= self.idle_s]
+        watermark = min(active)
+        out: list[Snapshot] = []
+        for b in sorted(self.buckets):
+            end = b + self.bucket_s
+            if end > watermark:
+                break
+            out.extend(self._close(b, self.buckets.pop(b)))
+            self.closed_until = end
+        return out
+
+    def _close(self, start: float, by_node: dict[str, list[Snapshot]]) -> list[Snapshot]:
+        end = start + self.bucket_s
+        by_source: dict[str, list[Snapshot]] = {}
+        for node in sorted(by_node):
+            for snap in by_node[node]:
+                by_source.setdefault(snap.source, []).append(snap)
+        node = synthetic_node(self.key)
+        explained = sum(1 for n in by_node
+                        if any(c not in _NOT_EXPLAINING for c in self.node_causes.get(n, (0.0, ()))[1]))
+        out = []
+        for source in sorted(by_source):
+            samples = merge(by_source[source], None if self.key == FLEET else self.key)
+            if not samples:
+                continue
+            samples.append(GaugeSample.trusted(name=NODES_WITH_CAUSE, labels={}, value=float(explained)))
+            prev = self.prev_end.get(source)
+            self.prev_end[source] = end
+            labels = {} if self.key == FLEET else {"model_name": self.key}
+            out.append(Snapshot(ts=end, node=node, source=source, interval_s=self.bucket_s, labels=labels,
+                                samples=samples, prev_ts=prev, gap=prev is not None and end - prev > self.bucket_s))
+        return out
+
+
+def merge(snapshots: list[Snapshot], model: str | None) -> list:
+    """Add up histogram and counter deltas across engines (and, for the fleet, across models); keep
+    gauges per engine (the latest)."""
+    drop = _ENGINE_LABELS if model is not None else (*_ENGINE_LABELS, "model_name")
+    hists: dict[tuple, list] = {}
+    counters: dict[tuple, float] = {}
+    gauges: dict[tuple, GaugeSample] = {}
+    for snap in snapshots:
+        common = snap.labels.get("model_name")
+        engine_id = snap.labels.get("engine") or snap.labels.get("instance") or ""
+        for s in snap.samples:
+            if model is not None and (s.labels.get("model_name") or common) != model:
+                continue
+            if isinstance(s, GaugeSample):
+                engine = f"{snap.node}/{s.labels.get('engine') or s.labels.get('instance') or engine_id}"
+                labels = {k: v for k, v in s.labels.items() if k not in drop}
+                labels["engine"] = engine
+                gauges[(s.name, tuple(sorted(labels.items())))] = GaugeSample.trusted(
+                    name=s.name, labels=labels, value=s.value)
+                continue
+            key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in drop)))
+            if isinstance(s, CounterSample):
+                if s.delta is not None:
+                    counters[key] = counters.get(key, 0.0) + s.delta
+            elif isinstance(s, HistogramSample) and s.delta is not None:
+                have = hists.get(key)
+                if have is None:
+                    hists[key] = [s.le, list(s.delta.counts), s.delta.count, s.delta.sum]
+                elif have[0] == s.le:
+                    have[1] = [a + b for a, b in zip(have[1], s.delta.counts, strict=True)]
+                    have[2] += s.delta.count
+                    have[3] += s.delta.sum
+    out: list = []
+    for (name, labels), (le, counts, count, total) in sorted(hists.items()):
+        lbl = dict(labels, engine="all")
+        counts = [max(c, 0.0) for c in counts]
+        counts = [min(c, count) for c in _cumulative_max(counts)]
+        out.append(HistogramSample(name=name, labels=lbl, le=le, counts=counts, count=count, sum=total,
+                                   delta=HistogramDelta(counts=counts, count=count, sum=total)))
+    for (name, labels), total in sorted(counters.items()):
+        out.append(CounterSample(name=name, labels=dict(labels, engine="all"), value=total, delta=total))
+    out.extend(g for _, g in sorted(gauges.items(), key=lambda kv: kv[0]))
+    return out
+
+
+def _cumulative_max(values: list[float]) -> list[float]:
+    out, top = [], 0.0
+    for v in values:
+        top = max(top, v)
+        out.append(top)
+    return out
+
+
+def rescope(ev: IncidentEvent) -> IncidentEvent:
+    """An incident of a synthetic node, scoped to its model (or the fleet) instead of a node."""
+    node = ev.scope.node or ""
+    if node != FLEET and not node.startswith("model:"):
+        return ev
+    model = None if node == FLEET else node.removeprefix("model:")
+    scope = Scope(model=model, endpoint=ev.scope.endpoint)
+    summary = ev.summary.replace(ev.scope.describe(), scope.describe())
+    return ev.model_copy(update={"scope": scope, "summary": summary})
+
+
+class ModelStage:
+    """Aggregators per key, and processors for the model-scope and the fleet-scope rules (offline replay
+    uses it directly; the worker runs it in its model-stage agent). A key is only aggregated when some
+    rule reads it: no fleet-scope rules, no fleet aggregation."""
+
+    def __init__(self, rules: RuleSet, **processor_kw) -> None:
+        self.rules = rules
+        model = [r for r in rules.rules if r.scope.value == "model"]
+        fleet = [r for r in rules.rules if r.scope.value == "fleet"]
+        self.model_rules = RuleSet(rules=model, files=rules.files)
+        self.fleet_rules = RuleSet(rules=fleet, files=rules.files)
+        self.model_processor = SnapshotProcessor(self.model_rules, **processor_kw)
+        self.fleet_processor = SnapshotProcessor(self.fleet_rules, **processor_kw)
+        self.store = MemoryStateStore()
+        self.aggregators: dict[str, ModelAggregator] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rules.rules)
+
+    def keys(self, snapshot: Snapshot) -> list[str]:
+        """The keys `snapshot` feeds here (each served model when model rules exist, the fleet when
+        fleet rules exist)."""
+        return model_keys(snapshot, models=bool(self.model_rules.rules), fleet=bool(self.fleet_rules.rules))
+
+    def add(self, key: str, snapshot: Snapshot, causes: tuple[str, ...] = (), store=None) -> list[IncidentEvent]:
+        """Feed one engine snapshot (and the root causes open on its node) to `key`'s aggregator; run
+        the rules on every bucket it closes."""
+        store = self.store if store is None else store
+        agg = self.aggregators.get(key)
+        if agg is None:
+            agg = self.aggregators[key] = ModelAggregator(key)
+        events: list[IncidentEvent] = []
+        processor = self.fleet_processor if key == FLEET else self.model_processor
+        for synth in agg.add(snapshot, causes):
+            step = processor.step(store.get(synth.node), synth)
+            if step.changed:
+                store[synth.node] = step.state
+            events.extend(rescope(ev) for ev in step.events)
+        return events
+
+    def feed(self, snapshot: Snapshot, causes: tuple[str, ...] = ()) -> list[IncidentEvent]:
+        """Offline: route one (node-stage) snapshot to every key it feeds."""
+        if not self.enabled:
+            return []
+        return [ev for key in self.keys(snapshot) for ev in self.add(key, snapshot, causes)]
