@@ -1,7 +1,8 @@
 """`make bench`: run every benchmark and print the tables BENCHMARKS.md quotes.
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
-``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory),
+``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
+notify-noise),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -14,7 +15,7 @@ import platform
 
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
-SECTIONS = ("parse", "agent", "streams", "replay", "memory")
+SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise")
 
 
 def machine() -> str:
@@ -64,6 +65,18 @@ def main(argv: list[str] | None = None) -> None:
         print("\n## Streams state memory\n")
         sizes = (1_000, 10_000) if quick else (10_000, 100_000)
         print(streams_memory.report(streams_memory.run(sizes=sizes)))
+    if "notify-lag" in args.sections:
+        from bench import notifier_lag
+
+        print("\n## Notifier: detection-to-delivery lag\n")
+        n = 20 if quick else 200
+        print(notifier_lag.report(asyncio.run(notifier_lag.run(n=n, reps=1 if quick else 3))))
+    if "notify-noise" in args.sections:
+        from bench import notifier_noise
+
+        print("\n## Notifier: noise reduction on the scenario suite\n")
+        names = ["thermal-throttle"] if quick else None
+        print(notifier_noise.report(notifier_noise.run(names)))
 
 
 if __name__ == "__main__":

@@ -32,11 +32,13 @@ class _Strict(BaseModel):
 class Grouping(_Strict):
     """Incidents whose ``by`` labels are equal share one notification (one page).
 
-    ``by: [incident]`` (the default) gives one group per incident; ``by: [root_cause, node]`` folds a
-    burst of related incidents into one page.
+    The default, one root cause at one place (node, model, endpoint), folds a burst of related
+    incidents into one page and keeps a re-fire of the same problem in the same group (so flap control
+    sees it; streams gives every re-fire a new incident id). ``by: [incident]`` is one group per
+    incident; ``by: [root_cause, model]`` also folds the same cause on several nodes of a model.
     """
 
-    by: list[str] = Field(default_factory=lambda: ["incident"], min_length=1)
+    by: list[str] = Field(default_factory=lambda: ["root_cause", "node", "model", "endpoint"], min_length=1)
     #: wait this long after a group's first incident before the first notification (gathers a burst)
     wait: Duration = 30.0
     #: least time between two notifications of one group about new or changed incidents

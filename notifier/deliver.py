@@ -126,6 +126,17 @@ class Deliverer:
         self._running.clear()
 
     async def _drain(self, name: str, items: list) -> int:
+        """Deliver `items` to receiver `name` in order, then whatever became due for it meanwhile."""
+        attempted = 0
+        while items:
+            done, ok = await self._drain_once(name, items)
+            attempted += done
+            if not ok or not self.breakers[name].allows(self.clock()):
+                break
+            items = self._due().get(name, [])
+        return attempted
+
+    async def _drain_once(self, name: str, items: list) -> tuple[int, bool]:
         receiver = self.receivers.get(name)
         attempted = 0
         for group_id, _, notification, receipt in items:
@@ -136,11 +147,11 @@ class Deliverer:
                 new_receipt = await asyncio.wait_for(receiver.send(notification, receipt or None), SEND_GUARD_S)
             except DeliveryError as exc:
                 await self._failed(name, group_id, notification, exc)
-                return attempted  # the receiver is in trouble: the rest waits for the next round
+                return attempted, False  # the receiver is in trouble: the rest waits for the next round
             except Exception as exc:  # noqa: BLE001 - a receiver bug or an unexpected transport error
                 err = DeliveryError(f"{type(exc).__name__}: {exc}"[:500], retryable=True)
                 await self._failed(name, group_id, notification, err)
-                return attempted
+                return attempted, False
             now = self.clock()
             self.breakers[name].success()
             self.stats.bump(self.stats.sent, name)
@@ -148,7 +159,7 @@ class Deliverer:
             log.info("delivered %s %s to %s", notification.kind, notification.idempotency_key, name)
             await self.on_outcome(self.notifier.delivered(group_id, name, notification.sequence,
                                                           new_receipt or {}, now))
-        return attempted
+        return attempted, True
 
     async def _failed(self, name: str, group_id: str, n: Notification, exc: DeliveryError) -> None:
         now = self.clock()

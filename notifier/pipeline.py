@@ -140,10 +140,20 @@ class Notifier:
             cands = stage(cands, ctx)
         created = [n for cand in cands for n in self._enqueue(cand, now)]
         for grp in due:
-            if grp.suppressed is not None:
-                grp.next_flush_at = now + RECHECK_S  # a silence may end, a source resolve, a flap settle
+            self._reschedule(grp, now)
         self._collect(ctx)
         return self._outcome(ctx, created)
+
+    def _reschedule(self, grp: GroupState, now: float) -> None:
+        """When to look at a flushed group again besides new events: when its flips age out of the flap
+        window (flapping), soon (suppressed: a silence may end, a cause resolve), or at the repeat."""
+        at: float | None = None
+        if grp.flapping and grp.flips:
+            at = max(min(grp.flips) + self.config.flap.window + 0.001, now + RECHECK_S)
+        elif grp.suppressed is not None:
+            at = now + RECHECK_S
+        if at is not None:
+            grp.next_flush_at = at if grp.next_flush_at is None else min(grp.next_flush_at, at)
 
     def _candidate(self, grp: GroupState, ctx: Context) -> Candidate | None:
         now = ctx.now
@@ -152,6 +162,9 @@ class Notifier:
             return Candidate(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
         status, said = grp.status, grp.notified_status
         kind = None
+        if grp.notified_flapping:  # it settled after receivers were told it flaps: tell them how it ended
+            return Candidate(group=grp, kind="resolved" if status == "resolved" else "opened",
+                             incidents=grp.ordered(), settled=True)
         if said is None:
             kind = "opened" if status == "firing" else None  # resolved before group_wait: never paged
         elif status == "resolved":
@@ -160,8 +173,13 @@ class Notifier:
             kind = "opened"
         else:
             repeat = self.config.grouping.repeat
-            changed = grp.fingerprint() != grp.notified_fingerprint
-            if changed or (repeat and now - (grp.last_notified_at or now) >= repeat):
+            last = grp.last_notified_at or now
+            if grp.fingerprint() != grp.notified_fingerprint:
+                if now < last + self.config.grouping.interval:  # flushed early (a resolve undone): wait
+                    grp.next_flush_at = last + self.config.grouping.interval
+                    return None
+                kind = "updated"
+            elif repeat and now - last >= repeat:
                 kind = "updated"
         if kind is None:
             self._schedule_repeat(grp)
@@ -185,6 +203,9 @@ class Notifier:
             kind = cand.kind
             if cand.flapping:
                 kind = "updated" if log.sequence else "opened"
+            elif cand.settled and kind == "resolved":
+                if not log.sequence:
+                    continue
             elif kind == "resolved" and not open_here:
                 continue
             elif kind == "updated" and not open_here:
@@ -204,6 +225,7 @@ class Notifier:
         if cand.flapping:  # receivers keep the state they were told; this only marks the group
             grp.notified_flapping = True
             return created
+        grp.notified_flapping = False
         grp.notified_status = grp.status
         grp.notified_fingerprint = grp.fingerprint()
         self._schedule_repeat(grp)
@@ -244,7 +266,9 @@ class Notifier:
         log = self._log(group_id, receiver)
         if log is not None and log.pending and log.pending[0].sequence == sequence:
             n = log.pending.pop(0)
-            log.delivered, log.last_kind = sequence, n.kind
+            log.delivered = sequence
+            if not n.flapping:
+                log.last_kind = n.kind
             log.receipt.update(receipt)
             log.attempts, log.next_attempt_at, log.last_error = 0, 0.0, None
             ctx.touch(self.groups[group_id])
@@ -264,7 +288,9 @@ class Notifier:
         if (not error.retryable or (policy.max_attempts is not None and log.attempts >= policy.max_attempts)
                 or now - log.pending[0].ts >= policy.give_up_after):
             n = log.pending.pop(0)
-            log.delivered, log.last_kind = sequence, n.kind
+            log.delivered = sequence
+            if not n.flapping:
+                log.last_kind = n.kind
             log.attempts, log.next_attempt_at = 0, 0.0
             return self._outcome(ctx), n
         log.next_attempt_at = now + wait_s

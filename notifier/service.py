@@ -39,6 +39,8 @@ from .state import Silence
 
 log = logging.getLogger(__name__)
 
+FETCH_WAIT_MS = 100
+
 
 def notifier_config(settings: Settings) -> NotifierConfig:
     """The configured notifier file, ``./notifier.yaml`` when present, else console only."""
@@ -103,8 +105,7 @@ class _Takeover(ConsumerRebalanceListener):
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         if revoked:
-            self.service.active = False
-            log.info("notifier: incidents partition revoked; standing by")
+            await self.service.stand_by()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         # the main loop takes over before it handles the next batch (records of the new assignment
@@ -152,11 +153,20 @@ class NotifierService:
                                              else None) for k, v in dirty.items()]
         await asyncio.gather(*futures)
 
+    async def stand_by(self) -> None:
+        """Another instance gets the incidents: stop delivering and drop unsaved changes (the new owner
+        rebuilds from the state topic; writing ours later could overwrite its newer state)."""
+        self.active = False
+        await self._deliverer.stop()
+        self._dirty.clear()
+        log.info("notifier: incidents partition revoked; standing by")
+
     async def take_over(self) -> None:
         """Rebuild the notifier from the state topic (this instance just got the incidents partition)."""
         assert self._state_tail is not None
         items, _ = await read_state(self.settings, self._state_tail)
         await self._deliverer.stop()
+        self._dirty.clear()
         self.notifier = Notifier.restore(self.config, items, runbook_url=self.settings.notifier.runbook_url)
         self._deliverer = self._make_deliverer()
         self.active = True
@@ -194,8 +204,11 @@ class NotifierService:
         await self._producer.start()
         self._state_tail = make_consumer(self.settings, group_id=None)
         await self._state_tail.start()
+        # a short fetch wait: a broker that holds an empty fetch for fetch_max_wait_ms (the bundled one
+        # answers after about half of it) would otherwise add up to 250 ms to every page
         self._consumer = make_consumer(self.settings, group_id=self.group_id, session_timeout_ms=10_000,
-                                       heartbeat_interval_ms=1_000, max_poll_interval_ms=300_000)
+                                       heartbeat_interval_ms=1_000, max_poll_interval_ms=300_000,
+                                       fetch_max_wait_ms=FETCH_WAIT_MS)
         self._consumer.subscribe([self.settings.incidents_topic], listener=_Takeover(self))
         await self._consumer.start()
         try:

@@ -39,12 +39,13 @@ class DeliveryLog(BaseModel):
     attempts: int = 0
     next_attempt_at: float = 0.0
     last_error: str | None = None
-    #: kind of the last notification that reached the receiver (a resolve goes where pages went)
+    #: kind of the last notification (not counting flapping notices) that reached the receiver
     last_kind: NotificationKind | None = None
 
     def is_open(self) -> bool:
-        """The receiver has (or will have) a firing notification of the group that no resolve followed."""
-        last = self.pending[-1].kind if self.pending else self.last_kind
+        """The receiver has (or will have) a firing notification of the group that no resolve followed
+        (flapping notices do not count: they only mark the group)."""
+        last = next((n.kind for n in reversed(self.pending) if not n.flapping), self.last_kind)
         return last is not None and last != "resolved"
 
 
@@ -77,18 +78,21 @@ class GroupState(BaseModel):
 
     @property
     def lead(self) -> IncidentEvent:
-        return next(iter(self.incidents.values()))
+        return self.ordered()[0]
 
     def ordered(self) -> list[IncidentEvent]:
-        return list(self.incidents.values())
+        """Firing incidents first (in the order they joined), then resolved ones: a notification's lead
+        is what is burning now, not a resolved first member of a re-opened group."""
+        events = list(self.incidents.values())
+        return [e for e in events if e.event != "resolved"] + [e for e in events if e.event == "resolved"]
 
     def computed_status(self) -> GroupStatus:
         return "resolved" if all(e.event == "resolved" for e in self.incidents.values()) else "firing"
 
     def fingerprint(self) -> str:
-        """What a notification is about: which incidents, their severity, transience and state.
+        """What a notification is about: which incidents, their root cause, severity, transience and state.
         New evidence values alone do not change it (no re-page for a number that moved)."""
-        parts = sorted(f"{i}:{e.severity}:{int(e.transient)}:{int(e.event == 'resolved')}"
+        parts = sorted(f"{i}:{e.root_cause}:{e.severity}:{int(e.transient)}:{int(e.event == 'resolved')}"
                        for i, e in self.incidents.items())
         return "|".join(parts)
 

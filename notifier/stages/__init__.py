@@ -56,6 +56,8 @@ class Candidate:
     kind: NotificationKind
     incidents: list[IncidentEvent]
     flapping: bool = False
+    #: the group stopped flapping: say how it ended to every receiver that got the flapping notice
+    settled: bool = False
     receivers: list[str] = field(default_factory=list)
     #: why it was dropped (set by the stage that dropped it, for `incidents show` and logs)
     suppressed: str | None = None

@@ -29,7 +29,6 @@ def update_flapping(grp: GroupState, ctx: Context) -> bool:
         ctx.note(grp.group_id, f"flapping: {len(recent)} flips in {cfg.window:.0f}s")
     if ended:
         ctx.note(grp.group_id, "stopped flapping")
-        grp.notified_flapping = False
     grp.flapping = now_flapping
     return ended
 

@@ -51,8 +51,9 @@ def _status_changed(grp: GroupState, ctx: Context) -> None:
     if status == grp.status:
         return
     flap = ctx.config.flap
-    if status == "firing" and ctx.now - grp.status_since < flap.min_flip_interval:
-        pass  # a resolve undone within the minimum flip time: one incident, not two flips
+    if (status == "firing" and ctx.now - grp.status_since < flap.min_flip_interval and grp.flips
+            and grp.flips[-1] == grp.status_since):
+        grp.flips.pop()  # a resolve undone within the minimum flip time was a blip, not two flips
     else:
         grp.flips.append(ctx.now)
     grp.flips = [t for t in grp.flips if ctx.now - t <= flap.window]
@@ -70,7 +71,7 @@ def _schedule(grp: GroupState, ctx: Context) -> None:
         first = ctx.now + ctx.config.flap.min_flip_interval
     elif grp.notified_status == "resolved":
         first = ctx.now + g.wait  # re-opened after its resolve went out: page again soon
-    else:
-        first = grp.last_notified_at + g.interval
+    else:  # a change to a paged group: gather it like a new burst, at most once per interval
+        first = max(grp.last_notified_at + g.interval, ctx.now + g.wait)
     if grp.next_flush_at is None or first < grp.next_flush_at:
         grp.next_flush_at = first

@@ -23,7 +23,7 @@ def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
         labels = route_labels(cand)
         routed = [] if cand.kind == "resolved" else receivers_for(ctx.config.route, labels)
         logs = cand.group.logs.values()
-        earlier = [log.receiver for log in logs if log.is_open() or (cand.flapping and log.sequence)]
+        earlier = [log.receiver for log in logs if log.is_open() or ((cand.flapping or cand.settled) and log.sequence)]
         names = list(dict.fromkeys(earlier + routed))
         if not names:
             cand.suppressed = "no receiver"

@@ -13,6 +13,8 @@ from pathlib import Path
 import typer
 from pydantic import BaseModel
 
+from notifier.config import NotifierConfig
+from notifier.secrets import SecretRef
 from tailhound.settings import CONFIG_ENV, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +23,9 @@ K8S_DIR = ROOT / "deploy" / "kubernetes"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
+#: The notifier configs: the dev/demo default (console only) and the production example.
+NOTIFIER_DEV = ROOT / "notifier.yaml"
+NOTIFIER_EXAMPLE = ROOT / "deploy" / "notifier.example.yaml"
 
 #: Credentials: only ever from a Secret (k8s) or the caller's environment (compose), never literal.
 SECRET_ENV = {"TAILHOUND_SLACK_BOT_TOKEN", "TAILHOUND_PAGERDUTY_ROUTING_KEY", "TAILHOUND_WEBHOOK_SECRET"}
@@ -146,3 +151,40 @@ def dockerignored(relpath: str, patterns: Iterable[str] | None = None) -> bool:
         if any(fnmatch.fnmatchcase(c, v) for c in candidates for v in variants):
             excluded = not neg
     return excluded
+
+
+# --- docker compose interpolation ------------------------------------------------------------------
+_COMPOSE_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}")
+
+
+def compose_interpolate(value: object, env: dict[str, str]) -> object:
+    """What Compose makes of a parsed file in a shell whose environment is `env`: ``${VAR}``,
+    ``${VAR:-default}`` (default when unset or empty), ``${VAR-default}`` (default when unset), ``$$``."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            if m.group(0) == "$$":
+                return "$"
+            name, op, default = m.group(1), m.group(2), m.group(3) or ""
+            if op == ":-":
+                return env.get(name) or default
+            if op == "-":
+                return env.get(name, default)
+            return env.get(name, "")
+        return _COMPOSE_VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: compose_interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compose_interpolate(v, env) for v in value]
+    return value
+
+
+# --- notifier config ------------------------------------------------------------------------------
+def notifier_secret_refs(config: NotifierConfig) -> dict[str, SecretRef]:
+    """Every secret reference of the config's receivers, by ``<receiver>.<field>``."""
+    out = {}
+    for rc in config.receivers:
+        for name in type(rc).model_fields:
+            value = getattr(rc, name)
+            if isinstance(value, SecretRef):
+                out[f"{rc.name}.{name}"] = value
+    return out

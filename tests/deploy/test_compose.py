@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
+from notifier.config import load_config
+from notifier.service import build_receivers
+from tailhound.errors import ConfigError
 from tailhound.settings import bootstrap_servers, load_settings
 
 from .helpers import (
     COMPOSE_FILE,
     DOCKERFILE,
+    NOTIFIER_DEV,
+    NOTIFIER_EXAMPLE,
     ROOT,
     SECRET_ENV,
     SECRETISH,
     check_cli_args,
     check_settings_env_name,
+    compose_interpolate,
     copy_sources,
     dockerignored,
+    notifier_secret_refs,
     parse_dockerfile,
 )
 
@@ -30,13 +39,25 @@ TAILHOUND_SERVICES = ("worker", "simulator")
 
 
 @pytest.fixture(scope="module")
-def compose() -> dict:
+def raw_compose() -> dict:
+    """The file as written, ``${VAR}`` references and all."""
     return yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def compose(raw_compose) -> dict:
+    """What `docker compose up` uses in a shell that exports nothing (a fresh checkout)."""
+    return compose_interpolate(raw_compose, {})
 
 
 @pytest.fixture(scope="module")
 def services(compose) -> dict:
     return compose["services"]
+
+
+@pytest.fixture(scope="module")
+def raw_services(raw_compose) -> dict:
+    return raw_compose["services"]
 
 
 def env_of(service: dict) -> dict[str, object]:
@@ -157,8 +178,8 @@ def test_env_names_are_settings_and_values_validate(services, name, monkeypatch)
 
 
 @pytest.mark.parametrize("name", TAILHOUND_SERVICES)
-def test_no_literal_secrets_in_compose(services, name):
-    for key, value in env_of(services[name]).items():
+def test_no_literal_secrets_in_compose(raw_services, name):
+    for key, value in env_of(raw_services[name]).items():
         if key in SECRET_ENV or SECRETISH.search(key):
             # Pass-through from the caller's shell only: `KEY:` / `- KEY`, or "${KEY}" interpolation.
             assert value is None or re.fullmatch(r"\$\{" + re.escape(key) + r"(:?-)?\}", str(value)), (
@@ -180,6 +201,83 @@ def test_worker_mounts_the_rules(services):
     data_dir = env["TAILHOUND_STREAMS__DATA_DIR"]
     assert any(data_dir == t or data_dir.startswith(t.rstrip("/") + "/") for t in mounts), (
         "the streams data dir should live on a volume")
+
+
+# --- compose: the notifier ----------------------------------------------------------------------------
+def mounts_of(service: dict) -> dict[str, str]:
+    """Container path -> host path of the service's bind mounts."""
+    out = {}
+    for v in service.get("volumes", []):
+        src, tgt, *_ = v.split(":")
+        if src.startswith((".", "/")):
+            out[tgt] = src
+    return out
+
+
+def notifier_file(raw_compose: dict, shell: dict[str, str]) -> Path:
+    """The host file the worker's notifier reads when compose runs in a shell exporting `shell`."""
+    worker = compose_interpolate(raw_compose, shell)["services"]["worker"]
+    target = env_of(worker)["TAILHOUND_NOTIFIER__CONFIG"]
+    source = mounts_of(worker).get(target)
+    assert source, f"TAILHOUND_NOTIFIER__CONFIG={target} is not a bind-mounted file"
+    assert any(v.split(":")[1] == target and v.endswith(":ro") for v in worker["volumes"]), "mount it read-only"
+    return (ROOT / source).resolve()
+
+
+def test_default_notifier_config_needs_no_secrets(raw_compose):
+    """A fresh checkout's `docker compose up` must start: ./notifier.yaml, console only."""
+    path = notifier_file(raw_compose, {})
+    assert path == NOTIFIER_DEV.resolve()
+    cfg = load_config(path)
+    assert notifier_secret_refs(cfg) == {}
+    assert {r.type for r in cfg.receivers} == {"console"}
+
+
+def test_notifier_yaml_selects_the_production_example(raw_compose):
+    path = notifier_file(raw_compose, {"NOTIFIER_YAML": "./deploy/notifier.example.yaml"})
+    assert path == NOTIFIER_EXAMPLE.resolve()
+    load_config(path)
+
+
+@pytest.mark.parametrize("config", [NOTIFIER_DEV, NOTIFIER_EXAMPLE], ids=lambda p: p.name)
+def test_every_notifier_secret_is_passed_through_from_the_shell(raw_services, config):
+    env = env_of(raw_services["worker"])
+    for where, ref in notifier_secret_refs(load_config(config)).items():
+        assert ref.env is not None, f"{config.name}: {where} reads a file, which the compose worker does not mount"
+        assert ref.env in env, f"{config.name}: {where} needs {ref.env}, which the worker does not get"
+        assert env[ref.env] is None, f"{ref.env} must be passed through from the shell, not written here"
+        assert ref.env in SECRET_ENV
+
+
+@pytest.mark.parametrize("config", [NOTIFIER_DEV, NOTIFIER_EXAMPLE], ids=lambda p: p.name)
+async def test_the_notifier_starts_with_the_compose_environment(raw_compose, config, monkeypatch):
+    """The worker builds every receiver at start: secrets resolved, webhook hosts on the allow-list."""
+    cfg = load_config(config)
+    hosts = sorted({httpx.URL(r.url).host for r in cfg.receivers if r.type == "webhook"})
+    shell = {ref.env: "dummy-" + ref.env.lower() for ref in notifier_secret_refs(cfg).values() if ref.env}
+    if hosts:
+        shell["TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"] = json.dumps(hosts)
+    worker = compose_interpolate(raw_compose, shell)["services"]["worker"]
+    for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+        monkeypatch.delenv(key)
+    for key, value in env_of(worker).items():
+        value = shell.get(key) if value is None else value  # pass-through: the shell's value, if any
+        if value is not None:
+            monkeypatch.setenv(key, str(value))
+    settings = load_settings()
+    assert settings.notifier.enabled and settings.notifier.config is not None
+    receivers = build_receivers(settings, cfg)
+    try:
+        assert set(receivers) == {r.name for r in cfg.receivers}
+    finally:
+        for r in receivers.values():
+            await r.close()
+    if hosts:  # ... and without the allow-list exported, the worker refuses to start, naming the webhook
+        monkeypatch.setenv("TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS",
+                           env_of(compose_interpolate(raw_compose, {})["services"]["worker"])[
+                               "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"])
+        with pytest.raises(ConfigError, match="not in notifier.webhook_allowed_hosts"):
+            build_receivers(load_settings(), cfg)
 
 
 def test_bind_mounts_exist_and_named_volumes_are_declared(compose, services):

@@ -11,10 +11,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
+from notifier.config import parse_config
+from notifier.service import build_receivers
 from tailhound.settings import load_settings
 
 from .helpers import (
     K8S_DIR,
+    NOTIFIER_EXAMPLE,
     ROOT,
     RULES_DIR,
     SECRET_ENV,
@@ -22,6 +25,7 @@ from .helpers import (
     check_cli_args,
     check_settings_env_name,
     cli_command_names,
+    notifier_secret_refs,
     quantity,
 )
 
@@ -324,6 +328,75 @@ def test_secret_example_holds_placeholders_only(secret_example):
     for k, v in (secret_example.get("stringData") or {}).items():
         assert "REPLACE-ME" in str(v), f"{k}: the example must hold a placeholder, not a real value"
     assert "data" not in secret_example, "use stringData placeholders, not base64 data"
+
+
+# --- notifier ----------------------------------------------------------------------------------------
+def _notifier_mount(applied) -> tuple[dict, PurePosixPath, dict]:
+    """(the worker container, the config path it reads, the ConfigMap mounted there)."""
+    dep = one(applied, "Deployment", "tailhound-worker")
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    env = _container_env(applied, c)
+    assert "TAILHOUND_NOTIFIER__CONFIG" in env, "the worker does not say where its notifier config is"
+    path = PurePosixPath(env["TAILHOUND_NOTIFIER__CONFIG"])
+    mount = next((m for m in c["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent), None)
+    assert mount, f"nothing is mounted at {path.parent}"
+    assert mount.get("readOnly") is True
+    volume = {v["name"]: v for v in spec["volumes"]}[mount["name"]]
+    cm = one(applied, "ConfigMap", volume["configMap"]["name"])
+    assert path.name in cm["data"], f"ConfigMap {cm['metadata']['name']} has no key {path.name}"
+    return c, path, cm
+
+
+def test_notifier_config_is_mounted_where_the_setting_points(applied):
+    c, path, cm = _notifier_mount(applied)
+    assert cm["metadata"]["name"] == "tailhound-notifier"
+    assert path == PurePosixPath("/etc/tailhound/notifier/notifier.yaml")
+
+
+def test_notifier_configmap_is_the_production_example_and_loads(applied):
+    _, path, cm = _notifier_mount(applied)
+    text = cm["data"][path.name]
+    assert text == NOTIFIER_EXAMPLE.read_text(encoding="utf-8"), (
+        "notifier-configmap.yaml drifted from deploy/notifier.example.yaml: paste the file into the ConfigMap")
+    cfg = parse_config(text, origin=f"notifier-configmap.yaml:{path.name}")
+    assert {r.type for r in cfg.receivers} >= {"slack", "pagerduty", "webhook"}
+
+
+def test_every_notifier_secret_comes_from_the_secret(applied, secret_example):
+    c, path, cm = _notifier_mount(applied)
+    refs = notifier_secret_refs(parse_config(cm["data"][path.name]))
+    assert refs, "the production example should use secrets"
+    keys = set(secret_example.get("stringData", {}))
+    env = {e["name"]: e for e in c.get("env", [])}
+    for where, ref in refs.items():
+        assert ref.env is not None, f"{where} reads a file; the worker mounts no secret files"
+        assert ref.env in env, f"{where} needs {ref.env}, which the worker does not get"
+        key_ref = (env[ref.env].get("valueFrom") or {}).get("secretKeyRef")
+        assert key_ref, f"{ref.env} must come from the Secret"
+        assert key_ref["name"] == secret_example["metadata"]["name"] and key_ref["key"] in keys
+
+
+async def test_the_worker_can_build_every_receiver(applied, monkeypatch):
+    """What the worker does at start: settings from the manifests, secrets from the Secret (dummies
+    here), every receiver built: a webhook host off the allow-list or a missing secret would fail."""
+    c, path, cm = _notifier_mount(applied)
+    for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+        monkeypatch.delenv(key)
+    for k, v in _container_env(applied, c).items():
+        monkeypatch.setenv(k, v)
+    for e in c.get("env", []):
+        if (e.get("valueFrom") or {}).get("secretKeyRef"):
+            monkeypatch.setenv(e["name"], f"dummy-{e['name'].lower()}")
+    settings = load_settings()
+    assert settings.notifier.enabled and str(settings.notifier.config) == str(path)
+    cfg = parse_config(cm["data"][path.name])
+    receivers = build_receivers(settings, cfg)
+    try:
+        assert set(receivers) == {r.name for r in cfg.receivers}
+    finally:
+        for r in receivers.values():
+            await r.close()
 
 
 # --- node agent ---------------------------------------------------------------------------------------

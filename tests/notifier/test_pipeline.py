@@ -221,3 +221,68 @@ def test_updates_queued_for_a_down_receiver_are_coalesced():
     pending = nf.groups[ev(1).incident_id].logs["r"].pending
     assert [n.kind for n in pending] == ["opened", "updated"]
     assert pending[-1].incidents[0].sequence == 9
+
+
+DEFAULTS = "route: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
+
+
+def test_flapping_group_that_keeps_firing_is_paged_again_once_it_settles_without_new_events():
+    nf = make(DEFAULTS)  # default grouping (root cause + place) and flap control
+    out = []
+    nf.ingest([ev(1)], T0)
+    out += sent(nf, T0 + 31)
+    nf.ingest([ev(1, "resolved", 2)], T0 + 100)
+    out += sent(nf, T0 + 161)
+    nf.ingest([ev(2, ts=T0 + 300)], T0 + 300)  # the same cause on the same node fires again: new incident id
+    t = T0 + 300
+    while t < T0 + 4 * 3600:  # no event at all from here on: the notifier must come back by itself
+        out += sent(nf, t)
+        t += 10
+    kinds = [(n.kind, n.flapping) for n in out]
+    assert kinds[:3] == [("opened", False), ("resolved", False), ("updated", True)]
+    # settled firing after the window: the page goes out again, once (plus 4 h repeats at most)
+    assert kinds[3] == ("opened", False) and all(k == ("updated", False) for k in kinds[4:])
+    assert out[3].lead.incident_id == ev(2).incident_id  # the firing incident leads, not the resolved one
+
+
+def test_flapping_group_that_settles_resolved_sends_the_resolve():
+    nf = make(DEFAULTS)
+    out = []
+    nf.ingest([ev(1)], T0)
+    out += sent(nf, T0 + 31)
+    nf.ingest([ev(1, "resolved", 2)], T0 + 100)
+    out += sent(nf, T0 + 161)
+    nf.ingest([ev(2)], T0 + 300)
+    out += sent(nf, T0 + 331)
+    nf.ingest([ev(2, "resolved", 2)], T0 + 400)
+    t = T0 + 400
+    while t < T0 + 3 * 3600:
+        out += sent(nf, t)
+        t += 10
+    assert [(n.kind, n.flapping) for n in out] == [("opened", False), ("resolved", False), ("updated", True),
+                                                     ("resolved", False)]
+
+
+def test_a_resolve_undone_within_the_minimum_flip_time_is_no_flip():
+    nf = make(DEFAULTS)
+    nf.ingest([ev(1)], T0)
+    sent(nf, T0 + 31)
+    nf.ingest([ev(1, "resolved", 2)], T0 + 100)
+    nf.ingest([ev(2)], T0 + 130)  # fires again 30 s later: the resolve was never sent
+    assert sent(nf, T0 + 200) == []
+    grp = nf.groups[ev(1).incident_id]
+    assert grp.flips == [] and not grp.flapping
+    # the new incident joining is an update, after the group interval
+    assert [(n.kind, n.flapping) for n in sent(nf, T0 + 331)] == [("updated", False)]
+    nf.ingest([ev(2, "resolved", 2)], T0 + 600)
+    out = sent(nf, T0 + 661)
+    assert [(n.kind, n.flapping) for n in out] == [("resolved", False)]
+
+
+def test_a_root_cause_change_is_notified():
+    nf = make(DEFAULTS.replace("route:", "grouping: {by: [incident]}\nroute:"))
+    nf.ingest([ev(1, root_cause="capacity")], T0)
+    sent(nf, T0 + 31)
+    nf.ingest([ev(1, "updated", 2, root_cause="gpu-thermal-throttle")], T0 + 60)
+    out = sent(nf, T0 + 400)
+    assert [(n.kind, n.lead.root_cause) for n in out] == [("updated", "gpu-thermal-throttle")]
