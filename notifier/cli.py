@@ -27,7 +27,7 @@ from tailhound.settings import Settings, load_settings
 from .matchers import Matcher
 from .state import GroupState, Silence
 
-console = Console()
+console = Console(soft_wrap=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
 
 notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True)
@@ -40,6 +40,14 @@ def _settings(config: Path | None) -> Settings:
     if not s.broker:
         raise TailhoundError("no broker configured (set TAILHOUND_BROKER=kafka://host:9092)")
     return s
+
+
+def _table(*columns: str) -> Table:
+    """A table that folds long cells instead of cutting them (ids and matchers must stay whole)."""
+    table = Table()
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    return table
 
 
 def _when(ts: float | None) -> str:
@@ -156,7 +164,7 @@ def silence_list(
     now = time.time()
     silences = [Silence.model_validate(v) for k, v in _state(_settings(config)).items()
                 if k.startswith("silence:") and v]
-    table = Table("id", "state", "matchers", "starts", "ends", "author", "comment")
+    table = _table("id", "state", "matchers", "starts", "ends", "author", "comment")
     for s in sorted(silences, key=lambda s: s.starts_at):
         if all_ or s.state(now) != "expired":
             table.add_row(s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
@@ -206,7 +214,7 @@ def incidents_list(
 ) -> None:
     """Open incidents (--all: every incident still on the topic), newest first."""
     by_id = _incident_events(_settings(config))
-    table = Table("incident", "state", "root cause", "severity", "scope", "opened", "kind")
+    table = _table("incident", "state", "root cause", "severity", "scope", "opened", "kind")
     latest = sorted((evs[-1] for evs in by_id.values()), key=lambda e: e.opened_at, reverse=True)
     for ev in latest:
         state = "resolved" if ev.event == "resolved" else "open"

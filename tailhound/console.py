@@ -23,7 +23,10 @@ def format_ts(ts: float, origin: float | None = None) -> str:
     return f"{wall} (fleet time +{int(rel // 3600):d}:{int(rel % 3600 // 60):02d}:{int(rel % 60):02d})"
 
 
-def render_incident(ev: IncidentEvent, origin: float | None = None) -> Panel:
+def render_incident(ev: IncidentEvent, origin: float | None = None, kind: str | None = None) -> Panel:
+    """`ev` as a panel; `kind` overrides the lifecycle word in the title (a notification that gathered
+    the opening and the first updates of an incident is its page: OPENED)."""
+    kind = kind or ev.event
     info = ROOT_CAUSES.get(ev.root_cause)
     head = Text()
     head.append(f"root cause  {ev.root_cause}", style="bold")
@@ -38,18 +41,18 @@ def render_incident(ev: IncidentEvent, origin: float | None = None) -> Panel:
         head.append(f"\nresolved    {format_ts(ev.resolved_at, origin)}  (after {ev.resolved_at - ev.opened_at:.0f}s)")
     head.append(f"\nincident    {ev.incident_id} #{ev.sequence}  rule {ev.rule}")
     parts: list[Text] = [head]
-    if ev.evidence and ev.event != "resolved":
+    if ev.evidence and kind != "resolved":
         ev_text = Text("evidence", style="bold")
         for e in ev.evidence:
             ev_text.append(f"\n  - {e.describe()}")
         parts.append(ev_text)
-    if ev.actions and ev.event != "resolved":
+    if ev.actions and kind != "resolved":
         act = Text("suggested actions", style="bold")
         for i, a in enumerate(ev.actions, 1):
             act.append(f"\n  {i}. {a}")
         parts.append(act)
-    title = f"[{_STYLE[ev.event]}]{ev.event.upper()}[/] {ev.summary}"
-    return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[ev.event].split()[-1])
+    title = f"[{_STYLE[kind]}]{kind.upper()}[/] {ev.summary}"
+    return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[kind].split()[-1])
 
 
 class ConsoleReceiver:

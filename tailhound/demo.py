@@ -2,8 +2,9 @@
 
 Embedded broker (unless one is configured) -> Faust worker (a child process, as in production) ->
 a simulated 4-node fleet whose node 2 develops a thermal throttle on GPUs 3 and 5 after a 20-minute
-warm-up -> incidents printed from the incident topic as they open and resolve -> a summary.
-One hour of fleet time runs in about a minute.
+warm-up -> the notifier (here in this process, with a console receiver) pages once when the incident
+opens and once when it resolves -> a summary. One hour of fleet time runs in about a minute, so the
+notifier's waits are shortened to match (:data:`DEMO_NOTIFIER`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from rich.table import Table
 
 from agents.publisher import SnapshotPublisher
 from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from tailhound.console import ConsoleReceiver
+from notifier.config import parse_config
+from notifier.receivers.console import ConsoleConfig, ConsoleReceiver
+from notifier.service import NotifierService
 from tailhound.errors import TailhoundError
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import broker_for, ensure_topics, group_lag, make_consumer
@@ -30,6 +33,13 @@ from tailhound.settings import Settings, SinksSettings
 from tailhound.worker_process import WorkerProcess
 
 DEMO_FAULT = "thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"
+#: the notifier's config for the demo: fleet time runs 60x, so its waits (in wall time) are short
+DEMO_NOTIFIER = """
+grouping: {wait: 2s, interval: 10s, repeat: 0s}
+flap: {window: 60s, min_flip_interval: 2s}
+route: {receiver: console}
+receivers: [{type: console, name: console}]
+"""
 
 
 @dataclass
@@ -48,6 +58,7 @@ class DemoResult:
     ticks: int = 0
     wall_s: float = 0.0
     events: list[IncidentEvent] = field(default_factory=list)
+    notifications: int = 0
     worker_log: str = ""
 
     @property
@@ -59,15 +70,20 @@ class DemoResult:
         return [e for e in self.events if e.event == "resolved"]
 
 
-async def _watch_incidents(settings: Settings, receiver: ConsoleReceiver, stop: asyncio.Event) -> None:
+async def _watch_incidents(settings: Settings, events: list[IncidentEvent], stop: asyncio.Event) -> None:
+    """Collect the incident events for the summary (the notifier prints what it sends)."""
     consumer = make_consumer(settings, settings.incidents_topic, group_id=None)
     await consumer.start()
+    seen: set[tuple[str, int]] = set()
     try:
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200)
             for records in batch.values():
                 for r in records:
-                    receiver.deliver(IncidentEvent.model_validate_json(r.value))
+                    ev = IncidentEvent.model_validate_json(r.value)
+                    if (ev.incident_id, ev.sequence) not in seen:
+                        seen.add((ev.incident_id, ev.sequence))
+                        events.append(ev)
     finally:
         await consumer.stop()
 
@@ -80,13 +96,14 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
     settings = settings.model_copy(update={
         "streams": settings.streams.model_copy(
             update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams", "log_level": "info"}),
-        # the worker publishes to the incident topic; this process prints what arrives there
+        # the worker publishes to the incident topic; this process runs the notifier on it
         "sinks": SinksSettings(console={"enabled": False}, incident_topic={"enabled": True}),
+        "notifier": settings.notifier.model_copy(update={"enabled": False, "tick_s": 0.2}),
     })
     faults = [FaultSpec.parse(f) for f in opts.faults]
     sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed), faults)
     origin = sim.config.start_ts
-    receiver = ConsoleReceiver(console, origin=origin)
+    receiver = ConsoleReceiver(ConsoleConfig(type="console", name="console"), console, origin=origin)
 
     with broker_for(settings, log_path=str(workdir / "broker.log")) as s:
         console.print(f"[bold]tailhound demo[/]: broker {s.broker}, {opts.nodes} nodes x "
@@ -97,18 +114,21 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
         result.worker_log = str(worker.log_path)
         worker.start()
         stop = asyncio.Event()
-        watcher = asyncio.create_task(_watch_incidents(s, receiver, stop))
+        watcher = asyncio.create_task(_watch_incidents(s, result.events, stop))
+        notifier = NotifierService(s, parse_config(DEMO_NOTIFIER, "demo notifier config"), {"console": receiver})
+        notifying = asyncio.create_task(notifier.run(stop))
         try:
             async with SnapshotPublisher(s) as pub:
                 await _run_fleet(sim, pub, opts, console, worker, result)
             await _drain(s, worker, opts, console)
-            await asyncio.sleep(1.0)  # the last incident events travel worker -> topic -> us
+            await _settle(result, receiver, opts)
         finally:
             stop.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(watcher, 5)
+            for task in (watcher, notifying):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 10)
             worker.stop()
-    result.events = receiver.events
+    result.notifications = len(receiver.sent)
     result.wall_s = time.monotonic() - started
     _summary(console, result, opts)
     if result.opened or not opts.faults:
@@ -139,6 +159,18 @@ async def _run_fleet(sim: FleetSimulator, pub: SnapshotPublisher, opts: DemoOpti
             await asyncio.sleep(delay)
 
 
+async def _settle(result: DemoResult, receiver: ConsoleReceiver, opts: DemoOptions) -> None:
+    """Give the last incident events and their notifications a few seconds to arrive."""
+    deadline = time.monotonic() + 8.0
+    await asyncio.sleep(1.0)
+    while time.monotonic() < deadline:
+        open_ids = {e.incident_id for e in result.events if e.event == "opened"}
+        closed = {e.incident_id for e in result.events if e.event == "resolved"}
+        if open_ids <= closed and (not open_ids or any(n.kind == "resolved" for n in receiver.sent)):
+            return
+        await asyncio.sleep(0.25)
+
+
 async def _drain(s: Settings, worker: WorkerProcess, opts: DemoOptions, console: Console) -> None:
     """Wait until the worker has committed every telemetry message."""
     deadline = time.monotonic() + opts.drain_timeout_s
@@ -160,6 +192,8 @@ def _summary(console: Console, result: DemoResult, opts: DemoOptions) -> None:
     table.add_row("snapshots published", str(result.snapshots))
     table.add_row("incidents opened", str(len(result.opened)))
     table.add_row("incidents resolved", str(len(result.resolved)))
+    table.add_row("incident events", str(len(result.events)))
+    table.add_row("notifications sent", str(result.notifications))
     for ev in result.opened:
         last = [e for e in result.events if e.incident_id == ev.incident_id][-1]
         table.add_row(f"  {ev.root_cause}", f"{last.scope.describe()} -> {last.event}")

@@ -37,9 +37,12 @@ class WorkerProcess:
             "TAILHOUND_SINKS__CONSOLE__ENABLED": str(s.sinks.console.enabled).lower(),
             "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
         })
-        for name, value in s.streams.model_dump().items():
-            text = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
-            env[f"TAILHOUND_STREAMS__{name.upper()}"] = text
+        for section, values in (("STREAMS", s.streams.model_dump()), ("NOTIFIER", s.notifier.model_dump())):
+            for name, value in values.items():
+                if value is None:
+                    continue
+                text = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
+                env[f"TAILHOUND_{section}__{name.upper()}"] = text
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

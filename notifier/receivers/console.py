@@ -31,7 +31,7 @@ class ConsoleReceiver:
         self.sent.append(notification)
         self.console.print(f"[bold]notify[/] {notification.receiver}: {notification.title()}")
         if notification.kind != "updated" or len(self.sent) == 1:
-            self.console.print(render_incident(notification.lead, self.origin))
+            self.console.print(render_incident(notification.lead, self.origin, kind=notification.kind))
         related = notification.incidents[1:]
         for ev in related[:10]:
             self.console.print(f"  related: {ev.root_cause} {ev.scope.describe()} ({ev.incident_id})")

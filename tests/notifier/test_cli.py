@@ -1,0 +1,88 @@
+"""`tailhound silence add|list|expire`, `tailhound incidents list|show` and `tailhound notifier check`,
+against the bundled broker."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from notifier.service import read_state
+from tailhound.cli import app
+from tailhound.kafka import ensure_topics
+
+from .factories import incident_event
+from .test_service import publish
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(settings, monkeypatch):
+    monkeypatch.setenv("TAILHOUND_BROKER", settings.broker)
+    monkeypatch.setenv("TAILHOUND_TOPIC_PREFIX", settings.topic_prefix)
+    monkeypatch.setenv("COLUMNS", "250")
+    asyncio.run(ensure_topics(settings))
+    return settings
+
+
+def cli(*args: str):
+    result = runner.invoke(app, list(args), catch_exceptions=False)
+    return result
+
+
+@pytest.mark.broker
+def test_silence_add_list_expire(env):
+    out = cli("silence", "add", "-m", 'node="gpu-node-7"', "-m", 'root_cause=~"gpu-.*"', "--author", "ana",
+              "--comment", "CHG-1234 rack maintenance", "--duration", "2h")
+    assert out.exit_code == 0, out.output
+    sid = re.search(r"(sil-[0-9a-f]+)", out.output).group(1)
+    items, _ = asyncio.run(read_state(env))
+    stored = items[f"silence:{sid}"]
+    assert stored["author"] == "ana" and stored["matchers"] == ['node="gpu-node-7"', 'root_cause=~"gpu-.*"']
+    assert 7190 <= stored["ends_at"] - stored["starts_at"] <= 7210
+    listed = cli("silence", "list").output
+    assert sid in listed and "active" in listed and "CHG-1234" in listed
+    assert cli("silence", "expire", sid).exit_code == 0
+    assert sid not in cli("silence", "list").output
+    assert "expired" in cli("silence", "list", "--all").output
+
+
+@pytest.mark.broker
+def test_silence_add_rejects_bad_input(env):
+    from tailhound.errors import TailhoundError
+
+    with pytest.raises(TailhoundError, match="invalid matcher"):
+        cli("silence", "add", "-m", "node~x", "--author", "a", "--comment", "c")
+    with pytest.raises(TailhoundError, match="time zone"):
+        cli("silence", "add", "-m", 'node="x"', "--author", "a", "--comment", "c", "--until", "2030-01-01T00:00:00")
+    with pytest.raises(TailhoundError, match="no silence"):
+        cli("silence", "expire", "sil-000000000000")
+
+
+@pytest.mark.broker
+def test_incidents_list_and_show(env):
+    asyncio.run(publish(env, incident_event(incident_id="inc-cli-1"),
+                        incident_event(incident_id="inc-cli-2", node="gpu-node-5"),
+                        incident_event(incident_id="inc-cli-2", event="resolved", sequence=2, node="gpu-node-5")))
+    listed = cli("incidents", "list").output
+    assert "inc-cli-1" in listed and "inc-cli-2" not in listed
+    assert "inc-cli-2" in cli("incidents", "list", "--all").output
+    shown = cli("incidents", "show", "inc-cli-2")
+    assert shown.exit_code == 0
+    assert "#1 opened" in shown.output and "#2 resolved" in shown.output and "gpu-node-5" in shown.output
+
+
+def test_notifier_check_names_file_and_line(tmp_path):
+    from tailhound.errors import ConfigFileError
+
+    good = tmp_path / "ok.yaml"
+    good.write_text("route: {receiver: c}\nreceivers: [{type: console, name: c}]\n")
+    assert "OK (1 receivers" in cli("notifier", "check", str(good)).output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("route:\n  receiver: c\n  routes:\n    - matchers: ['sev~x']\n"
+                   "receivers: [{type: console, name: c}]\n")
+    with pytest.raises(ConfigFileError, match=rf"{bad}:4: route.routes.0.matchers.0: .*invalid matcher"):
+        cli("notifier", "check", str(bad))
