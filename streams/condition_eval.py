@@ -73,7 +73,10 @@ def limit_of(ctx: EvalContext, cond: SignalCondition, entity: str, scope: str) -
     if not isinstance(b, Ref):
         return float(b), "threshold"
     if b.baseline is not None:
-        found = ctx.baseline(cond.signal, entity)
+        if cond.reduce is not None:  # a reduced comparison has one node-wide baseline: reduce(signal)
+            found = ctx.baseline(f"{cond.reduce}({cond.signal})", "")
+        else:
+            found = ctx.baseline(cond.signal, entity)
         return None if found is None else (found[0] * b.baseline, found[1])
     other = value_of(ctx, b.signal or "", b.reduce, entity, scope)
     return None if other is None else (other * b.times, "signal")

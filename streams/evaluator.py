@@ -31,13 +31,14 @@ from tailhound.snapshot import Snapshot
 
 from .baseline import RollingBaseline
 from .condition_eval import EvalContext
+from .condition_eval import _reduce as reduce_values
 from .correlate import Episode, Firing, correlate
 from .evidence import render_action, rule_evidence
 from .latency import LatencyTracker
 from .loadmodel import LoadModel, expected_for, features_of
 from .nodesignals import RATE_RATIOS, CurrentValues, LatestValues, snapshot_values
 from .rule_plan import RulePlan, entity_order, plans_for
-from .ruleset import RuleSet
+from .ruleset import RuleSet, split_baseline_key
 from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, SLA_SIGNALS, SignalValues
 
 __all__ = ["DEFAULT_STALE_AFTER_S", "FiringEntity", "NodeState", "RuleState", "evaluate", "render_action",
@@ -281,11 +282,17 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | Sig
     of a rule reading the signal (an incident must not raise its own baseline)."""
     private = state.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
     for signal, (prefixes, readers) in rules.baseline_plan.items():
-        if signal not in fresh and not any(p in fresh for p in prefixes):
+        how, base = split_baseline_key(signal)
+        if base not in fresh and not any(p in fresh for p in prefixes):
             continue  # neither the signal nor what it is derived from (latency.tpot for .p95) is new
         troubled = {e for name in readers if name in state.rules
                     for e in (*state.rules[name].firing, *state.rules[name].pending)}
-        for entity, value in (view.get(signal) or {}).items():
+        values = view.get(base) or {}
+        if how is not None:  # a node-wide value: one baseline, troubled when any entity is
+            reduced = reduce_values(how, list(values.values())) if values else None
+            values = {} if reduced is None else {"": reduced}
+            troubled = {""} if troubled else set()
+        for entity, value in values.items():
             key = f"{signal}|{entity}"
             baseline = state.baseline_of(key) or RollingBaseline()
             if baseline.observe(ts, value, in_incident=entity in troubled):

@@ -19,7 +19,7 @@ from tailhound.catalog import Catalog
 
 from .condition_eval import EvalContext, _reduce, rising
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
-from .ruleset import Rule, RuleSet
+from .ruleset import Rule, RuleSet, baseline_key
 from .signals import signal_per
 
 #: (ctx, entity) -> True / False / None (no news)
@@ -70,10 +70,10 @@ def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value
         limit = float(b)  # type: ignore[arg-type]
         return lambda _ctx, _entity: limit
     if b.baseline is not None:
-        times, signal = b.baseline, cond.signal
+        times, signal, node_wide = b.baseline, baseline_key(cond.signal, cond.reduce), cond.reduce is not None
 
         def baseline(ctx: EvalContext, entity: str) -> float | None:
-            found = ctx.baseline(signal, entity)
+            found = ctx.baseline(signal, "" if node_wide else entity)
             return None if found is None else found[0] * times
         return baseline
     other_value, factor = compile_value(b.signal or "", b.reduce, scope, catalog), b.times

@@ -139,18 +139,23 @@ class RuleSet(BaseModel):
 
     @cached_property
     def baseline_signals(self) -> frozenset[str]:
-        """Signals some rule compares with their baseline (they get a rolling baseline per entity)."""
-        return frozenset(leaf.signal for rule in self.rules for leaf in rule.thresholds()
+        """Baseline keys: signals some rule compares with their baseline (a rolling baseline per entity),
+        and ``reduce(signal)`` for reduced comparisons (one baseline of the node-wide value, e.g.
+        ``sum(engine.http_requests.rate)``)."""
+        return frozenset(baseline_key(leaf.signal, leaf.reduce) for rule in self.rules for leaf in rule.thresholds()
                          if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None)
 
     @cached_property
     def baseline_plan(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Per baseline signal (in `baseline_signals` order): the names it can be derived from
+        """Per baseline key (in `baseline_signals` order): the names its signal can be derived from
         (``latency.tpot`` for ``latency.tpot.p95``: every ``f`` with ``signal.startswith(f + ".")``) and
         the rules that read it."""
-        return {signal: (tuple(signal[:i] for i, ch in enumerate(signal) if ch == "."),
-                         tuple(rule.name for rule in self.rules if signal in rule.signals()))
-                for signal in self.baseline_signals}
+        out = {}
+        for key in self.baseline_signals:
+            signal = split_baseline_key(key)[1]
+            out[key] = (tuple(signal[:i] for i, ch in enumerate(signal) if ch == "."),
+                        tuple(rule.name for rule in self.rules if signal in rule.signals()))
+        return out
 
     @cached_property
     def plan_cache(self) -> dict:
@@ -166,6 +171,19 @@ class RuleSet(BaseModel):
                 if leaf.growing_for is not None:
                     out[leaf.signal] = max(out.get(leaf.signal, 0.0), leaf.growing_for)
         return out
+
+
+def baseline_key(signal: str, reduce: object | None) -> str:
+    """Where a comparison's baseline lives: the signal, or ``reduce(signal)`` for a reduced one."""
+    return f"{reduce}({signal})" if reduce is not None else signal
+
+
+def split_baseline_key(key: str) -> tuple[str | None, str]:
+    """``sum(x.rate)`` -> ("sum", "x.rate"); ``x.rate`` -> (None, "x.rate")."""
+    if key.endswith(")") and "(" in key:
+        how, _, rest = key.partition("(")
+        return how, rest[:-1]
+    return None, key
 
 
 def load_rules(directory: str | Path, catalog: Catalog | None = None) -> RuleSet:

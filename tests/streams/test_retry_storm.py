@@ -13,14 +13,14 @@ T0 = 1_767_225_600.0
 LE = [1.0, 5.0, 10.0, 15.0, 20.0, 30.0]
 
 
-def records(storm_from: int, ticks: int):
+def records(storm_from: int, ticks: int, storm_rejected: float = 25.0, storm_ok: float = 40.0):
     ok = rej = 0.0
     counts = [0.0] * len(LE)
     total = 0.0
     for i in range(ticks):
         storm = i >= storm_from
-        ok += 40 * 15
-        rej += (25 if storm else 0.05) * 15
+        ok += (storm_ok if storm else 40) * 15
+        rej += (storm_rejected if storm else 0.05) * 15
         new = 200.0
         for j, bound in enumerate(LE):  # storm: a third of requests above 15 s
             share = (0.6 if bound < 15 else 0.66) if storm else (0.97 if bound < 5 else 1.0)
@@ -51,3 +51,15 @@ def test_a_few_rejections_are_not_a_storm():
     rules = load_rules(Path(__file__).resolve().parents[2] / "rules")
     events = replay_records(records(storm_from=10_000, ticks=40), rules).events
     assert not [e for e in events if e.root_cause == "retry-storm"]
+
+
+def test_mild_rejections_need_amplification_over_the_baseline():
+    rules = load_rules(Path(__file__).resolve().parents[2] / "rules")
+    # 15% rejected: retries alone would amplify by 1.18x; the storm is that arrivals are 1.5x the baseline
+    amplified = replay_records(records(storm_from=100, ticks=125, storm_rejected=10.5, storm_ok=60), rules).events
+    assert [e.root_cause for e in amplified if e.event == "opened"] == ["retry-storm"]
+    ev = next(e for e in amplified if e.event == "opened")
+    assert any(x.signal == "sum(engine.http_requests.rate)" and x.baseline for x in ev.evidence)
+    # the same rejections with arrivals at their usual rate: no storm (overload, not amplification)
+    flat = replay_records(records(storm_from=100, ticks=125, storm_rejected=7.0, storm_ok=33), rules).events
+    assert not [e for e in flat if e.root_cause == "retry-storm"]
