@@ -132,6 +132,7 @@ class NotifierService:
         self._deliverer = self._make_deliverer()
         self.ingested = 0
         self.created: list[Notification] = []
+        self.api_port: int | None = None
 
     def _make_deliverer(self) -> Deliverer:
         return Deliverer(self.notifier, self.receivers, self.config.delivery, clock=self.clock,
@@ -193,6 +194,12 @@ class NotifierService:
                     self.notifier.silences[s.id] = s
                     log.info("notifier: silence %s %s (%s)", s.id, s.state(self.clock()), s.comment)
 
+    async def write_silence(self, silence: Silence) -> None:
+        """Store a silence on the state topic (the active instance, maybe this one, picks it up)."""
+        await self._producer.send_and_wait(self.settings.notifier_state_topic, key=f"silence:{silence.id}".encode(),
+                                           value=silence.model_dump_json().encode())
+        self.notifier.silences[silence.id] = silence
+
     async def _dead_letter(self, n: Notification, reason: str) -> None:
         record = DeadLetter.from_bytes(n.model_dump_json().encode(), ts=time.time(), reason=reason, stage="deliver",
                                        topic=self.settings.incidents_topic, key=n.idempotency_key)
@@ -211,6 +218,14 @@ class NotifierService:
                                        fetch_max_wait_ms=FETCH_WAIT_MS)
         self._consumer.subscribe([self.settings.incidents_topic], listener=_Takeover(self))
         await self._consumer.start()
+        api = None
+        if self.settings.notifier.api_listen:
+            from .api import serve
+            try:
+                api = await serve(self, self.settings.notifier.api_listen)
+                log.info("notifier: API on %s (port %s)", self.settings.notifier.api_listen, self.api_port)
+            except OSError as exc:  # the port is taken: notify anyway, without the API
+                log.error("notifier: cannot serve the API on %s: %s", self.settings.notifier.api_listen, exc)
         try:
             while not stop.is_set():
                 batch = await self._consumer.getmany(timeout_ms=int(self.settings.notifier.tick_s * 1000),
@@ -234,6 +249,8 @@ class NotifierService:
                     await self._consumer.commit()
                 self._deliverer.pump()
         finally:
+            if api is not None:
+                await api.cleanup()
             await self._deliverer.stop()
             with contextlib.suppress(Exception):
                 await self._persist()

@@ -80,6 +80,9 @@ class NotifierSettings(BaseModel):
     webhook_allowed_hosts: list[str] = Field(default_factory=list)
     #: how often due groups are flushed and due deliveries attempted
     tick_s: float = Field(default=0.2, gt=0, le=10)
+    #: ``host:port`` of the notifier's HTTP API (silences, groups, health; see notifier/api.py). It has
+    #: no authentication: keep it on loopback or behind an authenticating proxy. Empty: off.
+    api_listen: str = Field(default="127.0.0.1:9095", pattern=r"^$|^[^\s:]*:\d{1,5}$")
     runbook_url: str = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
 
 

@@ -25,4 +25,5 @@ def settings(broker, tmp_path) -> Settings:
         topic_prefix=f"t{run}.",
         partitions=2,
         streams={"app_id": f"test-{run}", "data_dir": tmp_path / "streams", "log_level": "info"},
+        notifier={"api_listen": "127.0.0.1:0"},
     )

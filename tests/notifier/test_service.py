@@ -142,3 +142,38 @@ async def test_sigkill_mid_incident_gives_one_page_and_one_resolve(settings, tmp
         actions = [(e["event_action"], e["dedup_key"]) for e in pd.accepted]
         assert actions == [("trigger", "inc-kill-1"), ("resolve", "inc-kill-1")], \
             (tmp_path / "notifier.log").read_text()[-3000:]
+
+
+async def test_http_api_silences_and_groups(settings):
+    import aiohttp
+
+    await ensure_topics(settings)
+    rcv = StubReceiver()
+    run = Running(settings, rcv)
+    try:
+        await wait_for(lambda: run.service.api_port is not None and run.service.active, what="the API")
+        base = f"http://127.0.0.1:{run.service.api_port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/-/ready") as r:
+                assert r.status == 200
+            body = {"matchers": ['node="gpu-node-8"'], "author": "ana", "comment": "CHG-1", "duration": "1h"}
+            async with http.post(f"{base}/api/v1/silences", json=body) as r:
+                assert r.status == 201
+                sid = (await r.json())["id"]
+            async with http.post(f"{base}/api/v1/silences", json={"matchers": ["x~y"], "author": "a"}) as r:
+                assert r.status == 400 and "matchers.0" in (await r.json())["error"]
+            await publish(settings, incident_event(incident_id="inc-api-1", node="gpu-node-8"),
+                          incident_event(incident_id="inc-api-2", node="gpu-node-1"))
+            await wait_for(lambda: len(rcv.received) == 1, what="the unsilenced page")
+            async with http.get(f"{base}/api/v1/groups") as r:
+                groups = {g["group_id"]: g for g in await r.json()}
+            assert groups["inc-api-1"]["suppressed"].startswith(f"silenced by {sid}")
+            async with http.get(f"{base}/api/v1/silences") as r:
+                assert [s["id"] for s in await r.json()] == [sid]
+            async with http.delete(f"{base}/api/v1/silences/{sid}") as r:
+                assert r.status == 200 and (await r.json())["expired_at"]
+            await wait_for(lambda: len(rcv.received) == 2, timeout=40, what="the page after the expiry")
+            async with http.get(f"{base}/api/v1/silences") as r:
+                assert await r.json() == []
+    finally:
+        await run.close()
