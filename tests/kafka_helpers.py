@@ -24,3 +24,17 @@ async def consume(settings: Settings, topic: str, until, timeout: float = 60.0, 
     finally:
         await consumer.stop()
     return records
+
+
+async def publish_incidents(settings: Settings, *events) -> None:
+    """Produce incident events to the incidents topic (key = incident id), as the streams worker does."""
+    from tailhound.kafka import ensure_topics, make_producer
+
+    await ensure_topics(settings)
+    producer = make_producer(settings)
+    await producer.start()
+    try:
+        for ev in events:
+            await producer.send_and_wait(settings.incidents_topic, key=ev.key(), value=ev.model_dump_json().encode())
+    finally:
+        await producer.stop()

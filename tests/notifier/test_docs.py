@@ -31,6 +31,7 @@ from tailhound.incident import IncidentEvent, Scope
 from tailhound.settings import NotifierSettings, bootstrap_servers
 from tailhound.vocabulary import ROOT_CAUSES
 from tests.deploy.helpers import SECRET_ENV, check_settings_env_name
+from tests.kafka_helpers import publish_incidents
 
 from .factories import T0, incident_event
 
@@ -362,19 +363,6 @@ def test_incident_topic_doc_covers_every_field_and_root_cause():
 
 
 # --- the example consumer against the real broker -----------------------------------------------------
-async def _publish(settings, events: list[IncidentEvent]) -> None:
-    from tailhound.kafka import ensure_topics, make_producer
-
-    await ensure_topics(settings)
-    producer = make_producer(settings)
-    await producer.start()
-    try:
-        for ev in events:
-            await producer.send_and_wait(settings.incidents_topic, key=ev.key(), value=ev.model_dump_json().encode())
-    finally:
-        await producer.stop()
-
-
 async def _run_consumer(settings, *flags: str, timeout: float = 90.0) -> list[str]:
     args = [sys.executable, str(CONSUMER), "--bootstrap", ",".join(bootstrap_servers(settings.broker)),
             "--topic", settings.incidents_topic, *flags]
@@ -400,7 +388,7 @@ def _lifecycle() -> list[IncidentEvent]:
 
 @pytest.mark.broker
 async def test_example_consumer_prints_each_step_once(settings):
-    await _publish(settings, _lifecycle())
+    await publish_incidents(settings, *_lifecycle())
     lines = await _run_consumer(settings, "--until-idle", "5")
     steps = [line.split()[1:4] for line in lines]
     assert steps == [["inc-00000000000000aa", "#1", "opened"], ["inc-00000000000000bb", "#1", "opened"],

@@ -17,7 +17,8 @@ from notifier.config import parse_config
 from notifier.matchers import Matcher
 from notifier.service import NotifierService, read_state
 from notifier.state import Silence
-from tailhound.kafka import ensure_topics, make_producer
+from tailhound.kafka import ensure_topics
+from tests.kafka_helpers import publish_incidents as publish
 
 from .factories import incident_event
 from .pagerduty_server import serve_pagerduty
@@ -27,16 +28,6 @@ pytestmark = pytest.mark.broker
 
 CONFIG = "grouping: {by: [incident], wait: 0.5s, interval: 1s}\nflap: {min_flip_interval: 0.5s}\n" \
          "route: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
-
-
-async def publish(settings, *events) -> None:
-    producer = make_producer(settings)
-    await producer.start()
-    try:
-        for ev in events:
-            await producer.send_and_wait(settings.incidents_topic, key=ev.key(), value=ev.model_dump_json().encode())
-    finally:
-        await producer.stop()
 
 
 async def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
