@@ -22,7 +22,10 @@ whole fleet (node ``fleet``):
 The synthetic snapshots go through the same :class:`streams.processor.SnapshotProcessor` as nodes,
 with the rules whose scope is ``model`` or ``fleet``; their incidents are scoped to the model (or the
 fleet), not to a node. Closing buckets by per-node progress keeps the result independent of how
-partitions interleave, so replay and the worker agree.
+partitions interleave once every node has reported, so replay and the worker agree. A node the
+stage has not seen yet cannot hold a bucket open (data of a node that appears, or comes back, behind
+the closed buckets is counted in ``late`` and dropped), and the aggregation buckets live in memory:
+a restarted worker loses at most the open buckets (seconds of data).
 """
 
 from __future__ import annotations
