@@ -11,9 +11,10 @@ with its own consumer group that reads the topic from the start:
 - ``aiokafka``: a plain aiokafka consumer that only counts messages (the upper bound);
 - ``faust``: a trivial Faust agent (``stream.events()``, raw values, only counts) on an app with the
   settings :func:`streams.app.create_app` gives (copied from the real app's ``conf``, checked equal);
-- ``tailhound``: the real worker: ``create_app(settings, load_rules("rules"))`` run by ``faust.Worker``
-  as ``tailhound worker`` runs it. It is observed, not changed: ``streams.app.SnapshotProcessor`` is
-  replaced by a subclass whose ``step`` calls the original and then counts (one integer add);
+- ``tailhound``: the real worker: ``create_app(settings, load_rules("rules"))`` run by
+  ``streams.app.make_worker`` as ``tailhound worker`` runs it (the trivial app runs under the same). It is
+  observed, not changed: ``streams.app.SnapshotProcessor`` is replaced by a subclass whose ``step`` calls
+  the original and then counts (one integer add);
 - ``step``: no Kafka: ``SnapshotProcessor.step`` over the decoded snapshots in a loop, in this process.
 
 Every Kafka variant counts the same way: the clock starts when message number ``warmup`` is handled
@@ -24,12 +25,17 @@ each) after the first fetch: a loose upper bound, not a steady-state rate. After
 committed lag must reach 0 (``group_lag``), which checks that every message was consumed and
 committed; then the child is stopped (SIGTERM, bounded waits, SIGKILL as a last resort). Variants are
 interleaved ``reps`` times; medians are reported.
+
+Where a child's time goes: ``BENCH_STREAMS_PROFILE=DIR python -m bench.streams_throughput 4096 --reps 1
+--variants faust,tailhound`` writes one report per run over the same window (:class:`Profile`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import importlib
 import itertools
 import json
 import os
@@ -95,13 +101,95 @@ def timing(n: int, wall: float, cpu: float, lag: int | None = None) -> dict:
     return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": lag}
 
 
+#: opt-in profiling of the Kafka children over the measured window: a folder for one report per run
+PROFILE_ENV = "BENCH_STREAMS_PROFILE"
+#: ``sections`` (default: timers around the worker's known parts, and GC), or yappi with the ``cpu`` or
+#: ``wall`` clock (every function, thread and coroutine; yappi costs ~4x and inflates Python code most)
+PROFILE_MODE_ENV = "BENCH_STREAMS_PROFILE_MODE"
+#: (module, class or None, function, section): sync calls of the worker, timed exclusive of each other
+SECTIONS = (("streams.codec", None, "decode_snapshot", "decode (streams.codec, pydantic)"),
+            ("streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
+            ("streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
+            ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"))
+
+
+class Profile:
+    """Where the child's time goes between message `warmup` and `warmup + n`, written to `folder`."""
+
+    def __init__(self, folder: Path, name: str, mode: str = "sections") -> None:
+        self.path, self.mode = folder / f"{name}.{mode}.txt", mode
+        self.spent: dict[str, list] = {}  # section -> [seconds, calls]
+        self.stack: list[list] = []  # open sections: [name, start, time spent in sections inside it]
+
+    def _enter(self, name: str) -> None:
+        self.stack.append([name, time.perf_counter(), 0.0])
+
+    def _exit(self) -> None:
+        name, t0, inner = self.stack.pop()
+        took = time.perf_counter() - t0
+        spent = self.spent.setdefault(name, [0.0, 0])
+        spent[0], spent[1] = spent[0] + took - inner, spent[1] + 1
+        if self.stack:
+            self.stack[-1][2] += took
+
+    def _timed(self, fun, name: str):
+        def timed(*args, **kwargs):
+            self._enter(name)
+            try:
+                return fun(*args, **kwargs)
+            finally:
+                self._exit()
+        return timed
+
+    def _gc(self, phase: str, _info: dict) -> None:
+        self._enter("garbage collection") if phase == "start" else self._exit()
+
+    def start(self) -> None:
+        if self.mode == "sections":
+            for module, cls, fun, name in SECTIONS:
+                owner = importlib.import_module(module)
+                owner = getattr(owner, cls) if cls else owner
+                setattr(owner, fun, self._timed(getattr(owner, fun), name))
+            gc.callbacks.append(self._gc)
+        else:
+            import yappi
+
+            yappi.set_clock_type(self.mode)
+            yappi.start(builtins=False, profile_threads=True)
+        self.t0 = time.perf_counter()
+
+    def stop(self, n: int) -> None:
+        wall = time.perf_counter() - self.t0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.mode == "sections":
+            gc.callbacks.remove(self._gc)
+            rest = wall - sum(t for t, _ in self.spent.values())
+            rows = sorted(self.spent.items(), key=lambda kv: -kv[1][0])
+            rows.append(("rest: Faust, Kafka client, event loop, agent code", [rest, 0]))
+            self.path.write_text(f"# {n} snapshots, {1e3 * wall / n:.3f} ms each (wall)\n" + "".join(
+                f"{1e3 * t / n:7.3f} ms {100 * t / wall:5.1f}% {c / n:6.2f}/snapshot  {name}\n"
+                for name, (t, c) in rows))
+            return
+        import yappi
+
+        yappi.stop()
+        stats = yappi.get_func_stats()
+        stats.save(str(self.path.with_suffix(".pstat")), type="pstat")
+        lines = [f"# thread {t.name}: {1e6 * t.ttot / n:.1f} us/snapshot" for t in yappi.get_thread_stats()]
+        lines.append(f"# yappi {self.mode} clock, {n} snapshots; us per snapshot: tsub (own), ttot (with callees)")
+        lines += [f"{1e6 * s.tsub / n:9.1f} {1e6 * s.ttot / n:9.1f} {s.ncall / n:8.2f}/snapshot  {s.module}:{s.lineno} "
+                  f"{s.name}" for s in sorted(stats, key=lambda s: s.tsub, reverse=True)[:400]]
+        self.path.write_text("\n".join(lines) + "\n")
+
+
 class Counter:
     """Counts handled messages; times message `warmup` to message `warmup + n`, then writes the result."""
 
-    def __init__(self, warmup: int, n: int, result: Path) -> None:
+    def __init__(self, warmup: int, n: int, result: Path, profile: Profile | None = None) -> None:
         self.warmup, self.n, self.result = warmup, n, result
         self.seen = 0
         self.t0 = self.c0 = 0.0
+        self.profile = profile
 
     @property
     def done(self) -> bool:
@@ -110,9 +198,13 @@ class Counter:
     def tick(self) -> None:
         self.seen += 1
         if self.seen == self.warmup:
+            if self.profile is not None:
+                self.profile.start()
             self.t0, self.c0 = time.perf_counter(), time.process_time()
         elif self.seen == self.warmup + self.n:
             wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            if self.profile is not None:
+                self.profile.stop(self.n)
             tmp = self.result.with_suffix(".tmp")
             tmp.write_text(json.dumps(timing(self.n, wall, cpu)))
             tmp.rename(self.result)
@@ -175,11 +267,14 @@ async def count_aiokafka(settings: Settings, counter: Counter, group: str) -> No
 
 def child_main(variant: str, result: str, warmup: str, n: str, settings_json: str) -> None:
     settings = Settings(**json.loads(settings_json))
-    counter = Counter(int(warmup), int(n), Path(result))
+    folder = os.environ.get(PROFILE_ENV)
+    profile = Profile(Path(folder), f"{variant}-{Path(result).stem}", os.environ.get(PROFILE_MODE_ENV, "sections")) \
+        if folder else None
+    counter = Counter(int(warmup), int(n), Path(result), profile)
     if variant == "aiokafka":
         asyncio.run(count_aiokafka(settings, counter, settings.streams.app_id))
         return
-    import faust
+    from streams.app import make_worker
 
     if variant == "faust":
         app, real = trivial_app(settings, counter)
@@ -187,8 +282,7 @@ def child_main(variant: str, result: str, warmup: str, n: str, settings_json: st
             raise SystemExit(f"trivial app settings differ from create_app's: {diff}")
     else:
         app = counting_worker_app(settings, counter)
-    faust.Worker(app, loglevel=settings.streams.log_level.upper(), quiet=True,
-                 redirect_stdouts=False).execute_from_commandline()
+    make_worker(app, settings).execute_from_commandline()  # both as `tailhound worker` runs its app
 
 
 # --- parent side -----------------------------------------------------------------------------------
@@ -320,5 +414,14 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["child"]:
         child_main(*sys.argv[2:7])
     else:
+        import argparse
+
+        ap = argparse.ArgumentParser(prog="python -m bench.streams_throughput",
+                                     description=f"profile the Kafka children with {PROFILE_ENV}=DIR "
+                                                 f"({PROFILE_MODE_ENV}=sections|cpu|wall)")
+        ap.add_argument("n", type=int, nargs="?", default=4096)
+        ap.add_argument("--reps", type=int, default=3)
+        ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
+        a = ap.parse_args()
         with contextlib.suppress(KeyboardInterrupt):
-            print(report(asyncio.run(run(n=int(sys.argv[1]) if len(sys.argv) > 1 else 4096))))
+            print(report(asyncio.run(run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(","))))))
