@@ -14,9 +14,12 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import lru_cache
+from math import isfinite
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
+from agents import wire
 from tailhound.errors import TailhoundError
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
@@ -34,8 +37,10 @@ class ExpositionError(TailhoundError):
         super().__init__(f"line {line_no}: {message}")
 
 
-@dataclass(slots=True)
-class RawSample:
+class RawSample(NamedTuple):
+    """One sample line. A tuple, so that :func:`to_samples` unpacks it like the ``(name, labels, value)``
+    entries a native collector's writer hands over directly (:meth:`agents.render.ExpositionWriter.families`)."""
+
     name: str
     labels: dict[str, str]
     value: float
@@ -61,7 +66,7 @@ def parse_value(text: str) -> float:
 
 
 @lru_cache(maxsize=8192)
-def _parse_label_text(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
+def _label_items(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
     inner = text[1:-1].strip()
     labels: list[tuple[str, str]] = []
     pos = 0
@@ -77,10 +82,24 @@ def _parse_label_text(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
     return tuple(labels)
 
 
-def _parse_labels(text: str, line_no: int) -> dict[str, str]:
-    """Label text -> dict. Scrapes repeat the same label sets every time, so parsing is cached."""
+def _parse_label_text(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
+    """Label text -> label items (cached)."""
+    return _label_items(text, line_no)
+
+
+def _forget_parsed() -> None:
+    """Forget the label sets and series seen so far (what a first scrape of a target pays for)."""
+    _label_items.cache_clear()
+    _SERIES.clear()
+
+
+_parse_label_text.cache_clear = _forget_parsed  # bench/parse_speed.py's "first scrape" clears both caches
+
+
+def _parse_labels(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
+    """Label text -> label items. Scrapes repeat the same label sets every time, so parsing is cached."""
     try:
-        return dict(_parse_label_text(text, 0))
+        return _label_items(text, 0)
     except ExpositionError as exc:
         raise ExpositionError(line_no, str(exc).split(": ", 1)[1]) from None
 
@@ -113,6 +132,14 @@ def _split_sample(line: str, line_no: int) -> tuple[str, str, str]:
     return name, label_text, rest[0]
 
 
+_raw_sample = tuple.__new__  # RawSample(name, labels, value) without the generated __new__'s call overhead
+
+#: ``name{labels}`` text -> (name, label items) of series parsed before: scrapes repeat the same series
+#: every time, so a known one skips splitting, the name check and the label parser.
+_SERIES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+_MAX_SERIES = 50_000
+
+
 def parse_exposition(text: str) -> list[Family]:
     """Parse Prometheus text or OpenMetrics text into families, in order of appearance."""
     families: dict[str, Family] = {}
@@ -130,16 +157,30 @@ def parse_exposition(text: str) -> list[Family]:
                 else:
                     fam.help = parts[3] if len(parts) > 3 else ""
             continue  # comments, `# EOF`, `# UNIT`
-        name, label_text, value_text = _split_sample(line, line_no)
+        close = line.rfind("}")
+        known = _SERIES.get(line[:close + 1]) if close > 0 else None
+        rest = line[close + 1:].split() if known is not None else ()
+        if known is not None and 0 < len(rest) <= 2:  # a series seen before: only the value is new
+            name, value_text = known[0], rest[0]
+            labels = dict(known[1])
+        else:
+            name, label_text, value_text = _split_sample(line, line_no)
+            if label_text:
+                items = _parse_labels(label_text, line_no)
+                labels = dict(items)
+                if len(_SERIES) >= _MAX_SERIES:
+                    _SERIES.clear()
+                _SERIES[line[:close + 1]] = (name, items)
+            else:
+                labels = {}
         try:
             value = float(value_text)  # also takes NaN, +Inf, -Inf
         except ValueError:
             raise ExpositionError(line_no, f"{name}: value {value_text!r} is not a number") from None
-        labels = _parse_labels(label_text, line_no) if label_text else {}
         fam = family_of.get(name)
         if fam is None:
             fam = family_of[name] = _family_of(name, families)
-        fam.samples.append(RawSample(name, labels, value))
+        fam.samples.append(_raw_sample(RawSample, (name, labels, value)))
     return [f for f in families.values() if f.samples]
 
 
@@ -151,6 +192,9 @@ def to_samples(
     drop: Callable[[float], bool] | None = None,
     counters: Collection[str] = (),
     errors: list[str] | None = None,
+    *,
+    counter: Callable[[str, dict[str, str], float], Sample] = wire.counter,
+    histogram: Callable[[HistogramSample], HistogramSample] | None = None,
 ) -> list[Sample]:
     """Families -> wire samples.
 
@@ -158,40 +202,65 @@ def to_samples(
     out: absent, not 0. Untyped families named in `counters` become counters (node_exporter exposes
     its netstat counters untyped). A family that cannot become a valid sample (a histogram whose
     buckets are not cumulative) is skipped with a message appended to `errors`; the rest is kept.
+    `counter(name, labels, value)` makes each counter sample and `histogram(sample)` finishes each
+    histogram, in order (the pipeline adds the deltas there instead of building the samples twice).
     """
     out: list[Sample] = []
+    append = out.append
     for fam in families:
-        if fam.type == "histogram":
-            out.extend(_histograms(fam, errors))
+        type_ = fam.type
+        if type_ == "histogram":
+            hists = _histograms(fam, errors)
+            out.extend(hists if histogram is None else map(histogram, hists))
             continue
-        is_counter = fam.type == "counter" or (fam.type in ("untyped", "unknown") and fam.name in counters)
-        for s in fam.samples:
-            if s.name.endswith("_created") or math.isnan(s.value) or math.isinf(s.value):
+        is_counter = type_ == "counter" or (type_ in ("untyped", "unknown") and fam.name in counters)
+        summary = type_ == "summary"
+        skip: dict[str, int] = {}  # sample name -> 0 keep, 1 leave out (`_created`), 2 too long (an error)
+        for name, labels, value in fam.samples:
+            why = skip.get(name)
+            if why is None:
+                why = skip[name] = 1 if name.endswith("_created") else 2 if len(name) > MAX_NAME else 0
+            if why == 1 or not isfinite(value) or (drop is not None and drop(value)):
                 continue
-            if drop is not None and drop(s.value):
-                continue
-            if len(s.name) > MAX_NAME:
+            if why:
                 if errors is not None:
-                    errors.append(f"{s.name[:60]}...: metric name longer than {MAX_NAME} characters")
+                    errors.append(f"{name[:60]}...: metric name longer than {MAX_NAME} characters")
                 continue
             # values are finite floats and labels str -> str here: skip re-validating ~1k samples a scrape
-            if is_counter and s.value >= 0:
-                out.append(CounterSample.trusted(name=s.name, labels=s.labels, value=s.value, delta=None, reset=False))
-            elif fam.type != "summary" or "quantile" in s.labels:
-                out.append(GaugeSample.trusted(name=s.name, labels=s.labels, value=s.value))
+            if is_counter and value >= 0:
+                append(counter(name, labels, value))
+            elif not summary or "quantile" in labels:
+                append(wire.gauge(name, labels, value))
     return out
 
 
+_LE_VALUES: dict[str, float] = {}  # `le` label text -> bound (scrapes repeat the same few dozen)
+
+
+def _le_value(text: str) -> float:
+    value = _LE_VALUES.get(text)
+    if value is None:
+        value = parse_value(text)
+        if len(_LE_VALUES) < 4096:
+            _LE_VALUES[text] = value
+    return value
+
+
 def _histograms(fam: Family, errors: list[str] | None = None) -> list[HistogramSample]:
-    groups: dict[tuple[tuple[str, str], ...], dict] = {}
+    groups: dict[frozenset[tuple[str, str]], dict] = {}  # label set without `le` -> the group, in order
     for s in fam.samples:
-        base = {k: v for k, v in s.labels.items() if k != "le"}
-        g = groups.setdefault(tuple(sorted(base.items())), {"labels": base, "buckets": {}, "sum": 0.0, "count": None})
-        if s.name.endswith("_bucket") and "le" in s.labels:
-            g["buckets"][parse_value(s.labels["le"])] = s.value
-        elif s.name.endswith("_sum"):
+        base = dict(s.labels)
+        le_text = base.pop("le", None)
+        key = frozenset(base.items())
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"labels": base, "buckets": {}, "sum": 0.0, "count": None}
+        name = s.name
+        if le_text is not None and name.endswith("_bucket"):
+            g["buckets"][_le_value(le_text)] = s.value
+        elif name.endswith("_sum"):
             g["sum"] = s.value
-        elif s.name.endswith("_count"):
+        elif name.endswith("_count"):
             g["count"] = s.value
     out = []
     for g in groups.values():

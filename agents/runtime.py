@@ -1,12 +1,14 @@
 """The agent: runs collectors on their intervals and turns what they collect into snapshots.
 
 Where a metric enters tailhound: each collector's ``collect()`` returns scrape records (exposition
-text); :class:`agents.pipeline.SnapshotBuilder` turns every record into one snapshot; the sink
-(:class:`agents.sender.SnapshotSender` for ``tailhound agent``) publishes it. ``tailhound record``
-writes the records to a recording instead, and :func:`replay` feeds a recording through the same
-builder, so record -> replay gives identical snapshots.
+text, or a native collector's values: :mod:`agents.collected`); :class:`agents.pipeline.SnapshotBuilder`
+turns every record into one snapshot; the sink (:class:`agents.sender.SnapshotSender` for ``tailhound
+agent``) publishes it. ``tailhound record`` writes the records to a recording instead (native values
+rendered as text there), and :func:`replay` feeds a recording through the same builder, so record ->
+replay gives identical snapshots.
 
-Each collector runs in its own task on a fixed schedule (missed ticks are skipped, not bunched up);
+Each collector runs in its own task on a fixed schedule (missed ticks are skipped, not bunched up;
+collectors with the same interval share their ticks);
 a slow or failing collector never delays another, and publishing never blocks collection.
 """
 
@@ -19,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import IO
 
+from agents.collected import CollectedRecord
 from agents.collectors import Collector, CollectorUnavailable, local_node
 from agents.config import AgentConfig
 from agents.metrics import AgentMetrics
@@ -67,10 +70,13 @@ class Agent:
         self.collectors = collectors if collectors is not None else build_collectors(config)
         self.records = 0
         self._warned: set[str] = set()
+        self._children: dict[str, tuple] = {}
 
-    def emit(self, rec: ScrapeRecord) -> None:
+    def emit(self, rec: ScrapeRecord | CollectedRecord) -> None:
         if self.config.labels:
-            rec = rec.model_copy(update={"labels": {**self.config.labels, **rec.labels}})
+            labels = {**self.config.labels, **rec.labels}
+            rec = rec.with_labels(labels) if isinstance(rec, CollectedRecord) else rec.model_copy(
+                update={"labels": labels})
         if self.recorder is not None:
             self.recorder.write(rec.to_line() + "\n")
         self.records += 1
@@ -85,13 +91,25 @@ class Agent:
         return [ScrapeRecord(ts=ts, node=getattr(c, "node", None) or self.node, job=c.job,
                              labels=dict(getattr(c, "labels", None) or {}), interval_s=c.interval_s, error=reason)]
 
+    def _job_metrics(self, job: str) -> tuple:
+        """The (collections, errors, duration) children of one job (labels() takes a lock and a lookup)."""
+        children = self._children.get(job)
+        if children is None:
+            m = self.metrics
+            children = self._children[job] = (m.collections.labels(job), m.collect_errors.labels(job),
+                                               m.collect_seconds.labels(job))
+        return children
+
     async def collect_once(self, c: Collector) -> bool:
         """One collection of `c`; False when the collector turned itself off."""
         ts = time.time()
         t0 = time.perf_counter()
         job = c.job
+        collections, collect_errors, collect_seconds = self._job_metrics(job)
+        limit = max(c.interval_s, 1.0) * 2
         try:
-            records = await asyncio.wait_for(c.collect(), timeout=max(c.interval_s, 1.0) * 2)
+            async with asyncio.timeout(limit):  # not wait_for: no extra task per collection
+                records = await c.collect()
         except CollectorUnavailable as exc:
             log.warning("%s", exc)
             self.metrics.collectors_off.inc()
@@ -101,29 +119,30 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - any collector failure becomes a gap, never a crash
             reason = str(exc) or type(exc).__name__
             if isinstance(exc, asyncio.TimeoutError):
-                reason = f"collection took longer than {max(c.interval_s, 1.0) * 2:g} s"
+                reason = f"collection took longer than {limit:g} s"
             if type(exc).__name__ != "CollectError" and job not in self._warned:
                 self._warned.add(job)
                 log.exception("%s collector failed unexpectedly (reported as a gap; logged once)", job)
-            self.metrics.collect_errors.labels(job).inc()
+            collect_errors.inc()
             records = self._failure(c, ts, reason)
-        self.metrics.collections.labels(job).inc()
-        self.metrics.collect_seconds.labels(job).observe(time.perf_counter() - t0)
+        collections.inc()
+        collect_seconds.observe(time.perf_counter() - t0)
         for rec in records:
             self.emit(rec)
         return True
 
     async def _loop(self, c: Collector) -> None:
+        """Collect at start, then on the multiples of the interval (of the loop's clock). Collectors with
+        the same interval share the ticks, so the agent wakes once per tick for all of them (and their
+        snapshots go out in one request) instead of once per collector a few microseconds apart."""
         loop = asyncio.get_running_loop()
-        next_t = loop.time()
+        interval = c.interval_s
         while True:
             if not await self.collect_once(c):
                 return
-            next_t += c.interval_s
             now = loop.time()
-            if next_t < now:  # fell behind: skip the missed ticks (the snapshot's gap flag shows them)
-                next_t += ((now - next_t) // c.interval_s + 1) * c.interval_s
-            await asyncio.sleep(next_t - now)
+            # the next tick after now: a collection that overran skips the missed ticks (gap flag shows them)
+            await _sleep_until(loop, (now // interval + 1) * interval)
 
     async def run(self, stop: asyncio.Event | None = None, duration_s: float | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -143,6 +162,22 @@ class Agent:
             for c in self.collectors:
                 with contextlib.suppress(Exception):
                     await c.close()
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    """Sleep until the loop's clock reads `when` (asyncio.sleep takes a delay and re-reads the clock, so
+    collectors aiming at the same tick would wake microseconds apart, each in a wakeup of its own)."""
+    fut = loop.create_future()
+    handle = loop.call_at(when, _wake, fut)
+    try:
+        await fut
+    finally:
+        handle.cancel()
 
 
 async def paced(records: Iterable[ScrapeRecord], speed: float) -> AsyncIterator[ScrapeRecord]:

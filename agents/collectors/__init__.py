@@ -1,10 +1,13 @@
-"""Collectors: each one measures one job and returns what it saw as exposition text.
+"""Collectors: each one measures one job and returns what it saw as scrape records.
 
 A collector is an object with ``job`` (the recording/snapshot source name), ``interval_s`` and an
-``async collect() -> list[ScrapeRecord]`` method; it raises :class:`CollectError` when the whole
-collection failed, and the agent then publishes a gap for each of its sources: the records of
-``failure_records(ts, reason)`` when the collector has that method (they must name the same node,
-job and labels as its data, so the gap lands on the right series), else one record on its ``node``.
+``async collect() -> list[ScrapeRecord | CollectedRecord]`` method: a scrape returns the exporter's text
+(:class:`ScrapeRecord`), a native collector its values in an :class:`~agents.render.ExpositionWriter`
+(:class:`~agents.collected.CollectedRecord`, rendered as text only when recorded). It raises
+:class:`CollectError` when the whole collection failed, and the agent then publishes a gap for each of
+its sources: the records of ``failure_records(ts, reason)`` when the collector has that method (they
+must name the same node, job and labels as its data, so the gap lands on the right series), else one
+record on its ``node``.
 Collectors never publish: the agent runtime (:mod:`agents.runtime`) schedules them and turns their
 records into snapshots through :mod:`agents.pipeline`, the same path a replayed recording takes.
 """
@@ -13,10 +16,13 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tailhound.errors import TailhoundError
 from tailhound.recording import ScrapeRecord
+
+if TYPE_CHECKING:
+    from agents.collected import CollectedRecord
 
 
 class CollectError(TailhoundError):
@@ -33,7 +39,7 @@ class Collector(Protocol):
     job: str
     interval_s: float
 
-    async def collect(self) -> list[ScrapeRecord]: ...
+    async def collect(self) -> list[ScrapeRecord | CollectedRecord]: ...
 
     async def close(self) -> None: ...
 
@@ -44,6 +50,19 @@ def unique_names(targets: list) -> list:
     if len(set(names)) != len(names):
         raise ValueError(f"target names must be unique, got {names}")
     return targets
+
+
+def literal_address(host: str) -> tuple[int, str] | None:
+    """(family, address) when `host` is an IP address written the way getaddrinfo would return it; None
+    for a name. Resolving a literal through ``loop.getaddrinfo`` costs a thread-pool round trip per
+    collection for the same answer."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            if socket.inet_ntop(family, socket.inet_pton(family, host)) == host:
+                return family, host
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def local_node() -> str:

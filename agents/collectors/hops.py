@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.collected import CollectedRecord
 from agents.collectors import CollectError, CollectorUnavailable, local_node, now, unique_names
 from agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
@@ -129,6 +130,11 @@ def route_signature(hops: list[Hop]) -> str:
 
 def render_hops(target: HopTarget, hops: list[Hop], route_changes: int) -> str:
     """Exposition text of one target's mtr report. Hops that never answered have no RTT series."""
+    return write_hops(target, hops, route_changes).text()
+
+
+def write_hops(target: HopTarget, hops: list[Hop], route_changes: int) -> ExpositionWriter:
+    """The families of one target's mtr report (see :func:`render_hops`)."""
     w = ExpositionWriter()
     for hop in hops:
         labels = {"target": target.name, "hop": str(hop.number), "address": hop.address}
@@ -142,7 +148,7 @@ def render_hops(target: HopTarget, hops: list[Hop], route_changes: int) -> str:
             help="Route signature: SHA-1 prefix of the ordered hop addresses.")
     w.counter("tailhound_route_changes_total", route_changes, base,
               help="Collections whose route signature differed from the previous one.")
-    return w.text()
+    return w
 
 
 def raw_sockets_permitted() -> bool:
@@ -229,7 +235,7 @@ class HopsCollector:
         except ValueError as exc:
             raise CollectError(f"hops: {host}: {exc}") from None
 
-    async def _probe(self, target: HopTarget, mtr: str | None, limit: asyncio.Semaphore) -> ScrapeRecord:
+    async def _probe(self, target: HopTarget, mtr: str | None, limit: asyncio.Semaphore) -> CollectedRecord:
         async with limit:
             hops = await self._measure(target.host, mtr)
         if not hops:
@@ -239,23 +245,23 @@ class HopsCollector:
         if previous is not None and previous != signature:
             self._route_changes[target.name] += 1
         self._signatures[target.name] = signature
-        body = render_hops(target, hops, self._route_changes[target.name])
-        return ScrapeRecord(ts=now(), node=target.host, job=self.job, body=body, interval_s=self.interval_s,
-                            labels={"target": target.name, "source": self.source})
+        writer = write_hops(target, hops, self._route_changes[target.name])
+        return CollectedRecord(ts=now(), node=target.host, job=self.job, writer=writer, interval_s=self.interval_s,
+                               labels={"target": target.name, "source": self.source})
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         """The whole collection failed: one gap per target, on the same source as its data."""
         return [ScrapeRecord(ts=ts, node=t.host, job=self.job, error=reason, interval_s=self.interval_s,
                              labels={"target": t.name, "source": self.source}) for t in self.config.targets]
 
-    async def collect(self) -> list[ScrapeRecord]:
+    async def collect(self) -> list[ScrapeRecord | CollectedRecord]:
         if not self._chosen:
             self._mtr = find_mtr(self.config.mtr_path)
             self._chosen = True
         limit = asyncio.Semaphore(MAX_CONCURRENT_MTR)
         results = await asyncio.gather(*(self._probe(t, self._mtr, limit) for t in self.config.targets),
                                        return_exceptions=True)
-        records: list[ScrapeRecord] = []
+        records: list[ScrapeRecord | CollectedRecord] = []
         errors: list[CollectError] = []
         for target, result in zip(self.config.targets, results, strict=True):
             if isinstance(result, CollectorUnavailable):

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.collected import CollectedRecord
 from agents.collectors import CollectError, now
 from agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
@@ -87,6 +88,11 @@ def parse_stub_status(text: str) -> StubStatus:
 
 
 def render_stub_status(status: StubStatus, worker_connections: int) -> str:
+    """nginx-prometheus-exporter names plus tailhound's capacity gauges, as exposition text."""
+    return write_stub_status(status, worker_connections).text()
+
+
+def write_stub_status(status: StubStatus, worker_connections: int) -> ExpositionWriter:
     """nginx-prometheus-exporter names plus tailhound's capacity gauges."""
     w = ExpositionWriter()
     w.gauge("nginx_connections_active", status.active, help="Active client connections")
@@ -102,7 +108,7 @@ def render_stub_status(status: StubStatus, worker_connections: int) -> str:
             help="Configured connection capacity (worker_connections x worker_processes).")
     w.gauge("tailhound_nginx_connections_utilization_ratio", status.active / worker_connections,
             help="Active client connections / configured capacity.")
-    return w.text()
+    return w
 
 
 class NginxCollector:
@@ -126,7 +132,7 @@ class NginxCollector:
         return [ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=dict(self.config.labels),
                              interval_s=self.interval_s, error=reason)]
 
-    async def collect(self) -> list[ScrapeRecord]:
+    async def collect(self) -> list[CollectedRecord]:
         url = self.config.url
         try:
             async with self._http().get(url, allow_redirects=False) as response:
@@ -141,9 +147,9 @@ class NginxCollector:
             status = parse_stub_status(text)
         except ValueError as exc:
             raise CollectError(f"nginx stub_status {url}: malformed page: {exc}") from None
-        return [ScrapeRecord(ts=now(), node=self.node, job=self.job, labels=dict(self.config.labels),
-                             body=render_stub_status(status, self.config.worker_connections),
-                             interval_s=self.interval_s)]
+        return [CollectedRecord(ts=now(), node=self.node, job=self.job, labels=dict(self.config.labels),
+                                writer=write_stub_status(status, self.config.worker_connections),
+                                interval_s=self.interval_s)]
 
     async def close(self) -> None:
         if self._client is not None:

@@ -12,39 +12,41 @@ reading is and how it renders is :mod:`agents.collectors.nvml_fields`. Rules kep
   (Hopper+, so absent on the first collection); elsewhere the memory-busy-time proxy, labelled so.
 - XID critical errors come from one event set polled with timeout 0 (drained) each collection.
 
-Threading: the collection runs in a worker thread (``asyncio.to_thread``), not in the event loop.
-Measured with the fake pynvml (tests/agents/fake_pynvml.py), 8 GPUs take ~5.5 ms (3.4 ms of calls
-into the fake, 1.9 ms rendering ~820 samples): over the ~5 ms budget for the loop already, and on real
-hardware ``nvmlDeviceGetPcieThroughput`` samples a byte counter over 20 ms per call (2 calls per GPU,
-~0.3 s for 8 GPUs) while calls on a failing GPU can block for seconds.
+Threading: the collection runs in a worker thread (``asyncio.to_thread``), not in the event loop: on
+real hardware ``nvmlDeviceGetPcieThroughput`` samples a byte counter over 20 ms per call (2 calls per
+GPU, ~0.3 s for 8 GPUs) and calls on a failing GPU can block for seconds. With the fake pynvml
+(tests/agents/fake_pynvml.py) 8 GPUs take ~3.5 ms: ~3 ms of calls into the fake, ~0.4 ms writing ~820
+values, which the pipeline takes as they are (:mod:`agents.collected`; text only when recorded).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.collected import CollectedRecord
 from agents.collectors import CollectorUnavailable, local_node
 from agents.collectors.nvml_fields import (
+    FI_NVLINK_GET_STATE,
     FIELD_NAMES,
+    GpmBuffers,
     GpuInfo,
     GpuReading,
+    GpuState,
     NvLinkReading,
     apply_nvlink_fields,
+    handle_key,
     nvlink_field_requests,
     render_gpu,
     render_gpu_up,
     text,
 )
 from agents.render import ExpositionWriter
-from tailhound.recording import ScrapeRecord
 
 log = logging.getLogger("tailhound.agent.nvml")
 
@@ -65,34 +67,6 @@ class NvmlConfig(BaseModel):
     gpm: bool = True
 
 
-@dataclass
-class _Gpm:
-    """Two GPM sample buffers per GPU (the previous one and the one taken now) and the request struct."""
-
-    samples: list[Any]
-    request: Any
-    have_previous: bool = False
-
-
-@dataclass
-class _Gpu:
-    index: int
-    handle: Any = None
-    info: GpuInfo | None = None
-    gpm: _Gpm | None = None
-    xid_watched: bool = False
-    xid_errors: int = 0
-    last_xid: int | None = None
-    lost: bool = False
-
-
-def _handle_key(handle: Any) -> Any:
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return id(handle)
-
-
 class NvmlCollector:
     job = "nvml"
 
@@ -103,13 +77,13 @@ class NvmlCollector:
         self._nvml = nvml
         self._lock = threading.Lock()
         self._started = False
-        self._gpus: list[_Gpu] = []
-        self._by_handle: dict[Any, _Gpu] = {}
+        self._gpus: list[GpuState] = []
+        self._by_handle: dict[Any, GpuState] = {}
         self._event_set: Any = None
         self._unsupported: set[tuple[str, int]] = set()
         self._logged: set[tuple] = set()
 
-    async def collect(self) -> list[ScrapeRecord]:
+    async def collect(self) -> list[CollectedRecord]:
         return await asyncio.to_thread(self._collect)
 
     async def close(self) -> None:
@@ -117,7 +91,7 @@ class NvmlCollector:
 
     # -- collection ----------------------------------------------------------------------------------
 
-    def _collect(self) -> list[ScrapeRecord]:
+    def _collect(self) -> list[CollectedRecord]:
         with self._lock:
             if not self._started:
                 self._start()
@@ -130,9 +104,9 @@ class NvmlCollector:
                 if reading is not None:
                     render_gpu(w, reading)
             w.gauge("tailhound_nvml_collect_seconds", time.perf_counter() - t0, help="Time this collection took.")
-            return [ScrapeRecord(ts=ts, node=self.node, job=self.job, body=w.text(), interval_s=self.interval_s)]
+            return [CollectedRecord(ts=ts, node=self.node, job=self.job, writer=w, interval_s=self.interval_s)]
 
-    def _read_gpu(self, gpu: _Gpu) -> GpuReading | None:
+    def _read_gpu(self, gpu: GpuState) -> GpuReading | None:
         nv = self._nvml
         try:
             if not self._ensure_info(gpu):
@@ -175,26 +149,41 @@ class NvmlCollector:
             gpu.lost = False
         return r
 
-    def _clock_event_reasons(self, gpu: _Gpu) -> int | None:
+    def _clock_event_reasons(self, gpu: GpuState) -> int | None:
         nv = self._nvml
         if hasattr(nv, _REASONS_FN) and (_REASONS_FN, gpu.index) not in self._unsupported:
             return self._get(gpu, _REASONS_FN, gpu.handle)
         return self._get(gpu, _REASONS_FN_OLD, gpu.handle)
 
-    def _read_nvlinks(self, gpu: _Gpu) -> list[NvLinkReading]:
+    def _read_nvlinks(self, gpu: GpuState) -> list[NvLinkReading]:
+        """One nvmlDeviceGetFieldValues call for state, speed and traffic of every link; the state of a
+        link the field did not answer (older drivers, a sleeping link) comes from nvmlDeviceGetNvLinkState."""
         nv, links = self._nvml, gpu.info.nvlinks
+        if not links:
+            return []
         readings = {link: NvLinkReading(link=link) for link in links}
+        requests = gpu.nvlink_requests
+        if requests is None:
+            requests = gpu.nvlink_requests = nvlink_field_requests(links, state=gpu.nvlink_state_field)
+        values = self._get(gpu, "nvmlDeviceGetFieldValues", gpu.handle, requests)
+        state_failed = []
+        for fid, ret in apply_nvlink_fields(readings, values if values is not None else ()):
+            if fid == FI_NVLINK_GET_STATE:
+                state_failed.append(ret)
+                continue
+            self._log_once(("field", fid, gpu.index), logging.INFO, "nvml: gpu %d: %s unavailable (%s); left out",
+                           gpu.index, FIELD_NAMES.get(fid, fid), nv.NVMLError(ret))
+        if gpu.nvlink_state_field and len(state_failed) == len(links):  # a driver without the field
+            gpu.nvlink_state_field, gpu.nvlink_requests = False, None
+            log.info("nvml: gpu %d: %s unavailable (%s); NVLink state is read link by link", gpu.index,
+                     FIELD_NAMES[FI_NVLINK_GET_STATE], nv.NVMLError(state_failed[0]))
         for link, reading in readings.items():
-            state = self._get(gpu, "nvmlDeviceGetNvLinkState", gpu.handle, link)
-            reading.up = None if state is None else state == nv.NVML_FEATURE_ENABLED
-        if links:
-            values = self._get(gpu, "nvmlDeviceGetFieldValues", gpu.handle, nvlink_field_requests(links))
-            for fid, ret in apply_nvlink_fields(readings, values if values is not None else ()):
-                self._log_once(("field", fid, gpu.index), logging.INFO, "nvml: gpu %d: %s unavailable (%s); left out",
-                               gpu.index, FIELD_NAMES.get(fid, fid), nv.NVMLError(ret))
+            if reading.up is None:
+                state = self._get(gpu, "nvmlDeviceGetNvLinkState", gpu.handle, link)
+                reading.up = None if state is None else state == nv.NVML_FEATURE_ENABLED
         return list(readings.values())
 
-    def _gpm_dram_bw_util(self, gpu: _Gpu) -> float | None:
+    def _gpm_dram_bw_util(self, gpu: GpuState) -> float | None:
         nv, gpm = self._nvml, gpu.gpm
         if self._call(gpu, "nvmlGpmSampleGet", gpu.handle, gpm.samples[1]) is _MISSING:
             if ("nvmlGpmSampleGet", gpu.index) in self._unsupported:  # fall back to the proxy from now on
@@ -215,7 +204,7 @@ class NvmlCollector:
 
     # -- NVML calls with the unsupported/lost rules ----------------------------------------------------
 
-    def _call(self, gpu: _Gpu, fn: str, *args: Any) -> Any:
+    def _call(self, gpu: GpuState, fn: str, *args: Any) -> Any:
         """Call NVML; `_MISSING` when it could not answer. GpuIsLost propagates."""
         nv, key = self._nvml, (fn, gpu.index)
         if key in self._unsupported:
@@ -233,7 +222,7 @@ class NvmlCollector:
                                gpu.index, fn, exc)
             return _MISSING
 
-    def _get(self, gpu: _Gpu, fn: str, *args: Any) -> Any:
+    def _get(self, gpu: GpuState, fn: str, *args: Any) -> Any:
         value = self._call(gpu, fn, *args)
         return None if value is _MISSING else value
 
@@ -268,7 +257,7 @@ class NvmlCollector:
         missing = sorted(set(wanted) - set(range(count)))
         if missing:
             log.warning("nvml: configured gpus %s do not exist (this host has %d); skipped", missing, count)
-        self._gpus = [_Gpu(index=i) for i in sorted(set(wanted) & set(range(count)))]
+        self._gpus = [GpuState(index=i) for i in sorted(set(wanted) & set(range(count)))]
         if not self._gpus:
             self._shutdown()
             raise CollectorUnavailable(f"nvml: no NVIDIA GPU to read (driver sees {count}); GPU collector off")
@@ -278,7 +267,7 @@ class NvmlCollector:
             log.info("nvml: no event set (%s); XID errors are not counted", exc)
         self._started = True
 
-    def _ensure_info(self, gpu: _Gpu) -> bool:
+    def _ensure_info(self, gpu: GpuState) -> bool:
         """Get the handle and the static info once (retried next collection if NVML could not)."""
         nv = self._nvml
         if gpu.handle is None:
@@ -289,7 +278,7 @@ class NvmlCollector:
             except nv.NVMLError as exc:
                 self._log_once(("handle", gpu.index), logging.WARNING, "nvml: gpu %d: no handle (%s)", gpu.index, exc)
                 return False
-            self._by_handle[_handle_key(gpu.handle)] = gpu
+            self._by_handle[handle_key(gpu.handle)] = gpu
         if gpu.info is not None:
             return True
         h = gpu.handle
@@ -305,7 +294,7 @@ class NvmlCollector:
         gpu.info = info  # last: a GPU lost half-way through starts over next collection
         return True
 
-    def _refresh_info(self, gpu: _Gpu) -> None:
+    def _refresh_info(self, gpu: GpuState) -> None:
         """Fill the static values still unknown (each unsupported call is skipped by `_call`)."""
         nv, info, h = self._nvml, gpu.info, gpu.handle
         if info.sm_clock_max_mhz is None:
@@ -318,7 +307,7 @@ class NvmlCollector:
         if info.pcie_width_max is None:
             info.pcie_width_max = self._get(gpu, "nvmlDeviceGetMaxPcieLinkWidth", h)
 
-    def _existing_nvlinks(self, gpu: _Gpu) -> tuple[int, ...]:
+    def _existing_nvlinks(self, gpu: GpuState) -> tuple[int, ...]:
         """Links for which nvmlDeviceGetNvLinkState answers (a down link answers DISABLED, it exists)."""
         nv = self._nvml
         if not self.config.nvlink:
@@ -336,7 +325,7 @@ class NvmlCollector:
             log.info("nvml: gpu %d: nvmlDeviceGetNvLinkState not supported on any link; no NVLink metrics", gpu.index)
         return tuple(links)
 
-    def _start_gpm(self, gpu: _Gpu) -> None:
+    def _start_gpm(self, gpu: GpuState) -> None:
         nv = self._nvml
         support = self._get(gpu, "nvmlGpmQueryDeviceSupport", gpu.handle)
         if support is None or not support.isSupportedDevice:
@@ -347,9 +336,9 @@ class NvmlCollector:
         if None in samples:
             self._free_samples(gpu, [s for s in samples if s is not None])
             return
-        gpu.gpm = _Gpm(samples=samples, request=nv.c_nvmlGpmMetricsGet_t())
+        gpu.gpm = GpmBuffers(samples=samples, request=nv.c_nvmlGpmMetricsGet_t())
 
-    def _free_samples(self, gpu: _Gpu, samples: list[Any]) -> None:
+    def _free_samples(self, gpu: GpuState, samples: list[Any]) -> None:
         for sample in samples:
             try:
                 self._nvml.nvmlGpmSampleFree(sample)
@@ -370,7 +359,7 @@ class NvmlCollector:
                 return
             if not data.eventType & nv.nvmlEventTypeXidCriticalError:
                 continue
-            gpu = self._by_handle.get(_handle_key(data.device))
+            gpu = self._by_handle.get(handle_key(data.device))
             if gpu is not None:
                 gpu.xid_errors += 1
                 gpu.last_xid = int(data.eventData)

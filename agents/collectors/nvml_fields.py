@@ -1,4 +1,4 @@
-"""What the NVML collector reads per GPU, and how a reading renders as exposition text (pure).
+"""What the NVML collector reads and keeps per GPU, and how a reading is written (pure: no NVML calls).
 
 :mod:`agents.collectors.nvml` makes the NVML calls and fills a :class:`GpuReading` in NVML's own units
 (percent, bytes, mW, KB/s); :func:`render_gpu` converts to the project's units and names. Every value
@@ -8,7 +8,10 @@ metric is left out -- absent, never 0.
 
 from __future__ import annotations
 
+import ctypes
+import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from agents.render import ExpositionWriter
@@ -18,20 +21,33 @@ from streams.signals import CLOCK_EVENT_REASONS
 FI_NVLINK_THROUGHPUT_DATA_TX = 138
 FI_NVLINK_THROUGHPUT_DATA_RX = 139
 FI_NVLINK_GET_SPEED = 164
+FI_NVLINK_GET_STATE = 165  # enum: 0 inactive, 1 active, 2 sleep, 3 active with traffic disabled
 FIELD_NAMES = {
     FI_NVLINK_THROUGHPUT_DATA_TX: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
     FI_NVLINK_THROUGHPUT_DATA_RX: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
     FI_NVLINK_GET_SPEED: "NVML_FI_DEV_NVLINK_GET_SPEED",
+    FI_NVLINK_GET_STATE: "NVML_FI_DEV_NVLINK_GET_STATE",
 }
 #: NVLink field id -> the NvLinkReading attribute it fills (scopeId = link).
 NVLINK_FIELDS = {
     FI_NVLINK_GET_SPEED: "speed_mbyte_s",
     FI_NVLINK_THROUGHPUT_DATA_TX: "tx_kib",
     FI_NVLINK_THROUGHPUT_DATA_RX: "rx_kib",
+    FI_NVLINK_GET_STATE: "up",
 }
+#: NVML_FI_DEV_NVLINK_GET_STATE values that say what nvmlDeviceGetNvLinkState says (ACTIVE is ENABLED,
+#: INACTIVE is DISABLED). For the others (SLEEP, ACTIVE_TRAFFIC_DISABLED) the per-link call decides, so
+#: ``tailhound_gpu_nvlink_up`` keeps its meaning.
+_LINK_UP = {1.0: True, 0.0: False}
 
 #: c_nvmlFieldValue_t.valueType -> the member of the c_nvmlValue_t union that holds the value.
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+#: The same members as struct formats (native sizes: c_ulong is 8 bytes on Linux, 4 on Windows).
+_VALUE_STRUCTS = {t: struct.Struct("@" + f) for t, f in
+                  {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}.items()}
+#: c_nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value (8 bytes).
+_FIELD_VALUE = struct.Struct("@IIqqII8x")
+_VALUE_OFFSET = 32
 
 DRAM_MEASURE_GPM = "gpm_dram_bw_util"
 DRAM_MEASURE_PROXY = "memory_busy_time"
@@ -39,8 +55,7 @@ MIB = 2**20
 
 
 #: pynvml's structures override __getattribute__ in Python (bytes -> str); for the numeric fields of
-#: field values the plain ctypes descriptor gives the same result without that per-access cost (the
-#: agent reads ~4k of them per collection on an 8-GPU NVLink node).
+#: field values the plain ctypes descriptor gives the same result without that per-access cost.
 _raw = object.__getattribute__
 
 
@@ -50,26 +65,58 @@ def field_value(fv: Any) -> float | None:
     return None if member is None else float(_raw(_raw(fv, "value"), member))
 
 
-def nvlink_field_requests(links: tuple[int, ...]) -> list[tuple[int, int]]:
-    """The (field id, scope id = link) pairs for one nvmlDeviceGetFieldValues call over all links."""
-    return [(fid, link) for link in links for fid in NVLINK_FIELDS]
+@lru_cache(maxsize=4)
+def _packed(struct_type: type) -> bool:
+    """Whether this pynvml's c_nvmlFieldValue_t has the layout `_FIELD_VALUE` reads."""
+    offsets = {name: getattr(struct_type, name, None) for name in ("fieldId", "scopeId", "valueType", "nvmlReturn",
+                                                                    "value")}
+    want = {"fieldId": 0, "scopeId": 4, "valueType": 24, "nvmlReturn": 28, "value": _VALUE_OFFSET}
+    return ctypes.sizeof(struct_type) == _FIELD_VALUE.size and all(
+        d is not None and d.offset == want[name] for name, d in offsets.items())
+
+
+def read_field_values(values: Any) -> list[tuple[int, int, int, float | None]]:
+    """(fieldId, scopeId, nvmlReturn, value) of each element of nvmlDeviceGetFieldValues' answer.
+
+    The answer is a ctypes array of c_nvmlFieldValue_t: it is read in one pass over its bytes (the agent
+    reads ~600 field values a collection on an 8-GPU NVLink node); anything else element by element."""
+    if isinstance(values, ctypes.Array) and _packed(values._type_):
+        buf = memoryview(values).cast("B")
+        size, out = _FIELD_VALUE.size, []
+        for i, (fid, scope, _ts, _latency, vtype, ret) in enumerate(_FIELD_VALUE.iter_unpack(buf)):
+            unpack = _VALUE_STRUCTS.get(vtype)
+            value = None if unpack is None else float(unpack.unpack_from(buf, size * i + _VALUE_OFFSET)[0])
+            out.append((fid, scope, ret, value))
+        return out
+    return [(int(_raw(fv, "fieldId")), int(_raw(fv, "scopeId")), int(_raw(fv, "nvmlReturn")), field_value(fv))
+            for fv in values]
+
+
+def nvlink_field_requests(links: tuple[int, ...], state: bool = True) -> list[tuple[int, int]]:
+    """The (field id, scope id = link) pairs for one nvmlDeviceGetFieldValues call over all links;
+    `state`: with NVML_FI_DEV_NVLINK_GET_STATE (drivers before it answer NOT_SUPPORTED per element)."""
+    fields = [f for f in NVLINK_FIELDS if state or f != FI_NVLINK_GET_STATE]
+    return [(fid, link) for link in links for fid in fields]
 
 
 def apply_nvlink_fields(readings: dict[int, NvLinkReading], values: Any) -> list[tuple[int, int]]:
     """Copy every answered field into its link's reading; returns (field id, nvmlReturn) of the others.
 
     The call as a whole can succeed while single fields fail, so each element's nvmlReturn is checked.
+    A link state other than active/inactive leaves ``up`` None (the caller asks the per-link call).
     """
     failed = []
-    for fv in values:
-        fid, link, ret = int(_raw(fv, "fieldId")), int(_raw(fv, "scopeId")), int(_raw(fv, "nvmlReturn"))
+    for fid, link, ret, value in read_field_values(values):
         attr, reading = NVLINK_FIELDS.get(fid), readings.get(link)
         if attr is None or reading is None:
             continue
         if ret != 0:  # NVML_SUCCESS
             failed.append((fid, ret))
             continue
-        setattr(reading, attr, field_value(fv))
+        if fid == FI_NVLINK_GET_STATE:
+            reading.up = _LINK_UP.get(value)
+        else:
+            setattr(reading, attr, value)
     return failed
 
 
@@ -94,10 +141,22 @@ class GpuInfo:
     nvlinks: tuple[int, ...] = ()
     gpm: bool = False  # DRAM bandwidth from GPM (Hopper+); otherwise the memory-busy-time proxy
 
+    _label_sets: dict[tuple[str, str] | None, dict[str, str]] = field(default_factory=dict, repr=False,
+                                                                      compare=False)
+
     def labels(self) -> dict[str, str]:
         """Labels of every per-GPU sample: the index only (uuid and model name are on ``tailhound_gpu_up``,
-        once per GPU, which halves the size of an 8-GPU snapshot)."""
-        return {"gpu": str(self.index)}
+        once per GPU, which halves the size of an 8-GPU snapshot). Built once; never modify it."""
+        return self.labels_with(None, "")
+
+    def labels_with(self, name: str | None, value: str) -> dict[str, str]:
+        """The GPU's labels plus ``name=value`` (a link, a reason), built once per GPU; never modify it."""
+        key = None if name is None else (name, value)
+        labels = self._label_sets.get(key)
+        if labels is None:
+            labels = {"gpu": str(self.index)} if name is None else {"gpu": str(self.index), name: value}
+            self._label_sets[key] = labels
+        return labels
 
     def identity(self) -> dict[str, str]:
         return {"gpu": str(self.index), "uuid": self.uuid, "model": self.model}
@@ -138,6 +197,39 @@ class GpuReading:
     ecc_uncorrected: float | None = None
 
 
+@dataclass
+class GpmBuffers:
+    """Two GPM sample buffers per GPU (the previous one and the one taken now) and the request struct."""
+
+    samples: list[Any]
+    request: Any
+    have_previous: bool = False
+
+
+@dataclass
+class GpuState:
+    """What the collector keeps per GPU between collections."""
+
+    index: int
+    handle: Any = None
+    info: GpuInfo | None = None
+    gpm: GpmBuffers | None = None
+    nvlink_state_field: bool = True  # NVML_FI_DEV_NVLINK_GET_STATE answers (off once a driver says no)
+    nvlink_requests: list[tuple[int, int]] | None = None  # the (field id, link) pairs, built once
+    xid_watched: bool = False
+    xid_errors: int = 0
+    last_xid: int | None = None
+    lost: bool = False
+
+
+def handle_key(handle: Any) -> Any:
+    """A hashable identity of an NVML device handle (its address)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+
+
 def _ratio(pct: float | None) -> float | None:
     return None if pct is None else min(max(pct / 100.0, 0.0), 1.0)
 
@@ -146,59 +238,72 @@ def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
+_G, _C = "gauge", "counter"
+_H_LINK_UP = "1 if the NVLink is up."
+_H_LINK_SPEED = "NVLink speed (Mbit/s)."
+_H_LINK_TX = "NVLink data sent (KiB)."
+_H_LINK_RX = "NVLink data received (KiB)."
+_H_REASON = "1 while this clock event reason is active."
+_H_DRAM = "DRAM bandwidth utilisation 0..1."
+_H_ECC = "ECC errors (volatile)."
+
+
 def render_gpu(w: ExpositionWriter, r: GpuReading) -> None:
-    """Write one GPU's reading; a None value writes nothing."""
-    base = r.info.labels()
+    """Write one GPU's reading; a None value writes nothing.
 
-    def gauge(name: str, value: float | None, help_: str, **extra: str) -> None:
-        if value is not None:
-            w.gauge(name, value, {**base, **extra}, help_)
-
-    def counter(name: str, value: float | None, help_: str, **extra: str) -> None:
-        if value is not None:
-            w.counter(name, value, {**base, **extra}, help_)
-
-    gauge("tailhound_gpu_utilization_ratio", _ratio(r.utilization_gpu_pct),
-          "Fraction of the sample period with at least one kernel running (NVML utilization.gpu).")
-    gauge("tailhound_gpu_memory_busy_ratio", _ratio(r.utilization_memory_pct),
-          "Fraction of time device memory was read or written (NVML utilization.memory); time, not bandwidth.")
-    if r.info.gpm:
-        gauge("tailhound_gpu_dram_bw_util_ratio", _ratio(r.gpm_dram_bw_util_pct),
-              "DRAM bandwidth utilisation 0..1.", measure=DRAM_MEASURE_GPM)
-    else:
-        gauge("tailhound_gpu_dram_bw_util_ratio", _ratio(r.utilization_memory_pct),
-              "DRAM bandwidth utilisation 0..1.", measure=DRAM_MEASURE_PROXY)
-    gauge("tailhound_gpu_memory_used_mib", _scaled(r.memory_used_bytes, 1 / MIB), "Framebuffer memory used.")
-    gauge("tailhound_gpu_memory_total_mib", _scaled(r.memory_total_bytes, 1 / MIB), "Framebuffer memory total.")
-    gauge("tailhound_gpu_temperature_celsius", r.temperature_c, "GPU temperature.")
-    gauge("tailhound_gpu_slowdown_temperature_celsius", r.info.slowdown_temperature_c,
-          "Temperature at which the GPU slows its clocks.")
-    gauge("tailhound_gpu_sm_clock_mhz", r.sm_clock_mhz, "Current SM clock.")
-    gauge("tailhound_gpu_sm_clock_max_mhz", r.info.sm_clock_max_mhz, "Maximum SM clock.")
+    One row per value, in a fixed order (the order of the families and samples in the text); ~820 rows
+    for 8 GPUs, so the label sets come from the GPU's static info instead of being built every time."""
+    info = r.info
+    base, lab = info.labels(), info.labels_with
+    rows: list[tuple] = [
+        (_G, "tailhound_gpu_utilization_ratio",
+         "Fraction of the sample period with at least one kernel running (NVML utilization.gpu).", base,
+         _ratio(r.utilization_gpu_pct)),
+        (_G, "tailhound_gpu_memory_busy_ratio",
+         "Fraction of time device memory was read or written (NVML utilization.memory); time, not bandwidth.", base,
+         _ratio(r.utilization_memory_pct)),
+        (_G, "tailhound_gpu_dram_bw_util_ratio", _H_DRAM, lab("measure", DRAM_MEASURE_GPM),
+         _ratio(r.gpm_dram_bw_util_pct)) if info.gpm else
+        (_G, "tailhound_gpu_dram_bw_util_ratio", _H_DRAM, lab("measure", DRAM_MEASURE_PROXY),
+         _ratio(r.utilization_memory_pct)),
+        (_G, "tailhound_gpu_memory_used_mib", "Framebuffer memory used.", base, _scaled(r.memory_used_bytes, 1 / MIB)),
+        (_G, "tailhound_gpu_memory_total_mib", "Framebuffer memory total.", base,
+         _scaled(r.memory_total_bytes, 1 / MIB)),
+        (_G, "tailhound_gpu_temperature_celsius", "GPU temperature.", base, r.temperature_c),
+        (_G, "tailhound_gpu_slowdown_temperature_celsius", "Temperature at which the GPU slows its clocks.", base,
+         info.slowdown_temperature_c),
+        (_G, "tailhound_gpu_sm_clock_mhz", "Current SM clock.", base, r.sm_clock_mhz),
+        (_G, "tailhound_gpu_sm_clock_max_mhz", "Maximum SM clock.", base, info.sm_clock_max_mhz),
+    ]
     if r.clock_event_reasons is not None:
         mask = int(r.clock_event_reasons)
-        gauge("tailhound_gpu_clock_event_reasons", mask, "NVML clock event (throttle) reasons bitmask.")
-        for bit, name in CLOCK_EVENT_REASONS.items():
-            gauge("tailhound_gpu_clock_event_reason", 1 if mask & bit else 0,
-                  "1 while this clock event reason is active.", reason=name)
-    gauge("tailhound_gpu_power_watts", _scaled(r.power_mw, 1e-3), "Power draw.")
-    gauge("tailhound_gpu_power_limit_watts", _scaled(r.power_limit_mw, 1e-3), "Enforced power limit.")
+        rows.append((_G, "tailhound_gpu_clock_event_reasons", "NVML clock event (throttle) reasons bitmask.", base,
+                     mask))
+        rows += [(_G, "tailhound_gpu_clock_event_reason", _H_REASON, lab("reason", name), 1 if mask & bit else 0)
+                 for bit, name in CLOCK_EVENT_REASONS.items()]
+    rows.append((_G, "tailhound_gpu_power_watts", "Power draw.", base, _scaled(r.power_mw, 1e-3)))
+    rows.append((_G, "tailhound_gpu_power_limit_watts", "Enforced power limit.", base, _scaled(r.power_limit_mw, 1e-3)))
     for link in r.nvlinks:
-        n = str(link.link)
-        gauge("tailhound_gpu_nvlink_up", None if link.up is None else int(link.up), "1 if the NVLink is up.", link=n)
-        gauge("tailhound_gpu_nvlink_speed_mbps", _scaled(link.speed_mbyte_s, 8), "NVLink speed (Mbit/s).", link=n)
-        counter("tailhound_gpu_nvlink_tx_kib_total", link.tx_kib, "NVLink data sent (KiB).", link=n)
-        counter("tailhound_gpu_nvlink_rx_kib_total", link.rx_kib, "NVLink data received (KiB).", link=n)
-    gauge("tailhound_gpu_pcie_tx_bytes_per_second", _scaled(r.pcie_tx_kb_s, 1024), "PCIe send throughput.")
-    gauge("tailhound_gpu_pcie_rx_bytes_per_second", _scaled(r.pcie_rx_kb_s, 1024), "PCIe receive throughput.")
-    gauge("tailhound_gpu_pcie_link_gen", r.pcie_gen, "Current PCIe link generation (drops when idle).")
-    gauge("tailhound_gpu_pcie_link_width", r.pcie_width, "Current PCIe link width.")
-    gauge("tailhound_gpu_pcie_link_gen_max", r.info.pcie_gen_max, "Maximum PCIe link generation.")
-    gauge("tailhound_gpu_pcie_link_width_max", r.info.pcie_width_max, "Maximum PCIe link width.")
-    counter("tailhound_gpu_xid_errors_total", r.xid_errors, "XID critical error events seen since the agent started.")
-    gauge("tailhound_gpu_last_xid", r.last_xid, "The last XID code seen.")
-    counter("tailhound_gpu_ecc_errors_total", r.ecc_corrected, "ECC errors (volatile).", type="corrected")
-    counter("tailhound_gpu_ecc_errors_total", r.ecc_uncorrected, "ECC errors (volatile).", type="uncorrected")
+        labels, up, speed = lab("link", str(link.link)), link.up, link.speed_mbyte_s
+        rows += ((_G, "tailhound_gpu_nvlink_up", _H_LINK_UP, labels, None if up is None else int(up)),
+                 (_G, "tailhound_gpu_nvlink_speed_mbps", _H_LINK_SPEED, labels, None if speed is None else speed * 8),
+                 (_C, "tailhound_gpu_nvlink_tx_kib_total", _H_LINK_TX, labels, link.tx_kib),
+                 (_C, "tailhound_gpu_nvlink_rx_kib_total", _H_LINK_RX, labels, link.rx_kib))
+    rows += [
+        (_G, "tailhound_gpu_pcie_tx_bytes_per_second", "PCIe send throughput.", base, _scaled(r.pcie_tx_kb_s, 1024)),
+        (_G, "tailhound_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput.", base,
+         _scaled(r.pcie_rx_kb_s, 1024)),
+        (_G, "tailhound_gpu_pcie_link_gen", "Current PCIe link generation (drops when idle).", base, r.pcie_gen),
+        (_G, "tailhound_gpu_pcie_link_width", "Current PCIe link width.", base, r.pcie_width),
+        (_G, "tailhound_gpu_pcie_link_gen_max", "Maximum PCIe link generation.", base, info.pcie_gen_max),
+        (_G, "tailhound_gpu_pcie_link_width_max", "Maximum PCIe link width.", base, info.pcie_width_max),
+        (_C, "tailhound_gpu_xid_errors_total", "XID critical error events seen since the agent started.", base,
+         r.xid_errors),
+        (_G, "tailhound_gpu_last_xid", "The last XID code seen.", base, r.last_xid),
+        (_C, "tailhound_gpu_ecc_errors_total", _H_ECC, lab("type", "corrected"), r.ecc_corrected),
+        (_C, "tailhound_gpu_ecc_errors_total", _H_ECC, lab("type", "uncorrected"), r.ecc_uncorrected),
+    ]
+    w.add_rows(rows)
 
 
 def render_gpu_up(w: ExpositionWriter, index: int, info: GpuInfo | None, up: bool) -> None:

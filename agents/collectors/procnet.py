@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.collected import CollectedRecord
 from agents.collectors import CollectError, CollectorUnavailable, local_node, now
-from agents.render import format_value
-from tailhound.recording import ScrapeRecord
+from agents.render import ExpositionWriter
 
 JOB = "node"
 #: (protocol, field) pairs exported from /proc/net/netstat.
@@ -59,7 +59,7 @@ def parse_netstat(text: str) -> dict[str, dict[str, int]]:
         if len(names) != len(values):
             raise ValueError(f"line {i + 1}: {proto[:-1]} has {len(names) - 1} names but {len(values) - 1} values")
         try:
-            stats[proto[:-1]] = {n: int(v) for n, v in zip(names[1:], values[1:], strict=True)}
+            stats[proto[:-1]] = dict(zip(names[1:], map(int, values[1:]), strict=True))
         except ValueError:
             raise ValueError(f"line {i + 2}: {proto[:-1]} values are not all integers") from None
     return stats
@@ -76,19 +76,15 @@ def parse_sockstat(text: str) -> dict[str, dict[str, int]]:
         if not sep or len(parts) % 2:
             raise ValueError(f"line {line_no}: expected 'PROTO: name value ...', got {line[:80]!r}")
         try:
-            stats[proto.strip()] = {parts[j]: int(parts[j + 1]) for j in range(0, len(parts), 2)}
+            stats[proto.strip()] = dict(zip(parts[::2], map(int, parts[1::2]), strict=True))
         except ValueError:
             raise ValueError(f"line {line_no}: {proto} values are not all integers") from None
     return stats
 
 
-def _family(lines: list[str], name: str, type_: str, help_: str, value: int) -> None:
-    lines += [f"# HELP {name} {help_}", f"# TYPE {name} {type_}", f"{name} {format_value(value)}"]
-
-
-def render_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]],
-                   sockstat: dict[str, dict[str, int]]) -> str:
-    """node_exporter-style exposition of the selected fields; a field the kernel lacks is left out."""
+def write_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]],
+                  sockstat: dict[str, dict[str, int]]) -> ExpositionWriter:
+    """node_exporter-style families of the selected fields; a field the kernel lacks is left out."""
     families: dict[str, tuple[str, str, int]] = {}
     for source, fields in ((netstat, NETSTAT_FIELDS), (snmp, SNMP_FIELDS)):
         for proto, field in fields:
@@ -102,10 +98,17 @@ def render_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str,
         if field in sockstat.get(proto, {}):
             families[f"node_sockstat_{proto}_{field}"] = ("gauge", f"Number of {proto} sockets in state {field}.",
                                                           sockstat[proto][field])
-    lines: list[str] = []
+    w = ExpositionWriter()
     for name in sorted(families):  # client_golang sorts families by name
-        _family(lines, name, *families[name])
-    return "\n".join(lines) + ("\n" if lines else "")
+        type_, help_, value = families[name]
+        (w.untyped if type_ == "untyped" else w.gauge)(name, value, help=help_)
+    return w
+
+
+def render_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]],
+                   sockstat: dict[str, dict[str, int]]) -> str:
+    """The exposition text of :func:`write_procnet`."""
+    return write_procnet(netstat, snmp, sockstat).text()
 
 
 class ProcNetCollector:
@@ -117,11 +120,13 @@ class ProcNetCollector:
         self.config = config
         self.interval_s = config.interval_s
         self.node = node or local_node()
+        self._paths: dict[str, Path] = {}
 
     def _read(self, name: str) -> str:
-        path = self.config.proc_root / "net" / name
+        path = self._paths.get(name) or self._paths.setdefault(name, self.config.proc_root / "net" / name)
         try:
-            return path.read_text()
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
         except FileNotFoundError:
             raise CollectorUnavailable(f"procnet: {path} does not exist (no Linux procfs); TCP counters off") from None
         except OSError as exc:
@@ -133,14 +138,14 @@ class ProcNetCollector:
         except ValueError as exc:
             raise CollectError(f"procnet: {self.config.proc_root / 'net' / name}: {exc}") from None
 
-    def snapshot(self) -> str:
-        """Exposition text of the current kernel counters."""
-        return render_procnet(self._parse("netstat", parse_netstat), self._parse("snmp", parse_netstat),
-                              self._parse("sockstat", parse_sockstat))
+    def snapshot(self) -> ExpositionWriter:
+        """The current kernel counters."""
+        return write_procnet(self._parse("netstat", parse_netstat), self._parse("snmp", parse_netstat),
+                             self._parse("sockstat", parse_sockstat))
 
-    async def collect(self) -> list[ScrapeRecord]:
-        body = self.snapshot()  # three small procfs reads: no need for a thread
-        return [ScrapeRecord(ts=now(), node=self.node, job=self.job, body=body, interval_s=self.interval_s)]
+    async def collect(self) -> list[CollectedRecord]:
+        writer = self.snapshot()  # three small procfs reads: no need for a thread
+        return [CollectedRecord(ts=now(), node=self.node, job=self.job, writer=writer, interval_s=self.interval_s)]
 
     async def close(self) -> None:
         return None

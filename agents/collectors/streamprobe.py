@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.collected import CollectedRecord
 from agents.collectors import CollectError, now
 from agents.collectors.sse import SSEParser, SSEProtocolError, StreamTiming, analyse_stream, delta_content, percentile
 from agents.render import ExpositionWriter
@@ -200,7 +201,7 @@ class StreamProbeCollector:
                             self.config.name, env, header)
         return headers
 
-    async def collect(self) -> list[ScrapeRecord]:
+    async def collect(self) -> list[CollectedRecord]:
         ts = now()
         headers = self._request_headers()
         stream, checks = await asyncio.gather(self._probe_stream(headers), self._check_health(headers))
@@ -208,8 +209,8 @@ class StreamProbeCollector:
         if stream.outcome == "connect_error" and all(c.connect_failed for c in checks):
             raise CollectError(f"streamprobe {self.config.name}: cannot connect to {self.config.endpoint}")
         labels = {"endpoint": self.config.name, **self.config.labels}
-        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, body=self._render(stream),
-                             labels=labels, interval_s=self.interval_s)]
+        return [CollectedRecord(ts=ts, node=self.node, job=self.job, writer=self._write(stream),
+                                labels=labels, interval_s=self.interval_s)]
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         labels = {"endpoint": self.config.name, **self.config.labels}
@@ -314,7 +315,7 @@ class StreamProbeCollector:
                 self._health.observe(check.latency_s)
                 self._health_window.append(check.latency_s)
 
-    def _render(self, stream: StreamResult) -> str:
+    def _write(self, stream: StreamResult) -> ExpositionWriter:
         cfg = self.config
         w = ExpositionWriter()
         sl = {"endpoint": cfg.name, "model": cfg.model}
@@ -362,4 +363,4 @@ class StreamProbeCollector:
             if p95 is not None and p95 > 0:
                 w.gauge("tailhound_lb_health_timeout_margin_ratio", cfg.lb_health_timeout_s / p95, hl,
                         help="LB health-check timeout / P95 of /health; below 1.5 instances flap.")
-        return w.text()
+        return w

@@ -14,7 +14,6 @@ labels carry ``source`` (the probing host) so probes of one target from several 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import socket
 import statistics
@@ -24,7 +23,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collectors import local_node, now, unique_names
+from agents.collected import CollectedRecord
+from agents.collectors import literal_address, local_node, now, unique_names
 from agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
@@ -37,7 +37,6 @@ ERROR_REASONS = ("refused", "timeout", "unreachable", "reset", "dns", "other")
 MAX_CONCURRENT_TARGETS = 32
 #: Label names the probe sets itself; target labels may not use them.
 RESERVED_LABELS = frozenset({"target", "source", "address", "reason"})
-_CLOSE_TIMEOUT_S = 1.0
 _UNREACHABLE_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
 
 
@@ -124,6 +123,12 @@ def classify_connect_error(exc: BaseException) -> str:
 
 def render_target(target: TcpTarget, totals: ConnectTotals, round_outcomes: Sequence[ConnectOutcome]) -> str:
     """Exposition text of one target: lifetime counters/histogram plus this round's gauges."""
+    return write_target(target, totals, round_outcomes).text()
+
+
+def write_target(target: TcpTarget, totals: ConnectTotals,
+                 round_outcomes: Sequence[ConnectOutcome]) -> ExpositionWriter:
+    """One target's families: lifetime counters/histogram plus this round's gauges."""
     labels = {"target": target.name, "address": f"{target.host}:{target.port}"}
     w = ExpositionWriter()
     w.histogram("tailhound_tcp_connect_duration_seconds", CONNECT_BUCKETS, totals.bucket_counts, totals.successes,
@@ -142,11 +147,14 @@ def render_target(target: TcpTarget, totals: ConnectTotals, round_outcomes: Sequ
         failed = sum(1 for o in round_outcomes if o.duration_s is None)
         w.gauge("tailhound_tcp_connect_failure_ratio", failed / len(round_outcomes), labels,
                 help="Share of this collection's connect attempts that failed.")
-    return w.text()
+    return w
 
 
 async def resolve_address(host: str, port: int, timeout_s: float) -> tuple[int, str]:
     """(family, ip) of the first TCP address of host; raises socket.gaierror or TimeoutError."""
+    literal = literal_address(host)
+    if literal is not None:
+        return literal
     loop = asyncio.get_running_loop()
     infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
     if not infos:
@@ -155,28 +163,37 @@ async def resolve_address(host: str, port: int, timeout_s: float) -> tuple[int, 
     return family, str(sockaddr[0])
 
 
-async def time_connect(ip: str, port: int, timeout_s: float) -> ConnectOutcome:
-    """Time one ``open_connection`` to ip:port and close it at once."""
-    start = time.perf_counter()
+async def time_connect(ip: str, port: int, timeout_s: float, family: int = socket.AF_INET) -> ConnectOutcome:
+    """Time one non-blocking ``connect()`` to ip:port (the handshake) and close the socket at once.
+
+    A plain socket, not ``asyncio.open_connection``: no transport, protocol and stream objects (and
+    no task) are built for a connection that is closed right away, and their set-up is not timed."""
+    loop = asyncio.get_running_loop()
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout_s)
-    except (OSError, TimeoutError) as exc:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
         return ConnectOutcome(reason=classify_connect_error(exc))
-    duration = time.perf_counter() - start
-    writer.close()
-    with contextlib.suppress(OSError, TimeoutError):
-        await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
-    return ConnectOutcome(duration_s=duration)
+    try:
+        sock.setblocking(False)
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await loop.sock_connect(sock, (ip, port))
+        except (OSError, TimeoutError) as exc:
+            return ConnectOutcome(reason=classify_connect_error(exc))
+        return ConnectOutcome(duration_s=time.perf_counter() - start)
+    finally:
+        sock.close()
 
 
 async def probe_target(target: TcpTarget, attempts: int, timeout_s: float) -> list[ConnectOutcome]:
     """Resolve the target once, then connect `attempts` times one after the other."""
     try:
-        _, ip = await resolve_address(target.host, target.port, timeout_s)
+        family, ip = await resolve_address(target.host, target.port, timeout_s)
     except (OSError, TimeoutError) as exc:
         reason = "dns" if isinstance(exc, socket.gaierror | TimeoutError) else classify_connect_error(exc)
         return [ConnectOutcome(reason=reason)] * attempts
-    return [await time_connect(ip, target.port, timeout_s) for _ in range(attempts)]
+    return [await time_connect(ip, target.port, timeout_s, family) for _ in range(attempts)]
 
 
 class TcpConnectCollector:
@@ -190,14 +207,14 @@ class TcpConnectCollector:
         self.source = node or local_node()
         self._totals: dict[str, ConnectTotals] = {t.name: ConnectTotals() for t in config.targets}
 
-    async def _probe(self, target: TcpTarget, limit: asyncio.Semaphore) -> ScrapeRecord:
+    async def _probe(self, target: TcpTarget, limit: asyncio.Semaphore) -> CollectedRecord:
         async with limit:
             outcomes = await probe_target(target, self.config.attempts, self.config.timeout_s)
         totals = self._totals[target.name]
         for outcome in outcomes:
             totals.add(outcome)
-        return ScrapeRecord(ts=now(), node=target.host, job=self.job, body=render_target(target, totals, outcomes),
-                            labels=self._labels(target), interval_s=self.interval_s)
+        return CollectedRecord(ts=now(), node=target.host, job=self.job, writer=write_target(target, totals, outcomes),
+                               labels=self._labels(target), interval_s=self.interval_s)
 
     def _labels(self, target: TcpTarget) -> dict[str, str]:
         return {"target": target.name, **target.labels, "source": self.source}
@@ -207,7 +224,7 @@ class TcpConnectCollector:
         return [ScrapeRecord(ts=ts, node=t.host, job=self.job, labels=self._labels(t), interval_s=self.interval_s,
                              error=reason) for t in self.config.targets]
 
-    async def collect(self) -> list[ScrapeRecord]:
+    async def collect(self) -> list[CollectedRecord]:
         limit = asyncio.Semaphore(MAX_CONCURRENT_TARGETS)
         return list(await asyncio.gather(*(self._probe(t, limit) for t in self.config.targets)))
 

@@ -25,7 +25,7 @@ import statistics
 import struct
 from dataclasses import dataclass, field
 
-from agents.collectors import CollectError, CollectorUnavailable
+from agents.collectors import CollectError, CollectorUnavailable, literal_address
 from agents.collectors.hops import UNKNOWN_HOST, Hop
 
 ECHO_REPLY = 0
@@ -199,6 +199,9 @@ def open_icmp_socket() -> socket.socket:
 
 
 async def _resolve(host: str) -> str:
+    literal = literal_address(host)
+    if literal is not None and literal[0] == socket.AF_INET:
+        return literal[1]
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, None, family=socket.AF_INET, type=socket.SOCK_DGRAM)
@@ -230,7 +233,9 @@ async def _run(host: str, cycles: int, max_hops: int, timeout_s: float, interval
             for cycle in range(cycles):
                 if cycle:
                     await asyncio.sleep(interval_s)
-                for ttl in range(1, tracer.limit + 1):
+                for ttl in range(1, tracer.max_hops + 1):
+                    if ttl > tracer.limit:  # the destination already answered a lower TTL: it would answer
+                        break  # these too, and hops() ends at it (a near target, e.g. in the same rack)
                     last_sent = loop.time()
                     seq = tracer.sent(cycle, ttl, last_sent)
                     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)

@@ -57,6 +57,8 @@ class FakeGpu:
     nvlink_down: set[int] = field(default_factory=set)
     nvlink_speed_mbyte_s: int = 26_562  # NVML reports MBps; nvidia-smi shows 26.562 GB/s per H100 link
     nvlink_kib_per_read: int = 1_000  # each read of an up link's counter finds this much more traffic
+    nvlink_state_field: bool = True  # False: a driver that predates NVML_FI_DEV_NVLINK_GET_STATE
+    nvlink_sleeping: set[int] = field(default_factory=set)  # links in NVML_NVLINK_STATE_SLEEP (still ENABLED)
     nvlink_tx_kib: dict[int, int] = field(default_factory=dict)
     nvlink_rx_kib: dict[int, int] = field(default_factory=dict)
     ecc_corrected: int = 0
@@ -240,9 +242,17 @@ class FakeNvml:
         link, up = fv.scopeId, fv.scopeId not in g.nvlink_down
         fv.nvmlReturn = pynvml.NVML_SUCCESS
         if link >= g.nvlink_count or fv.fieldId not in (pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
+                                                         pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
                                                          pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
                                                          pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
             fv.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        elif fv.fieldId == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            if not g.nvlink_state_field:
+                fv.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                return
+            state = (pynvml.NVML_NVLINK_STATE_INACTIVE if not up else pynvml.NVML_NVLINK_STATE_SLEEP
+                     if link in g.nvlink_sleeping else pynvml.NVML_NVLINK_STATE_ACTIVE)
+            fv.valueType, fv.value.uiVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, state
         elif fv.fieldId == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED:
             fv.valueType, fv.value.uiVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, g.nvlink_speed_mbyte_s if up else 0
         else:

@@ -269,3 +269,48 @@ def test_nvlink_fields_are_checked_one_by_one():
     failed = apply_nvlink_fields(readings, values)
     assert failed == [(FI_NVLINK_GET_SPEED, pynvml.NVML_ERROR_NOT_SUPPORTED)]
     assert readings[1].tx_kib == 2**40 and readings[1].speed_mbyte_s is None
+
+
+async def test_nvlink_state_comes_with_the_field_values_call(fake, collector):
+    await scrape(collector)
+    probed = fake.calls[("nvmlDeviceGetNvLinkState", 0)]  # finding the links at start
+    for _ in range(3):
+        _, samples = await scrape(collector)
+    assert fake.calls[("nvmlDeviceGetNvLinkState", 0)] == probed  # no per-link calls while collecting
+    assert fake.calls[("nvmlDeviceGetFieldValues", 0)] == 4  # one call per GPU and collection
+    up = {(s.labels["gpu"], s.labels["link"]): s.value for s in samples if s.name == "tailhound_gpu_nvlink_up"}
+    assert len(up) == 8 * 18 and [k for k, v in up.items() if v == 0] == [("2", "7")]
+
+
+async def test_nvlink_state_per_link_without_the_field_or_for_a_sleeping_link(fake, collector, caplog):
+    caplog.set_level(logging.INFO, logger="tailhound.agent.nvml")
+    fake.gpus[2].nvlink_state_field = False  # a driver that predates NVML_FI_DEV_NVLINK_GET_STATE
+    fake.gpus[5].nvlink_sleeping.add(4)  # SLEEP: nvmlDeviceGetNvLinkState decides (it says ENABLED)
+    await scrape(collector)
+    probed = {gpu: fake.calls[("nvmlDeviceGetNvLinkState", gpu)] for gpu in (0, 2, 5)}
+    _, samples = await scrape(collector)
+    _, samples = await scrape(collector)
+    up = {(s.labels["gpu"], s.labels["link"]): s.value for s in samples if s.name == "tailhound_gpu_nvlink_up"}
+    assert len(up) == 8 * 18 and [k for k, v in up.items() if v == 0] == [("2", "7")]
+    assert up[("5", "4")] == 1
+    assert fake.calls[("nvmlDeviceGetNvLinkState", 2)] == probed[2] + 2 * 18
+    assert fake.calls[("nvmlDeviceGetNvLinkState", 5)] == probed[5] + 2
+    assert fake.calls[("nvmlDeviceGetNvLinkState", 0)] == probed[0]
+    assert fake.calls[("nvmlDeviceGetFieldValues", 2)] == 3
+    logged = [r.getMessage() for r in caplog.records if "NVML_FI_DEV_NVLINK_GET_STATE" in r.getMessage()]
+    assert len(logged) == 1 and "gpu 2" in logged[0]
+
+
+def test_field_values_read_in_bulk_equal_element_by_element():
+    from agents.collectors.nvml_fields import field_value, read_field_values
+
+    values = (pynvml.c_nvmlFieldValue_t * 5)()
+    for i, (vtype, member, value) in enumerate([(0, "dVal", 2.5), (1, "uiVal", 26_562), (3, "ullVal", 2**40 + 7),
+                                                (4, "sllVal", -5), (6, "usVal", 65_535)]):
+        values[i].fieldId, values[i].scopeId, values[i].valueType = 138 + i, i, vtype
+        setattr(values[i].value, member, value)
+    values[2].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+    bulk = read_field_values(values)
+    assert bulk == read_field_values(list(values))  # a plain sequence is read element by element
+    assert [v for *_, v in bulk] == [field_value(fv) for fv in values] == [2.5, 26_562, 2**40 + 7, -5, 65_535]
+    assert [(fid, scope, ret) for fid, scope, ret, _ in bulk][2] == (140, 2, pynvml.NVML_ERROR_NOT_SUPPORTED)

@@ -145,3 +145,28 @@ async def test_failure_records_land_on_the_same_sources_as_data():
     scrape = ScrapeCollector(ScrapeTarget(job="vllm", url="http://127.0.0.1:9/metrics"), node="n1")
     [failed] = scrape.failure_records(1.0, "x")
     assert source_key(failed) == ("n1", "vllm", (("instance", "127.0.0.1:9"),))
+
+
+async def test_collectors_with_the_same_interval_share_their_ticks():
+    loop = asyncio.get_running_loop()
+    seen: dict[str, list[float]] = {"a": [], "b": []}
+
+    class Timed(Scripted):
+        def __init__(self, name, start_delay):
+            super().__init__([1, 2, 3, 4, 5, 6, 7, 8, 9], interval_s=0.1)
+            self.name, self.start_delay = name, start_delay
+
+        async def collect(self):
+            if not seen[self.name]:
+                await asyncio.sleep(self.start_delay)  # the first collections do not start together
+            seen[self.name].append(loop.time())
+            return await super().collect()
+
+    agent = Agent(AgentConfig(listen=None), lambda s: None, collectors=[Timed("a", 0.0), Timed("b", 0.037)])
+    await agent.run(duration_s=0.45)
+    ticks_a, ticks_b = seen["a"][1:], seen["b"][1:]
+    assert len(ticks_a) >= 3 and len(ticks_b) >= 3
+    for t in ticks_a + ticks_b:  # on the multiples of the interval of the loop's clock
+        assert abs(t / 0.1 - round(t / 0.1)) < 0.2
+    shared = {round(t / 0.1) for t in ticks_a} & {round(t / 0.1) for t in ticks_b}
+    assert len(shared) >= 3  # both woke for the same ticks

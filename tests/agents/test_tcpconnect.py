@@ -186,3 +186,26 @@ async def test_full_accept_queue_times_out():
         listener.close()
     assert one(rec.body, "tailhound_tcp_connect_errors_total", reason="timeout").value == 2
     assert one(rec.body, "tailhound_tcp_connect_failure_ratio").value == 1.0
+
+
+def test_ip_literals_are_not_resolved_through_the_thread_pool():
+    from agents.collectors import literal_address
+
+    assert literal_address("127.0.0.1") == (socket.AF_INET, "127.0.0.1")
+    assert literal_address("::1") == (socket.AF_INET6, "::1")
+    for name in ("localhost", "127.1", "0:0::1", "10.0.0.1.example", "fe80::1%eth0", ""):
+        assert literal_address(name) is None  # names and non-canonical spellings go to getaddrinfo
+
+
+async def test_a_literal_target_skips_getaddrinfo(monkeypatch, server_port):
+    from agents.collectors.tcpconnect import resolve_address
+
+    async def no_dns(*args, **kwargs):
+        raise AssertionError("getaddrinfo must not run for an IP literal")
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", no_dns)
+    assert await resolve_address("127.0.0.1", server_port, 1.0) == (socket.AF_INET, "127.0.0.1")
+    cfg = TcpConnectConfig(targets=[{"name": "lb", "host": "127.0.0.1", "port": server_port}], attempts=2)
+    [rec] = await TcpConnectCollector(cfg).collect()
+    assert one(rec.body, "tailhound_tcp_connect_attempts_total").value == 2
+    assert one(rec.body, "tailhound_tcp_connect_failures_total").value == 0

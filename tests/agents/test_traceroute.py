@@ -215,7 +215,8 @@ async def test_trace_simulated_path_with_silent_hop_loss_and_noise(monkeypatch):
     assert sock.fileno() == -1  # closed
     assert {address for _, _, address in sock.probes} == {DEST}
     assert all(ttl == decode_seq(seq)[1] for ttl, seq, _ in sock.probes)
-    assert sorted(ttl for ttl, seq, _ in sock.probes if decode_seq(seq)[0] == 0) == list(range(1, 9))
+    first = sorted(ttl for ttl, seq, _ in sock.probes if decode_seq(seq)[0] == 0)
+    assert first == list(range(1, len(first) + 1)) and 3 <= len(first) <= 8  # no probes past an answered end
     assert all(ttl <= 3 for ttl, seq, _ in sock.probes if decode_seq(seq)[0] > 0)  # path end learnt
 
 

@@ -1,0 +1,81 @@
+"""The sender: one batch per tick (it lingers, not the producer), lz4 at its fast level."""
+
+from __future__ import annotations
+
+import asyncio
+
+import cramjam
+
+from agents.buffer import Outbox
+from agents.metrics import AgentMetrics
+from agents.sender import SnapshotSender, use_lz4_level
+from tailhound.settings import Settings
+from tailhound.snapshot import GaugeSample, Snapshot
+
+
+class FakeProducer:
+    """Records what is sent, request by request (everything handed over before an await)."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[bytes]] = []
+        self._current: list[bytes] | None = None
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, topic, value=None, key=None):
+        if self._current is None:
+            self._current = []
+            self.requests.append(self._current)
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._current.append(value)
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    def _flush(self) -> None:
+        self._current = None
+
+
+def snap(i: int) -> Snapshot:
+    return Snapshot(ts=1000.0 + i, node="n1", source="nvml", samples=[GaugeSample(name="g", value=float(i))])
+
+
+async def test_snapshots_of_one_tick_go_in_one_request():
+    producer = FakeProducer()
+    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=50, producer=producer)
+    await sender.start()
+    await asyncio.sleep(0)  # the sender waits for the first snapshot
+    try:
+        sender.enqueue(snap(0))
+        await asyncio.sleep(0.01)  # the other collections of the tick finish a little later
+        sender.enqueue(snap(1))
+        await asyncio.sleep(0.01)
+        sender.enqueue(snap(2))
+        assert await sender.flush(2.0)
+        assert [len(r) for r in producer.requests] == [3]
+        sender.enqueue(snap(3))  # the next tick
+        assert await sender.flush(2.0)
+        assert [len(r) for r in producer.requests] == [3, 1]
+    finally:
+        await sender.stop(flush_timeout_s=0)
+    assert sender.metrics.sent._value.get() == 4
+
+
+def test_lz4_batches_at_the_fast_level_still_decode():
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from aiokafka.record.memory_records import MemoryRecords
+
+    assert use_lz4_level(0)
+    value = snap(1).model_dump_json().encode() * 50
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=3, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder.append(0, timestamp=None, key=b"n1", value=value, headers=[])
+    batch = MemoryRecords(bytes(builder.build())).next_batch()
+    assert [(r.key, r.value) for r in batch] == [(b"n1", value)]
+    fast = cramjam.lz4.Compressor(level=0, content_checksum=False, block_linked=False)
+    fast.compress(value)
+    assert len(bytes(builder.build())) < len(value) // 5 and len(bytes(fast.finish())) > 0
