@@ -10,11 +10,15 @@ reading is and how it renders is :mod:`agents.collectors.nvml_fields`. Rules kep
   ``tailhound_gpu_up 0`` for that collection; the other GPUs still report.
 - DRAM bandwidth: GPM DRAM_BW_UTIL between the previous collection's GPM sample and a fresh one
   (Hopper+, so absent on the first collection); elsewhere the memory-busy-time proxy, labelled so.
+- PCIe traffic: GPM PCIE_TX/RX_PER_SEC from the same nvmlGpmMetricsGet call where GPM answers; else
+  nvmlDeviceGetPcieThroughput, which samples a counter for 20 ms per direction. On an H200 that call
+  took 21 ms and 0.75 ms of CPU each, half the CPU of a whole collection (BENCHMARKS.md, "NVML
+  collector on a real GPU"); the byte-counter fields 197/198 wrapped at 32 bits there, unusable.
 - XID critical errors come from one event set polled with timeout 0 (drained) each collection.
 
 Threading: the collection runs in a worker thread (``asyncio.to_thread``), not in the event loop: on
 real hardware ``nvmlDeviceGetPcieThroughput`` samples a byte counter over 20 ms per call (2 calls per
-GPU, ~0.3 s for 8 GPUs) and calls on a failing GPU can block for seconds. With the fake pynvml
+GPU without GPM, ~0.3 s for 8 GPUs) and calls on a failing GPU can block for seconds. With the fake pynvml
 (tests/agents/fake_pynvml.py) 8 GPUs take ~3.5 ms: ~3 ms of calls into the fake, ~0.4 ms writing ~820
 values, which the pipeline takes as they are (:mod:`agents.collected`; text only when recorded).
 """
@@ -34,6 +38,7 @@ from agents.collectors import CollectorUnavailable, local_node
 from agents.collectors.nvml_fields import (
     FI_NVLINK_GET_STATE,
     FIELD_NAMES,
+    GPM_METRICS,
     GpmBuffers,
     GpuInfo,
     GpuReading,
@@ -118,7 +123,7 @@ class NvmlCollector:
             if util is not None:
                 r.utilization_gpu_pct, r.utilization_memory_pct = util.gpu, util.memory
             if gpu.gpm is not None:
-                r.gpm_dram_bw_util_pct = self._gpm_dram_bw_util(gpu)
+                self._read_gpm(gpu, r)
             mem = self._get(gpu, "nvmlDeviceGetMemoryInfo", h)
             if mem is not None:
                 r.memory_used_bytes, r.memory_total_bytes = mem.used, mem.total
@@ -128,8 +133,9 @@ class NvmlCollector:
             r.power_mw = self._get(gpu, "nvmlDeviceGetPowerUsage", h)
             r.power_limit_mw = self._get(gpu, "nvmlDeviceGetEnforcedPowerLimit", h)
             r.nvlinks = self._read_nvlinks(gpu)
-            r.pcie_tx_kb_s = self._get(gpu, "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_TX_BYTES)
-            r.pcie_rx_kb_s = self._get(gpu, "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_RX_BYTES)
+            if r.pcie_tx_kb_s is None or r.pcie_rx_kb_s is None:  # no GPM answer: the 20 ms sampling call
+                r.pcie_tx_kb_s = self._get(gpu, "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_TX_BYTES)
+                r.pcie_rx_kb_s = self._get(gpu, "nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_RX_BYTES)
             r.pcie_gen = self._get(gpu, "nvmlDeviceGetCurrPcieLinkGeneration", h)
             r.pcie_width = self._get(gpu, "nvmlDeviceGetCurrPcieLinkWidth", h)
             for kind in ("corrected", "uncorrected"):
@@ -183,24 +189,30 @@ class NvmlCollector:
                 reading.up = None if state is None else state == nv.NVML_FEATURE_ENABLED
         return list(readings.values())
 
-    def _gpm_dram_bw_util(self, gpu: GpuState) -> float | None:
+    def _read_gpm(self, gpu: GpuState, r: GpuReading) -> None:
+        """DRAM bandwidth and PCIe traffic from one nvmlGpmMetricsGet over the previous collection's GPM
+        sample and a fresh one (nothing on the first collection). PCIe comes in MiB/s averaged over the
+        whole interval; a metric the GPU does not answer is left None (PCIe then uses the sampling call)."""
         nv, gpm = self._nvml, gpu.gpm
         if self._call(gpu, "nvmlGpmSampleGet", gpu.handle, gpm.samples[1]) is _MISSING:
             if ("nvmlGpmSampleGet", gpu.index) in self._unsupported:  # fall back to the proxy from now on
                 self._free_samples(gpu, gpm.samples)
                 gpu.gpm, gpu.info.gpm = None, False
-            return None
-        value = None
+            return
         if gpm.have_previous:
-            req = gpm.request
-            req.version, req.numMetrics = nv.NVML_GPM_METRICS_GET_VERSION, 1
+            req, metrics = gpm.request, gpm.request.metrics
+            req.version, req.numMetrics = nv.NVML_GPM_METRICS_GET_VERSION, len(GPM_METRICS)
             req.sample1, req.sample2 = gpm.samples[0], gpm.samples[1]
-            req.metrics[0].metricId = nv.NVML_GPM_METRIC_DRAM_BW_UTIL
-            if self._call(gpu, "nvmlGpmMetricsGet", req) is not _MISSING and req.metrics[0].nvmlReturn == 0:
-                value = float(req.metrics[0].value)
+            for i, metric_id in enumerate(GPM_METRICS):
+                metrics[i].metricId = metric_id
+            if self._call(gpu, "nvmlGpmMetricsGet", req) is not _MISSING:
+                values = [float(metrics[i].value) if metrics[i].nvmlReturn == 0 else None
+                          for i in range(len(GPM_METRICS))]
+                r.gpm_dram_bw_util_pct = values[0]
+                if values[1] is not None and values[2] is not None:
+                    r.pcie_tx_kb_s, r.pcie_rx_kb_s = values[1] * 1024, values[2] * 1024  # MiB/s -> KiB/s
         gpm.samples.reverse()
         gpm.have_previous = True
-        return value
 
     # -- NVML calls with the unsupported/lost rules ----------------------------------------------------
 

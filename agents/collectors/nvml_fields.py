@@ -197,6 +197,13 @@ class GpuReading:
     ecc_uncorrected: float | None = None
 
 
+_H_PCIE_TX = "PCIe send throughput (GPM: mean over the interval; else a 20 ms sample)."
+_H_PCIE_RX = "PCIe receive throughput (GPM: mean over the interval; else a 20 ms sample)."
+# Asked of GPM in one nvmlGpmMetricsGet per collection, in this order (pynvml's NVML_GPM_METRIC_*).
+GPM_DRAM_BW_UTIL, GPM_PCIE_TX_PER_SEC, GPM_PCIE_RX_PER_SEC = 10, 20, 21
+GPM_METRICS = (GPM_DRAM_BW_UTIL, GPM_PCIE_TX_PER_SEC, GPM_PCIE_RX_PER_SEC)
+
+
 @dataclass
 class GpmBuffers:
     """Two GPM sample buffers per GPU (the previous one and the one taken now) and the request struct."""
@@ -290,8 +297,8 @@ def render_gpu(w: ExpositionWriter, r: GpuReading) -> None:
                  (_C, "tailhound_gpu_nvlink_tx_kib_total", _H_LINK_TX, labels, link.tx_kib),
                  (_C, "tailhound_gpu_nvlink_rx_kib_total", _H_LINK_RX, labels, link.rx_kib))
     rows += [
-        (_G, "tailhound_gpu_pcie_tx_bytes_per_second", "PCIe send throughput.", base, _scaled(r.pcie_tx_kb_s, 1024)),
-        (_G, "tailhound_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput.", base,
+        (_G, "tailhound_gpu_pcie_tx_bytes_per_second", _H_PCIE_TX, base, _scaled(r.pcie_tx_kb_s, 1024)),
+        (_G, "tailhound_gpu_pcie_rx_bytes_per_second", _H_PCIE_RX, base,
          _scaled(r.pcie_rx_kb_s, 1024)),
         (_G, "tailhound_gpu_pcie_link_gen", "Current PCIe link generation (drops when idle).", base, r.pcie_gen),
         (_G, "tailhound_gpu_pcie_link_width", "Current PCIe link width.", base, r.pcie_width),

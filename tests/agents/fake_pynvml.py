@@ -6,8 +6,8 @@ way pynvml raises them: ``pynvml.NVMLError(code)`` returns the subclass (NVMLErr
 Handles, event sets and GPM samples are real ctypes pointers; the fake finds its objects by address.
 
 ``FakeNvml.fleet()`` is the mixed node the tests use: GPU 2 has NVLink 7 down, GPU 3 has no ECC
-counters, GPU 5 no PCIe throughput (like vGPU), GPU 6 reports GPM unsupported (like A100) and on
-GPU 7 the GPM query itself raises NotSupported.
+counters, GPU 5 no PCIe throughput, neither the call nor GPM's (like vGPU), GPU 6 reports GPM
+unsupported (like A100) and on GPU 7 the GPM query itself raises NotSupported.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pynvml
 
@@ -43,6 +44,7 @@ class FakeGpu:
     util_memory_pct: int = 40
     dram_bw_util_pct: float = 55.0  # what GPM DRAM_BW_UTIL reports between two samples
     gpm_supported: bool = True
+    gpm_pcie: bool = True  # GPM answers PCIE_TX/RX_PER_SEC (MiB/s) as on an H200
     memory_total: int = H100_MEMORY_BYTES
     memory_used: int = 40 * 2**30
     power_mw: int = 450_000
@@ -71,6 +73,13 @@ class FakeGpu:
         return f"GPU-{self.index:08x}-0000-4000-8000-000000000000"
 
 
+class FakeGpmSample(NamedTuple):
+    gpu: int
+    seq: int
+    dram_pct: float
+    pcie_mib_s: tuple[float, float] | None  # (tx, rx)
+
+
 class FakeNvml:
     def __init__(self, gpu_count: int = 8, driver: bool = True) -> None:
         self.driver = driver
@@ -80,7 +89,7 @@ class FakeNvml:
         self._handles = [pynvml.c_nvmlDevice_t(pynvml.struct_c_nvmlDevice_t()) for _ in self.gpus]
         self._by_address = {_address(h): g for h, g in zip(self._handles, self.gpus, strict=True)}
         self._event_sets: dict[int, tuple[set[int], list[tuple[int, int]]]] = {}  # address -> (gpus, queue)
-        self._gpm_samples: dict[int, tuple[int, int, float] | None] = {}  # address -> (gpu, seq, dram pct)
+        self._gpm_samples: dict[int, FakeGpmSample | None] = {}  # address -> what the sample saw
         self._keep: list = []  # ctypes objects whose addresses are handed out
         self._seq = 0
 
@@ -90,6 +99,7 @@ class FakeNvml:
         fake.gpus[2].nvlink_down.add(7)
         fake.gpus[3].not_supported.add("nvmlDeviceGetTotalEccErrors")
         fake.gpus[5].not_supported.add("nvmlDeviceGetPcieThroughput")
+        fake.gpus[5].gpm_pcie = False
         fake.gpus[6].gpm_supported = False
         fake.gpus[7].not_supported.add("nvmlGpmQueryDeviceSupport")
         return fake
@@ -309,7 +319,9 @@ class FakeNvml:
         if not g.gpm_supported:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         self._seq += 1
-        self._gpm_samples[_address(gpmSample)] = (g.index, self._seq, g.dram_bw_util_pct)
+        self._gpm_samples[_address(gpmSample)] = FakeGpmSample(
+            g.index, self._seq, g.dram_bw_util_pct,
+            (g.pcie_tx_kb_s / 1024, g.pcie_rx_kb_s / 1024) if g.gpm_pcie else None)
         return gpmSample
 
     def nvmlGpmMetricsGet(self, metricsGet):
@@ -318,12 +330,15 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         first = self._gpm_samples[_address(metricsGet.sample1)]
         second = self._gpm_samples[_address(metricsGet.sample2)]
-        if first is None or second is None or first[0] != second[0] or first[1] >= second[1]:
+        if first is None or second is None or first.gpu != second.gpu or first.seq >= second.seq:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        pcie = {pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 0, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 1}
         for i in range(metricsGet.numMetrics):
             metric = metricsGet.metrics[i]
             if metric.metricId == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
-                metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, second[2]
+                metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, second.dram_pct
+            elif metric.metricId in pcie and second.pcie_mib_s is not None:
+                metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, second.pcie_mib_s[pcie[metric.metricId]]
             else:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return metricsGet

@@ -111,6 +111,23 @@ async def test_dram_bandwidth_from_gpm_on_hopper_and_the_proxy_elsewhere(fake, c
     assert proxy == {"6": 0.4, "7": 0.4}
 
 
+async def test_pcie_traffic_from_gpm_once_it_has_two_samples_and_the_sampling_call_elsewhere(fake, collector):
+    """Measured on an H200: nvmlDeviceGetPcieThroughput costs 21 ms and ~0.75 ms of CPU per direction, so
+    where GPM answers PCIE_TX/RX_PER_SEC (MiB/s, averaged over the interval) the call is not made."""
+    fake.gpus[0].gpm_pcie = False  # GPM without the PCIe metrics: the sampling call stays
+    _, first = await scrape(collector)  # no previous GPM sample yet: the sampling call everywhere it works
+    assert per_gpu(first, "tailhound_gpu_pcie_tx_bytes_per_second") == dict.fromkeys(ALL_GPUS - {"5"}, 1_000_000 * 1024)
+    for g in fake.gpus:
+        g.pcie_tx_kb_s, g.pcie_rx_kb_s = 3 * 1024 * 1024, 512 * 1024  # 3 GiB/s out, 512 MiB/s in
+    for _ in range(2):
+        _, later = await scrape(collector)
+    tx = per_gpu(later, "tailhound_gpu_pcie_tx_bytes_per_second")
+    rx = per_gpu(later, "tailhound_gpu_pcie_rx_bytes_per_second")
+    assert tx == dict.fromkeys(ALL_GPUS - {"5"}, 3 * 2**30) and rx == dict.fromkeys(ALL_GPUS - {"5"}, 512 * 2**20)
+    calls = {i: fake.calls[("nvmlDeviceGetPcieThroughput", i)] for i in range(8)}
+    assert calls == {0: 6, 1: 2, 2: 2, 3: 2, 4: 2, 5: 1, 6: 6, 7: 6}  # GPUs 1-4: the first collection only
+
+
 async def test_gpm_switched_off_uses_the_proxy_everywhere(fake):
     c = NvmlCollector(NvmlConfig(gpm=False, nvlink=False), node=NODE)
     try:
