@@ -11,10 +11,16 @@ with its own consumer group that reads the topic from the start:
 - ``aiokafka``: a plain aiokafka consumer that only counts messages (the upper bound);
 - ``faust``: a trivial Faust agent (``stream.events()``, raw values, only counts) on an app with the
   settings :func:`streams.app.create_app` gives (copied from the real app's ``conf``, checked equal);
+- ``faust-json``: the same trivial agent with Faust's default value codec (``json``): ``async for value
+  in stream`` gets each message decoded, as a Faust agent written without thought for speed does
+  (the ~4-5k events/s the project's guide quotes for "a trivial Faust agent");
 - ``tailhound``: the real worker: ``create_app(settings, load_rules("rules"))`` run by
   ``streams.app.make_worker`` as ``tailhound worker`` runs it (the trivial app runs under the same). It is
   observed, not changed: ``streams.app.SnapshotProcessor`` is replaced by a subclass whose ``step`` calls
   the original and then counts (one integer add);
+- ``wiring``: the real worker with ``SnapshotProcessor.step`` replaced by one that only counts (no rule
+  runs, nothing is stored): decode, table read, model-topic forwarding and the model stage still run.
+  What the worker around the rules costs: no rule engine inside this wiring can be faster;
 - ``step``: no Kafka: ``SnapshotProcessor.step`` over the decoded snapshots in a loop, in this process.
 
 Every Kafka variant counts the same way: the clock starts when message number ``warmup`` is handled
@@ -62,11 +68,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
 NODES = 8
 FAULTS = ("thermal-throttle@10m+10m",)  # the first node, GPUs 3 and 5
-VARIANTS = ("aiokafka", "faust", "tailhound", "step")
+VARIANTS = ("aiokafka", "faust", "faust-json", "tailhound", "wiring", "step")
 LABELS = {
     "aiokafka": "(a) plain aiokafka consumer, counts only (upper bound)",
     "faust": "(b) trivial Faust agent, same app settings, counts only",
+    "faust-json": "(b') trivial Faust agent, Faust's default JSON values, counts only",
     "tailhound": "(c) tailhound worker: create_app + default rules",
+    "wiring": "(c0) the same worker, step replaced by a counter (no rules run)",
     "step": "(d) SnapshotProcessor.step only, no Kafka (decoded snapshots)",
     "decode": "(d') codec decode only, no Kafka (reference)",
 }
@@ -97,8 +105,16 @@ async def produce(settings: Settings, messages: list[tuple[bytes, bytes]]) -> No
 
 
 # --- child side ------------------------------------------------------------------------------------
-def timing(n: int, wall: float, cpu: float, lag: int | None = None) -> dict:
-    return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "lag": lag}
+#: a pause between two consecutive messages longer than this counts as a stall (waiting for a fetch)
+STALL_S = 0.1
+
+
+def timing(n: int, wall: float, cpu: float, lag: int | None = None, stalled_s: float = 0.0) -> dict:
+    """`rate` is messages per second of the window; `cpu_rate` per second of the child's CPU time (what
+    one busy core would do: steady where `rate` depends on whether the consumer waited for fetches);
+    `stalled_s`: the window's pauses of over STALL_S between two messages."""
+    return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "cpu_rate": n / cpu if cpu else 0.0,
+            "stalled_s": stalled_s, "lag": lag}
 
 
 #: opt-in profiling of the Kafka children over the measured window: a folder for one report per run
@@ -188,7 +204,7 @@ class Counter:
     def __init__(self, warmup: int, n: int, result: Path, profile: Profile | None = None) -> None:
         self.warmup, self.n, self.result = warmup, n, result
         self.seen = 0
-        self.t0 = self.c0 = 0.0
+        self.t0 = self.c0 = self.last = self.stalled = 0.0
         self.profile = profile
 
     @property
@@ -197,35 +213,52 @@ class Counter:
 
     def tick(self) -> None:
         self.seen += 1
-        if self.seen == self.warmup:
-            if self.profile is not None:
-                self.profile.start()
-            self.t0, self.c0 = time.perf_counter(), time.process_time()
-        elif self.seen == self.warmup + self.n:
-            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+        if self.seen <= self.warmup:
+            if self.seen == self.warmup:
+                if self.profile is not None:
+                    self.profile.start()
+                self.t0, self.c0 = time.perf_counter(), time.process_time()
+                self.last = self.t0
+            return
+        if self.seen > self.warmup + self.n:
+            return
+        now = time.perf_counter()
+        if now - self.last > STALL_S:
+            self.stalled += now - self.last
+        self.last = now
+        if self.seen == self.warmup + self.n:
+            wall, cpu = now - self.t0, time.process_time() - self.c0
             if self.profile is not None:
                 self.profile.stop(self.n)
             tmp = self.result.with_suffix(".tmp")
-            tmp.write_text(json.dumps(timing(self.n, wall, cpu)))
+            tmp.write_text(json.dumps(timing(self.n, wall, cpu, stalled_s=self.stalled)))
             tmp.rename(self.result)
 
 
-def trivial_app(settings: Settings, counter: Counter | None = None):
-    """A Faust app with create_app's settings and one agent that only counts; also returns the real app."""
+def trivial_app(settings: Settings, counter: Counter | None = None, value_serializer: str = "raw"):
+    """A Faust app with create_app's settings and one agent that only counts; also returns the real app.
+    With ``value_serializer="json"`` the agent iterates decoded values (Faust's default codec)."""
     import faust
 
     from streams.app import create_app
 
     real = create_app(settings, load_rules(settings.rules_dir))
     app = faust.App(settings.streams.app_id, **{k: getattr(real.conf, k) for k in FAUST_KEYS})
-    topic = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer="raw",
+    topic = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer=value_serializer,
                       partitions=settings.partitions)
 
-    @app.agent(topic, name="count")
-    async def count(stream) -> None:
-        async for _event in stream.events():
-            if counter is not None:
-                counter.tick()
+    if value_serializer == "raw":
+        @app.agent(topic, name="count")
+        async def count(stream) -> None:
+            async for _event in stream.events():
+                if counter is not None:
+                    counter.tick()
+    else:
+        @app.agent(topic, name="count")
+        async def count_values(stream) -> None:
+            async for _value in stream:
+                if counter is not None:
+                    counter.tick()
 
     return app, real
 
@@ -236,13 +269,15 @@ def conf_diff(a, b) -> list[str]:
     return [n for n in names if getattr(a.conf, n) != getattr(b.conf, n)]
 
 
-def counting_worker_app(settings: Settings, counter: Counter):
-    """The real app, observed: SnapshotProcessor.step counts after it returns; nothing else changes."""
+def counting_worker_app(settings: Settings, counter: Counter, rules: bool = True):
+    """The real app, observed: SnapshotProcessor.step counts after it returns; nothing else changes.
+    Without `rules` the step only counts (the ``wiring`` variant)."""
     import streams.app
+    from streams.processor import StepResult
 
     class CountingProcessor(streams.app.SnapshotProcessor):
         def step(self, raw_state, snapshot):
-            result = super().step(raw_state, snapshot)
+            result = super().step(raw_state, snapshot) if rules else StepResult(state=None, changed=False)
             counter.tick()
             return result
 
@@ -276,12 +311,12 @@ def child_main(variant: str, result: str, warmup: str, n: str, settings_json: st
         return
     from streams.app import make_worker
 
-    if variant == "faust":
-        app, real = trivial_app(settings, counter)
+    if variant in ("faust", "faust-json"):
+        app, real = trivial_app(settings, counter, "json" if variant == "faust-json" else "raw")
         if diff := conf_diff(app, real):
             raise SystemExit(f"trivial app settings differ from create_app's: {diff}")
     else:
-        app = counting_worker_app(settings, counter)
+        app = counting_worker_app(settings, counter, rules=variant != "wiring")
     make_worker(app, settings).execute_from_commandline()  # both as `tailhound worker` runs its app
 
 
@@ -389,11 +424,13 @@ def _median(runs: list[dict], key: str) -> float:
 def report(result: dict) -> str:
     runs = result["runs"]
     ref = _median(runs["faust"], "rate") if runs.get("faust") else None
+    ref_cpu = _median(runs["faust"], "cpu_rate") if runs.get("faust") else None
     lines = [f"{result['n']:,} snapshots measured after {result['warmup']} warm-up ({result['nodes']} nodes x vllm + "
              f"dcgm + node + blackbox, {result['mean_bytes'] / 1024:.1f} KB JSON on average, lz4, "
              f"{result['partitions']} partitions); medians of {result['reps']}.", "",
-             "| consumer | snapshots/s | runs (snapshots/s) | window (s) | CPU (% of one core) | vs (b) | lag after |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+             "| consumer | snapshots/s | runs (snapshots/s) | window (s) | stalled (s) | CPU (% of one core) "
+             "| per CPU-second | vs (b) | vs (b) per CPU-second | lag after |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for variant, rs in runs.items():
         if not rs:
             continue
@@ -402,11 +439,21 @@ def report(result: dict) -> str:
         vs = "-" if not ref else f"{rate / ref:.0f}x" if rate >= 10 * ref else f"{rate / ref:.2f}x"
         lags = [r["lag"] for r in rs]
         lag = "-" if variant in ("step", "decode") else ("?" if None in lags else str(max(lags)))
+        cpu_rate = _median(rs, "cpu_rate")
+        vs_cpu = "-" if not ref_cpu else f"{cpu_rate / ref_cpu:.0f}x" if cpu_rate >= 10 * ref_cpu else \
+            f"{cpu_rate / ref_cpu:.2f}x"
         lines.append(f"| {LABELS[variant]} | {rate:,.0f} | {each} | {_median(rs, 'wall_s'):.2f} "
-                     f"| {_median(rs, 'cpu_pct'):.0f} | {vs} | {lag} |")
+                     f"| {_median(rs, 'stalled_s'):.2f} | {_median(rs, 'cpu_pct'):.0f} | {cpu_rate:,.0f} | {vs} "
+                     f"| {vs_cpu} | {lag} |")
     if ref and runs.get("tailhound"):
         ratio = _median(runs["tailhound"], "rate") / ref
         lines += ["", f"(c)/(b) = **{ratio:.0%}** (target >= 50%: {'met' if ratio >= 0.5 else 'not met'})"]
+        cpu_ratio = _median(runs["tailhound"], "cpu_rate") / ref_cpu
+        lines.append(f"per CPU-second (both busy): (c)/(b) = **{cpu_ratio:.0%}**")
+        if runs.get("faust-json"):
+            ratio = _median(runs["tailhound"], "rate") / _median(runs["faust-json"], "rate")
+            cpu_ratio = _median(runs["tailhound"], "cpu_rate") / _median(runs["faust-json"], "cpu_rate")
+            lines.append(f"(c)/(b') = **{ratio:.0%}**; per CPU-second **{cpu_ratio:.0%}**")
     return "\n".join(lines)
 
 

@@ -55,3 +55,37 @@ def test_bench_sections_can_run_alone():
     assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
+
+
+def test_trivial_faust_app_with_json_values(tmp_path):
+    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES,
+                        streams={"data_dir": tmp_path})
+    app, real = streams_throughput.trivial_app(settings, value_serializer="json")
+    assert streams_throughput.conf_diff(app, real) == []
+    assert app.agents["count"].channel.value_serializer == "json"
+
+
+def test_counter_times_the_window_and_its_stalls(tmp_path, monkeypatch):
+    clock = iter([10.0, 10.01, 10.5, 10.51])  # warm-up message, then 3 measured; one 0.49 s pause
+    monkeypatch.setattr(streams_throughput.time, "perf_counter", lambda: next(clock))
+    result = tmp_path / "r.json"
+    counter = streams_throughput.Counter(warmup=1, n=3, result=result)
+    for _ in range(5):  # one more than measured: ignored
+        counter.tick()
+    out = streams_throughput.json.loads(result.read_text())
+    assert out["n"] == 3 and abs(out["wall_s"] - 0.51) < 1e-9 and abs(out["stalled_s"] - 0.49) < 1e-9
+
+
+def test_report_compares_per_window_and_per_cpu_second():
+    def run(rate, cpu_rate):
+        return {"n": 100, "wall_s": 100 / rate, "rate": rate, "cpu_pct": 100.0, "cpu_rate": cpu_rate,
+                "stalled_s": 0.0, "lag": 0}
+
+    result = {"n": 100, "warmup": 8, "nodes": 2, "reps": 1, "partitions": 4, "mean_bytes": 10240.0,
+              "runs": {"faust": [run(2000.0, 8000.0)], "faust-json": [run(4000.0, 4000.0)],
+                       "tailhound": [run(1000.0, 1000.0)], "wiring": [run(2000.0, 2000.0)]}}
+    text = streams_throughput.report(result)
+    assert "(c)/(b) = **50%** (target >= 50%: met)" in text
+    assert "per CPU-second (both busy): (c)/(b) = **12%**" in text
+    assert "(c)/(b') = **25%**; per CPU-second **25%**" in text
+    assert "(c0) the same worker, step replaced by a counter" in text
