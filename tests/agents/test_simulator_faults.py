@@ -141,7 +141,7 @@ def test_memory_bandwidth_saturation() -> None:
     ticks = simulate(("memory-bandwidth-saturation" + WINDOW,), sources=("vllm", "dcgm"))
     for gpu in range(8):
         dram = gpu_series(ticks, N1, "DCGM_FI_PROF_DRAM_ACTIVE", gpu)
-        assert all(d > 0.9 for d in dram[START_K:END_K])
+        assert all(0.85 < d < 0.9 for d in dram[START_K:END_K])  # the ceiling a real H200 reads
         assert all(0.25 < d < 0.8 for d in dram[:START_K])
         assert max(gpu_series(ticks, N2, "DCGM_FI_PROF_DRAM_ACTIVE", gpu)) < 0.8
     itl = itl_means(ticks, N1)
