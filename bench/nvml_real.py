@@ -9,7 +9,9 @@ It writes ``DIR/nvml_real.json`` (the call matrix, per-call latency, per-collect
 per-phase medians of the GPU signals), ``DIR/nvml_recording.jsonl`` (every collection, a scrape
 recording ``tailhound replay`` reads), ``DIR/nvml_exposition.txt`` (the last collection as Prometheus
 text) and ``DIR/nvidia-smi.txt``. The loads need PyTorch with CUDA; with ``--load none`` only the idle
-phase runs. Results: BENCHMARKS.md, "NVML collector on a real GPU".
+phase runs; ``--decode-batches 1,64,256`` adds decode-shaped loads (a batch of activations times 32
+bf16 8192x8192 weights, 4 GiB, streamed as a decode step streams the weights). Results:
+BENCHMARKS.md, "NVML collector on a real GPU".
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ if kind == "pcie":
     h = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
     d = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
     step = lambda: (d.copy_(h, non_blocking=True), h.copy_(d, non_blocking=True))
+elif kind.startswith("decode"):  # LLM decode's shape: a small batch times weights far larger than L2
+    batch = int(kind.removeprefix("decode"))
+    ws = [torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16) for _ in range(32)]  # 4 GiB
+    x = torch.randn(batch, 8192, device=dev, dtype=torch.bfloat16)
+    step = lambda: [torch.mm(x, w) for w in ws]
 elif kind == "memory":
     a = torch.empty(4 << 30, dtype=torch.uint8, device=dev); b = torch.empty_like(a)
     step = lambda: b.copy_(a)
@@ -189,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--phase-s", type=int, default=8, help="collections per phase (1 s apart)")
     ap.add_argument("--load", choices=["torch", "none"], default="torch")
+    ap.add_argument("--decode-batches", type=lambda v: [int(b) for b in v.split(",") if b], default=[],
+                    help="also phases of decode-shaped loads: batch x 8192 times 32 bf16 8192^2 weights")
+    ap.add_argument("--skip-pcie", action="store_true", help="leave out the PCIe sources comparison")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -208,14 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     with (args.out / "nvml_recording.jsonl").open("w") as recording:
         phases = {"idle": _phase(collector, "idle", args.phase_s, 1.0, cost, recording)}
         if args.load == "torch":
-            for kind in ("memory", "compute"):
+            for kind in ("memory", "compute", *(f"decode{b}" for b in args.decode_batches)):
                 proc = _start_load(kind, args.phase_s + 4)
                 if proc is not None:
                     phases[kind] = _phase(collector, kind, args.phase_s, 1.0, cost, recording)
                     proc.kill()
                     proc.wait()
     pcie: list[dict] | str = []
-    if args.load == "torch":
+    if args.load == "torch" and not args.skip_pcie:
         proc = _start_load("pcie", args.phase_s + 4)
         try:
             pcie = _pcie_sources(pynvml, args.phase_s) if proc is not None else "no load"
