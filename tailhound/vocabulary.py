@@ -86,7 +86,8 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
         RootCauseInfo(
             RootCause.GPU_MEMORY_BANDWIDTH,
             "GPU memory bandwidth",
-            "Latency over baseline while DRAM bandwidth is above 85%: the batch is bandwidth-bound.",
+            "Latency over baseline while DRAM bandwidth is at its practical ceiling (above 75% of peak; "
+            "memory-bound decode reads ~80% on an H200): the batch is bandwidth-bound.",
             False,
         ),
         RootCauseInfo(
