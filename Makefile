@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint schema bench clean
+.PHONY: demo test lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,11 @@ lint: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench $(ARGS)
 
-schema: $(VENV)/.demo-installed
-	$(BIN)/tailhound schema
+# Regenerate the committed generated docs (tests fail when they drift from the code).
+docs: $(VENV)/.demo-installed
+	$(BIN)/tailhound schema --out docs/schemas
+	$(BIN)/tailhound catalog --out docs/signals.md
+	$(BIN)/tailhound rules doc --out docs/root-causes.md
 
 clean:
 	rm -rf $(VENV) .tailhound .pytest_cache

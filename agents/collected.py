@@ -2,7 +2,7 @@
 
 A native collector (NVML, procnet, tcp_connect, hops, nginx, the stream probe) measures values, not
 text. :class:`CollectedRecord` carries the record's header (a validated :class:`ScrapeRecord` with an
-empty body) and the :class:`~agents.render.ExpositionWriter` holding the values. The pipeline reads
+empty body) and the :class:`~tailhound.agents.render.ExpositionWriter` holding the values. The pipeline reads
 ``families()`` (what parsing the text would give); the Prometheus text is rendered only when something
 asks for ``body``: ``tailhound record`` / a recorder writing ``to_line()``, or a test. Live collection
 and recordings thus stay equivalent (tests/agents/test_direct_samples.py) without the agent rendering
@@ -11,8 +11,8 @@ and parsing ~1k samples a second.
 
 from __future__ import annotations
 
-from agents.exposition import Family
-from agents.render import ExpositionWriter
+from tailhound.agents.exposition import Family
+from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
 

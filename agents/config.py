@@ -13,13 +13,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.collectors.hops import HopsConfig
-from agents.collectors.nginx import NginxConfig
-from agents.collectors.nvml import NvmlConfig
-from agents.collectors.procnet import ProcNetConfig
-from agents.collectors.scrape import ScrapeTarget
-from agents.collectors.streamprobe import StreamProbeConfig
-from agents.collectors.tcpconnect import TcpConnectConfig
+from tailhound.agents.collectors.hops import HopsConfig
+from tailhound.agents.collectors.nginx import NginxConfig
+from tailhound.agents.collectors.nvml import NvmlConfig
+from tailhound.agents.collectors.procnet import ProcNetConfig
+from tailhound.agents.collectors.scrape import ScrapeTarget
+from tailhound.agents.collectors.streamprobe import StreamProbeConfig
+from tailhound.agents.collectors.tcpconnect import TcpConnectConfig
 from tailhound.yamlfile import load_yaml_model, parse_yaml_model
 
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from agents import wire
+from tailhound.agents import wire
 from tailhound.errors import TailhoundError
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
@@ -39,7 +39,8 @@ class ExpositionError(TailhoundError):
 
 class RawSample(NamedTuple):
     """One sample line. A tuple, so that :func:`to_samples` unpacks it like the ``(name, labels, value)``
-    entries a native collector's writer hands over directly (:meth:`agents.render.ExpositionWriter.families`)."""
+    entries a native collector's writer hands over directly
+    (:meth:`tailhound.agents.render.ExpositionWriter.families`)."""
 
     name: str
     labels: dict[str, str]

@@ -9,11 +9,11 @@ import logging
 import signal
 from pathlib import Path
 
-from agents.buffer import Outbox
-from agents.config import AgentConfig
-from agents.metrics import AgentMetrics, serve_metrics
-from agents.runtime import Agent, replay
-from agents.sender import SnapshotSender
+from tailhound.agents.buffer import Outbox
+from tailhound.agents.config import AgentConfig
+from tailhound.agents.metrics import AgentMetrics, serve_metrics
+from tailhound.agents.runtime import Agent, replay
+from tailhound.agents.sender import SnapshotSender
 from tailhound.errors import TailhoundError
 from tailhound.kafka import ensure_topics
 from tailhound.recording import read_records

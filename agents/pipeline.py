@@ -1,7 +1,7 @@
 """Scrape records -> snapshots: the one path live collection and replayed recordings share.
 
 ``SnapshotBuilder.build(record)`` parses the record's exposition text (a native collector's record hands
-over the same families without the text: :mod:`agents.collected`), applies the source's quirks
+over the same families without the text: :mod:`tailhound.agents.collected`), applies the source's quirks
 (dcgm-exporter's NOT_SUPPORTED sentinels are dropped, node_exporter's untyped counters become
 counters, kinds follow the catalog), and turns cumulative counters and histograms into per-interval
 deltas:
@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from agents import wire
-from agents.collected import CollectedRecord
-from agents.exposition import ExpositionError, parse_exposition, to_samples
+from tailhound.agents import wire
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.exposition import ExpositionError, parse_exposition, to_samples
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
@@ -129,7 +129,7 @@ class SnapshotBuilder:
 
     def build(self, rec: ScrapeRecord | CollectedRecord) -> Snapshot:
         """One snapshot from one record: parsed from its text, or (a native collector's
-        :class:`~agents.collected.CollectedRecord`) from the families its writer holds."""
+        :class:`~tailhound.agents.collected.CollectedRecord`) from the families its writer holds."""
         key = (rec.node, rec.job, tuple(sorted(rec.labels.items())))
         st = self._sources.get(key)
         if st is None:

@@ -6,7 +6,7 @@ names where tailhound measures the same thing, e.g. node_exporter's ``node_netst
 The writer keeps what it was given; ``text()`` renders the exposition a recording stores, and
 ``families()`` gives the pipeline exactly what parsing that text would give (same families, order,
 names, labels and values), without rendering and parsing it every collection. Both feed the same
-:func:`agents.exposition.to_samples` and delta code, so live and replayed data follow one code path
+:func:`tailhound.agents.exposition.to_samples` and delta code, so live and replayed data follow one code path
 (tests/agents/test_direct_samples.py checks ``families() == parse_exposition(text())``).
 """
 
@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from agents.exposition import Family, RawSample
+from tailhound.agents.exposition import Family, RawSample
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
 
@@ -122,7 +122,7 @@ class ExpositionWriter:
     # -- what the pipeline takes ---------------------------------------------------------------------
 
     def families(self, entries_as_samples: bool = False) -> list[Family]:
-        """What :func:`agents.exposition.parse_exposition` returns for :meth:`text`.
+        """What :func:`tailhound.agents.exposition.parse_exposition` returns for :meth:`text`.
 
         With `entries_as_samples` the gauge, counter and untyped entries are handed over as the plain
         ``(name, labels, value)`` tuples they are (equal to the RawSamples; what the pipeline reads)."""

@@ -1,8 +1,9 @@
 """The agent: runs collectors on their intervals and turns what they collect into snapshots.
 
 Where a metric enters tailhound: each collector's ``collect()`` returns scrape records (exposition
-text, or a native collector's values: :mod:`agents.collected`); :class:`agents.pipeline.SnapshotBuilder`
-turns every record into one snapshot; the sink (:class:`agents.sender.SnapshotSender` for ``tailhound
+text, or a native collector's values: :mod:`tailhound.agents.collected`);
+:class:`tailhound.agents.pipeline.SnapshotBuilder`
+turns every record into one snapshot; the sink (:class:`tailhound.agents.sender.SnapshotSender` for ``tailhound
 agent``) publishes it. ``tailhound record`` writes the records to a recording instead (native values
 rendered as text there), and :func:`replay` feeds a recording through the same builder, so record ->
 replay gives identical snapshots.
@@ -21,11 +22,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import IO
 
-from agents.collected import CollectedRecord
-from agents.collectors import Collector, CollectorUnavailable, local_node
-from agents.config import AgentConfig
-from agents.metrics import AgentMetrics
-from agents.pipeline import SnapshotBuilder
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import Collector, CollectorUnavailable, local_node
+from tailhound.agents.config import AgentConfig
+from tailhound.agents.metrics import AgentMetrics
+from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
 
@@ -35,13 +36,13 @@ SnapshotSink = Callable[[Snapshot], None]
 
 
 def build_collectors(config: AgentConfig) -> list[Collector]:
-    from agents.collectors.hops import HopsCollector
-    from agents.collectors.nginx import NginxCollector
-    from agents.collectors.nvml import NvmlCollector
-    from agents.collectors.procnet import ProcNetCollector
-    from agents.collectors.scrape import ScrapeCollector
-    from agents.collectors.streamprobe import StreamProbeCollector
-    from agents.collectors.tcpconnect import TcpConnectCollector
+    from tailhound.agents.collectors.hops import HopsCollector
+    from tailhound.agents.collectors.nginx import NginxCollector
+    from tailhound.agents.collectors.nvml import NvmlCollector
+    from tailhound.agents.collectors.procnet import ProcNetCollector
+    from tailhound.agents.collectors.scrape import ScrapeCollector
+    from tailhound.agents.collectors.streamprobe import StreamProbeCollector
+    from tailhound.agents.collectors.tcpconnect import TcpConnectCollector
 
     node = config.node
     out: list[Collector] = [ScrapeCollector(t, node=node) for t in config.scrape]

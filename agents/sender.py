@@ -23,9 +23,9 @@ import time
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from agents.buffer import Message, Outbox
-from agents.metrics import AgentMetrics
-from agents.wire import encode_snapshot
+from tailhound.agents.buffer import Message, Outbox
+from tailhound.agents.metrics import AgentMetrics
+from tailhound.agents.wire import encode_snapshot
 from tailhound.kafka import make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot

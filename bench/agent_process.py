@@ -18,8 +18,8 @@ import sys
 import threading
 import time
 
-from agents.config import load_agent_config
-from agents.main import run_agent
+from tailhound.agents.config import load_agent_config
+from tailhound.agents.main import run_agent
 from tailhound.settings import load_settings
 from tests.agents.fake_pynvml import FakeNvml
 

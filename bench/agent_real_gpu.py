@@ -36,8 +36,8 @@ if sys.argv[3] == "fake":
     class _SetAttr:
         def setattr(self, target, name, value): setattr(target, name, value)
     FakeNvml.fleet().install(_SetAttr())
-from agents.config import load_agent_config
-from agents.main import run_agent
+from tailhound.agents.config import load_agent_config
+from tailhound.agents.main import run_agent
 from tailhound.settings import Settings
 logging.basicConfig(level=logging.INFO)
 settings = Settings(**json.loads(sys.argv[1]))
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                   samples_per_snapshot=statistics.median(len(s.samples) for s in snapshots) if snapshots else 0,
                   bytes_median=statistics.median(map(len, values)) if values else 0)
     if snapshots:
-        from streams.signals import extract
+        from tailhound.streams.signals import extract
 
         last = extract(snapshots[-1])
         names = ("gpu.util", "gpu.dram_bw_util", "gpu.power", "gpu.sm_clock_ratio")

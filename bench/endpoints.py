@@ -8,8 +8,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agents.render import render_samples
-from agents.simulator import FleetSimulator, SimConfig
+from tailhound.agents.render import render_samples
+from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tests.agents.sse_servers import ServerSpec, serve
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "agents" / "fixtures"

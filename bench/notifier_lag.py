@@ -2,7 +2,8 @@
 
 Method: the harness (this process) runs the bundled broker, a loopback receiver and a producer; the
 notifier runs as its own process (``python -m bench.notifier_lag child``): the real
-:class:`notifier.service.NotifierService` with the receivers :func:`notifier.service.build_receivers`
+:class:`tailhound.notifier.service.NotifierService` with the receivers
+:func:`tailhound.notifier.service.build_receivers`
 builds from a notifier config, at the default settings (``notifier.tick_s`` 0.2, log level warning) and
 the default config except ``grouping.wait: 0s`` and ``flap.min_flip_interval: 0s``, the two deliberate
 holds (a new group waits ``wait``, 30 s by default, to gather a burst; a resolve waits
@@ -102,12 +103,12 @@ class TimedReceiver:
 
 async def child_main(settings_json: str, config_path: str, ready_path: str, result_path: str,
                      fetch_max_wait_ms: str = "") -> None:
-    import notifier.service
-    from notifier.config import load_config
-    from notifier.service import NotifierService, build_receivers
+    import tailhound.notifier.service
+    from tailhound.notifier.config import load_config
+    from tailhound.notifier.service import NotifierService, build_receivers
 
     commits: list[float] = []
-    shipped_make_consumer = notifier.service.make_consumer
+    shipped_make_consumer = tailhound.notifier.service.make_consumer
 
     def observed_consumer(settings: Settings, *topics: str, **kwargs: Any) -> Any:
         """The service's consumers as shipped; the group consumer's commit is timed (and, for the
@@ -126,7 +127,7 @@ async def child_main(settings_json: str, config_path: str, ready_path: str, resu
             consumer.commit = timed_commit
         return consumer
 
-    notifier.service.make_consumer = observed_consumer  # type: ignore[assignment]
+    tailhound.notifier.service.make_consumer = observed_consumer  # type: ignore[assignment]
 
     settings = Settings(**json.loads(settings_json))
     logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr,

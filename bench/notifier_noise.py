@@ -2,7 +2,7 @@
 
 Method: every scenario of ``tests/scenarios/test_playbook.py`` (each fault the simulator can produce,
 plus healthy swings, a short blip and an engine restart; a 2-node fleet, the fault from minute 25 for
-10 minutes) is replayed through the default rule pack by :func:`streams.replay.replay_records` (the
+10 minutes) is replayed through the default rule pack by :func:`tailhound.streams.replay.replay_records` (the
 worker's own steps: the node stage and the model stage; same simulator and seed; no streams code
 changed). The suite stops at minute 40; here each scenario runs to minute 60 (:data:`MINUTES`) so
 that its incidents resolve (they do between minute 40 and 52) and the resolves are counted too.
@@ -15,7 +15,7 @@ that its incidents resolve (they do between minute 40 and 52) and the resolves a
   like every other rule. The stores are observed by wrapping ``MemoryStateStore.__setitem__`` during
   the replay (:func:`observe_firings`).
 - **Incident events**: what streams emits (opened / updated / resolved) and the incidents they belong to.
-- **Notifications**: what :class:`notifier.pipeline.Notifier` (the pure core the service runs) creates
+- **Notifications**: what :class:`tailhound.notifier.pipeline.Notifier` (the pure core the service runs) creates
   with the default config (grouping by incident, ``wait`` 30 s, ``interval`` 5 min, ``repeat`` 4 h, flap
   control on) and one Slack receiver (bot mode: the page is a new channel message, later notifications
   edit it and reply in its thread). It is driven in event time: ``ingest([event], now=event.ts)``, and
@@ -38,14 +38,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import iter_records
-from notifier.config import NotifierConfig, parse_config
-from notifier.pipeline import Notifier
-from streams.processor import MemoryStateStore
-from streams.replay import replay_records
-from streams.ruleset import RuleSet, load_rules
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
 from tailhound.incident import IncidentEvent
+from tailhound.notifier.config import NotifierConfig, parse_config
+from tailhound.notifier.pipeline import Notifier
+from tailhound.streams.processor import MemoryStateStore
+from tailhound.streams.replay import replay_records
+from tailhound.streams.ruleset import RuleSet, load_rules
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 SLACK_CONFIG = ("route: {receiver: slack}\n"
@@ -73,7 +73,7 @@ def notifier_config(by: list[str] | None = None) -> NotifierConfig:
 def observe_firings() -> Iterator[list[tuple[str, str, str, float]]]:
     """Collect every firing start (state key, rule, entity, event time) from the states streams writes.
 
-    Streams stores a state whenever a rule's firing entities change (``streams.processor``); replay's
+    Streams stores a state whenever a rule's firing entities change (``tailhound.streams.processor``); replay's
     stores (the node stage's and the model stage's) are :class:`MemoryStateStore`, whose
     ``__setitem__`` is wrapped here while the block runs (observation only; restored afterwards).
     """
@@ -98,7 +98,7 @@ def observe_firings() -> Iterator[list[tuple[str, str, str, float]]]:
 
 
 def replay_with_firings(records, rules: RuleSet) -> tuple[list[IncidentEvent], list[tuple[str, str, str, float]]]:
-    """:func:`streams.replay.replay_records` as it is, plus every firing start it stored."""
+    """:func:`tailhound.streams.replay.replay_records` as it is, plus every firing start it stored."""
     with observe_firings() as starts:
         events = replay_records(records, rules).events
     return events, list(starts)

@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agents.collectors.nvml import NvmlCollector, NvmlConfig
+from tailhound.agents.collectors.nvml import NvmlCollector, NvmlConfig
 
 _LOAD = r"""
 import sys, time, torch
@@ -144,7 +144,7 @@ def _pcie_sources(nv: Any, n: int) -> list[dict]:
     """Three ways to read PCIe traffic, side by side, once a second on GPU 0: the sampling call
     (KB/s over 20 ms), the byte-counter fields (delta / delta of their timestamps) and GPM's PCIe
     metrics (MiB/s between two samples)."""
-    from agents.collectors.nvml_fields import read_field_values
+    from tailhound.agents.collectors.nvml_fields import read_field_values
 
     h = nv.nvmlDeviceGetHandleByIndex(0)
     fields = [(nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0), (nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0)]

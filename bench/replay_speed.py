@@ -3,7 +3,7 @@
 Method: the recording is written once per run with the simulator's recorder (what
 ``tailhound simulate --record FILE`` writes): 4 nodes, 55 minutes at 15 s, vllm + dcgm + node +
 blackbox, one thermal-throttle fault (the first node, GPUs 3 and 5, from minute 20 for 15 minutes).
-Each repetition calls :func:`streams.replay.replay_files` with the rules loaded once and writes the
+Each repetition calls :func:`tailhound.streams.replay.replay_files` with the rules loaded once and writes the
 incident events to a file, as ``tailhound replay --out`` does; replay is single-threaded, and the
 process is pinned to one CPU while it runs. Wall time (``perf_counter``) and CPU time
 (``process_time``) are taken around the call; medians of `reps`. Each run must detect the fault
@@ -20,10 +20,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import write_recording
-from streams.replay import replay_files
-from streams.ruleset import load_rules
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import write_recording
+from tailhound.streams.replay import replay_files
+from tailhound.streams.ruleset import load_rules
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 FAULT = "thermal-throttle@20m+15m"

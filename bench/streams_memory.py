@@ -1,18 +1,18 @@
 """Memory of the streams state: per series (rolling baselines, latency windows) and per node.
 
 Method:
-- rolling baselines: :func:`streams.baseline.bench_memory` (a full 4 h ring of 5-minute medians plus
+- rolling baselines: :func:`tailhound.streams.baseline.bench_memory` (a full 4 h ring of 5-minute medians plus
   a full current bucket at a 10 s cadence, the largest usual state; in memory by tracemalloc as
   ``RollingBaseline`` objects in a ``BaselineStore``, and serialised as compact JSON). The evaluator
   keeps baselines in ``NodeState.baselines`` as the JSON dicts the table stores, so that form is
   measured too: `n` dicts parsed from the same state (``json.loads``, fresh objects each, keyed
   ``signal|entity`` as in NodeState), tracemalloc over what stays allocated;
-- latency windows: one :class:`streams.histograms.LatencyWindow` (the tracker's defaults: 300 s, at
+- latency windows: one :class:`tailhound.streams.latency_window.LatencyWindow` (the tracker's defaults: 300 s, at
   most 64 intervals) fed with a simulated node's vLLM TTFT histogram deltas at 15 s until the window is
   full (20 intervals, from the agent's pipeline); `n` copies restored from its JSON (fresh objects each)
   as ``LatencyWindow`` objects, and as the JSON dicts ``NodeState.latency`` holds; serialised bytes;
 - one node: a simulated node (vllm + dcgm + node + blackbox at 15 s, no fault) for an hour through
-  :class:`streams.processor.SnapshotProcessor` with the default rules; the state the table stores for
+  :class:`tailhound.streams.processor.SnapshotProcessor` with the default rules; the state the table stores for
   it, serialised with Faust's ``json`` codec (what each changelog message carries), in memory as the
   dict the memory store holds (tracemalloc of a fresh parse), and by part. What the worker holds per
   node in all (that dict plus the processor's in-memory latest values and latency trackers) is the
@@ -28,13 +28,13 @@ import json
 import tracemalloc
 from collections.abc import Callable
 
-from agents.pipeline import SnapshotBuilder
-from agents.simulator import FleetSimulator, SimConfig
-from agents.simulator.recording import iter_records
-from streams.baseline import _warm_template, bench_memory
-from streams.histograms import LatencyWindow
-from streams.processor import MemoryStateStore, SnapshotProcessor
-from streams.ruleset import load_rules
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.simulator import FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
+from tailhound.streams.baseline import _warm_template, bench_memory
+from tailhound.streams.latency_window import LatencyWindow
+from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
+from tailhound.streams.ruleset import load_rules
 
 from .replay_speed import RULES
 

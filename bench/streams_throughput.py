@@ -10,13 +10,13 @@ with its own consumer group that reads the topic from the start:
 
 - ``aiokafka``: a plain aiokafka consumer that only counts messages (the upper bound);
 - ``faust``: a trivial Faust agent (``stream.events()``, raw values, only counts) on an app with the
-  settings :func:`streams.app.create_app` gives (copied from the real app's ``conf``, checked equal);
+  settings :func:`tailhound.streams.app.create_app` gives (copied from the real app's ``conf``, checked equal);
 - ``faust-json``: the same trivial agent with Faust's default value codec (``json``): ``async for value
   in stream`` gets each message decoded, as a Faust agent written without thought for speed does
   (the ~4-5k events/s the project's guide quotes for "a trivial Faust agent");
 - ``tailhound``: the real worker: ``create_app(settings, load_rules("rules"))`` run by
-  ``streams.app.make_worker`` as ``tailhound worker`` runs it (the trivial app runs under the same). It is
-  observed, not changed: ``streams.app.SnapshotProcessor`` is replaced by a subclass whose ``step`` calls
+  ``tailhound.streams.app.make_worker`` as ``tailhound worker`` runs it (the trivial app runs under the same). It is
+  observed, not changed: ``tailhound.streams.app.SnapshotProcessor`` is replaced by a subclass whose ``step`` calls
   the original and then counts (one integer add);
 - ``wiring``: the real worker with ``SnapshotProcessor.step`` replaced by one that only counts (no rule
   runs, nothing is stored): decode, table read, model-topic forwarding and the model stage still run.
@@ -54,15 +54,15 @@ import time
 import uuid
 from pathlib import Path
 
-from agents.pipeline import SnapshotBuilder
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import iter_records
-from streams.codec import decode_snapshot
-from streams.processor import MemoryStateStore, SnapshotProcessor
-from streams.ruleset import load_rules
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
 from tailhound.broker import EmbeddedBroker, _die_with_parent
 from tailhound.kafka import ensure_topics, group_lag, make_producer
 from tailhound.settings import Settings
+from tailhound.streams.codec import decode_snapshot
+from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
+from tailhound.streams.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -123,9 +123,9 @@ PROFILE_ENV = "BENCH_STREAMS_PROFILE"
 #: ``wall`` clock (every function, thread and coroutine; yappi costs ~4x and inflates Python code most)
 PROFILE_MODE_ENV = "BENCH_STREAMS_PROFILE_MODE"
 #: (module, class or None, function, section): sync calls of the worker, timed exclusive of each other
-SECTIONS = (("streams.codec", None, "decode_snapshot", "decode (streams.codec, pydantic)"),
-            ("streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
-            ("streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
+SECTIONS = (("tailhound.streams.codec", None, "decode_snapshot", "decode (tailhound.streams.codec, pydantic)"),
+            ("tailhound.streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
+            ("tailhound.streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
             ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"))
 
 
@@ -240,7 +240,7 @@ def trivial_app(settings: Settings, counter: Counter | None = None, value_serial
     With ``value_serializer="json"`` the agent iterates decoded values (Faust's default codec)."""
     import faust
 
-    from streams.app import create_app
+    from tailhound.streams.app import create_app
 
     real = create_app(settings, load_rules(settings.rules_dir))
     app = faust.App(settings.streams.app_id, **{k: getattr(real.conf, k) for k in FAUST_KEYS})
@@ -272,17 +272,19 @@ def conf_diff(a, b) -> list[str]:
 def counting_worker_app(settings: Settings, counter: Counter, rules: bool = True):
     """The real app, observed: SnapshotProcessor.step counts after it returns; nothing else changes.
     Without `rules` the step only counts (the ``wiring`` variant)."""
-    import streams.app
-    from streams.processor import StepResult
+    import tailhound.streams.app
+    from tailhound.streams.processor import StepResult
 
-    class CountingProcessor(streams.app.SnapshotProcessor):
+    class CountingProcessor(tailhound.streams.app.SnapshotProcessor):
         def step(self, raw_state, snapshot):
             result = super().step(raw_state, snapshot) if rules else StepResult(state=None, changed=False)
             counter.tick()
             return result
 
-    streams.app.SnapshotProcessor = CountingProcessor
-    return streams.app.create_app(settings, load_rules(settings.rules_dir))
+    from tailhound.worker import create_worker_app
+
+    tailhound.streams.app.SnapshotProcessor = CountingProcessor
+    return create_worker_app(settings, load_rules(settings.rules_dir))  # as `tailhound worker` builds it
 
 
 async def count_aiokafka(settings: Settings, counter: Counter, group: str) -> None:
@@ -309,7 +311,7 @@ def child_main(variant: str, result: str, warmup: str, n: str, settings_json: st
     if variant == "aiokafka":
         asyncio.run(count_aiokafka(settings, counter, settings.streams.app_id))
         return
-    from streams.app import make_worker
+    from tailhound.streams.app import make_worker
 
     if variant in ("faust", "faust-json"):
         app, real = trivial_app(settings, counter, "json" if variant == "faust-json" else "raw")

@@ -1,9 +1,9 @@
 """The notifier: incident lifecycle events in, one page per real incident out.
 
 Where things are:
-- :mod:`notifier.model` - what a receiver is handed (:class:`~notifier.model.Notification`) and what it
-  hands back (a receipt it gets again on the next send for the same group);
-- :mod:`notifier.receivers` - one small file per integration (Slack, PagerDuty, webhooks, Kafka
+- :mod:`tailhound.notifier.model` - what a receiver is handed (:class:`~tailhound.notifier.model.Notification`)
+  and what it hands back (a receipt it gets again on the next send for the same group);
+- :mod:`tailhound.notifier.receivers` - one small file per integration (Slack, PagerDuty, webhooks, Kafka
   incident topic, console), each with its config model beside it;
-- :mod:`notifier.secrets` - tokens, routing keys and signing secrets come from env or files only.
+- :mod:`tailhound.notifier.secrets` - tokens, routing keys and signing secrets come from env or files only.
 """

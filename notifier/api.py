@@ -12,18 +12,30 @@ them and the active one applies them within a tick. It listens on ``notifier.api
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from streams.conditions import Duration
+from tailhound.durations import Duration
 
 from .matchers import MatcherField
+from .pipeline import Notifier
 from .state import Silence
 
-if TYPE_CHECKING:
-    from .service import NotifierService
+
+class NotifierControl(Protocol):
+    """What the API needs of the running notifier (:class:`tailhound.notifier.service.NotifierService`
+    provides it); the API does not import the service, the service starts the API."""
+
+    notifier: Notifier
+    active: bool
+    ingested: int
+    api_port: int | None
+    clock: Callable[[], float]
+
+    async def write_silence(self, silence: Silence) -> None: ...
 
 
 class SilenceRequest(BaseModel):
@@ -57,7 +69,7 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def make_app(service: NotifierService) -> web.Application:
+def make_app(service: NotifierControl) -> web.Application:
     async def list_silences(request: web.Request) -> web.Response:
         now = service.clock()
         include_all = request.query.get("all") in ("1", "true")
@@ -109,7 +121,7 @@ def make_app(service: NotifierService) -> web.Application:
     return app
 
 
-async def serve(service: NotifierService, listen: str) -> web.AppRunner:
+async def serve(service: NotifierControl, listen: str) -> web.AppRunner:
     """Start the API on ``host:port``; returns the runner (``await runner.cleanup()`` stops it)."""
     host, _, port = listen.rpartition(":")
     runner = web.AppRunner(make_app(service), access_log=None, shutdown_timeout=1.0)

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.conditions import parse_duration
+from tailhound.durations import parse_duration
 from tailhound.errors import TailhoundError
 from tailhound.settings import Settings, load_settings
 

@@ -3,7 +3,7 @@ tree, receivers, inhibit rules and declared maintenance windows.
 
 Parsed strictly (``extra="forbid"`` everywhere); :func:`load_config` names the file and line of the
 first problem. Secrets are never in this file: receivers name env variables or files
-(:mod:`notifier.secrets`). Webhook target hosts must also be on the allow-list in the settings
+(:mod:`tailhound.notifier.secrets`). Webhook target hosts must also be on the allow-list in the settings
 (``notifier.webhook_allowed_hosts``), so neither a rule file nor this file alone can send incident
 data to a new host.
 """
@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from streams.conditions import Duration
+from tailhound.durations import Duration
 from tailhound.yamlfile import load_yaml_model, parse_yaml_model
 
 from .matchers import MatcherField
@@ -50,7 +50,7 @@ class Grouping(_Strict):
 class FlapControl(_Strict):
     """A group that flips between firing and resolved more than ``max_flips`` times within ``window``
     is marked flapping: one notification says so, then nothing until the flips age out of the window
-    (see :mod:`notifier.stages.flap`). The defaults page at most once per window: resolve, then a
+    (see :mod:`tailhound.notifier.stages.flap`). The defaults page at most once per window: resolve, then a
     re-fire within 20 minutes is flapping, not a second page."""
 
     window: Duration = 1200.0

@@ -5,7 +5,7 @@ receiver before its resolved). A failure is retried with exponential backoff and
 than the far side's ``Retry-After``; a receiver that keeps failing trips its circuit breaker and is
 left alone for the cooldown, then probed with one notification. A non-retryable failure (400, bad
 token) or the last attempt sends the notification to the dead-letter topic with the reason. Every
-outcome is recorded in the durable delivery log (:class:`notifier.pipeline.Notifier`), so a restart
+outcome is recorded in the durable delivery log (:class:`tailhound.notifier.pipeline.Notifier`), so a restart
 neither resends what was delivered nor forgets what was not.
 """
 

@@ -5,7 +5,7 @@ The pipeline, assembled here and nowhere else::
     intake:  dedup -> group                      (as incident events arrive)
     notify:  inhibit -> silence -> flap -> route  (for groups whose flush time has come)
     enqueue: one Notification per receiver, appended to the group's durable delivery log
-    deliver: notifier.deliver (retries, backoff, Retry-After, circuit breaker, dead letters)
+    deliver: tailhound.notifier.deliver (retries, backoff, Retry-After, circuit breaker, dead letters)
 
 :class:`Notifier` holds the state in memory and reports which table keys changed (``dirty``), so the
 Faust wiring only persists and the tests drive it with a fake clock, no broker needed.

@@ -1,4 +1,4 @@
-"""The notifier service: the Kafka side of :class:`notifier.pipeline.Notifier`.
+"""The notifier service: the Kafka side of :class:`tailhound.notifier.pipeline.Notifier`.
 
 - **In:** incident events from the incidents topic (one partition), read by a consumer group, so of
   several notifier instances exactly one is active and the others stand by.
@@ -7,7 +7,7 @@
   gets the partition (a restart, a failover) first reads that topic to its end, so it knows what was
   delivered, what is pending and which silences exist: no duplicate page, and the resolve still goes
   out. Silences created by `tailhound silence add` are written to the same topic; the service tails it.
-- **Out:** receivers (:mod:`notifier.deliver`), and the dead-letter topic for notifications given up on.
+- **Out:** receivers (:mod:`tailhound.notifier.deliver`), and the dead-letter topic for notifications given up on.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import make_consumer, make_producer
+from tailhound.resources import default_notifier_config
 from tailhound.settings import Settings
 
 from .config import NotifierConfig, load_config
@@ -43,11 +43,8 @@ FETCH_WAIT_MS = 100
 
 
 def notifier_config(settings: Settings) -> NotifierConfig:
-    """The configured notifier file, ``./notifier.yaml`` when present, else console only."""
-    path = settings.notifier.config
-    if path is None and Path("notifier.yaml").is_file():
-        path = Path("notifier.yaml")
-    return load_config(path) if path is not None else NotifierConfig()
+    """The configured notifier file, else the bundled example (console only, the built-in defaults)."""
+    return load_config(settings.notifier.config or default_notifier_config())
 
 
 def build_receivers(settings: Settings, config: NotifierConfig, **console: Any) -> dict[str, Receiver]:

@@ -1,22 +1,22 @@
-"""Faust wiring, kept thin: topics and a table in, :func:`streams.evaluator.evaluate` in the middle,
+"""Faust wiring, kept thin: topics and a table in, :func:`tailhound.streams.evaluator.evaluate` in the middle,
 incidents and dead letters out.
 
 Where things are:
 - telemetry enters in :func:`create_app`'s ``evaluate`` agent (topic ``<prefix>telemetry``, key = node,
-  value decoded by :mod:`streams.codec` in the agent);
-- rules fire in :func:`streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
+  value decoded by :mod:`tailhound.streams.codec` in the agent);
+- rules fire in :func:`tailhound.streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
   changelogged so a restarted worker resumes where it stopped), called through
-  :class:`streams.processor.SnapshotProcessor`, the same step offline replay (:mod:`streams.replay`) uses;
+  :class:`tailhound.streams.processor.SnapshotProcessor`, the same step offline replay
+  (:mod:`tailhound.streams.replay`) uses;
 - engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` where the
-  ``model-stage`` agent runs model- and fleet-scope rules (:mod:`streams.model_stage`);
+  ``model-stage`` agent runs model- and fleet-scope rules (:mod:`tailhound.streams.model_stage`);
 - incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``;
-- pages leave from the notifier (:mod:`notifier.service`), which this worker runs as a task unless
-  ``notifier.enabled`` is false (of several workers, one is the active notifier).
+- pages leave from the notifier (:mod:`tailhound.notifier.service`), which :mod:`tailhound.worker` adds to
+  this app as a task unless ``notifier.enabled`` is false (of several workers, one is the active notifier).
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
@@ -66,7 +66,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
         broker_rebalance_timeout=s.rebalance_timeout_s,
         consumer_auto_offset_reset="earliest",
     )
-    # values stay bytes until an agent takes them (and decodes them with streams.codec): with the codec on
+    # values stay bytes until an agent takes them (and decodes them with tailhound.streams.codec): with the codec on
     # the topic, Faust decodes each message when it is fetched and a backlog keeps up to
     # stream_buffer_maxsize (4096) decoded snapshots alive in the stream's buffer, ~1 KB of objects each
     # for every garbage collection to walk
@@ -148,13 +148,11 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 continue
             await publish(events)
 
-    if settings.notifier.enabled:
-        _add_notifier(app, settings)
     return app
 
 
 class _StateTable(faust.Table):
-    """A table of JSON values (node -> state dict) written by :class:`streams.codec.StateCodec`: the same
+    """A table of JSON values (node -> state dict) written by :class:`tailhound.streams.codec.StateCodec`: the same
     JSON as Faust's default "json" codec (changelogs of either read back alike), ~4x faster to write."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -174,19 +172,6 @@ def _causes(headers: Any) -> tuple[str, ...]:
         if k == CAUSES_HEADER and v:
             return tuple(c for c in (v.decode() if isinstance(v, bytes) else str(v)).split(",") if c)
     return ()
-
-
-def _add_notifier(app: faust.App, settings: Settings) -> None:
-    """Run the notifier next to the agents; its config and receivers are checked now, so a bad routing
-    file or a missing secret stops the worker at start with a message naming it."""
-    from notifier.service import NotifierService, build_receivers, notifier_config
-
-    config = notifier_config(settings)
-    receivers = build_receivers(settings, config)
-
-    @app.task
-    async def notifier() -> None:
-        await NotifierService(settings, config, receivers).run(asyncio.Event())
 
 
 #: young-generation threshold of the worker's garbage collector (CPython's default is 700, see tune_gc)
@@ -217,8 +202,3 @@ def make_worker(app: faust.App, settings: Settings) -> faust.Worker:
     worker.spinner = None
     tune_gc()
     return worker
-
-
-def run_worker(settings: Settings, rules: RuleSet) -> None:
-    """Run a Faust worker until SIGINT/SIGTERM. Does not return (raises SystemExit)."""
-    make_worker(create_app(settings, rules), settings).execute_from_commandline()

@@ -24,12 +24,12 @@ the newest bucket's start.
 Daily load swings: a 4 h window of 5-minute medians follows the level of the last hours; a daily
 ramp (say 30 % -> 80 % load over 3 h) lifts the median with a lag of about half the horizon. Keeping
 a week of the day's shape would need 7 x 24 hourly medians (~1.3 KB of JSON, over the 1 KB budget),
-so it is not kept here: latency signals get their load dependence from :mod:`streams.loadmodel`
+so it is not kept here: latency signals get their load dependence from :mod:`tailhound.streams.loadmodel`
 ("2x what this load should cost"), and the rolling baseline is the fallback when no load model
 applies. Ratios against a rolling baseline during a ramp are therefore conservative only after the
 ramp has lasted ~2 h; rules should pair them with an absolute condition, as the playbook does.
 
-Memory (``bench_memory``: full ring + a full 10 s-cadence current bucket, ``python -m streams.baseline``):
+Memory (``bench_memory``: full ring + a full 10 s-cadence current bucket, ``python -m tailhound.streams.baseline``):
 767 B per series in memory at 10k series and 797 B at 100k (tracemalloc: the baseline, 576 B of it,
 plus the store's key and dict entry), 628 B serialised (compact JSON); worst case (tiny negative
 values, every slot used) ~0.75 KB serialised.
@@ -290,6 +290,6 @@ def _baseline_object_bytes(b: RollingBaseline) -> int:
     return sys.getsizeof(b) + sys.getsizeof(b._ring) + sys.getsizeof(b._raw)
 
 
-if __name__ == "__main__":  # python -m streams.baseline
+if __name__ == "__main__":  # python -m tailhound.streams.baseline
     for n in (10_000, 100_000):
         print(bench_memory(n))

@@ -6,7 +6,7 @@ routes to the dead-letter topic with its reason, and the worker keeps running. T
 its agents (its topics carry raw bytes); :class:`SnapshotCodec` is the same decode as a Faust codec.
 
 :class:`StateCodec` writes the tables' JSON values (plain dicts: what
-:meth:`streams.processor.SnapshotProcessor.step` returns to store) with pydantic-core's encoder, ~4x
+:meth:`tailhound.streams.processor.SnapshotProcessor.step` returns to store) with pydantic-core's encoder, ~4x
 faster than the standard library's on these float-heavy ~17 KB states. It writes the same JSON values
 as Faust's "json" codec (floats in the shortest form that reads back to the same float, NaN and
 Infinity as Python's json writes them), so changelogs written by either read back alike.

@@ -35,9 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from .durations import parse_duration
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+from tailhound.durations import Duration, parse_duration  # noqa: F401 - rule code imports both from here
 
 
 class Reduce(StrEnum):

@@ -1,6 +1,6 @@
 """Firing rules of one node -> incidents: grouping by topology and time, causal ranking, symptoms.
 
-Every rule steps its entities on its own (pending -> firing, see :mod:`streams.evaluator`); this module
+Every rule steps its entities on its own (pending -> firing, see :mod:`tailhound.streams.evaluator`); this module
 decides what a person is told:
 
 - cause rules that fire on the same node at the same time and belong to the same *domain* become

@@ -11,10 +11,10 @@ Per rule and node:
 - the firing entities of a rule on a node form one incident: it opens with the first entity, is
   *updated* when another entity joins (the scope only grows), and *resolves* when none is firing.
 
-Rules read the node's merged view (:mod:`streams.nodesignals`): the latest value of every signal from
+Rules read the node's merged view (:mod:`tailhound.streams.nodesignals`): the latest value of every signal from
 every source of the node, counter rates, and derived ratios (computed per signal as rules read it);
-conditions are judged by :mod:`streams.condition_eval`'s semantics, compiled once per rule set by
-:mod:`streams.rule_plan`. A rule holding no state is stepped only when the snapshot changed a signal it
+conditions are judged by :mod:`tailhound.streams.condition_eval`'s semantics, compiled once per rule set by
+:mod:`tailhound.streams.rule_plan`. A rule holding no state is stepped only when the snapshot changed a signal it
 reads. Snapshots older than the newest already seen from the same source (and instance) on the node are
 ignored, so a re-delivered message (at-least-once) changes nothing.
 """
@@ -36,10 +36,10 @@ from .correlate import Episode, Firing, correlate
 from .evidence import render_action, rule_evidence
 from .latency import LatencyTracker
 from .loadmodel import LoadModel, expected_for, features_of
-from .nodesignals import RATE_RATIOS, CurrentValues, LatestValues, snapshot_values
+from .nodesignals import CurrentValues, LatestValues, snapshot_values
 from .rule_plan import RulePlan, entity_order, plans_for
 from .ruleset import RuleSet, split_baseline_key
-from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, SLA_SIGNALS, SignalValues
+from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, RATE_RATIOS, SLA_SIGNALS, SignalValues
 
 __all__ = ["DEFAULT_STALE_AFTER_S", "FiringEntity", "NodeState", "RuleState", "evaluate", "render_action",
            "source_key"]
@@ -63,7 +63,7 @@ class RuleState(BaseModel):
 
 class NodeState(BaseModel):
     node: str
-    #: bumped on every write to the table (streams.processor reuses its decoded copy while they match)
+    #: bumped on every write to the table (tailhound.streams.processor reuses its decoded copy while they match)
     version: int = 0
     #: event time of the last write
     persisted_at: float = 0.0
@@ -76,7 +76,7 @@ class NodeState(BaseModel):
     #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
     latency: dict | None = None
 
-    #: open incidents by domain (see streams.correlate) and lone symptoms waiting for a cause
+    #: open incidents by domain (see tailhound.streams.correlate) and lone symptoms waiting for a cause
     incidents: dict[str, Episode] = Field(default_factory=dict)
     orphans: dict[str, float] = Field(default_factory=dict)
     #: models served on this node (from engine samples), for the incident scope, and engine -> model

@@ -1,7 +1,7 @@
 """What a firing rule shows a person: its evidence and its rendered actions (pure).
 
 :func:`rule_evidence` turns a rule's leaves into observations (value vs threshold / baseline / other
-signal, see :func:`streams.condition_eval.observations`) and adds the rule's context signals, with the
+signal, see :func:`tailhound.streams.condition_eval.observations`) and adds the rule's context signals, with the
 load of the window next to any latency percentile; :func:`render_action` fills an action template.
 """
 

@@ -245,8 +245,3 @@ def _clean(x: float) -> float:
 def _compact(x: float) -> float | int:
     """JSON-friendly: integral values as ints (``57`` instead of ``57.0``)."""
     return int(x) if x.is_integer() and abs(x) < 2**53 else x
-
-
-# LatencyWindow and Interval live in streams.latency_window (which builds on this module); importable from
-# here as before.
-from .latency_window import Interval, LatencyWindow  # noqa: E402, F401

@@ -1,7 +1,7 @@
 """Windowed latency percentiles and token means per engine, model and fleet, from histogram deltas (pure).
 
 :class:`LatencyTracker` feeds every histogram sample of a snapshot that the catalog maps to a
-``latency.*`` or ``tokens.*`` histogram signal into a :class:`~streams.histograms.LatencyWindow` per
+``latency.*`` or ``tokens.*`` histogram signal into a :class:`~tailhound.streams.latency_window.LatencyWindow` per
 series (signal, node, engine) and derives, for the window ending at ``now`` (event time):
 
 - ``<signal>.p50``, ``<signal>.p95``, ``<signal>.p99`` for ``latency.*`` signals (ttft, itl, tpot,
@@ -15,9 +15,9 @@ series (signal, node, engine) and derives, for the window ending at ``now`` (eve
 
 - ``engine``: one series; the entity is ``<node>/<engine>`` because engine ids (vLLM's ``engine``
   label, else the scrape's ``instance``) repeat on every node. :meth:`LatencyTracker.engine_values`
-  gives one node's engines with the bare catalog entity, the shape :func:`streams.signals.extract`
+  gives one node's engines with the bare catalog entity, the shape :func:`tailhound.streams.signals.extract`
   returns, for the per-node evaluator;
-- ``model``: every engine serving a model, merged (:func:`streams.histograms.merge`); the model is
+- ``model``: every engine serving a model, merged (:func:`tailhound.streams.histograms.merge`); the model is
   the sample's ``model_name`` label, else the snapshot's ``model_name``, else the snapshot's
   ``model`` label. Engines without any of these count in the fleet only;
 - ``fleet``: every engine, entity ``""``.

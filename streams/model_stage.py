@@ -19,7 +19,7 @@ whole fleet (node ``fleet``):
   bandwidth, KV cache, ...), so a model-scope rule can leave a queue that one sick node explains to
   that node's incident (cross-node correlation: the node's cause explains the model's symptom).
 
-The synthetic snapshots go through the same :class:`streams.processor.SnapshotProcessor` as nodes,
+The synthetic snapshots go through the same :class:`tailhound.streams.processor.SnapshotProcessor` as nodes,
 with the rules whose scope is ``model`` or ``fleet``; their incidents are scoped to the model (or the
 fleet), not to a node. Closing buckets by per-node progress keeps the result independent of how
 partitions interleave once every node has reported, so replay and the worker agree. A node the

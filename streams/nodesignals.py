@@ -19,21 +19,12 @@ from typing import NamedTuple
 from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
 
-from .signals import DERIVED_SIGNALS, SignalValues, add_flags_and_ratios, add_ratio
+from .signals import DERIVED_SIGNALS, RATE_RATIOS, SignalValues, add_flags_and_ratios, add_ratio
 
 #: A value is current for this many collection intervals (at least MIN_AGE_S).
 STALE_INTERVALS = 3.0
 MIN_AGE_S = 60.0
 DEFAULT_AGE_S = 120.0
-
-#: Ratios of two counter rates (numerator, denominator), computed on the merged view.
-RATE_RATIOS: dict[str, tuple[str, str]] = {
-    "net.tcp_retrans_ratio": ("net.tcp_retrans_segs.rate", "net.tcp_out_segs.rate"),
-    "engine.prefix_cache_hit_ratio": ("engine.prefix_cache_hits.rate", "engine.prefix_cache_queries.rate"),
-    "net.connect_failure_rate_ratio": ("net.connect_failures.rate", "net.connect_attempts.rate"),
-    "engine.http_rejection_ratio": ("engine.http_rejections.rate", "engine.http_requests.rate"),
-}
-
 
 def counter_rates(snapshot: Snapshot, catalog: Catalog) -> SignalValues:
     """``<counter signal>.rate`` per entity: the snapshot's deltas over (prev_ts, ts], summed over the

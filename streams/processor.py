@@ -54,16 +54,16 @@ _NOTHING_DECIDED: tuple = ((), (), ())
 
 
 class SnapshotProcessor:
-    """Keeps each node's latest values in memory (see :mod:`streams.nodesignals`) next to the
+    """Keeps each node's latest values in memory (see :mod:`tailhound.streams.nodesignals`) next to the
     persisted state the caller stores."""
 
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
                  models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
-        #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see streams.loadmodel
+        #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see tailhound.streams.loadmodel
         self.models = models or {}
-        #: per-model service levels (settings.streams.ttft_p99_sla_s ...), see streams.evaluator
+        #: per-model service levels (settings.streams.ttft_p99_sla_s ...), see tailhound.streams.evaluator
         self.sla = sla
         self._latest: dict[str, LatestValues] = {}
         self._states: dict[str, NodeState] = {}

@@ -2,10 +2,10 @@
 
 ``tailhound replay RECORDING.jsonl [--rules rules/] --out incidents.jsonl`` reads the recording
 (docs/recording-format.md), turns every line into a snapshot with the agent's own pipeline
-(:class:`agents.pipeline.SnapshotBuilder`), and runs each snapshot through
-:class:`streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
+(:class:`tailhound.agents.pipeline.SnapshotBuilder`), and runs each snapshot through
+:class:`tailhound.streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
 memory instead of a changelogged table; engine snapshots also feed the model stage
-(:mod:`streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does.
+(:mod:`tailhound.streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does.
 The output is one ``IncidentEvent`` JSON object per line, in
 the order the events happened; the same recording and rules always give the same bytes.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from agents.pipeline import SnapshotBuilder
+from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.incident import IncidentEvent
 from tailhound.recording import ScrapeRecord, read_records
 

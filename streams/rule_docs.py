@@ -3,8 +3,6 @@ it, the evidence they look at and the actions they suggest (generated: ``tailhou
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tailhound.vocabulary import ROOT_CAUSES
 
 from .conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
@@ -87,13 +85,3 @@ def render_root_causes(rules: RuleSet) -> str:
             out.extend(_rule_block(r))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
-
-
-def write_root_causes(rules: RuleSet, path: Path) -> bool:
-    """Write the file; True if it changed."""
-    text = render_root_causes(rules)
-    old = path.read_text(encoding="utf-8") if path.exists() else None
-    if old != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return old != text

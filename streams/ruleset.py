@@ -28,12 +28,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from tailhound.catalog import Catalog, default_catalog
+from tailhound.durations import parse_duration
 from tailhound.errors import RuleFileError
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 from tailhound.yamlfile import line_of as _line_of
 
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
-from .durations import parse_duration
 from .signals import signal_per
 
 __all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
@@ -159,7 +159,7 @@ class RuleSet(BaseModel):
 
     @cached_property
     def plan_cache(self) -> dict:
-        """The rules compiled per catalog (:func:`streams.rule_plan.plans_for`); filled on first use."""
+        """The rules compiled per catalog (:func:`tailhound.streams.rule_plan.plans_for`); filled on first use."""
         return {}
 
     @cached_property

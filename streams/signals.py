@@ -9,6 +9,7 @@ Derived signals (ratios of two catalog signals of the same entity) are added aft
 from __future__ import annotations
 
 from tailhound.catalog import Catalog, default_catalog
+from tailhound.catalog.clock_events import CLOCK_EVENT_REASONS, THERMAL_REASONS_MASK  # noqa: F401
 from tailhound.snapshot import Snapshot
 
 SignalValues = dict[str, dict[str, float]]
@@ -18,19 +19,6 @@ DERIVED_SIGNALS: dict[str, tuple[str, tuple[str, str]]] = {
     "gpu.sm_clock_ratio": ("gpu", ("gpu.sm_clock", "gpu.sm_clock_max")),
 }
 
-#: NVML clock event reason bits (nvmlClocksEventReasons), see shared/reference/nvml_calls.md.
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
-THERMAL_REASONS_MASK = 0x20 | 0x40
 
 #: Per-engine service levels from the settings (by the engine's model): signal -> settings field
 SLA_SIGNALS = {"sla.ttft_p99": "ttft_p99_sla_s"}
@@ -64,6 +52,14 @@ def signal_per(name: str, catalog: Catalog | None = None) -> tuple[str, ...] | N
 
 _PER_CACHE: dict[tuple[str, int], tuple[str, ...] | None] = {}
 
+#: Ratios of two counter rates (numerator, denominator), computed on the merged view.
+RATE_RATIOS: dict[str, tuple[str, str]] = {
+    "net.tcp_retrans_ratio": ("net.tcp_retrans_segs.rate", "net.tcp_out_segs.rate"),
+    "engine.prefix_cache_hit_ratio": ("engine.prefix_cache_hits.rate", "engine.prefix_cache_queries.rate"),
+    "net.connect_failure_rate_ratio": ("net.connect_failures.rate", "net.connect_attempts.rate"),
+    "engine.http_rejection_ratio": ("engine.http_rejections.rate", "engine.http_requests.rate"),
+}
+
 
 def _signal_per(name: str, catalog: Catalog) -> tuple[str, ...] | None:
     spec = catalog.spec(name)
@@ -75,9 +71,7 @@ def _signal_per(name: str, catalog: Catalog) -> tuple[str, ...] | None:
         return (FLAG_SIGNALS[name][0],)
     if name in SLA_SIGNALS:
         return ("engine",)
-    from .nodesignals import RATE_RATIOS  # ratios of rates: per like their numerator
-
-    if name in RATE_RATIOS:
+    if name in RATE_RATIOS:  # ratios of rates: per like their numerator
         return signal_per(RATE_RATIOS[name][0], catalog)
     base, _, suffix = name.rpartition(".")
     spec = catalog.spec(base)

@@ -27,7 +27,7 @@ app.add_typer(rules_app, name="rules")
 
 
 def _add_notifier_commands() -> None:
-    from notifier.cli import incidents_app, notifier_app, silence_app
+    from tailhound.notifier.cli import incidents_app, notifier_app, silence_app
 
     app.add_typer(notifier_app, name="notifier")
     app.add_typer(silence_app, name="silence")
@@ -91,9 +91,9 @@ def demo(
 @app.command()
 def worker(config: ConfigOpt = None) -> None:
     """Run the streams worker (Faust) until SIGINT/SIGTERM; without TAILHOUND_BROKER, on the bundled broker."""
-    from streams.app import run_worker
-    from streams.ruleset import load_rules
     from tailhound.kafka import broker_for, ensure_topics
+    from tailhound.streams.ruleset import load_rules
+    from tailhound.worker import run_worker
 
     settings = _settings(config)
     rules = load_rules(settings.rules_dir)
@@ -139,17 +139,17 @@ def simulate(
     ] = None,
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
-    from agents.simulator import FaultSpec, FleetSimulator, SimConfig
+    from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 
     sim = FleetSimulator(SimConfig(nodes=nodes, seed=seed), [FaultSpec.parse(f) for f in fault or []])
     if record is not None:
-        from agents.simulator.recording import write_recording
+        from tailhound.agents.simulator.recording import write_recording
 
         n = write_recording(sim, minutes, record)
         console.print(f"wrote {n} records to {record}")
         return
 
-    from agents.publisher import SnapshotPublisher
+    from tailhound.agents.publisher import SnapshotPublisher
     from tailhound.kafka import ensure_topics
 
     settings = _settings(config)
@@ -187,8 +187,8 @@ def agent(
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
     """Run the node agent: collect, publish one snapshot per collection (TAILHOUND_BROKER)."""
-    from agents.config import AgentConfig, load_agent_config
-    from agents.main import run_agent, run_replay
+    from tailhound.agents.config import AgentConfig, load_agent_config
+    from tailhound.agents.main import run_agent, run_replay
 
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=fmt)
@@ -210,8 +210,8 @@ def record(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: Ctrl-C).")] = None,
 ) -> None:
     """Write what the agent collects as a scrape recording (docs/recording-format.md); no broker needed."""
-    from agents.config import load_agent_config
-    from agents.main import run_record
+    from tailhound.agents.config import load_agent_config
+    from tailhound.agents.main import run_record
 
     logging.basicConfig(level="WARNING", stream=sys.stderr)
     n = asyncio.run(run_record(load_agent_config(config), out, duration_s=duration))
@@ -232,9 +232,9 @@ def replay(
     ] = None,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic)."""
-    from streams.processor import load_models
-    from streams.replay import replay_files
-    from streams.ruleset import load_rules
+    from tailhound.streams.processor import load_models
+    from tailhound.streams.replay import replay_files
+    from tailhound.streams.ruleset import load_rules
 
     settings = _settings(None)
     rs = load_rules(rules or settings.rules_dir)
@@ -250,16 +250,16 @@ def replay(
 
 @app.command()
 def schema(
-    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path("docs/schemas"),
+    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files (created with its parents).")],
     check: Annotated[bool, typer.Option("--check", help="Fail if the files differ from the models.")] = False,
 ) -> None:
-    """Write JSON Schema for the wire models (Snapshot, IncidentEvent, DeadLetter)."""
+    """Write JSON Schema for the wire models (Snapshot, IncidentEvent, DeadLetter) into --out."""
     from tailhound.schema import stale_schemas, write_schemas
 
     if check:
         stale = stale_schemas(out)
         if stale:
-            err_console.print("out of date: " + ", ".join(map(str, stale)) + " (run `tailhound schema`)")
+            err_console.print("out of date: " + ", ".join(map(str, stale)) + f" (run `tailhound schema --out {out}`)")
             raise typer.Exit(1)
         console.print("schemas up to date")
         return
@@ -267,21 +267,52 @@ def schema(
         console.print(f"wrote {p}")
 
 
-@app.command()
-def catalog(
-    out: Annotated[Path, typer.Option(help="Markdown file to write.")] = Path("docs/signals.md"),
-    check: Annotated[bool, typer.Option("--check", help="Fail if the file differs from the catalog.")] = False,
-) -> None:
-    """Write the signal catalog (tailhound/catalog/signals.yaml) as Markdown tables."""
-    from tailhound.catalog.markdown import is_stale, write_markdown
+OutFileOpt = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Markdown file to write (default: standard output).")
+]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Fail if --out differs from what would be written.")]
 
+
+def _emit_markdown(text: str, out: Path | None, check: bool, how: str) -> None:
+    """Print `text`, write it to `out`, or (--check) compare it with `out`; `how` regenerates it."""
     if check:
-        if is_stale(out):
-            err_console.print(f"out of date: {out} (run `tailhound catalog --out {out}`)")
+        if out is None:
+            raise TailhoundError("--check compares with a file: give it with --out FILE")
+        if not out.is_file() or out.read_text(encoding="utf-8") != text:
+            err_console.print(f"out of date: {out} (run `{how} --out {out}`)")
             raise typer.Exit(1)
         console.print(f"{out} up to date")
         return
-    console.print(f"wrote {write_markdown(out)}")
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    unchanged = out.is_file() and out.read_text(encoding="utf-8") == text
+    if not unchanged:
+        out.write_text(text, encoding="utf-8")
+    console.print(f"{'unchanged' if unchanged else 'wrote'} {out}")
+
+
+@app.command()
+def catalog(out: OutFileOpt = None, check: CheckOpt = False) -> None:
+    """The signal catalog (tailhound/catalog/signals.yaml) as Markdown tables."""
+    from tailhound.catalog.markdown import render_markdown
+
+    _emit_markdown(render_markdown(), out, check, "tailhound catalog")
+
+
+@app.command()
+def example(
+    name: Annotated[str | None, typer.Argument(help="Example to print; without it, the list.")] = None,
+) -> None:
+    """Print a bundled example config (start a config from it: `tailhound example agent > agent.yaml`)."""
+    from tailhound.resources import EXAMPLES, example_path
+
+    if name is None:
+        for key, (_, what) in EXAMPLES.items():
+            console.print(f"{key:22s} {what}", highlight=False)
+        return
+    sys.stdout.write(example_path(name).read_text(encoding="utf-8"))
 
 
 @rules_app.command("check")
@@ -290,7 +321,7 @@ def rules_check(
     config: ConfigOpt = None,
 ) -> None:
     """Validate rule files; errors name the file and line."""
-    from streams.ruleset import load_rules
+    from tailhound.streams.ruleset import load_rules
 
     d = directory or _settings(config).rules_dir
     rs = load_rules(d)
@@ -299,23 +330,17 @@ def rules_check(
 
 @rules_app.command("doc")
 def rules_doc(
-    out: Annotated[Path, typer.Option(help="Markdown file to write.")] = Path("docs/root-causes.md"),
-    check: Annotated[bool, typer.Option("--check", help="Fail if the file differs from the rules.")] = False,
+    directory: Annotated[Path | None, typer.Argument(help="Rules directory (default: settings.rules_dir).")] = None,
+    out: OutFileOpt = None,
+    check: CheckOpt = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Write docs/root-causes.md: each root cause with the rules, evidence and actions that name it."""
-    from streams.rule_docs import render_root_causes, write_root_causes
-    from streams.ruleset import load_rules
+    """Each root cause with the rules, evidence and actions that name it, as Markdown."""
+    from tailhound.streams.rule_docs import render_root_causes
+    from tailhound.streams.ruleset import load_rules
 
-    rs = load_rules(_settings(config).rules_dir)
-    if check:
-        if not out.exists() or out.read_text(encoding="utf-8") != render_root_causes(rs):
-            err_console.print(f"{out} is out of date (run `tailhound rules doc`)")
-            raise typer.Exit(1)
-        console.print(f"{out} up to date")
-        return
-    changed = write_root_causes(rs, out)
-    console.print(f"{'wrote' if changed else 'unchanged'} {out}")
+    rs = load_rules(directory or _settings(config).rules_dir)
+    _emit_markdown(render_root_causes(rs), out, check, "tailhound rules doc")
 
 
 baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True)
@@ -330,9 +355,9 @@ def baseline_fit(
     quantile: Annotated[float, typer.Option(help="Quantile of the regression.")] = 0.95,
 ) -> None:
     """Fit the expected `signal` for a given load (token mix, concurrency) from recordings."""
-    from streams.loadfit import training_rows
-    from streams.loadmodel import LoadModel
     from tailhound.recording import read_records
+    from tailhound.streams.loadfit import training_rows
+    from tailhound.streams.loadmodel import LoadModel
 
     def records():
         for p in recordings:

@@ -21,14 +21,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from agents.publisher import SnapshotPublisher
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from notifier.config import parse_config
-from notifier.receivers.console import ConsoleConfig, ConsoleReceiver
-from notifier.service import NotifierService
+from tailhound.agents.publisher import SnapshotPublisher
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.errors import TailhoundError
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import broker_for, ensure_topics, group_lag, make_consumer
+from tailhound.notifier.config import parse_config
+from tailhound.notifier.receivers.console import ConsoleConfig, ConsoleReceiver
+from tailhound.notifier.service import NotifierService
 from tailhound.settings import Settings, SinksSettings
 from tailhound.worker_process import WorkerProcess
 

@@ -11,7 +11,7 @@ Optional keys (readers ignore keys they do not know):
 - ``interval_s``: the collection interval, so a replay can tell a gap from a pause.
 - ``error``: the collection failed (the body is then empty); replay publishes it as a gap.
 
-The same parsing and mapping code (:mod:`agents.pipeline`) turns live scrapes and recorded lines
+The same parsing and mapping code (:mod:`tailhound.agents.pipeline`) turns live scrapes and recorded lines
 into snapshots, so record -> replay gives identical snapshots.
 """
 

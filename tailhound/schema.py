@@ -1,4 +1,5 @@
-"""JSON Schema export of the wire models (``tailhound schema``), committed under docs/schemas/."""
+"""JSON Schema export of the wire models (``tailhound schema --out DIR``); the repository keeps them in
+docs/schemas/ (``make docs``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from pydantic import BaseModel
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
-
-SCHEMA_DIR = Path("docs/schemas")
 
 WIRE_MODELS: dict[str, type[BaseModel]] = {
     "snapshot.schema.json": Snapshot,
@@ -27,7 +26,7 @@ def render(model: type[BaseModel]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
-def write_schemas(out_dir: Path = SCHEMA_DIR) -> list[Path]:
+def write_schemas(out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, model in WIRE_MODELS.items():
@@ -37,7 +36,7 @@ def write_schemas(out_dir: Path = SCHEMA_DIR) -> list[Path]:
     return written
 
 
-def stale_schemas(out_dir: Path = SCHEMA_DIR) -> list[Path]:
+def stale_schemas(out_dir: Path) -> list[Path]:
     """Committed schema files that differ from the models (empty when all match)."""
     stale = []
     for name, model in WIRE_MODELS.items():

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tailhound.errors import ConfigError
+from tailhound.resources import default_rules_dir
 
 CONFIG_ENV = "TAILHOUND_CONFIG"
-_REPO_RULES = Path(__file__).resolve().parent.parent / "rules"
 
 
 class StreamsSettings(BaseModel):
@@ -72,8 +72,8 @@ class NotifierSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    #: routing, receivers, grouping, inhibit rules, maintenance windows. None: ``./notifier.yaml`` when it
-    #: exists, else a console receiver only
+    #: routing, receivers, grouping, inhibit rules, maintenance windows. None: the bundled
+    #: ``tailhound example notifier`` (a console receiver only)
     config: Path | None = None
     #: hosts remediation webhooks may post to (``host`` or ``*.suffix``); a webhook receiver whose URL is
     #: not on this list is refused at start, so no rule or routing file alone can send data elsewhere
@@ -149,12 +149,6 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, file_secret_settings)
-
-
-def default_rules_dir() -> Path:
-    """``./rules`` when it exists, else the rule pack next to the installed package."""
-    here = Path("rules")
-    return here if here.is_dir() else _REPO_RULES
 
 
 def bootstrap_servers(url: str) -> list[str]:

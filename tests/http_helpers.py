@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from agents.render import ExpositionWriter
+from tailhound.agents.render import ExpositionWriter
 
 
 @dataclass

@@ -2,14 +2,14 @@
 
 A collector is an object with ``job`` (the recording/snapshot source name), ``interval_s`` and an
 ``async collect() -> list[ScrapeRecord | CollectedRecord]`` method: a scrape returns the exporter's text
-(:class:`ScrapeRecord`), a native collector its values in an :class:`~agents.render.ExpositionWriter`
-(:class:`~agents.collected.CollectedRecord`, rendered as text only when recorded). It raises
+(:class:`ScrapeRecord`), a native collector its values in an :class:`~tailhound.agents.render.ExpositionWriter`
+(:class:`~tailhound.agents.collected.CollectedRecord`, rendered as text only when recorded). It raises
 :class:`CollectError` when the whole collection failed, and the agent then publishes a gap for each of
 its sources: the records of ``failure_records(ts, reason)`` when the collector has that method (they
 must name the same node, job and labels as its data, so the gap lands on the right series), else one
 record on its ``node``.
-Collectors never publish: the agent runtime (:mod:`agents.runtime`) schedules them and turns their
-records into snapshots through :mod:`agents.pipeline`, the same path a replayed recording takes.
+Collectors never publish: the agent runtime (:mod:`tailhound.agents.runtime`) schedules them and turns their
+records into snapshots through :mod:`tailhound.agents.pipeline`, the same path a replayed recording takes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tailhound.errors import TailhoundError
 from tailhound.recording import ScrapeRecord
 
 if TYPE_CHECKING:
-    from agents.collected import CollectedRecord
+    from tailhound.agents.collected import CollectedRecord
 
 
 class CollectError(TailhoundError):

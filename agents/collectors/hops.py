@@ -3,7 +3,7 @@
 The supported way is the ``mtr`` binary (``mtr --json -n -c <cycles> <host>``): its helper
 ``mtr-packet`` needs ``cap_net_raw`` (distributions install it setcap or suid-root), so the agent
 itself stays unprivileged. Without mtr, when the agent may open raw ICMP sockets (root or cap_net_raw),
-the built-in IPv4 tracer (:mod:`agents.collectors.traceroute`) measures the same numbers; with neither
+the built-in IPv4 tracer (:mod:`tailhound.agents.collectors.traceroute`) measures the same numbers; with neither
 the collector reports :class:`CollectorUnavailable` and the agent turns it off.
 
 Reading the numbers (mtr semantics, ``ui/net.c``): ``Loss%`` excludes probes still in flight; loss at
@@ -26,18 +26,18 @@ import os
 import shutil
 import signal
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collected import CollectedRecord
-from agents.collectors import CollectError, CollectorUnavailable, local_node, now, unique_names
-from agents.render import ExpositionWriter
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import CollectError, CollectorUnavailable, local_node, now, unique_names
+from tailhound.agents.collectors.hop import Hop
+from tailhound.agents.collectors.traceroute import trace
+from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
 JOB = "netprobe"
-UNKNOWN_HOST = "???"
 #: At most this many mtr processes run at the same time.
 MAX_CONCURRENT_MTR = 4
 _KILL_WAIT_S = 5.0
@@ -65,25 +65,6 @@ class HopsConfig(BaseModel):
     @classmethod
     def _unique_names(cls, targets: list[HopTarget]) -> list[HopTarget]:
         return unique_names(targets)
-
-
-@dataclass(frozen=True)
-class Hop:
-    """One hop of an mtr report; times in seconds, loss as a ratio."""
-
-    number: int
-    address: str
-    loss_ratio: float
-    sent: int
-    last_s: float
-    avg_s: float
-    best_s: float
-    worst_s: float
-    stdev_s: float
-
-    @property
-    def answered(self) -> bool:
-        return self.address != UNKNOWN_HOST and self.loss_ratio < 1.0
 
 
 def _number(hub: dict[str, Any], key: str, index: int, default: float = 0.0) -> float:
@@ -223,8 +204,6 @@ class HopsCollector:
     async def _measure(self, host: str, mtr: str | None) -> list[Hop]:
         """Hops from mtr, or from the built-in raw-socket tracer when mtr is None."""
         if mtr is None:
-            from agents.collectors.traceroute import trace  # it imports Hop from this module
-
             try:
                 return await asyncio.wait_for(trace(host, self.config.cycles), self.config.timeout_s)
             except TimeoutError:

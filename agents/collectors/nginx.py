@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collected import CollectedRecord
-from agents.collectors import CollectError, now
-from agents.render import ExpositionWriter
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import CollectError, now
+from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
 JOB = "netprobe"

@@ -1,7 +1,7 @@
 """The NVML GPU collector: per-GPU health and load straight from the driver, without DCGM.
 
 Which NVML call gives which signal, and its caveats, is ``shared/reference/nvml_calls.md``; what a
-reading is and how it renders is :mod:`agents.collectors.nvml_fields`. Rules kept here:
+reading is and how it renders is :mod:`tailhound.agents.collectors.nvml_fields`. Rules kept here:
 
 - No driver (``nvmlInit`` fails, pynvml missing, no GPU) -> :class:`CollectorUnavailable`, one line.
 - Unsupported means absent, never 0: a call raising NotSupported / NoPermission / FunctionNotFound is
@@ -20,7 +20,7 @@ Threading: the collection runs in a worker thread (``asyncio.to_thread``), not i
 real hardware ``nvmlDeviceGetPcieThroughput`` samples a byte counter over 20 ms per call (2 calls per
 GPU without GPM, ~0.3 s for 8 GPUs) and calls on a failing GPU can block for seconds. With the fake pynvml
 (tests/agents/fake_pynvml.py) 8 GPUs take ~3.5 ms: ~3 ms of calls into the fake, ~0.4 ms writing ~820
-values, which the pipeline takes as they are (:mod:`agents.collected`; text only when recorded).
+values, which the pipeline takes as they are (:mod:`tailhound.agents.collected`; text only when recorded).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.collected import CollectedRecord
-from agents.collectors import CollectorUnavailable, local_node
-from agents.collectors.nvml_fields import (
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import CollectorUnavailable, local_node
+from tailhound.agents.collectors.nvml_fields import (
     FI_NVLINK_GET_STATE,
     FIELD_NAMES,
     GPM_METRICS,
@@ -51,7 +51,7 @@ from agents.collectors.nvml_fields import (
     render_gpu_up,
     text,
 )
-from agents.render import ExpositionWriter
+from tailhound.agents.render import ExpositionWriter
 
 log = logging.getLogger("tailhound.agent.nvml")
 

@@ -1,6 +1,6 @@
 """What the NVML collector reads and keeps per GPU, and how a reading is written (pure: no NVML calls).
 
-:mod:`agents.collectors.nvml` makes the NVML calls and fills a :class:`GpuReading` in NVML's own units
+:mod:`tailhound.agents.collectors.nvml` makes the NVML calls and fills a :class:`GpuReading` in NVML's own units
 (percent, bytes, mW, KB/s); :func:`render_gpu` converts to the project's units and names. Every value
 is optional: ``None`` means NVML could not tell (not supported, no permission, transient error) and the
 metric is left out -- absent, never 0.
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from agents.render import ExpositionWriter
-from streams.signals import CLOCK_EVENT_REASONS
+from tailhound.agents.render import ExpositionWriter
+from tailhound.catalog.clock_events import CLOCK_EVENT_REASONS
 
 #: Field ids (pynvml constants, repeated so the pure side needs no pynvml) and names for log lines.
 FI_NVLINK_THROUGHPUT_DATA_TX = 138

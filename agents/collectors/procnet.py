@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.collected import CollectedRecord
-from agents.collectors import CollectError, CollectorUnavailable, local_node, now
-from agents.render import ExpositionWriter
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import CollectError, CollectorUnavailable, local_node, now
+from tailhound.agents.render import ExpositionWriter
 
 JOB = "node"
 #: (protocol, field) pairs exported from /proc/net/netstat.

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.collectors import CollectError, local_node
+from tailhound.agents.collectors import CollectError, local_node
 from tailhound.recording import ScrapeRecord
 
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"

@@ -28,10 +28,17 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collected import CollectedRecord
-from agents.collectors import CollectError, now
-from agents.collectors.sse import SSEParser, SSEProtocolError, StreamTiming, analyse_stream, delta_content, percentile
-from agents.render import ExpositionWriter
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import CollectError, now
+from tailhound.agents.collectors.sse import (
+    SSEParser,
+    SSEProtocolError,
+    StreamTiming,
+    analyse_stream,
+    delta_content,
+    percentile,
+)
+from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.collected import CollectedRecord
-from agents.collectors import literal_address, local_node, now, unique_names
-from agents.render import ExpositionWriter
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors import literal_address, local_node, now, unique_names
+from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 
 JOB = "netprobe"

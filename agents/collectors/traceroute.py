@@ -25,8 +25,8 @@ import statistics
 import struct
 from dataclasses import dataclass, field
 
-from agents.collectors import CollectError, CollectorUnavailable, literal_address
-from agents.collectors.hops import UNKNOWN_HOST, Hop
+from tailhound.agents.collectors import CollectError, CollectorUnavailable, literal_address
+from tailhound.agents.collectors.hop import UNKNOWN_HOST, Hop
 
 ECHO_REPLY = 0
 DEST_UNREACHABLE = 3

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from agents.render import render_samples
+from tailhound.agents.render import render_samples
 from tailhound.recording import ScrapeRecord, write_records
 from tailhound.snapshot import Snapshot
 

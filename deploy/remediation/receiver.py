@@ -53,7 +53,7 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_BODY = 1 << 20
 
 
-# --- signature check (a copy of notifier.signing.verify) --------------------------------------------------------
+# --- signature check (a copy of tailhound.notifier.signing.verify) ------------------------------------------------
 class BadSignature(Exception):
     """The request is not from tailhound, was altered, or is outside the replay window."""
 

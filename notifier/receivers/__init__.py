@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from notifier.model import Notification, Receipt
+from tailhound.notifier.model import Notification, Receipt
 
 
 @runtime_checkable

@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from notifier.model import Notification, Receipt
 from tailhound.console import render_incident
+from tailhound.notifier.model import Notification, Receipt
 
 
 class ConsoleConfig(BaseModel):

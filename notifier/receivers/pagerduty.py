@@ -3,7 +3,7 @@
 ``opened`` and ``updated`` send ``event_action: trigger`` and ``resolved`` sends ``resolve``, all with
 ``dedup_key`` = the group id, so PagerDuty keeps one alert per group: a re-trigger with the same key is
 added to the open alert instead of paging again, and the resolve closes it. The routing key (the
-integration key of a PagerDuty service, 32 characters) comes from a :class:`~notifier.secrets.SecretRef`
+integration key of a PagerDuty service, 32 characters) comes from a :class:`~tailhound.notifier.secrets.SecretRef`
 and is never shown in errors, logs or reprs.
 
 Outcomes: 202 -> receipt ``{"dedup_key": ...}``; 400 (PagerDuty rejected the event) -> non-retryable
@@ -21,12 +21,12 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from notifier.model import Notification, Receipt
-from notifier.receivers import truncate
-from notifier.receivers.webhook import USER_AGENT, retry_after_seconds, scrub, transport_failure
-from notifier.secrets import SecretRef
 from tailhound.errors import DeliveryError
 from tailhound.incident import Evidence, IncidentEvent
+from tailhound.notifier.model import Notification, Receipt
+from tailhound.notifier.receivers import truncate
+from tailhound.notifier.receivers.webhook import USER_AGENT, retry_after_seconds, scrub, transport_failure
+from tailhound.notifier.secrets import SecretRef
 from tailhound.vocabulary import Severity
 
 log = logging.getLogger(__name__)

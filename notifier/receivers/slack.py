@@ -32,11 +32,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from notifier.model import Notification, Receipt
-from notifier.receivers import truncate
-from notifier.receivers.slack_blocks import render_message, render_reply
-from notifier.secrets import SecretRef
 from tailhound.errors import DeliveryError
+from tailhound.notifier.model import Notification, Receipt
+from tailhound.notifier.receivers import truncate
+from tailhound.notifier.receivers.slack_blocks import render_message, render_reply
+from tailhound.notifier.secrets import SecretRef
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from notifier.model import Notification
-from notifier.receivers import truncate
 from tailhound.console import format_ts
 from tailhound.incident import IncidentEvent
+from tailhound.notifier.model import Notification
+from tailhound.notifier.receivers import truncate
 from tailhound.vocabulary import ROOT_CAUSES
 
 MAX_BLOCKS = 50

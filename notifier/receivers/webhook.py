@@ -3,7 +3,7 @@
 The request body is documented in ``docs/webhooks.md`` (``schema_version`` 1): the notification's
 identity (``idempotency_key``, ``kind``, ``group_id``, ``sequence``), a ``requested_action`` derived
 from the lead incident's root cause (``scale-out``, ``drain-node``, ``reduce-batch``, ``shed-load`` or
-``investigate``) and the incidents themselves. It is signed with HMAC-SHA256 (:mod:`notifier.signing`).
+``investigate``) and the incidents themselves. It is signed with HMAC-SHA256 (:mod:`tailhound.notifier.signing`).
 
 Where a webhook may go is decided by the operator, not by rule or routing files: the receiver refuses
 a URL whose host is not in ``notifier.webhook_allowed_hosts`` (env
@@ -30,12 +30,12 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from notifier.model import Notification, Receipt
-from notifier.secrets import Secret, SecretRef
-from notifier.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_all
 from tailhound import __version__
 from tailhound.errors import ConfigError, DeliveryError
 from tailhound.incident import IncidentEvent
+from tailhound.notifier.model import Notification, Receipt
+from tailhound.notifier.secrets import Secret, SecretRef
+from tailhound.notifier.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_all
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@
 
 Intake stages (:mod:`.dedup`, :mod:`.group`) take incident events as they arrive; notify stages
 (:mod:`.inhibit`, :mod:`.silence`, :mod:`.flap`, :mod:`.route`) take the :class:`Candidate`
-notifications of groups that are due. :mod:`notifier.pipeline` assembles them; delivery (retries,
-backoff, circuit breaker, dead letters) is :mod:`notifier.deliver`.
+notifications of groups that are due. :mod:`tailhound.notifier.pipeline` assembles them; delivery (retries,
+backoff, circuit breaker, dead letters) is :mod:`tailhound.notifier.deliver`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from notifier.config import NotifierConfig
-from notifier.model import NotificationKind
-from notifier.state import GroupState, Silence
 from tailhound.incident import IncidentEvent
+from tailhound.notifier.config import NotifierConfig
+from tailhound.notifier.model import NotificationKind
+from tailhound.notifier.state import GroupState, Silence
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ once: a page if it is still firing, a resolve if it stayed resolved.
 
 from __future__ import annotations
 
-from notifier.state import GroupState
+from tailhound.notifier.state import GroupState
 
 from . import Candidate, Context
 

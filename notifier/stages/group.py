@@ -9,9 +9,9 @@ resolved keeps taking incidents of its key for ``flap.window``, so a re-fire re-
 
 from __future__ import annotations
 
-from notifier.matchers import incident_labels
-from notifier.state import GroupState
 from tailhound.incident import IncidentEvent
+from tailhound.notifier.matchers import incident_labels
+from tailhound.notifier.state import GroupState
 
 from . import Context
 

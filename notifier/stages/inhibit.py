@@ -9,7 +9,7 @@ Only firing notifications are filtered: the resolve of something that was paged 
 
 from __future__ import annotations
 
-from notifier.matchers import incident_labels, matches_all
+from tailhound.notifier.matchers import incident_labels, matches_all
 
 from . import Candidate, Context
 

@@ -9,8 +9,8 @@ resolve reaches wherever the page went even if the routes changed in between.
 
 from __future__ import annotations
 
-from notifier.config import Route
-from notifier.matchers import incident_labels, matches_all
+from tailhound.notifier.config import Route
+from tailhound.notifier.matchers import incident_labels, matches_all
 
 from . import Candidate, Context
 

@@ -7,7 +7,7 @@ is expired the page goes out if the incident still fires. Resolves of what was p
 
 from __future__ import annotations
 
-from notifier.matchers import incident_labels
+from tailhound.notifier.matchers import incident_labels
 
 from . import Candidate, Context
 

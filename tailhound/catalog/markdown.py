@@ -15,8 +15,6 @@ from pathlib import Path
 from tailhound.catalog import Catalog, SignalSpec, SourceMetric, default_catalog
 from tailhound.recording import JOBS
 
-DOC_PATH = Path("docs/signals.md")
-
 #: What each source (recording job = snapshot ``source``) is; unknown sources are listed without one.
 SOURCE_INFO: dict[str, str] = {
     "vllm": "vLLM's `/metrics` (scrape job `vllm`); V1 and V0 metric names.",
@@ -186,12 +184,12 @@ Rules may also name these; their entity is the one of the signal they come from.
 """
 
 
-def write_markdown(path: Path = DOC_PATH, catalog: Catalog | None = None) -> Path:
+def write_markdown(path: Path, catalog: Catalog | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_markdown(catalog), encoding="utf-8")
     return path
 
 
-def is_stale(path: Path = DOC_PATH, catalog: Catalog | None = None) -> bool:
+def is_stale(path: Path, catalog: Catalog | None = None) -> bool:
     """True when `path` is missing or differs from what the catalog renders."""
     return not path.is_file() or path.read_text(encoding="utf-8") != render_markdown(catalog)

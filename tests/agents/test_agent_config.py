@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import AgentConfig, load_agent_config, parse_agent_config
-from agents.runtime import build_collectors
+from tailhound.agents.config import AgentConfig, load_agent_config, parse_agent_config
+from tailhound.agents.runtime import build_collectors
 from tailhound.errors import ConfigFileError
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "deploy" / "agent.example.yaml"
+EXAMPLE = ROOT / "tailhound" / "examples" / "agent.yaml"
 
 
 @pytest.fixture
@@ -119,14 +119,14 @@ def test_invalid_value_names_its_line():
 
 
 def test_docs_embed_the_example_and_mention_every_key():
-    from agents.collectors.hops import HopsConfig, HopTarget
-    from agents.collectors.nginx import NginxConfig
-    from agents.collectors.nvml import NvmlConfig
-    from agents.collectors.procnet import ProcNetConfig
-    from agents.collectors.scrape import ScrapeTarget
-    from agents.collectors.streamprobe import StreamProbeConfig
-    from agents.collectors.tcpconnect import TcpConnectConfig, TcpTarget
-    from agents.config import OutboxConfig, PublishConfig
+    from tailhound.agents.collectors.hops import HopsConfig, HopTarget
+    from tailhound.agents.collectors.nginx import NginxConfig
+    from tailhound.agents.collectors.nvml import NvmlConfig
+    from tailhound.agents.collectors.procnet import ProcNetConfig
+    from tailhound.agents.collectors.scrape import ScrapeTarget
+    from tailhound.agents.collectors.streamprobe import StreamProbeConfig
+    from tailhound.agents.collectors.tcpconnect import TcpConnectConfig, TcpTarget
+    from tailhound.agents.config import OutboxConfig, PublishConfig
 
     doc = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
     assert "```yaml\n" + EXAMPLE.read_text(encoding="utf-8") + "```" in doc, "docs/agent.md: copy the example"
@@ -140,7 +140,7 @@ def test_docs_embed_the_example_and_mention_every_key():
 def test_recording_format_example_lines_replay(tmp_path):
     import re
 
-    from agents.pipeline import SnapshotBuilder
+    from tailhound.agents.pipeline import SnapshotBuilder
     from tailhound.recording import read_records
 
     doc = (ROOT / "docs" / "recording-format.md").read_text(encoding="utf-8")

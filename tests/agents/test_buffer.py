@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.buffer import Message, Outbox
+from tailhound.agents.buffer import Message, Outbox
 
 
 def msgs(*values: int) -> list[Message]:

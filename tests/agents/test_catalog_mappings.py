@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.pipeline import SnapshotBuilder
-from streams.signals import extract
+from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.errors import ConfigError
 from tailhound.recording import ScrapeRecord
+from tailhound.streams.signals import extract
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from agents import wire
-from agents.collected import CollectedRecord
-from agents.collectors.hops import HopsCollector, HopsConfig
-from agents.collectors.nginx import NginxCollector, NginxConfig
-from agents.collectors.nvml import NvmlCollector, NvmlConfig
-from agents.collectors.procnet import ProcNetCollector, ProcNetConfig
-from agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
-from agents.collectors.tcpconnect import TcpConnectCollector, TcpConnectConfig
-from agents.config import AgentConfig
-from agents.exposition import parse_exposition, to_samples
-from agents.pipeline import SnapshotBuilder
-from agents.render import ExpositionWriter
-from agents.runtime import Agent
+from tailhound.agents import wire
+from tailhound.agents.collected import CollectedRecord
+from tailhound.agents.collectors.hops import HopsCollector, HopsConfig
+from tailhound.agents.collectors.nginx import NginxCollector, NginxConfig
+from tailhound.agents.collectors.nvml import NvmlCollector, NvmlConfig
+from tailhound.agents.collectors.procnet import ProcNetCollector, ProcNetConfig
+from tailhound.agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
+from tailhound.agents.collectors.tcpconnect import TcpConnectCollector, TcpConnectConfig
+from tailhound.agents.config import AgentConfig
+from tailhound.agents.exposition import parse_exposition, to_samples
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.render import ExpositionWriter
+from tailhound.agents.runtime import Agent
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import CounterSample, GaugeSample, Snapshot
 from tests.agents.fake_pynvml import FakeNvml
@@ -248,7 +248,7 @@ def test_add_rows_is_the_same_as_one_call_per_value():
 
 
 async def test_encode_snapshot_is_byte_identical_to_pydantic(monkeypatch):
-    from agents.wire import encode_snapshot
+    from tailhound.agents.wire import encode_snapshot
     from tests.http_helpers import FakeVllm
 
     FakeNvml.fleet().install(monkeypatch)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from agents.exposition import ExpositionError, parse_exposition, to_samples
+from tailhound.agents.exposition import ExpositionError, parse_exposition, to_samples
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DCGM_NOT_SUPPORTED = 9.0e18  # dcgm-exporter prints NOT_SUPPORTED sentinels around 9.22e18

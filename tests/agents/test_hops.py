@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.collectors import CollectError, Collector, CollectorUnavailable
-from agents.collectors import hops as hops_module
-from agents.collectors.hops import (
+from tailhound.agents.collectors import CollectError, Collector, CollectorUnavailable
+from tailhound.agents.collectors import hops as hops_module
+from tailhound.agents.collectors.hops import (
     HopsCollector,
     HopsConfig,
     HopTarget,
@@ -18,7 +18,7 @@ from agents.collectors.hops import (
     render_hops,
     route_signature,
 )
-from agents.exposition import parse_exposition, to_samples
+from tailhound.agents.exposition import parse_exposition, to_samples
 
 pytestmark = pytest.mark.timeout(60)
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -7,9 +7,9 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
-from agents.collectors import CollectError, Collector
-from agents.collectors.nginx import NginxCollector, NginxConfig, parse_stub_status, render_stub_status
-from agents.exposition import parse_exposition, to_samples
+from tailhound.agents.collectors import CollectError, Collector
+from tailhound.agents.collectors.nginx import NginxCollector, NginxConfig, parse_stub_status, render_stub_status
+from tailhound.agents.exposition import parse_exposition, to_samples
 
 pytestmark = pytest.mark.timeout(60)
 # Exactly what ngx_http_stub_status_module prints (a space before every newline but the header's).

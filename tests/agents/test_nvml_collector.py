@@ -5,9 +5,9 @@ import logging
 import pynvml
 import pytest
 
-from agents.collectors import Collector, CollectorUnavailable
-from agents.collectors.nvml import NvmlCollector, NvmlConfig
-from agents.collectors.nvml_fields import (
+from tailhound.agents.collectors import Collector, CollectorUnavailable
+from tailhound.agents.collectors.nvml import NvmlCollector, NvmlConfig
+from tailhound.agents.collectors.nvml_fields import (
     FI_NVLINK_GET_SPEED,
     FI_NVLINK_THROUGHPUT_DATA_TX,
     GpuInfo,
@@ -16,10 +16,10 @@ from agents.collectors.nvml_fields import (
     apply_nvlink_fields,
     render_gpu,
 )
-from agents.exposition import parse_exposition, to_samples
-from agents.render import ExpositionWriter
-from streams.signals import extract
+from tailhound.agents.exposition import parse_exposition, to_samples
+from tailhound.agents.render import ExpositionWriter
 from tailhound.snapshot import Snapshot
+from tailhound.streams.signals import extract
 from tests.agents.fake_pynvml import FakeNvml
 
 NODE = "gpu-node-1"
@@ -319,7 +319,7 @@ async def test_nvlink_state_per_link_without_the_field_or_for_a_sleeping_link(fa
 
 
 def test_field_values_read_in_bulk_equal_element_by_element():
-    from agents.collectors.nvml_fields import field_value, read_field_values
+    from tailhound.agents.collectors.nvml_fields import field_value, read_field_values
 
     values = (pynvml.c_nvmlFieldValue_t * 5)()
     for i, (vtype, member, value) in enumerate([(0, "dVal", 2.5), (1, "uiVal", 26_562), (3, "ullVal", 2**40 + 7),

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from agents.exposition import parse_exposition, to_samples
-from streams.replay import replay_files
-from streams.ruleset import load_rules
-from streams.signals import extract
+from tailhound.agents.exposition import parse_exposition, to_samples
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
+from tailhound.streams.replay import replay_files
+from tailhound.streams.ruleset import load_rules
+from tailhound.streams.signals import extract
 
 RECORDING = Path(__file__).parent / "fixtures" / "h200_nvml_recording.jsonl"
 RULES = Path(__file__).parents[2] / "rules"

@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.collectors import CollectError, Collector, CollectorUnavailable
-from agents.collectors.procnet import ProcNetCollector, ProcNetConfig, parse_netstat, parse_sockstat, render_procnet
-from agents.exposition import parse_exposition, to_samples
+from tailhound.agents.collectors import CollectError, Collector, CollectorUnavailable
+from tailhound.agents.collectors.procnet import (
+    ProcNetCollector,
+    ProcNetConfig,
+    parse_netstat,
+    parse_sockstat,
+    render_procnet,
+)
+from tailhound.agents.exposition import parse_exposition, to_samples
 
 pytestmark = pytest.mark.timeout(60)
 FIXTURES = Path(__file__).parent / "fixtures"

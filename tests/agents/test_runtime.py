@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agents.collectors import CollectError, CollectorUnavailable
-from agents.collectors.nvml import NvmlCollector, NvmlConfig
-from agents.collectors.procnet import ProcNetCollector, ProcNetConfig
-from agents.collectors.scrape import ScrapeCollector, ScrapeTarget
-from agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
-from agents.config import AgentConfig
-from agents.render import ExpositionWriter
-from agents.runtime import Agent, replay
+from tailhound.agents.collectors import CollectError, CollectorUnavailable
+from tailhound.agents.collectors.nvml import NvmlCollector, NvmlConfig
+from tailhound.agents.collectors.procnet import ProcNetCollector, ProcNetConfig
+from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
+from tailhound.agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
+from tailhound.agents.config import AgentConfig
+from tailhound.agents.render import ExpositionWriter
+from tailhound.agents.runtime import Agent, replay
 from tailhound.recording import ScrapeRecord, read_records
 from tests.agents.fake_pynvml import FakeNvml
 from tests.agents.sse_servers import ServerSpec, serve
@@ -118,8 +118,8 @@ def source_key(rec: ScrapeRecord) -> tuple:
 
 
 async def test_failure_records_land_on_the_same_sources_as_data():
-    from agents.collectors.nginx import NginxCollector, NginxConfig
-    from agents.collectors.tcpconnect import TcpConnectCollector, TcpConnectConfig
+    from tailhound.agents.collectors.nginx import NginxCollector, NginxConfig
+    from tailhound.agents.collectors.tcpconnect import TcpConnectCollector, TcpConnectConfig
     from tests.agents.sse_servers import closed_port_url
 
     port = int(closed_port_url().rsplit(":", 1)[1])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.collectors import CollectError
-from agents.collectors.scrape import ScrapeCollector, ScrapeTarget, target_node
-from agents.pipeline import SnapshotBuilder
+from tailhound.agents.collectors import CollectError
+from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget, target_node
+from tailhound.agents.pipeline import SnapshotBuilder
 from tests.http_helpers import FakeVllm, serve_metrics
 
 

@@ -6,9 +6,9 @@ import asyncio
 
 import cramjam
 
-from agents.buffer import Outbox
-from agents.metrics import AgentMetrics
-from agents.sender import SnapshotSender, use_lz4_level
+from tailhound.agents.buffer import Outbox
+from tailhound.agents.metrics import AgentMetrics
+from tailhound.agents.sender import SnapshotSender, use_lz4_level
 from tailhound.settings import Settings
 from tailhound.snapshot import GaugeSample, Snapshot
 

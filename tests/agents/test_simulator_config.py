@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.simulator import FAULT_NAMES, FaultSpec, FleetSimulator, SimConfig, parse_duration
+from tailhound.agents.simulator import FAULT_NAMES, FaultSpec, FleetSimulator, SimConfig, parse_duration
 
 
 def test_fault_names_cover_the_documented_faults() -> None:

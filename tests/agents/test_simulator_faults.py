@@ -7,8 +7,8 @@ from functools import cache
 
 import pytest
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.timeseries import Tick, deltas, histograms, interval_means, snapshot_of, values
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.timeseries import Tick, deltas, histograms, interval_means, snapshot_of, values
 
 N1, N2 = "gpu-node-1", "gpu-node-2"
 START_K, END_K = 40, 100  # default window of the per-fault runs: 10 min -> 25 min (ticks of 15 s)

@@ -7,8 +7,8 @@ from collections import defaultdict
 
 import pytest
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.timeseries import Tick, histograms, interval_means, values
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.timeseries import Tick, histograms, interval_means, values
 from tailhound.snapshot import CounterSample, HistogramSample, Snapshot
 
 HOUR = 3600.0

@@ -10,14 +10,14 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from agents.exposition import parse_exposition, to_samples
-from agents.pipeline import SnapshotBuilder
-from agents.simulator import FleetSimulator, SimConfig
-from agents.simulator.recording import snapshot_to_record, write_recording
-from streams.signals import extract
+from tailhound.agents.exposition import parse_exposition, to_samples
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.simulator import FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import snapshot_to_record, write_recording
 from tailhound.cli import app
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
+from tailhound.streams.signals import extract
 
 NODES, MINUTES = 2, 10
 

@@ -8,10 +8,10 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from agents.collectors import CollectError
-from agents.collectors.sse import SSEParser, SSEProtocolError, analyse_stream, delta_content, percentile
-from agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
-from agents.exposition import parse_exposition, to_samples
+from tailhound.agents.collectors import CollectError
+from tailhound.agents.collectors.sse import SSEParser, SSEProtocolError, analyse_stream, delta_content, percentile
+from tailhound.agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
+from tailhound.agents.exposition import parse_exposition, to_samples
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import HistogramSample
 from tests.agents.sse_servers import ServerSpec, closed_port_url, serve, sse_events

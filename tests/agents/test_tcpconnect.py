@@ -8,8 +8,8 @@ import socket
 import pytest
 from pydantic import ValidationError
 
-from agents.collectors import Collector
-from agents.collectors.tcpconnect import (
+from tailhound.agents.collectors import Collector
+from tailhound.agents.collectors.tcpconnect import (
     CONNECT_BUCKETS,
     ConnectOutcome,
     ConnectTotals,
@@ -19,7 +19,7 @@ from agents.collectors.tcpconnect import (
     classify_connect_error,
     render_target,
 )
-from agents.exposition import parse_exposition, to_samples
+from tailhound.agents.exposition import parse_exposition, to_samples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -189,7 +189,7 @@ async def test_full_accept_queue_times_out():
 
 
 def test_ip_literals_are_not_resolved_through_the_thread_pool():
-    from agents.collectors import literal_address
+    from tailhound.agents.collectors import literal_address
 
     assert literal_address("127.0.0.1") == (socket.AF_INET, "127.0.0.1")
     assert literal_address("::1") == (socket.AF_INET6, "::1")
@@ -198,7 +198,7 @@ def test_ip_literals_are_not_resolved_through_the_thread_pool():
 
 
 async def test_a_literal_target_skips_getaddrinfo(monkeypatch, server_port):
-    from agents.collectors.tcpconnect import resolve_address
+    from tailhound.agents.collectors.tcpconnect import resolve_address
 
     async def no_dns(*args, **kwargs):
         raise AssertionError("getaddrinfo must not run for an IP literal")

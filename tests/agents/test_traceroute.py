@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from agents.collectors import CollectError, CollectorUnavailable
-from agents.collectors import traceroute as tr
-from agents.collectors.traceroute import (
+from tailhound.agents.collectors import CollectError, CollectorUnavailable
+from tailhound.agents.collectors import traceroute as tr
+from tailhound.agents.collectors.traceroute import (
     DEST_UNREACHABLE,
     ECHO_REPLY,
     ECHO_REQUEST,

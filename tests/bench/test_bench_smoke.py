@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.config import parse_agent_config
-from agents.runtime import build_collectors
 from bench import parse_speed
 from bench.endpoints import agent_yaml
+from tailhound.agents.config import parse_agent_config
+from tailhound.agents.runtime import build_collectors
 
 
 def test_parse_speed_runs_and_reports():

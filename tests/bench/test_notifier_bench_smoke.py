@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import iter_records
 from bench import notifier_lag, notifier_noise
 from bench.__main__ import parse_args
-from streams.processor import MemoryStateStore
-from streams.ruleset import load_rules
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
+from tailhound.streams.processor import MemoryStateStore
+from tailhound.streams.ruleset import load_rules
 
 
 def test_notifier_sections_can_run_alone():

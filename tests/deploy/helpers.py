@@ -13,8 +13,8 @@ from pathlib import Path
 import typer
 from pydantic import BaseModel
 
-from notifier.config import NotifierConfig
-from notifier.secrets import SecretRef
+from tailhound.notifier.config import NotifierConfig
+from tailhound.notifier.secrets import SecretRef
 from tailhound.settings import CONFIG_ENV, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,8 +24,8 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 #: The notifier configs: the dev/demo default (console only) and the production example.
-NOTIFIER_DEV = ROOT / "notifier.yaml"
-NOTIFIER_EXAMPLE = ROOT / "deploy" / "notifier.example.yaml"
+NOTIFIER_DEV = ROOT / "tailhound" / "examples" / "notifier.yaml"
+NOTIFIER_EXAMPLE = ROOT / "tailhound" / "examples" / "notifier-production.yaml"
 
 #: Credentials: only ever from a Secret (k8s) or the caller's environment (compose), never literal.
 SECRET_ENV = {"TAILHOUND_SLACK_BOT_TOKEN", "TAILHOUND_PAGERDUTY_ROUTING_KEY", "TAILHOUND_WEBHOOK_SECRET"}

@@ -13,9 +13,9 @@ import httpx
 import pytest
 import yaml
 
-from notifier.config import load_config
-from notifier.service import build_receivers
 from tailhound.errors import ConfigError
+from tailhound.notifier.config import load_config
+from tailhound.notifier.service import build_receivers
 from tailhound.settings import bootstrap_servers, load_settings
 
 from .helpers import (
@@ -153,7 +153,7 @@ def test_commands_parse_with_the_real_cli(services, name):
 
 
 def test_simulator_faults_parse(services):
-    from agents.simulator import FaultSpec
+    from tailhound.agents.simulator import FaultSpec
 
     cmd = command_of(services["simulator"])
     faults = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--fault"]
@@ -225,7 +225,7 @@ def notifier_file(raw_compose: dict, shell: dict[str, str]) -> Path:
 
 
 def test_default_notifier_config_needs_no_secrets(raw_compose):
-    """A fresh checkout's `docker compose up` must start: ./notifier.yaml, console only."""
+    """A fresh checkout's `docker compose up` must start: tailhound/examples/notifier.yaml, console only."""
     path = notifier_file(raw_compose, {})
     assert path == NOTIFIER_DEV.resolve()
     cfg = load_config(path)
@@ -234,7 +234,7 @@ def test_default_notifier_config_needs_no_secrets(raw_compose):
 
 
 def test_notifier_yaml_selects_the_production_example(raw_compose):
-    path = notifier_file(raw_compose, {"NOTIFIER_YAML": "./deploy/notifier.example.yaml"})
+    path = notifier_file(raw_compose, {"NOTIFIER_YAML": "./tailhound/examples/notifier-production.yaml"})
     assert path == NOTIFIER_EXAMPLE.resolve()
     load_config(path)
 

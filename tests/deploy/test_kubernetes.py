@@ -11,8 +11,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from notifier.config import parse_config
-from notifier.service import build_receivers
+from tailhound.notifier.config import parse_config
+from tailhound.notifier.service import build_receivers
 from tailhound.settings import load_settings
 
 from .helpers import (
@@ -358,7 +358,8 @@ def test_notifier_configmap_is_the_production_example_and_loads(applied):
     _, path, cm = _notifier_mount(applied)
     text = cm["data"][path.name]
     assert text == NOTIFIER_EXAMPLE.read_text(encoding="utf-8"), (
-        "notifier-configmap.yaml drifted from deploy/notifier.example.yaml: paste the file into the ConfigMap")
+        "notifier-configmap.yaml drifted from tailhound/examples/notifier-production.yaml: "
+        "paste the file into the ConfigMap")
     cfg = parse_config(text, origin=f"notifier-configmap.yaml:{path.name}")
     assert {r.type for r in cfg.receivers} >= {"slack", "pagerduty", "webhook"}
 
@@ -431,8 +432,8 @@ def node_env(monkeypatch):
 
 def test_agent_config_is_mounted_where_the_command_reads_it_and_validates(applied, node_env):
     """The ConfigMap's agent.yaml is valid AgentConfig once NODE_NAME / NODE_IP are substituted."""
-    from agents.config import parse_agent_config
-    from agents.runtime import build_collectors
+    from tailhound.agents.config import parse_agent_config
+    from tailhound.agents.runtime import build_collectors
 
     ds = one(applied, "DaemonSet", "tailhound-agent")
     spec = ds["spec"]["template"]["spec"]

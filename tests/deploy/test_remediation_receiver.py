@@ -1,7 +1,7 @@
 """deploy/remediation/receiver.py: the example remediation endpoint against a fake Kubernetes API on loopback.
 
-Deliveries come from the real :class:`notifier.receivers.webhook.WebhookReceiver`, so these tests also
-check that the copied signature check agrees with :mod:`notifier.signing`.
+Deliveries come from the real :class:`tailhound.notifier.receivers.webhook.WebhookReceiver`, so these tests also
+check that the copied signature check agrees with :mod:`tailhound.notifier.signing`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 import pytest
 
-from notifier.receivers.webhook import WebhookConfig, WebhookReceiver, build_payload, encode_body
-from notifier.signing import sign
 from tailhound.errors import DeliveryError
+from tailhound.notifier.receivers.webhook import WebhookConfig, WebhookReceiver, build_payload, encode_body
+from tailhound.notifier.signing import sign
 from tests.notifier.factories import incident_event, notification
 
 from .helpers import ROOT

@@ -10,7 +10,7 @@ import sys
 import httpx
 import pytest
 
-from agents.runtime import replay
+from tailhound.agents.runtime import replay
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
 from tests.http_helpers import FakeVllm, serve_metrics

@@ -10,11 +10,11 @@ from collections import defaultdict
 
 import pytest
 
-from agents.collectors.scrape import ScrapeCollector, ScrapeTarget
-from agents.config import AgentConfig
-from agents.main import make_sender
-from agents.metrics import AgentMetrics
-from agents.runtime import Agent
+from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
+from tailhound.agents.config import AgentConfig
+from tailhound.agents.main import make_sender
+from tailhound.agents.metrics import AgentMetrics
+from tailhound.agents.runtime import Agent
 from tailhound.broker import EmbeddedBroker
 from tailhound.kafka import ensure_topics
 from tailhound.settings import Settings

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.main import run_replay
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import write_recording
-from streams.replay import replay_files
-from streams.ruleset import load_rules
+from tailhound.agents.main import run_replay
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import write_recording
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics
+from tailhound.streams.replay import replay_files
+from tailhound.streams.ruleset import load_rules
 from tailhound.worker_process import WorkerProcess
 from tests.kafka_helpers import consume
 

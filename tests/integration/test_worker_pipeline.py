@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from agents.publisher import SnapshotPublisher
+from tailhound.agents.publisher import SnapshotPublisher
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer

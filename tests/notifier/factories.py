@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from notifier.model import Notification
 from tailhound.incident import Evidence, IncidentEvent, Scope
+from tailhound.notifier.model import Notification
 
 T0 = 1_790_000_000.0
 

@@ -9,9 +9,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from notifier.service import read_state
 from tailhound.cli import app
 from tailhound.kafka import ensure_topics
+from tailhound.notifier.service import read_state
 
 from .factories import incident_event
 from .test_service import publish

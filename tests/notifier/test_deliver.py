@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 
-from notifier.config import Backoff, Breaker, parse_config
-from notifier.deliver import CircuitBreaker, Deliverer, backoff_s
-from notifier.pipeline import Notifier
 from tailhound.errors import DeliveryError
+from tailhound.notifier.config import Backoff, Breaker, parse_config
+from tailhound.notifier.deliver import CircuitBreaker, Deliverer, backoff_s
+from tailhound.notifier.pipeline import Notifier
 
 from .factories import T0, incident_event
 

@@ -18,16 +18,16 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from notifier import config as config_module
-from notifier.config import NotifierConfig, load_config, parse_config
-from notifier.matchers import incident_labels
-from notifier.pipeline import Notifier
-from notifier.receivers.console import ConsoleConfig
-from notifier.receivers.pagerduty import PagerDutyConfig
-from notifier.receivers.slack import SlackConfig
-from notifier.receivers.webhook import WebhookConfig
-from notifier.stages.route import receivers_for
 from tailhound.incident import IncidentEvent, Scope
+from tailhound.notifier import config as config_module
+from tailhound.notifier.config import NotifierConfig, load_config, parse_config
+from tailhound.notifier.matchers import incident_labels
+from tailhound.notifier.pipeline import Notifier
+from tailhound.notifier.receivers.console import ConsoleConfig
+from tailhound.notifier.receivers.pagerduty import PagerDutyConfig
+from tailhound.notifier.receivers.slack import SlackConfig
+from tailhound.notifier.receivers.webhook import WebhookConfig
+from tailhound.notifier.stages.route import receivers_for
 from tailhound.settings import NotifierSettings, bootstrap_servers
 from tailhound.vocabulary import ROOT_CAUSES
 from tests.deploy.helpers import SECRET_ENV, check_settings_env_name
@@ -40,8 +40,8 @@ NOTIFIER_MD = ROOT / "docs" / "notifier.md"
 TOPIC_MD = ROOT / "docs" / "incident-topic.md"
 WEBHOOKS_MD = ROOT / "docs" / "webhooks.md"
 CONSUMER = ROOT / "docs" / "examples" / "incident_consumer.py"
-EXAMPLE = ROOT / "deploy" / "notifier.example.yaml"
-DEV = ROOT / "notifier.yaml"
+EXAMPLE = ROOT / "tailhound" / "examples" / "notifier-production.yaml"
+DEV = ROOT / "tailhound" / "examples" / "notifier.yaml"
 OUR_DOCS = [NOTIFIER_MD, TOPIC_MD]
 
 

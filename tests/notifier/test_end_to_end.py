@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import random
 
-from notifier.config import parse_config
-from notifier.deliver import Deliverer
-from notifier.pipeline import Notifier
-from notifier.receivers.registry import build_receiver
+from tailhound.notifier.config import parse_config
+from tailhound.notifier.deliver import Deliverer
+from tailhound.notifier.pipeline import Notifier
+from tailhound.notifier.receivers.registry import build_receiver
 
 from .factories import T0, incident_event
 from .pagerduty_server import Fault as PdFault

@@ -8,9 +8,9 @@ from datetime import datetime
 import pytest
 from pydantic import ValidationError
 
-from notifier.receivers import Receiver
-from notifier.receivers.pagerduty import PagerDutyConfig, PagerDutyReceiver, build_event
 from tailhound.errors import ConfigError, DeliveryError
+from tailhound.notifier.receivers import Receiver
+from tailhound.notifier.receivers.pagerduty import PagerDutyConfig, PagerDutyReceiver, build_event
 
 from .factories import incident_event, notification
 from .pagerduty_server import Fault, serve_pagerduty

@@ -3,10 +3,10 @@ control, routing, and the durable state across a restart."""
 
 from __future__ import annotations
 
-from notifier.config import parse_config
-from notifier.matchers import Matcher
-from notifier.pipeline import RECHECK_S, Notifier
-from notifier.state import Silence
+from tailhound.notifier.config import parse_config
+from tailhound.notifier.matchers import Matcher
+from tailhound.notifier.pipeline import RECHECK_S, Notifier
+from tailhound.notifier.state import Silence
 
 from .factories import T0, incident_event
 

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from notifier.cli import _write_state
-from notifier.config import parse_config
-from notifier.matchers import Matcher
-from notifier.service import NotifierService, read_state
-from notifier.state import Silence
 from tailhound.kafka import ensure_topics
+from tailhound.notifier.cli import _write_state
+from tailhound.notifier.config import parse_config
+from tailhound.notifier.matchers import Matcher
+from tailhound.notifier.service import NotifierService, read_state
+from tailhound.notifier.state import Silence
 from tests.kafka_helpers import publish_incidents as publish
 
 from .factories import incident_event

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from notifier.receivers import Receiver
-from notifier.receivers.slack import ChannelPacer, SlackConfig, SlackReceiver
-from notifier.receivers.slack_blocks import escape, format_duration
 from tailhound.console import format_ts
 from tailhound.errors import ConfigError, DeliveryError
 from tailhound.incident import Evidence
+from tailhound.notifier.receivers import Receiver
+from tailhound.notifier.receivers.slack import ChannelPacer, SlackConfig, SlackReceiver
+from tailhound.notifier.receivers.slack_blocks import escape, format_duration
 from tests.notifier.factories import T0, incident_event, notification
 from tests.notifier.slack_server import TOKEN, WEBHOOK_PATH, FakeSlack, serve_slack, validate_blocks
 

@@ -13,8 +13,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from notifier.receivers import Receiver
-from notifier.receivers.webhook import (
+from tailhound import __version__
+from tailhound.errors import ConfigError, DeliveryError, TailhoundError
+from tailhound.notifier.receivers import Receiver
+from tailhound.notifier.receivers.webhook import (
     USER_AGENT,
     WebhookConfig,
     WebhookReceiver,
@@ -22,7 +24,7 @@ from notifier.receivers.webhook import (
     host_allowed,
     retry_after_seconds,
 )
-from notifier.signing import (
+from tailhound.notifier.signing import (
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -31,8 +33,6 @@ from notifier.signing import (
     sign_all,
     verify,
 )
-from tailhound import __version__
-from tailhound.errors import ConfigError, DeliveryError, TailhoundError
 
 from .factories import incident_event, notification
 from .webhook_server import Fault, serve_webhook

@@ -1,7 +1,7 @@
 """A remediation endpoint on 127.0.0.1 that verifies tailhound's webhook signatures.
 
 Every request is recorded with its raw body, headers and the verification outcome (``None`` when the
-signature checked out, else the :class:`~notifier.signing.SignatureError` text); a bad signature is
+signature checked out, else the :class:`~tailhound.notifier.signing.SignatureError` text); a bad signature is
 answered 401. ``script`` makes the next requests fail (status, ``Retry-After``, body, delay);
 ``dedup`` answers 409 to an ``Idempotency-Key`` it already processed; ``clock_skew_s`` shifts the
 server's clock to test the replay window.
@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from notifier.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, SignatureError, verify
+from tailhound.notifier.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, SignatureError, verify
 
 
 @dataclass

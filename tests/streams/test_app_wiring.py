@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import streams.app
-from streams.app import MODEL_STATE_TABLE, STATE_TABLE, create_app, make_worker, tune_gc
-from streams.codec import STATE_CODEC_NAME
-from streams.ruleset import load_rules
+import tailhound.streams.app
 from tailhound.settings import Settings
+from tailhound.streams.app import MODEL_STATE_TABLE, STATE_TABLE, create_app, make_worker, tune_gc
+from tailhound.streams.codec import STATE_CODEC_NAME
+from tailhound.streams.ruleset import load_rules
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")
 
@@ -45,7 +45,7 @@ def test_state_tables_write_json_with_the_state_codec(app):
 def test_the_worker_keeps_the_configured_log_level(app, monkeypatch):
     settings, faust_app = app
     tuned = []
-    monkeypatch.setattr(streams.app, "tune_gc", lambda: tuned.append(True))
+    monkeypatch.setattr(tailhound.streams.app, "tune_gc", lambda: tuned.append(True))
     worker = make_worker(faust_app, settings)
     assert worker.spinner is None and tuned == [True]
     logger = logging.getLogger("tailhound-test-root")
@@ -59,7 +59,7 @@ def test_tune_gc_freezes_what_exists_and_raises_the_young_threshold():
     try:
         tune_gc()
         assert gc.get_freeze_count() > 0
-        assert gc.get_threshold() == (streams.app.GC_GEN0_THRESHOLD, *before[1:])
+        assert gc.get_threshold() == (tailhound.streams.app.GC_GEN0_THRESHOLD, *before[1:])
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from streams.baseline import MAX_RAW, BaselineStore, RollingBaseline, bench_memory
+from tailhound.streams.baseline import MAX_RAW, BaselineStore, RollingBaseline, bench_memory
 
 T0 = 5_666_700 * 300.0  # bucket-aligned event time
 

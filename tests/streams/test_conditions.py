@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from streams.condition_eval import EvalContext, entities_of, holds, observations, rising, value_of
-from streams.evaluator import evaluate
-from streams.ruleset import RuleSet, parse_rule_text
 from tailhound.errors import RuleFileError
 from tailhound.snapshot import CounterSample, GaugeSample, Snapshot
+from tailhound.streams.condition_eval import EvalContext, entities_of, holds, observations, rising, value_of
+from tailhound.streams.evaluator import evaluate
+from tailhound.streams.ruleset import RuleSet, parse_rule_text
 from tests.factories import dcgm_snapshot
 
 T0 = 1_767_225_600.0
@@ -171,7 +171,7 @@ def test_rolling_baseline_learns_and_an_incident_does_not_raise_it():
 
 
 def RollingBaseline_median(state) -> float:
-    from streams.baseline import RollingBaseline
+    from tailhound.streams.baseline import RollingBaseline
 
     return RollingBaseline.from_dict(state.baselines["engine.requests_waiting|0"]).expected().median
 
@@ -197,10 +197,10 @@ def test_sla_per_model_from_settings():
 def test_latency_evidence_comes_with_the_load_of_the_window():
     from pathlib import Path
 
-    from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-    from agents.simulator.recording import iter_records
-    from streams.replay import replay_records
-    from streams.ruleset import load_rules
+    from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+    from tailhound.agents.simulator.recording import iter_records
+    from tailhound.streams.replay import replay_records
+    from tailhound.streams.ruleset import load_rules
 
     sim = FleetSimulator(SimConfig(nodes=1, seed=3), [FaultSpec.parse("kv-cache-pressure@25m+6m")])
     events = replay_records(iter_records(sim, 32), load_rules(Path(__file__).resolve().parents[2] / "rules")).events

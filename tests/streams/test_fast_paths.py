@@ -12,18 +12,18 @@ import random
 
 import pytest
 
-from agents.pipeline import SnapshotBuilder
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import iter_records
-from streams.condition_eval import EvalContext, entities_of, holds
-from streams.histograms import Histogram, histogram_quantile
-from streams.latency_window import LatencyWindow
-from streams.nodesignals import LatestValues, counter_rates, snapshot_values
-from streams.rule_plan import plans_for
-from streams.ruleset import load_rules, parse_rule_text
-from streams.signals import extract
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.snapshot import HistogramDelta
+from tailhound.streams.condition_eval import EvalContext, entities_of, holds
+from tailhound.streams.histograms import Histogram, histogram_quantile
+from tailhound.streams.latency_window import LatencyWindow
+from tailhound.streams.nodesignals import LatestValues, counter_rates, snapshot_values
+from tailhound.streams.rule_plan import plans_for
+from tailhound.streams.ruleset import load_rules, parse_rule_text
+from tailhound.streams.signals import extract
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def _reference_quantile(q, le, counts, count):
     import math
     from bisect import bisect_left
 
-    from streams.histograms import ensure_monotonic
+    from tailhound.streams.histograms import ensure_monotonic
 
     pairs = sorted(zip((float(b) for b in le), (float(c) for c in counts), strict=True), key=lambda p: p[0])
     pairs.append((math.inf, float(count)))

@@ -5,20 +5,20 @@ import math
 
 import pytest
 
-from agents.pipeline import SnapshotBuilder
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.histogram import TTFT_BUCKETS
-from agents.simulator.recording import snapshot_to_record
-from streams.histograms import (
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.histogram import TTFT_BUCKETS
+from tailhound.agents.simulator.recording import snapshot_to_record
+from tailhound.snapshot import HistogramDelta, HistogramSample, Snapshot
+from tailhound.streams.histograms import (
     Histogram,
-    LatencyWindow,
     cumulative_at,
     ensure_monotonic,
     histogram_quantile,
     merge,
 )
-from streams.latency import LatencyTracker
-from tailhound.snapshot import HistogramDelta, HistogramSample, Snapshot
+from tailhound.streams.latency import LatencyTracker
+from tailhound.streams.latency_window import LatencyWindow
 
 INF = math.inf
 T0 = 1_767_225_600.0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import iter_records
-from streams.loadfit import training_rows
-from streams.loadmodel import LoadModel
-from streams.processor import load_models
-from streams.replay import replay_records
-from streams.ruleset import RuleSet, parse_rule_text
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
+from tailhound.streams.loadfit import training_rows
+from tailhound.streams.loadmodel import LoadModel
+from tailhound.streams.processor import load_models
+from tailhound.streams.replay import replay_records
+from tailhound.streams.ruleset import RuleSet, parse_rule_text
 
 RULE = """\
 groups:

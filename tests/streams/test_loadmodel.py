@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_pinball_loss
 
-from streams.baseline import RollingBaseline
-from streams.loadmodel import FEATURES, LoadModel, WindowFeatures, expected_for
 from tailhound.errors import ConfigError
+from tailhound.streams.baseline import RollingBaseline
+from tailhound.streams.loadmodel import FEATURES, LoadModel, WindowFeatures, expected_for
 
 NOISE = 0.15  # exponential multiplicative noise: P95 = base * (1 + NOISE * ln 20)
 

@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from agents.simulator.recording import write_recording
-from streams.replay import replay_files
-from streams.ruleset import load_rules
+from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import write_recording
 from tailhound.incident import IncidentEvent
+from tailhound.streams.replay import replay_files
+from tailhound.streams.ruleset import load_rules
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 

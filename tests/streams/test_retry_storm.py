@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.render import ExpositionWriter
-from streams.replay import replay_records
-from streams.ruleset import load_rules
+from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
+from tailhound.streams.replay import replay_records
+from tailhound.streams.ruleset import load_rules
 
 T0 = 1_767_225_600.0
 LE = [1.0, 5.0, 10.0, 15.0, 20.0, 30.0]

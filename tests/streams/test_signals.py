@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from streams.signals import decode_clock_event_reasons, extract
+from tailhound.streams.signals import decode_clock_event_reasons, extract
 from tests.factories import dcgm_snapshot
 
 

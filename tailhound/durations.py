@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -20,3 +22,7 @@ def parse_duration(v: Any) -> float:
     if not m:
         raise ValueError(f"invalid duration {v!r}: use a number of seconds or 30s, 5m, 1h")
     return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+#: a pydantic field type that takes any of the spellings above and holds seconds
+Duration = Annotated[float, BeforeValidator(parse_duration)]
