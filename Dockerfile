@@ -16,7 +16,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
-# The whole (.dockerignore-filtered) context: pyproject.toml, its readme and the packages it lists.
+# The whole (.dockerignore-filtered) context: pyproject.toml, its readme and license, and the folders its
+# package-dir maps into the tailhound namespace (tailhound/, agents/, streams/, notifier/, rules/).
 COPY . /src
 RUN /opt/venv/bin/pip install /src
 
@@ -29,7 +30,6 @@ LABEL org.opencontainers.image.title="tailhound" \
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    TAILHOUND_RULES_DIR=/app/rules \
     TAILHOUND_STREAMS__DATA_DIR=/var/lib/tailhound/streams
 
 # Fixed numeric UID/GID so Kubernetes can verify runAsNonRoot without a runAsUser override.
@@ -41,8 +41,8 @@ RUN groupadd --system --gid 10001 tailhound \
 
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
-# The bundled rule pack; mount a directory over /app/rules (or set TAILHOUND_RULES_DIR) to replace it.
-COPY rules/ /app/rules/
+# The default rule pack and example configs ship inside the package (tailhound/rules, tailhound/examples);
+# to use your own rules, mount a directory and point TAILHOUND_RULES_DIR at it.
 
 USER 10001:10001
 # Node agent /metrics (tailhound agent); the worker listens on nothing.

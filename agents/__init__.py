@@ -4,3 +4,6 @@
 - :mod:`tailhound.agents.simulator` is a deterministic fleet simulator used by the demo, scenario tests and
   benchmarks.
 """
+
+if __name__ != "tailhound.agents":  # the folder is mapped into the namespace (pyproject.toml, package-dir)
+    raise ImportError(f"import tailhound.agents, not {__name__}: this folder is the tailhound.agents package")

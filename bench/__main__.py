@@ -2,7 +2,7 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise),
+notify-noise, startup),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -15,7 +15,7 @@ import platform
 
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
-SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise")
+SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup")
 
 
 def machine() -> str:
@@ -77,6 +77,11 @@ def main(argv: list[str] | None = None) -> None:
         print("\n## Notifier: noise reduction on the scenario suite\n")
         names = ["thermal-throttle"] if quick else None
         print(notifier_noise.report(notifier_noise.run(names)))
+    if "startup" in args.sections:
+        from bench import worker_start
+
+        print("\n## Worker start-up\n")
+        print(worker_start.report(worker_start.run(reps=2 if quick else 7)))
 
 
 if __name__ == "__main__":

@@ -7,3 +7,6 @@ Where things are:
   incident topic, console), each with its config model beside it;
 - :mod:`tailhound.notifier.secrets` - tokens, routing keys and signing secrets come from env or files only.
 """
+
+if __name__ != "tailhound.notifier":  # the folder is mapped into the namespace (pyproject.toml, package-dir)
+    raise ImportError(f"import tailhound.notifier, not {__name__}: this folder is the tailhound.notifier package")

@@ -4,6 +4,9 @@ One model per signal (``latency.ttft.p95``, ``latency.tpot.p95``) predicts the w
 window's load: mean prompt and generated tokens per request, mean running and waiting requests, and
 the request rate (:class:`WindowFeatures`).
 
+Fitting imports numpy and scikit-learn (``LoadModel.fit``, offline); predicting is a dot product in plain
+Python, so the worker never loads them (worker start-up 1.82 s -> 0.90 s, see BENCHMARKS.md).
+
 Model: a linear quantile regression (``sklearn.linear_model.QuantileRegressor``, pinball loss at the
 0.95 quantile, ``solver="highs"``, a small L1 penalty of ``alpha`` x the median target) on a few
 engineered features that follow the cost of serving: prompt tokens x running requests (a prefill
@@ -35,17 +38,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-import sklearn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sklearn.linear_model import QuantileRegressor
-from sklearn.metrics import mean_pinball_loss
 
 from tailhound.errors import ConfigError
 
 from .baseline import RollingBaseline
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ARTIFACT_FORMAT = "tailhound-loadmodel"
 ARTIFACT_VERSION = 1
@@ -137,11 +139,16 @@ def _digest(payload: dict) -> str:
 
 
 def _matrix(rows: Sequence[WindowFeatures]) -> np.ndarray:
+    import numpy as np
+
     return np.array([r.engineered() for r in rows], dtype=np.float64)
 
 
 def _fit_linear(x: np.ndarray, y: np.ndarray, quantile: float, alpha: float) -> tuple[np.ndarray, float]:
     """Fit on standardised columns (so ``alpha`` means the same for every feature), return raw-scale coefs."""
+    import numpy as np
+    from sklearn.linear_model import QuantileRegressor
+
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale == 0] = 1.0
@@ -158,7 +165,7 @@ class LoadModel:
 
     def __init__(self, artifact: LoadModelArtifact) -> None:
         self.artifact = artifact
-        self._coef = np.array(artifact.coef, dtype=np.float64)
+        self._coef = tuple(artifact.coef)
 
     @property
     def signal(self) -> str:
@@ -168,7 +175,13 @@ class LoadModel:
     def fit(cls, rows: Sequence[WindowFeatures], targets: Sequence[float], quantile: float = 0.95, *,
             signal: str = "latency.ttft.p95", alpha: float = DEFAULT_ALPHA,
             holdout: float = DEFAULT_HOLDOUT) -> LoadModel:
-        """Fit on all rows; the reported fit quality comes from a fit on the oldest rows scored on the newest."""
+        """Fit on all rows; the reported fit quality comes from a fit on the oldest rows scored on the newest.
+        numpy and scikit-learn are imported here, not with the module: a worker that only predicts never
+        loads them."""
+        import numpy as np
+        import sklearn
+        from sklearn.metrics import mean_pinball_loss
+
         if len(rows) != len(targets):
             raise ValueError(f"{len(rows)} rows but {len(targets)} targets")
         if len(rows) < MIN_ROWS:
@@ -203,7 +216,7 @@ class LoadModel:
 
     def predict(self, features: WindowFeatures) -> float:
         """The expected P-quantile (seconds) at this load, never below the artifact's floor."""
-        raw = float(np.dot(self._coef, features.engineered())) + self.artifact.intercept
+        raw = math.fsum(c * f for c, f in zip(self._coef, features.engineered(), strict=True)) + self.artifact.intercept
         return max(raw, self.artifact.floor) if math.isfinite(raw) else self.artifact.floor
 
     def covers(self, features: WindowFeatures, margin: float = DEFAULT_MARGIN) -> bool:

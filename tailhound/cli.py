@@ -36,7 +36,7 @@ def _add_notifier_commands() -> None:
 
 _add_notifier_commands()
 
-console = Console()
+console = Console(soft_wrap=True)  # piped output keeps whole lines (paths, JSON), never wrapped at 80
 err_console = Console(stderr=True, soft_wrap=True)
 
 ConfigOpt = Annotated[

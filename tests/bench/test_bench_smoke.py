@@ -25,3 +25,13 @@ def test_bench_agent_config_enables_every_collector(tmp_path):
                            "netprobe", "streamprobe"])
     assert all(c.interval_s == 1 for c in build_collectors(cfg))
     assert parse_agent_config(agent_yaml(None, "127.0.0.1:0", Path(tmp_path) / "s.jsonl")).scrape == []
+
+
+def test_worker_start_bench_runs_and_the_worker_loads_no_sklearn():
+    """The worker builds its app without numpy, scikit-learn or scipy (they load only to fit a model)."""
+    from bench import worker_start
+
+    result = worker_start.run(reps=1)
+    assert result["now"]["loaded"] == []
+    assert set(result["eager-sklearn"]["loaded"]) == {"numpy", "sklearn", "scipy"}
+    assert "now / eager-sklearn" in worker_start.report(result)
