@@ -2,7 +2,7 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup),
+notify-noise, startup, scenarios),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -15,7 +15,7 @@ import platform
 
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
-SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup")
+SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios")
 
 
 def machine() -> str:
@@ -82,6 +82,11 @@ def main(argv: list[str] | None = None) -> None:
 
         print("\n## Worker start-up\n")
         print(worker_start.report(worker_start.run(reps=2 if quick else 7)))
+    if "scenarios" in args.sections:
+        from bench import scenarios
+
+        print("\n## Diagnosis on the scenario suite (issue 12)\n")
+        print(scenarios.report(scenarios.run(["surge-fleet"] if quick else None)))
 
 
 if __name__ == "__main__":

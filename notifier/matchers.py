@@ -91,4 +91,6 @@ def incident_labels(ev: IncidentEvent) -> dict[str, str]:
             out[name] = value
     if scope.gpus:
         out["gpus"] = ",".join(scope.gpus)
+    if scope.nodes:
+        out["nodes"] = ",".join(scope.nodes)
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -27,6 +28,7 @@ import faust
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.console import ConsoleReceiver
 from tailhound.deadletter import DeadLetter
+from tailhound.incident import IncidentEvent
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
@@ -34,17 +36,24 @@ from . import codec
 from .codec import Malformed
 from .model_stage import ModelStage, split_rules
 from .processor import SnapshotProcessor, load_models
+from .rollup import RollupState, rollup
 from .ruleset import RuleSet
 
 log = logging.getLogger(__name__)
 
 STATE_TABLE = "node-state"
 MODEL_STATE_TABLE = "model-state"
+ROLLUP_STATE_TABLE = "rollup-state"
+#: the roll-up's whole state lives under this one key of its one-partition table
+ROLLUP_KEY = "open-groups"
 #: header on model-topic messages: root causes open on the snapshot's node (model-stage correlation)
 CAUSES_HEADER = "tailhound-node-causes"
 
 
-def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = None) -> faust.App:
+def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = None,
+               on_snapshot: Callable[[Snapshot], object] | None = None) -> faust.App:
+    """The streams app; `on_snapshot` sees every valid telemetry snapshot before it is evaluated (the
+    worker's rule coverage, :mod:`tailhound.streams.coverage_watch`; it must be cheap and never raise)."""
     if not settings.broker:
         raise ValueError("create_app needs settings.broker (the CLI starts the embedded broker first)")
     catalog = catalog or default_catalog()
@@ -73,6 +82,9 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     telemetry = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer="raw",
                           partitions=settings.partitions)
     incidents = app.topic(settings.incidents_topic, key_serializer="raw", value_serializer="raw", partitions=1)
+    node_incidents = app.topic(settings.node_incidents_topic, key_serializer="raw", value_serializer="raw",
+                               partitions=1)
+    rollup_state = _state_table(app, ROLLUP_STATE_TABLE, 1)
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleReceiver() if settings.sinks.console.enabled else None
     state = _state_table(app, STATE_TABLE, settings.partitions)
@@ -84,6 +96,11 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     model_topic = app.topic(settings.model_topic, key_serializer="raw", value_serializer="raw",
                             partitions=settings.partitions)
     model_state = _state_table(app, MODEL_STATE_TABLE, settings.partitions)
+
+    async def stage(events: list) -> None:
+        """Node- and model-stage incident events go to the roll-up, which publishes what people see."""
+        for ev in events:
+            await node_incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
 
     async def publish(events: list) -> None:
         for ev in events:
@@ -115,6 +132,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 await dead_letter(message, f"message key {message.key!r} must be the snapshot's node "
                                   f"{value.node!r} (telemetry is partitioned by node)", "key")
                 continue
+            if on_snapshot is not None:
+                on_snapshot(value)
             try:
                 result = processor.step(state.get(value.node), value)
             except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
@@ -123,7 +142,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 continue
             if result.changed:
                 state[value.node] = result.state
-            await publish(result.events)
+            await stage(result.events)
             if model_stage.enabled:
                 keys = model_stage.keys(value)
                 if keys:  # engine snapshots also feed the model stage, with the node's open causes
@@ -146,7 +165,21 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
                 continue
-            await publish(events)
+            await stage(events)
+
+    @app.agent(node_incidents, name="rollup")
+    async def rollup_agent(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            message = event.message
+            try:
+                member = IncidentEvent.model_validate_json(message.value)
+            except ValueError as exc:
+                await dead_letter(message, f"not an incident event: {exc}", "rollup")
+                continue
+            current = RollupState.model_validate(rollup_state.get(ROLLUP_KEY) or {})
+            out = rollup(current, member)
+            rollup_state[ROLLUP_KEY] = current.model_dump(mode="json")
+            await publish(out)
 
     return app
 

@@ -7,6 +7,7 @@ or None ("no news": a signal is missing), and :func:`observations` turns the lea
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ from .signals import SignalValues, signal_per
 BaselineLookup = Callable[[str, str], tuple[float, str] | None]
 #: (signal, entity) -> [(ts, value), ...] oldest first
 HistoryLookup = Callable[[str, str], list[tuple[float, float]]]
+#: a peer comparison needs at least this many other entities reporting the signal (else: no news)
+MIN_PEERS = 2
 
 
 @dataclass
@@ -78,8 +81,24 @@ def limit_of(ctx: EvalContext, cond: SignalCondition, entity: str, scope: str) -
         else:
             found = ctx.baseline(cond.signal, entity)
         return None if found is None else (found[0] * b.baseline, found[1])
+    if b.peers is not None:
+        median = peer_median(ctx.values.get(cond.signal), entity)
+        return None if median is None else (median * b.peers, "peers")
     other = value_of(ctx, b.signal or "", b.reduce, entity, scope)
     return None if other is None else (other * b.times, "signal")
+
+
+def peer_median(values: dict[str, float] | None, entity: str) -> float | None:
+    """The median of `values` over the entities other than `entity` (its peers on the node); None when
+    fewer than :data:`MIN_PEERS` peers report."""
+    if not values:
+        return None
+    others = [v for e, v in values.items() if e != entity]
+    return statistics.median(others) if len(others) >= MIN_PEERS else None
+
+
+def peer_count(values: dict[str, float] | None, entity: str) -> int:
+    return sum(1 for e in (values or {}) if e != entity)
 
 
 def rising(points: list[tuple[float, float]], window_s: float, now: float) -> bool | None:
@@ -127,10 +146,13 @@ def holds(cond: object, ctx: EvalContext, entity: str, scope: str) -> bool | Non
             return False
         return None if any(r is None for r in results) else True
     if isinstance(cond, AnyOf):
+        # True if a branch holds; False once one branch is judged false and none holds, even when other
+        # branches lack their signals (an alternative that a source never reports must not keep the rule
+        # from ever ending); None only when no branch can be judged
         results = [holds(c, ctx, entity, scope) for c in cond.any]
         if any(r is True for r in results):
             return True
-        return None if any(r is None for r in results) else False
+        return False if any(r is False for r in results) else None
     if isinstance(cond, NotOf):
         r = holds(cond.not_, ctx, entity, scope)
         return None if r is None else not r
@@ -173,7 +195,12 @@ def observations(leaves: Iterable[object], ctx: EvalContext, entity: str, scope:
         threshold = baseline = None
         detail = ""
         if limit is not None:
-            if limit[1] in ("rolling", "load-model"):
+            if limit[1] == "peers":
+                baseline = round(limit[0] / (leaf.bound.peers or 1), 6)  # type: ignore[union-attr]
+                threshold = round(limit[0], 6)
+                n = peer_count(ctx.values.get(leaf.signal), entity)
+                detail = f"{v / baseline:.2f}x the median of its {n} peers" if baseline else ""
+            elif limit[1] in ("rolling", "load-model"):
                 baseline = round(limit[0] / (leaf.bound.baseline or 1), 6)  # type: ignore[union-attr]
                 threshold = round(limit[0], 6)
                 detail = f"{v / baseline:.1f}x the {limit[1]} baseline" if baseline else ""

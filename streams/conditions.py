@@ -6,6 +6,8 @@ Leaves compare one signal of the rule's entity (a GPU, an engine, the node):
     {signal: latency.tpot.p95, above: {baseline: 2.0}}              ratio to the series' baseline
     {signal: latency.tpot.p95, above_baseline: 2.0}                 ... the same, shorter
     {signal: lb.health_timeout, below: {signal: health.p95, times: 1.5}}   against another signal
+    {signal: gpu.sm_clock, below: {peers: 0.8}}                      against its peers: 0.8 x the median of
+                                                                     the node's other GPUs (engines ...)
     {signal: engine.requests_waiting, reduce: sum,
      above: {signal: engine.requests_waiting, reduce: count, times: 2}}    node totals
     {signal: gpu.dram_bw_util, reduce: max, above: 0.85}            a GPU signal in an engine rule
@@ -54,19 +56,26 @@ class Ref(BaseModel):
     signal: str | None = None
     reduce: Reduce | None = None
     baseline: float | None = Field(default=None, gt=0, description="Multiple of the left signal's baseline.")
+    peers: float | None = Field(
+        default=None, gt=0,
+        description="Multiple of the median of the left signal over the entity's peers: the other entities of "
+                    "its kind on the node (the other GPUs, the other engines), at least MIN_PEERS of them.")
     times: float = Field(default=1.0, gt=0, description="Multiplier of the other signal.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Ref:
-        if (self.signal is None) == (self.baseline is None):
-            raise ValueError("a reference needs exactly one of `signal` or `baseline`")
-        if self.baseline is not None and (self.reduce is not None or self.times != 1.0):
-            raise ValueError("`reduce` and `times` go with `signal`, not `baseline`")
+        kinds = [k for k in ("signal", "baseline", "peers") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("a reference needs exactly one of `signal`, `baseline` or `peers`")
+        if self.signal is None and (self.reduce is not None or self.times != 1.0):
+            raise ValueError(f"`reduce` and `times` go with `signal`, not `{kinds[0]}`")
         return self
 
     def describe(self) -> str:
         if self.baseline is not None:
             return f"{self.baseline:g}x baseline"
+        if self.peers is not None:
+            return f"{self.peers:g}x peer median"
         red = f"{self.reduce.value}(" if self.reduce else ""
         return f"{self.times:g} x {red}{self.signal}{')' if self.reduce else ''}" if self.times != 1 else \
             f"{red}{self.signal}{')' if self.reduce else ''}"
@@ -117,6 +126,9 @@ class SignalCondition(BaseModel):
         if len(set_ops) > 1 or (not set_ops and self.growing_for is None):
             raise ValueError(f"a condition needs exactly one of {', '.join(_OPS)} (or growing_for); "
                              f"got {set_ops or 'none'}")
+        bound = getattr(self, set_ops[0]) if set_ops else None
+        if isinstance(bound, Ref) and bound.peers is not None and self.reduce is not None:
+            raise ValueError("`peers` compares one entity with the others: it cannot go with `reduce`")
         return self
 
     def model_post_init(self, _context: Any) -> None:

@@ -37,6 +37,7 @@ CAUSAL_RANK: tuple[RootCause, ...] = (
     RootCause.KV_CACHE_PRESSURE,
     RootCause.HEAD_OF_LINE_BLOCKING,
     RootCause.RETRY_STORM,
+    RootCause.NODE_DEGRADED,
     RootCause.CAPACITY,
     RootCause.INGRESS_SATURATION,
     RootCause.NETWORK_PATH,
@@ -45,9 +46,21 @@ CAUSAL_RANK: tuple[RootCause, ...] = (
 )
 PATH_CAUSES = frozenset({RootCause.INGRESS_SATURATION, RootCause.NETWORK_PATH, RootCause.HEALTH_CHECK_FLAPPING,
                          RootCause.STREAM_BUFFERING})
+#: causes that name what is left when nothing specific explains a slowdown: they open an incident alone,
+#: but never keep another cause's incident open (their latency windows lag the fault by minutes), and
+#: once that incident resolves they stay explained until they stop firing
+RESIDUAL_CAUSES = frozenset({RootCause.NODE_DEGRADED})
+#: after an incident of a domain resolves, residual causes of that domain stay quiet this long: the
+#: aftermath of a fault (a backlog draining at full batch, 5-minute latency windows catching up) looks
+#: like a node that got slower at its usual load
+AFTERMATH_S = 600.0
+#: orphans key (prefix + domain) -> when the domain's last incident resolved
+_AFTERMATH = "resolved@"
 PERSISTENT_AFTER_S = 600.0
-#: A cause that could be explained by a better-ranked cause still pending waits this long before it
-#: opens the incident on its own (then the better cause takes over with an `updated` event).
+#: The settle time: a cause that could be explained by a better-ranked cause still pending waits this long
+#: (from when it starts firing) before it opens the incident on its own (then the better cause takes over
+#: with an `updated` event). Chosen on the scenario suite (`python -m bench.settle_sweep`, BENCHMARKS.md):
+#: 120 s is the smallest value with every first cause right, +0.25 min of median detection.
 CORRELATION_WAIT_S = 120.0
 #: orphans[rule] == EXPLAINED: the symptom belonged to an incident that resolved; it is not an orphan
 #: (no fallback incident) until it stops firing.
@@ -99,7 +112,9 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
     `pending` names the rules with entities that hold but have not held for their `for` yet."""
     by_name = rules.index
     events: list[IncidentEvent] = []
-    causes = {n: f for n, f in firing.items() if by_name[n].root_cause is not None}
+    held = False  # a cause fires but waits for a better one: no fallback incident meanwhile
+    causes = {n: f for n, f in firing.items() if by_name[n].root_cause is not None and orphans.get(n) != EXPLAINED
+              and not _in_aftermath(by_name[n], orphans, snapshot.ts)}
     symptoms = {n: f for n, f in firing.items() if by_name[n].symptom}
     for domain in ("gpu", "path"):
         mine = {n: f for n, f in causes.items() if domain_of(by_name[n].root_cause) == domain}  # type: ignore[arg-type]
@@ -110,6 +125,7 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             elif ep.root_rule in symptoms:
                 mine = {ep.root_rule: symptoms[ep.root_rule]}
         if ep is None and mine and _wait_for_better(mine, pending, by_name, snapshot.ts):
+            held = True
             continue
         if ep is None and mine:
             ep = _open(domain, mine, by_name, snapshot)
@@ -117,12 +133,13 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             _attach(ep, mine, {})
             _attach(ep, symptoms if domain == _symptom_home(episodes) else {}, {})
             events.append(_event("opened", ep, by_name, firing, snapshot, models))
-        elif ep is not None and not mine:
+        elif ep is not None and not _keeps_open(ep, mine, by_name):
             ep.sequence += 1
             events.append(_event("resolved", ep, by_name, firing, snapshot, models))
             del episodes[domain]
+            orphans[_AFTERMATH + domain] = snapshot.ts
             for name in ep.members:
-                if name in symptoms:  # still draining (a queue after its cause): explained, not an orphan
+                if name in symptoms or name in mine:  # still draining (a queue after its cause): explained
                     orphans[name] = EXPLAINED
         elif ep is not None:
             changed = _attach(ep, mine, {})
@@ -139,17 +156,39 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             if changed:
                 ep.sequence += 1
                 events.append(_event("updated", ep, by_name, firing, snapshot, models))
-    events += _orphan_symptoms(episodes, orphans, symptoms, by_name, snapshot, firing, models)
+    if not held:
+        events += _orphan_symptoms(episodes, orphans, symptoms, by_name, snapshot, firing, models,
+                                   causes_pending=any(n in by_name and by_name[n].root_cause is not None
+                                                      for n in pending))
     return events
+
+
+def _in_aftermath(rule: Rule, orphans: dict[str, float], now: float) -> bool:
+    """A residual cause shortly after an incident of its domain resolved on the node."""
+    if rule.root_cause not in RESIDUAL_CAUSES:
+        return False
+    resolved = orphans.get(_AFTERMATH + domain_of(rule.root_cause))  # type: ignore[arg-type]
+    return resolved is not None and now - resolved < AFTERMATH_S
+
+
+def _keeps_open(ep: Episode, mine: dict[str, Firing], by_name: dict[str, Rule]) -> bool:
+    """Whether the firing causes keep `ep` open: any of them, but residual causes only their own incident."""
+    if RootCause(ep.root_cause) in RESIDUAL_CAUSES:
+        return bool(mine)
+    return any(by_name[n].root_cause not in RESIDUAL_CAUSES for n in mine)
 
 
 def _wait_for_better(mine: dict[str, Firing], pending: set[str] | frozenset[str], by_name: dict[str, Rule],
                      now: float) -> bool:
-    """Hold the opening while a better-ranked cause is pending, for at most CORRELATION_WAIT_S."""
+    """Hold the opening while a better-ranked cause is pending, for at most CORRELATION_WAIT_S after the
+    first cause started firing; a residual cause waits as long as a better one is pending (which is at most
+    that rule's `for`: then it fires or lets go)."""
     best = min(rank_of(by_name[n].root_cause) for n in mine)  # type: ignore[arg-type]
     better_pending = any(by_name[n].root_cause is not None and rank_of(by_name[n].root_cause) < best  # type: ignore[arg-type]
                          for n in pending if n in by_name and n not in mine)
-    first = min(f.since for f in mine.values())
+    if better_pending and all(by_name[n].root_cause in RESIDUAL_CAUSES for n in mine):
+        return True  # what is left when nothing specific explains it waits for the specific cause to decide
+    first = min(f.since + by_name[n].for_ for n, f in mine.items())  # when the first cause started firing
     return better_pending and now - first < CORRELATION_WAIT_S
 
 
@@ -178,9 +217,13 @@ def _attach(ep: Episode, firing: dict[str, Firing], _unused: dict) -> bool:
 
 def _orphan_symptoms(episodes: dict[str, Episode], orphans: dict[str, float], symptoms: dict[str, Firing],
                      by_name: dict[str, Rule], snapshot: Snapshot, firing: dict[str, Firing],
-                     models: list[str]) -> list[IncidentEvent]:
-    """Symptoms firing with no incident to attach to: wait `attach_grace`, then open with the fallback."""
-    for name in [n for n in orphans if n not in symptoms or (episodes and orphans[n] != EXPLAINED)]:
+                     models: list[str], causes_pending: bool = False) -> list[IncidentEvent]:
+    """Symptoms firing with no incident to attach to: wait `attach_grace` (and while a cause rule is pending,
+    which lasts at most that rule's `for`: the cause will explain them), then open with the fallback."""
+    for name in [n for n in orphans if not n.startswith(_AFTERMATH)
+                 and (n not in firing or (episodes and orphans[n] != EXPLAINED))]:
+        del orphans[name]
+    for name in [n for n in orphans if n.startswith(_AFTERMATH) and snapshot.ts - orphans[n] >= AFTERMATH_S]:
         del orphans[name]
     if episodes:
         return []
@@ -189,6 +232,8 @@ def _orphan_symptoms(episodes: dict[str, Episode], orphans: dict[str, float], sy
         rule = by_name[name]
         since = orphans.setdefault(name, snapshot.ts)
         if since == EXPLAINED or rule.fallback_root_cause is None or snapshot.ts - since < rule.attach_grace:
+            continue
+        if causes_pending:  # a cause is about to fire (pending: held for less than its `for`): it explains them
             continue
         domain = domain_of(rule.fallback_root_cause)
         if domain in episodes:
@@ -207,7 +252,10 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
     scope = _scope(ep, by_name, snapshot.node, models)
     root = by_name[ep.root_rule]
     ordered = [ep.root_rule] + sorted(n for n in ep.members if n != ep.root_rule)
-    evidence = [ev for n in ordered if n in firing for ev in firing[n].evidence][:MAX_EVIDENCE]
+    # a resolved incident says what it was about: the evidence kept while its root cause fired, not what
+    # else (a lagging residual cause, a draining queue) still fires
+    evidence = [] if kind == "resolved" else [ev for n in ordered if n in firing for ev in firing[n].evidence][
+        :MAX_EVIDENCE]
     if evidence:
         ep.evidence = evidence[:KEPT_EVIDENCE]
     else:

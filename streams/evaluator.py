@@ -33,6 +33,7 @@ from .baseline import RollingBaseline
 from .condition_eval import EvalContext
 from .condition_eval import _reduce as reduce_values
 from .correlate import Episode, Firing, correlate
+from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates, history_windows
 from .evidence import render_action, rule_evidence
 from .latency import LatencyTracker
 from .loadmodel import LoadModel, expected_for, features_of
@@ -155,6 +156,7 @@ def evaluate(
     view = latest.current(snapshot.ts)  # computed per signal as rules read it
     _add_sla(view, state, sla)
     _record_history(state, rules, fresh, snapshot.ts)
+    _add_demand(view, state, rules, snapshot.ts)
     _learn_baselines(state, rules, view, fresh, snapshot.ts)
     ctx = EvalContext(now=snapshot.ts, values=view, last_seen=latest.seen(), catalog=catalog,  # type: ignore[arg-type]
                       history=lambda s, e: _history(state, s, e),
@@ -236,6 +238,38 @@ def _add_sla(view: CurrentValues | SignalValues, state: NodeState, sla: dict[str
             view[signal] = values
 
 
+def _add_demand(view: CurrentValues | SignalValues, state: NodeState, rules: RuleSet, now: float) -> None:
+    """``engine.arrival_rate`` when a rule reads it (computed on first read, from the view and history)."""
+    if ARRIVAL_RATE not in _reads(rules):
+        return
+
+    def compute() -> dict[str, float]:
+        return arrival_rates(view, lambda s, e: _history(state, s, e), now)  # type: ignore[arg-type]
+
+    if isinstance(view, CurrentValues):
+        view.provide(ARRIVAL_RATE, compute)
+    elif values := compute():
+        view[ARRIVAL_RATE] = values
+
+
+def _reads(rules: RuleSet) -> frozenset[str]:
+    found = rules.plan_cache.get("reads")
+    if found is None:
+        found = rules.plan_cache["reads"] = frozenset(s for r in rules.rules for s in r.signals())
+    return found
+
+
+def _history_windows(rules: RuleSet) -> dict[str, float]:
+    """Signals whose short history is kept: `growing_for` windows, and what demand needs."""
+    found = rules.plan_cache.get("history")
+    if found is None:
+        found = dict(rules.trend_windows)
+        for signal, window in history_windows(_reads(rules)).items():
+            found[signal] = max(found.get(signal, 0.0), window)
+        rules.plan_cache["history"] = found
+    return found
+
+
 def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog) -> SignalValues:
     """Feed histogram deltas into the node's latency windows; their percentiles per engine."""
     tracker = state.tracker(catalog)
@@ -255,11 +289,22 @@ def _derived_inputs() -> dict[str, tuple[str, ...]]:
             out.setdefault(x, []).append(name)
     for name, (_per, mask, _bits) in FLAG_SIGNALS.items():
         out.setdefault(mask, []).append(name)
+    for x in (*INFLIGHT, FINISHED):
+        out.setdefault(x, []).append(ARRIVAL_RATE)
     return {k: tuple(v) for k, v in out.items()}
 
 
 #: input signal -> the derived signals computed from it
 _DERIVED_BY_INPUT = _derived_inputs()
+#: derived signal -> its inputs
+_INPUTS_OF: dict[str, tuple[str, ...]] = {}
+for _input, _derived in _DERIVED_BY_INPUT.items():
+    for _name in _derived:
+        _INPUTS_OF[_name] = (*_INPUTS_OF.get(_name, ()), _input)
+
+
+def _inputs_fresh(signal: str, fresh: SignalValues) -> bool:
+    return any(i in fresh for i in _INPUTS_OF.get(signal, ()))
 
 
 #: History kept per series for trend conditions: the longest `growing_for` plus a margin, bounded.
@@ -267,7 +312,7 @@ MAX_HISTORY_POINTS = 120
 
 
 def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: float) -> None:
-    for signal, window in rules.trend_windows.items():
+    for signal, window in _history_windows(rules).items():
         for entity, value in (fresh.get(signal) or {}).items():
             pts = state.history.setdefault(f"{signal}|{entity}", [])
             pts.append([ts, value])
@@ -283,7 +328,7 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | Sig
     private = state.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
     for signal, (prefixes, readers) in rules.baseline_plan.items():
         how, base = split_baseline_key(signal)
-        if base not in fresh and not any(p in fresh for p in prefixes):
+        if base not in fresh and not any(p in fresh for p in prefixes) and not _inputs_fresh(base, fresh):
             continue  # neither the signal nor what it is derived from (latency.tpot for .p95) is new
         troubled = {e for name in readers if name in state.rules
                     for e in (*state.rules[name].firing, *state.rules[name].pending)}

@@ -5,7 +5,9 @@
 (:class:`tailhound.agents.pipeline.SnapshotBuilder`), and runs each snapshot through
 :class:`tailhound.streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
 memory instead of a changelogged table; engine snapshots also feed the model stage
-(:mod:`tailhound.streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does.
+(:mod:`tailhound.streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does, and
+every incident event goes through the roll-up (:mod:`tailhound.streams.rollup`: one incident per fault
+across nodes), as the worker's third agent does.
 The output is one ``IncidentEvent`` JSON object per line, in
 the order the events happened; the same recording and rules always give the same bytes.
 """
@@ -25,6 +27,7 @@ from tailhound.recording import ScrapeRecord, read_records
 from .loadmodel import LoadModel
 from .model_stage import ModelStage, split_rules
 from .processor import MemoryStateStore, SnapshotProcessor
+from .rollup import RollupState, rollup
 from .ruleset import RuleSet
 
 
@@ -44,6 +47,7 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
     processor = SnapshotProcessor(node_rules, models=models, sla=sla)
     model_stage = ModelStage(model_rules, models=models, sla=sla)
     store = MemoryStateStore()
+    rolled = RollupState()
     result = ReplayResult()
     t0 = time.perf_counter()
     for rec in records:
@@ -54,10 +58,11 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
         if step.changed:
             store[snap.node] = step.state
         model_events = model_stage.feed(snap, processor.open_causes(snap.node)) if model_stage.enabled else []
-        for ev in [*step.events, *model_events]:
-            result.events.append(ev)
-            if out is not None:
-                out.write(ev.model_dump_json() + "\n")
+        for member in [*step.events, *model_events]:
+            for ev in rollup(rolled, member):
+                result.events.append(ev)
+                if out is not None:
+                    out.write(ev.model_dump_json() + "\n")
     result.seconds = time.perf_counter() - t0
     return result
 

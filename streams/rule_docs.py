@@ -22,6 +22,10 @@ breach). Rules marked *symptom* never open an incident on their own: they attach
 incident (and are listed under it as "explains ..."); a symptom with a fallback cause opens an incident
 with that cause only when nothing else explains it for its grace period.
 
+Each rule says which inference engines it supports (`engines:` in the rule; `any engine` for rules that
+read no engine signal): an engine that lacks a signal every branch of the rule needs cannot feed it (see
+the engine coverage in docs/signals.md).
+
 Domains: `gpu` causes slow the engine from the inside; `path` causes sit between users and the engine.
 Incidents of different domains on one node stay separate. *Usually transient* incidents (network-side,
 recovering within minutes) are marked `transient: true` and do not page by default; one still open
@@ -51,11 +55,26 @@ def describe(cond: object) -> str:
     return str(cond)
 
 
+def engines_text(rule: Rule) -> str:
+    """``engines: vllm, tgi`` as declared; ``any engine``; undeclared: what the catalog says can feed the rule."""
+    from .engine_support import ANY, supported_engines
+
+    declared = [e.value for e in rule.engines] if rule.engines is not None else None
+    names = declared if declared is not None else sorted(supported_engines(rule), key=_engine_order)
+    text = "any engine" if names == [ANY] else "engines: " + (", ".join(names) or "none")
+    return text if declared is not None else f"{text} (computed, not declared)"
+
+
+def _engine_order(name: str) -> tuple[int, str]:
+    order = ("vllm", "tgi", "nim")
+    return (order.index(name), name) if name in order else (len(order), name)
+
+
 def _rule_block(rule: Rule) -> list[str]:
     kind = "symptom" + (f", falls back to `{rule.fallback_root_cause}`" if rule.fallback_root_cause else "") \
         if rule.symptom else "cause"
     lines = [f"- **`{rule.name}`** ({kind}, {rule.severity.value}, scope {rule.scope.value}, "
-             f"for {rule.for_:g} s): `{describe(rule.when)}`"]
+             f"for {rule.for_:g} s; {engines_text(rule)}): `{describe(rule.when)}`"]
     if rule.description:
         lines.append(f"  {' '.join(rule.description.split())}")
     for action in rule.actions:

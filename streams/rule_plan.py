@@ -6,7 +6,8 @@ every rule that reads a snapshot's signals for every entity, ~10 rules x 8 GPUs 
 so :class:`RulePlan` does that work once per rule: it resolves each leaf's signal, reduction and bound
 to a closure with the same answers as ``holds`` (True, False or None for "no news"), and keeps what
 :func:`tailhound.streams.condition_eval.entities_of` needs. ``all``/``any`` stop at the first False/True, which
-gives the same answer (the other children only read).
+gives the same answer (the other children only read). ``any`` is False once a branch is judged false and
+none holds, even if other branches lack their signals (see ``holds``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from tailhound.catalog import Catalog
 
-from .condition_eval import EvalContext, _reduce, rising
+from .condition_eval import EvalContext, _reduce, peer_median, rising
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 from .ruleset import Rule, RuleSet, baseline_key
 from .signals import signal_per
@@ -76,6 +77,13 @@ def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value
             found = ctx.baseline(signal, "" if node_wide else entity)
             return None if found is None else found[0] * times
         return baseline
+    if b.peers is not None:
+        left, share = cond.signal, b.peers
+
+        def peers(ctx: EvalContext, entity: str) -> float | None:
+            median = peer_median(ctx.values.get(left), entity)
+            return None if median is None else median * share
+        return peers
     other_value, factor = compile_value(b.signal or "", b.reduce, scope, catalog), b.times
 
     def other(ctx: EvalContext, entity: str) -> float | None:
@@ -149,14 +157,14 @@ def compile_condition(cond: object, scope: str, catalog: Catalog) -> Check:
         parts = tuple(compile_condition(c, scope, catalog) for c in cond.any)
 
         def any_of(ctx: EvalContext, entity: str) -> bool | None:
-            unknown = False
+            judged = False
             for part in parts:
                 r = part(ctx, entity)
                 if r is True:
                     return True
-                if r is None:
-                    unknown = True
-            return None if unknown else False
+                if r is False:
+                    judged = True
+            return False if judged else None
         return any_of
     if isinstance(cond, NotOf):
         inner = compile_condition(cond.not_, scope, catalog)

@@ -16,6 +16,11 @@ Shape, close to Prometheus rule files::
             severity: critical
             root_cause: gpu-thermal-throttle
             actions: ["Check cooling of {node} GPUs {gpus}"]
+
+``engines:`` (optional) says which inference engines a rule supports: some of ``vllm``, ``tgi``, ``nim``, or
+``[any]`` for a rule that reads no engine signal. The loader refuses an engine that cannot feed the rule
+(it lacks a signal every branch of the condition needs; streams/engine_support.py), and ``any`` on a rule
+that reads engine signals.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.durations import parse_duration
@@ -37,7 +42,7 @@ from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, 
 from .signals import signal_per
 
 __all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
-           "load_rules", "load_rule_file", "parse_rule_text", "parse_duration"]
+           "Engine", "load_rules", "load_rule_file", "parse_rule_text", "parse_duration"]
 
 #: The name earlier code used for a signal comparison.
 Threshold = SignalCondition
@@ -49,6 +54,15 @@ class Scope(StrEnum):
     MODEL = "model"
     ENDPOINT = "endpoint"
     FLEET = "fleet"
+
+
+class Engine(StrEnum):
+    """What a rule's ``engines:`` may name: the inference engines of the catalog, or ``any`` (no engine signal)."""
+
+    VLLM = "vllm"
+    TGI = "tgi"
+    NIM = "nim"
+    ANY = "any"
 
 
 class Rule(BaseModel):
@@ -74,6 +88,21 @@ class Rule(BaseModel):
     #: extra signals reported as evidence next to the conditions (e.g. the raw clock and throttle reasons)
     context: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
+    #: the inference engines the rule supports (``[any]``: it reads no engine signal); None: not declared
+    engines: list[Engine] | None = None
+
+    @field_validator("engines")
+    @classmethod
+    def _engines_list(cls, v: list[Engine] | None) -> list[Engine] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("list at least one engine (vllm, tgi, nim) or [any]")
+        if len(set(v)) != len(v):
+            raise ValueError("an engine is listed twice")
+        if Engine.ANY in v and len(v) > 1:
+            raise ValueError("`any` stands alone (a rule that reads no engine signal)")
+        return v
 
     @model_validator(mode="after")
     def _cause_or_symptom(self) -> Rule:
@@ -234,7 +263,31 @@ def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> l
     for gi, group in enumerate(parsed.groups):
         for ri, rule in enumerate(group.rules):
             _check_signals(rule, catalog, origin, _line_of(node, ["groups", gi, "rules", ri]))
+            if rule.engines is not None:
+                _check_engines(rule, catalog, origin, _line_of(node, ["groups", gi, "rules", ri, "engines"]))
     return [r for g in parsed.groups for r in g.rules]
+
+
+def _check_engines(rule: Rule, catalog: Catalog, origin: str, line: int | None) -> None:
+    """A declared engine must be able to feed the rule; ``any`` is for rules that read no engine signal."""
+    from .engine_support import catalog_signals, missing, supported_engines
+
+    supported = supported_engines(rule, catalog)
+    declared = [e.value for e in rule.engines or ()]
+    if Engine.ANY in declared:
+        if Engine.ANY not in supported:
+            raise RuleFileError(origin, line, f"rule {rule.name}: `engines: [any]` but it reads engine signals "
+                                              f"(supported by: {', '.join(sorted(supported)) or 'no engine'})")
+        return
+    if Engine.ANY in supported:
+        raise RuleFileError(origin, line, f"rule {rule.name}: it reads no engine signal: write `engines: [any]`")
+    for engine in declared:
+        if engine not in catalog.engines:
+            raise RuleFileError(origin, line, f"rule {rule.name}: the catalog has no engine {engine!r}")
+        if engine not in supported:
+            lacks = missing(rule.when, catalog_signals(engine, catalog), catalog)
+            raise RuleFileError(origin, line, f"rule {rule.name}: {engine} cannot feed it "
+                                              f"(it does not expose {', '.join(lacks)}; see docs/signals.md)")
 
 
 def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) -> None:

@@ -4,6 +4,13 @@
 label the catalog names in ``per`` (``gpu`` -> ``"3"``), or ``""`` for node-level signals. Source
 metric names are translated through :mod:`tailhound.catalog`; values are scaled to canonical units.
 Derived signals (ratios of two catalog signals of the same entity) are added afterwards.
+
+MIG: dcgm-exporter's lines of a MIG GPU instance (label ``GPU_I_ID``, same ``gpu`` as the whole GPU) never
+land in a whole-GPU value. The catalog routes them (``mig`` of a per-GPU signal): device-wide fields
+(temperature, clocks, power: every instance line repeats the GPU's value) count for the GPU, entity
+``"0"``; per-instance fields (DRAM activity, framebuffer) go to the ``mig.*`` twin signals with entity
+``"0/mig3"`` (GPU 0, GPU instance 3), so a ``reduce`` over ``gpu.*`` and per-GPU rules only ever see
+whole GPUs; anything else from an instance line is dropped.
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ SignalValues = dict[str, dict[str, float]]
 #: derived signal -> (per, (numerator, denominator))
 DERIVED_SIGNALS: dict[str, tuple[str, tuple[str, str]]] = {
     "gpu.sm_clock_ratio": ("gpu", ("gpu.sm_clock", "gpu.sm_clock_max")),
+    # TGI has no KV-cache usage gauge: the share of its KV token budget the running batch has reserved
+    "engine.kv_cache_reserved": ("engine", ("engine.batch_max_tokens", "engine.batch_token_capacity")),
 }
 
 
 #: Per-engine service levels from the settings (by the engine's model): signal -> settings field
 SLA_SIGNALS = {"sla.ttft_p99": "ttft_p99_sla_s"}
+#: Per-engine demand computed from finished requests and in-flight history (see streams/demand.py)
+DEMAND_SIGNALS = frozenset({"engine.arrival_rate"})
 
 #: 0/1 flags decoded from a bitmask signal: flag -> (per, mask signal, bits)
 FLAG_SIGNALS: dict[str, tuple[str, str, int]] = {
@@ -58,6 +69,8 @@ RATE_RATIOS: dict[str, tuple[str, str]] = {
     "engine.prefix_cache_hit_ratio": ("engine.prefix_cache_hits.rate", "engine.prefix_cache_queries.rate"),
     "net.connect_failure_rate_ratio": ("net.connect_failures.rate", "net.connect_attempts.rate"),
     "engine.http_rejection_ratio": ("engine.http_rejections.rate", "engine.http_requests.rate"),
+    # TGI: failed requests (tgi_request_failure) over arrivals (tgi_request_count); it has no HTTP status counter
+    "engine.request_failure_ratio": ("engine.http_rejections.rate", "engine.requests_received.rate"),
 }
 
 
@@ -69,7 +82,7 @@ def _signal_per(name: str, catalog: Catalog) -> tuple[str, ...] | None:
         return (DERIVED_SIGNALS[name][0],)
     if name in FLAG_SIGNALS:
         return (FLAG_SIGNALS[name][0],)
-    if name in SLA_SIGNALS:
+    if name in SLA_SIGNALS or name in DEMAND_SIGNALS:
         return ("engine",)
     if name in RATE_RATIOS:  # ratios of rates: per like their numerator
         return signal_per(RATE_RATIOS[name][0], catalog)

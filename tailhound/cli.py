@@ -137,11 +137,20 @@ def simulate(
     record: Annotated[
         Path | None, typer.Option("--record", help="Write a scrape recording (JSON lines) instead of publishing.")
     ] = None,
+    engine: Annotated[str, typer.Option(help="Inference engine the fleet runs: vllm or tgi.")] = "vllm",
+    dcgm_fields: Annotated[
+        str, typer.Option(help="dcgm-exporter fields: all, or default (the exporter's default counters only).")
+    ] = "all",
+    noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
     from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 
-    sim = FleetSimulator(SimConfig(nodes=nodes, seed=seed), [FaultSpec.parse(f) for f in fault or []])
+    try:
+        sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise)
+    except (ValueError, TypeError) as exc:
+        raise TailhoundError(f"simulate: {exc}") from None
+    sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
     if record is not None:
         from tailhound.agents.simulator.recording import write_recording
 
@@ -371,6 +380,43 @@ def baseline_fit(
     fit = model.artifact.fit
     console.print(f"fitted {signal} q={quantile} on {len(rows)} windows -> {out} "
                   f"(pinball loss {fit.pinball_loss:.4g} vs {fit.baseline_pinball_loss:.4g} for a constant)")
+
+
+@app.command()
+def doctor(
+    recordings: Annotated[
+        list[Path] | None, typer.Argument(help="Scrape recordings (JSON lines) to read the signals from.")
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option("--target", "-t", help="[JOB=]URL of a live Prometheus endpoint to scrape once (repeatable; "
+                                            "without JOB the source is told from the metric names)."),
+    ] = None,
+    rules: Annotated[
+        Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    timeout: Annotated[float, typer.Option(min=0.1, max=60, help="Seconds per scrape.")] = 5.0,
+    config: ConfigOpt = None,
+) -> None:
+    """Which rules can fire with the signals a recording or live targets carry; for each blind rule, what is
+    missing and the fix. Exits 1 when a critical rule is blind."""
+    from tailhound.doctor import diagnose, read_recordings, render_json, render_table, scrape_targets
+    from tailhound.streams.ruleset import load_rules
+
+    if fmt not in ("table", "json"):
+        raise TailhoundError(f"--format {fmt!r}: use table or json")
+    if not recordings and not target:
+        raise TailhoundError("tailhound doctor needs a recording (RECORDING...) or live targets (--target [JOB=]URL)")
+    rs = load_rules(rules or _settings(config).rules_dir)
+    observed = read_recordings(recordings or [])
+    if target:
+        from tailhound.catalog import default_catalog
+
+        observed.merge(scrape_targets(list(target), timeout, default_catalog()))
+    report = diagnose(rs, observed)
+    sys.stdout.write(render_json(report) if fmt == "json" else render_table(report))
+    raise typer.Exit(report.exit_code)
 
 
 def main() -> None:

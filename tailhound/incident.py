@@ -30,6 +30,9 @@ class Scope(BaseModel):
     engine: str | None = None
     model: str | None = None
     endpoint: str | None = None
+    nodes: list[str] = Field(
+        default_factory=list,
+        description="The nodes of a model- or fleet-scope incident that rolls up one cause on several nodes.")
 
     def describe(self) -> str:
         parts = []
@@ -39,6 +42,10 @@ class Scope(BaseModel):
             parts.append(("GPU " if len(self.gpus) == 1 else "GPUs ") + ", ".join(self.gpus))
         if self.model:
             parts.append(f"model {self.model}")
+        if self.nodes:
+            if not parts:
+                parts.append("fleet")
+            parts.append(("node " if len(self.nodes) == 1 else "nodes ") + ", ".join(self.nodes))
         if self.engine:
             parts.append(f"engine {self.engine}")
         if self.endpoint:

@@ -35,11 +35,11 @@ def servers(settings: Settings) -> list[str]:
 
 
 async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None) -> None:
-    """Create the telemetry, model-telemetry, incidents, dead-letter and notifier-state topics (and `extra`)
-    if they do not exist. The incidents topic has one partition: incident events are few, consumers get them in one
-    order, and the notifier (one active instance) reads them all."""
+    """Create the telemetry, model-telemetry, node-incidents, incidents, dead-letter and notifier-state topics
+    (and `extra`) if they do not exist. The incident topics have one partition: incident events are few,
+    consumers get them in one order, and the roll-up and the notifier (one active instance each) read them all."""
     wanted = {settings.telemetry_topic: settings.partitions, settings.model_topic: settings.partitions,
-              settings.incidents_topic: 1,
+              settings.node_incidents_topic: 1, settings.incidents_topic: 1,
               settings.deadletter_topic: 1, settings.notifier_state_topic: 1, **(extra or {})}
     admin = AIOKafkaAdminClient(bootstrap_servers=servers(settings), client_id="tailhound-admin")
     try:

@@ -131,6 +131,11 @@ class Settings(BaseSettings):
         return f"{self.topic_prefix}model-telemetry"
 
     @property
+    def node_incidents_topic(self) -> str:
+        """Incident events of the node and model stages, for the roll-up (one partition, internal)."""
+        return f"{self.topic_prefix}node-incidents"
+
+    @property
     def notifier_state_topic(self) -> str:
         """The notifier's durable state (groups, delivery logs, silences), keyed, compacted."""
         return f"{self.topic_prefix}notifier-state"

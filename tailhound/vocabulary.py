@@ -24,6 +24,7 @@ class RootCause(StrEnum):
     PCIE_BOTTLENECK = "pcie-bottleneck"
     RETRY_STORM = "retry-storm"
     HEAD_OF_LINE_BLOCKING = "head-of-line-blocking"
+    NODE_DEGRADED = "node-degraded"
 
 
 class Severity(StrEnum):
@@ -120,6 +121,15 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
             RootCause.HEAD_OF_LINE_BLOCKING,
             "Head-of-line blocking",
             "Queue wait is high while long generations block a FIFO of short requests.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.NODE_DEGRADED,
+            "Node degraded",
+            "An engine got slower while its load did not rise (latency well above its usual level, "
+            "requests queueing, request and token rates no higher than usual) and no hardware, KV-cache, "
+            "batch or path cause explains it: a node-local fault to investigate (co-tenant process, driver "
+            "or ECC trouble, configuration drift), not a capacity problem that more replicas would fix.",
             False,
         ),
     )

@@ -7,14 +7,22 @@ This is the one place where streams and the notifier meet, so neither package im
 from __future__ import annotations
 
 import asyncio
+import logging
+import weakref
 
 import faust
+from prometheus_client import CollectorRegistry
 
 from tailhound.errors import ConfigError
 from tailhound.notifier.service import NotifierService, build_receivers, notifier_config
 from tailhound.settings import Settings
 from tailhound.streams.app import create_app, make_worker
+from tailhound.streams.coverage_watch import WINDOW_S, CoverageWatch
 from tailhound.streams.ruleset import RuleSet
+
+log = logging.getLogger(__name__)
+#: each worker app's own Prometheus metrics (see metrics_registry)
+_REGISTRIES: weakref.WeakKeyDictionary[faust.App, CollectorRegistry] = weakref.WeakKeyDictionary()
 
 
 def add_notifier(app: faust.App, settings: Settings) -> None:
@@ -29,12 +37,24 @@ def add_notifier(app: faust.App, settings: Settings) -> None:
 
 
 def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
-    """The worker's Faust app: the streams agents, and the notifier task when it is enabled."""
+    """The worker's Faust app: the streams agents, and the notifier task when it is enabled. Rule coverage
+    (:mod:`tailhound.streams.coverage_watch`) watches the telemetry: rules that cannot fire with what the
+    fleet sends are logged after WINDOW_S of telemetry, and exported in :func:`metrics_registry`."""
     prepare_data_dir(settings)
-    app = create_app(settings, rules)
+    watch = CoverageWatch(rules)
+    app = create_app(settings, rules, on_snapshot=watch.observe)
+    _REGISTRIES[app] = watch.registry
+    log.info("rule coverage: rules that cannot fire with the telemetry received are reported after %.0f s of it "
+             "(`tailhound doctor` checks a recording or live targets now)", WINDOW_S)
     if settings.notifier.enabled:
         add_notifier(app, settings)
     return app
+
+
+def metrics_registry(app: faust.App) -> CollectorRegistry:
+    """The worker app's own Prometheus metrics (``tailhound_rule_blind{rule,severity}`` ...), for a metrics
+    endpoint to serve."""
+    return _REGISTRIES[app]
 
 
 def prepare_data_dir(settings: Settings) -> None:

@@ -17,18 +17,37 @@ FAULT_NAMES: tuple[str, ...] = (
     "nvlink-degraded",
     "short-blip",
     "engine-restart",
+    "retry-storm",
+    "rolling-deploy",
+    "warm-gpu",
+    "long-prompt-hol",
 )
 
 #: Faults that act on one tick only (their duration is ignored).
 ONE_SHOT_FAULTS: frozenset[str] = frozenset({"short-blip", "engine-restart"})
 
 #: Faults that act on individual GPUs (the others act on a node).
-GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded"})
+GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded",
+                                        "warm-gpu"})
+
+#: Faults that start on the client side or are rolled out fleet-wide: without ``node=`` they act on every
+#: node (the others act on the first node).
+FLEET_DEFAULT_FAULTS: frozenset[str] = frozenset({"traffic-surge", "retry-storm", "rolling-deploy"})
 
 #: Node value that targets every node of the fleet.
 ALL_NODES = "*"
 
 SOURCES: tuple[str, ...] = ("vllm", "dcgm", "node", "blackbox")
+
+#: Inference engines the simulator can export as (the engine snapshot's source is the engine's name).
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "tgi")
+#: dcgm-exporter field sets: "all" (every field the simulator models, profiling and clock-reason fields
+#: included: a custom counters file) or "default" (only dcgm-exporter's default-counters.csv, see dcgm_fields.py).
+DCGM_PROFILES: tuple[str, ...] = ("all", "default")
+#: "basic": the daily curve, slow per-node drift and per-sample jitter; "realistic" adds fleet-wide traffic
+#: swings and bursts, request-mix drift, inlet-temperature drift, probe outliers, retransmit blips and
+#: missed scrapes (noise.py).
+NOISE_PROFILES: tuple[str, ...] = ("basic", "realistic")
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([smh]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -51,10 +70,12 @@ def _check_fault_name(name: str) -> None:
 class FaultSpec:
     """One fault to inject: what, when (seconds from simulation start), for how long, where.
 
-    ``node=None`` targets the fault's default (the first node; every node for ``traffic-surge``);
-    ``node="*"`` targets every node. ``gpus=()`` picks the fault's default GPUs (thermal: 3 and 5;
-    memory-bandwidth and NVLink faults: every GPU of the node). ``duration_s=None`` lasts until
-    the end. ``short-blip`` and ``engine-restart`` act on the first tick at or after ``start_s`` only.
+    ``node=None`` targets the fault's default (the first node; every node for ``traffic-surge``,
+    ``retry-storm`` and ``rolling-deploy``); ``node="*"`` targets every node. ``gpus=()`` picks the
+    fault's default GPUs (thermal: 3 and 5; warm GPU: 6; memory-bandwidth and NVLink faults: every GPU
+    of the node). ``duration_s=None`` lasts until the end. ``short-blip`` and ``engine-restart`` act on
+    the first tick at or after ``start_s`` only. ``rolling-deploy`` restarts the engines of its nodes one
+    after another, spread evenly over its duration (default: 3 minutes apart).
     """
 
     name: str
@@ -154,6 +175,16 @@ class SimConfig:
     #: Also export per-link NVLink counters (DCGM_FI_DEV_NVLINK_BANDWIDTH_L0..L17, 144 more series a
     #: node; off by default like in dcgm-exporter's default-counters.csv).
     nvlink_per_link: bool = False
+    #: The inference engine of every node: "vllm" or "tgi" (TGI's metric names, buckets and labels; the
+    #: engine snapshots then have source "tgi", and "vllm" in `sources` means the engine).
+    engine: str = "vllm"
+    #: dcgm-exporter field set: "all" or "default" (DCGM_PROFILES).
+    dcgm_fields: str = "all"
+    #: Noise profile: "basic" or "realistic" (NOISE_PROFILES).
+    noise: str = "basic"
+    #: Also export the API server's HTTP status counters (vLLM: http_requests_total by status class, as
+    #: prometheus_fastapi_instrumentator groups them). TGI always exports its tgi_request_failure counter.
+    http_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -164,10 +195,17 @@ class SimConfig:
             raise ValueError(f"interval_s must be > 0, got {self.interval_s}")
         if not math.isfinite(self.start_ts) or self.start_ts <= 0:
             raise ValueError(f"start_ts must be > 0, got {self.start_ts}")
+        for name, value, known in (("engine", self.engine, ENGINE_KINDS), ("dcgm_fields", self.dcgm_fields,
+                                   DCGM_PROFILES), ("noise", self.noise, NOISE_PROFILES)):
+            if value not in known:
+                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
         sources = tuple(self.sources)
-        unknown = [s for s in sources if s not in SOURCES]
+        known_sources = (self.engine, *SOURCES[1:])
+        if self.engine != "vllm":  # "vllm" in the default sources names the engine, whichever it is
+            sources = tuple(self.engine if s == "vllm" else s for s in sources)
+        unknown = [s for s in sources if s not in known_sources]
         if unknown:
-            raise ValueError(f"unknown source(s) {unknown}; known sources: {', '.join(SOURCES)}")
+            raise ValueError(f"unknown source(s) {unknown}; known sources: {', '.join(known_sources)}")
         object.__setattr__(self, "sources", sources)
 
     def node_names(self) -> list[str]:

@@ -5,6 +5,13 @@ capacity allows (capacity falls with decode/prefill slowdowns and with KV-cache 
 requests completed in the tick are drawn one by one (prompt and output lengths, queue time,
 prefill, mean TPOT) and recorded into counters and cumulative histograms with vLLM's names and
 bucket bounds. Per-token inter-token latencies are spread over the buckets analytically.
+
+The same engine can export as Hugging Face TGI instead (``kind="tgi"``): TGI's metric names, bucket
+bounds and shapes (tgi_request_* histograms in seconds, per-forward-pass tgi_batch_*_duration{method},
+tgi_queue_size, tgi_batch_current_size and the token budget, counters without a ``_total`` suffix, no
+TTFT, no KV-cache gauge, no labels but ``method`` and ``err``). Its router admits at
+most :data:`TGI_MAX_CONCURRENT_REQUESTS` requests (queued + running) and answers the rest 429
+("overloaded"), counted in ``tgi_request_failure{err="overloaded"}``.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from .faults import NodeEffects
 from .histogram import (
     ITL_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
+    TGI_DURATION_BUCKETS,
     TTFT_BUCKETS,
     CumulativeHistogram,
     build_1_2_5_buckets,
+    tgi_linear_buckets,
 )
 from .load import poisson
 
@@ -46,10 +55,62 @@ CLIENT_TIMEOUT_S = 300.0
 
 FINISHED_REASONS = ("stop", "length", "abort")
 
+#: Long generations of a head-of-line-blocking tenant: log-normal output lengths (median, sigma), prompts
+#: this much shorter than the usual mix ("write a long ..."), and the most requests its closed-loop client
+#: keeps waiting (it sends a new request when one finishes).
+LONG_GEN_MEDIAN, LONG_GEN_SIGMA = 1800.0, 0.5
+LONG_PROMPT_SCALE = 0.5
+HOL_MAX_WAITING = 40
+
+#: Retry storm (faults.STORM_*): the API server admits requests while the queue holds less than this many
+#: seconds of work and answers the rest 429 (STORM_503_SHARE of them 503, from the proxy); clients retry a
+#: rejected request STORM_RETRIES times at once, and re-send requests that waited longer than their
+#: timeout (STORM_RESEND of them; the engine still serves the abandoned ones).
+STORM_QUEUE_LIMIT_S = 15.0
+STORM_CLIENT_TIMEOUT_S = 10.0
+STORM_RETRIES = 3
+STORM_RESEND = 0.8
+STORM_503_SHARE = 0.2
+#: Requests rejected outside a storm (invalid or too long, and the odd internal error), per request.
+BAD_REQUEST_RATIO = 0.002
+SERVER_ERROR_RATIO = 0.0002
+#: The OpenAI-compatible route every simulated request uses (prometheus_fastapi_instrumentator labels).
+HTTP_HANDLER = "/v1/chat/completions"
+HTTP_STATUSES = ("2xx", "4xx", "5xx")
+
+#: TGI launcher settings of the simulated TGI fleet (--max-concurrent-requests raised from its default 128
+#: to hold a 256-sequence batch plus a queue; --max-input-tokens / --max-total-tokens as vLLM's context).
+TGI_MAX_CONCURRENT_REQUESTS = 512
+#: TGI's token budget (tgi_batch_max_total_tokens, sized by the launcher from the memory left after the weights:
+#: ~1M tokens of KV for a 70B bf16 model on 8 x 80 GB) and the prefill batches it runs per second at most.
+TGI_MAX_BATCH_TOTAL_TOKENS = 1_000_000
+TGI_PREFILLS_PER_S = 4.0
+MEAN_MAX_NEW_TOKENS = 0.1 * SHORT_MAX_TOKENS + 0.9 * DEFAULT_MAX_TOKENS
+TGI_METHODS = ("decode", "prefill")
+TGI_MAX_INPUT_TOKENS = MAX_MODEL_LEN - DEFAULT_MAX_TOKENS
+TGI_MAX_TOTAL_TOKENS = MAX_MODEL_LEN
+TGI_PORT = 3000
+
 #: Standard-normal quantiles: ``_Z[int(random() * _Z_N)]`` is a (finely quantised) normal draw at a
 #: fraction of the cost of ``random.gauss``; hundreds of requests a tick need several draws each.
 _Z_N = 4096
 _Z = tuple(NormalDist().inv_cdf((i + 0.5) / _Z_N) for i in range(_Z_N))
+
+
+def _capped_lognormal_mean(median: float, sigma: float, cap: float) -> float:
+    """E[min(X, cap)] for a log-normal X."""
+    mu, nd = math.log(median), NormalDist()
+    lc = math.log(cap)
+    return (math.exp(mu + sigma**2 / 2) * nd.cdf((lc - mu - sigma**2) / sigma)
+            + cap * (1.0 - nd.cdf((lc - mu) / sigma)))
+
+
+def mixed_mean_gen(long_share: float) -> float:
+    """Mean output length when `long_share` of the requests are long generations (capped at max_tokens)."""
+    normal = 0.1 * _capped_lognormal_mean(GEN_MEDIAN, GEN_SIGMA, SHORT_MAX_TOKENS) + 0.9 * _capped_lognormal_mean(
+        GEN_MEDIAN, GEN_SIGMA, DEFAULT_MAX_TOKENS)
+    long = _capped_lognormal_mean(LONG_GEN_MEDIAN, LONG_GEN_SIGMA, DEFAULT_MAX_TOKENS)
+    return (1.0 - long_share) * normal + long_share * long
 
 
 @dataclass(frozen=True)
@@ -69,21 +130,46 @@ class EngineTick:
 class Engine:
     """vLLM V1-like engine state: queue, counters and histograms of one node."""
 
-    def __init__(self, rng: random.Random, model: str) -> None:
+    def __init__(self, rng: random.Random, model: str, kind: str = "vllm", http_metrics: bool = False,
+                 http_rng: random.Random | None = None, instance: str = "localhost:3000") -> None:
         self._rng = rng
-        self.labels = {"model_name": model, "engine": "0"}
+        self.kind = kind
+        self.tgi = kind == "tgi"
+        #: whether the HTTP status counters are exported (TGI: always, its tgi_request_failure counter)
+        self.http_metrics = http_metrics or self.tgi
+        self._http_rng = http_rng if http_rng is not None else random.Random(0)
         self.waiting = 0
         self._carry = 0.0
+        self.down = False
         self.last = EngineTick(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, ITL_BASE_S)
-        self._hist = {
-            "ttft": CumulativeHistogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
-            "itl": CumulativeHistogram("vllm:inter_token_latency_seconds", ITL_BUCKETS),
-            "tpot": CumulativeHistogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS),
-            "e2e": CumulativeHistogram("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
-            "queue": CumulativeHistogram("vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
-            "prompt": CumulativeHistogram("vllm:request_prompt_tokens", build_1_2_5_buckets(MAX_MODEL_LEN)),
-            "gen": CumulativeHistogram("vllm:request_generation_tokens", build_1_2_5_buckets(MAX_MODEL_LEN)),
-        }
+        if self.tgi:
+            # TGI exports no labels; the scrape adds instance (host:port) and the agent config the model.
+            self.labels = {"model_name": model, "instance": instance}
+            self._hist = {
+                "queue": CumulativeHistogram("tgi_request_queue_duration", TGI_DURATION_BUCKETS),
+                "tpot": CumulativeHistogram("tgi_request_mean_time_per_token_duration", TGI_DURATION_BUCKETS),
+                "e2e": CumulativeHistogram("tgi_request_duration", TGI_DURATION_BUCKETS),
+                "validation": CumulativeHistogram("tgi_request_validation_duration", TGI_DURATION_BUCKETS),
+                "inference": CumulativeHistogram("tgi_request_inference_duration", TGI_DURATION_BUCKETS),
+                "prompt": CumulativeHistogram("tgi_request_input_length", tgi_linear_buckets(TGI_MAX_INPUT_TOKENS)),
+                "gen": CumulativeHistogram("tgi_request_generated_tokens", tgi_linear_buckets(TGI_MAX_TOTAL_TOKENS)),
+                "max_new": CumulativeHistogram("tgi_request_max_new_tokens", tgi_linear_buckets(TGI_MAX_TOTAL_TOKENS)),
+            }
+            # backends/v3: one observation per forward pass of the batch, by method
+            self._batch_hist = {(name, m): CumulativeHistogram(name, TGI_DURATION_BUCKETS) for m in TGI_METHODS
+                                for name in ("tgi_batch_forward_duration", "tgi_batch_inference_duration")}
+        else:
+            self._batch_hist = {}
+            self.labels = {"model_name": model, "engine": "0"}
+            self._hist = {
+                "ttft": CumulativeHistogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+                "itl": CumulativeHistogram("vllm:inter_token_latency_seconds", ITL_BUCKETS),
+                "tpot": CumulativeHistogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS),
+                "e2e": CumulativeHistogram("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
+                "queue": CumulativeHistogram("vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
+                "prompt": CumulativeHistogram("vllm:request_prompt_tokens", build_1_2_5_buckets(MAX_MODEL_LEN)),
+                "gen": CumulativeHistogram("vllm:request_generation_tokens", build_1_2_5_buckets(MAX_MODEL_LEN)),
+            }
         self._reset_counters()
 
     def _reset_counters(self) -> None:
@@ -93,11 +179,19 @@ class Engine:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.success = dict.fromkeys(FINISHED_REASONS, 0)
+        self.http = dict.fromkeys(HTTP_STATUSES, 0)  # responses by status class (vLLM's instrumentator)
+        self.received = 0  # TGI: tgi_request_count (every request the router got)
+        self.failures: dict[str, int] = {}  # TGI: tgi_request_failure by err
+        self._resend = 0  # retry storm: timed-out requests the clients re-send next tick
+        self.batch_calls = dict.fromkeys(TGI_METHODS, 0)  # TGI: tgi_batch_inference_count/success by method
+        self._reserved = 0.0  # TGI: tokens the running batch has reserved (prompt + max_new_tokens)
 
     def restart(self) -> None:
         """The engine process restarted: counters, histograms and queues start from zero."""
         self._reset_counters()
         for h in self._hist.values():
+            h.reset()
+        for h in self._batch_hist.values():
             h.reset()
         self.waiting = 0
         self._carry = 0.0
@@ -108,21 +202,39 @@ class Engine:
         if effects.engine_restart:
             self.restart()  # requests arriving while the engine restarts are refused
             return self.last
+        if effects.engine_down:  # rolling deploy: drained and replaced; back with fresh counters
+            if not self.down:
+                self.restart()
+                self.down = True
+            return self.last
+        self.down = False
         rng = self._rng
         s_dec = effects.decode_slowdown * clock_slowdown
         s_pre = effects.prefill_slowdown * clock_slowdown
+        long_share = effects.long_gen_share
         mean_prompt = min(MEAN_PROMPT * effects.prompt_scale, MAX_MODEL_LEN / 2)
-        ctx = mean_prompt + MEAN_GEN / 2  # mean tokens a running request holds in the KV cache
+        mean_gen = MEAN_GEN
+        if long_share:
+            mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
+            mean_gen = mixed_mean_gen(long_share)
+        ctx = mean_prompt + mean_gen / 2  # mean tokens a running request holds in the KV cache
         c_eff = ITL_PER_SEQ_S + ITL_PER_KV_TOKEN_S * ctx
         prefill_mean = s_pre * (PREFILL_OVERHEAD_S + mean_prompt / PREFILL_TOKENS_PER_S)
         kv_limit = 0.97 * KV_CAPACITY_TOKENS / ctx
         b_cap = min(float(MAX_NUM_SEQS), kv_limit)
-        capacity_rps = b_cap / (prefill_mean + MEAN_GEN * s_dec * (ITL_BASE_S + c_eff * b_cap))
+        capacity_rps = b_cap / (prefill_mean + mean_gen * s_dec * (ITL_BASE_S + c_eff * b_cap))
 
         # Fluid queue: serve up to capacity, keep the rest waiting, let clients time out.
         waiting_before = self.waiting
-        backlog = self.waiting + arrivals
         capacity = capacity_rps * dt + self._carry
+        attempts = arrivals
+        rejected = 0
+        if effects.retry_storm:
+            arrivals, attempts = self._storm_admit(arrivals, capacity, capacity_rps)
+            rejected = attempts - arrivals
+        else:
+            self._resend = 0
+        backlog = self.waiting + arrivals
         if backlog >= capacity:
             served = int(capacity)
             self._carry = capacity - served
@@ -130,17 +242,30 @@ class Engine:
             served, self._carry = backlog, 0.0
         waiting = backlog - served
         max_waiting = int(capacity_rps * CLIENT_TIMEOUT_S)
+        overloaded = 0
+        if self.tgi:  # TGI's router holds at most --max-concurrent-requests (queued + running)
+            room = max(0, TGI_MAX_CONCURRENT_REQUESTS - int(b_cap))
+            if waiting > room:
+                overloaded, waiting = waiting - room, room
+        if long_share and waiting > HOL_MAX_WAITING:  # the closed-loop client holds back (never sent)
+            waiting = HOL_MAX_WAITING
         aborted = max(0, waiting - max_waiting)
         waiting -= aborted
         self.waiting = waiting
         rate = served / dt
+        if effects.retry_storm:
+            wait_s = waiting / capacity_rps
+            timed_out = min(1.0, max(0.0, (wait_s - 0.75 * STORM_CLIENT_TIMEOUT_S) / (0.5 * STORM_CLIENT_TIMEOUT_S)))
+            self._resend = int(served * timed_out * STORM_RESEND)
+        if self.http_metrics:
+            self._count_http(attempts, served, rejected, overloaded)
 
         # Running batch: Little's law on the decode loop, saturated while requests wait.
-        denom = 1.0 - rate * MEAN_GEN * s_dec * c_eff
+        denom = 1.0 - rate * mean_gen * s_dec * c_eff
         if waiting > 0 or denom <= 0.02:
             running_f = b_cap
         else:
-            running_f = min(b_cap, rate * (prefill_mean + MEAN_GEN * s_dec * ITL_BASE_S) / denom)
+            running_f = min(b_cap, rate * (prefill_mean + mean_gen * s_dec * ITL_BASE_S) / denom)
         itl = s_dec * (ITL_BASE_S + c_eff * running_f)
         kv_bound = waiting > 0 and kv_limit <= MAX_NUM_SEQS
         if kv_bound:
@@ -156,6 +281,8 @@ class Engine:
             served, itl, s_pre, running_f, util, effects, dt, waiting_before / capacity_rps, waiting / capacity_rps
         )
         self.success["abort"] += aborted
+        if self.tgi:
+            self._tgi_batches(dt, served, itl, s_pre, mean_prompt, running_f)
         self.last = EngineTick(
             utilization=util,
             running=running,
@@ -167,6 +294,42 @@ class Engine:
             itl_s=itl,
         )
         return self.last
+
+    def _storm_admit(self, fresh: int, capacity: float, capacity_rps: float) -> tuple[int, int]:
+        """Retry storm: (requests admitted to the queue, HTTP attempts) this tick.
+
+        First attempts are the fresh requests plus the re-sent timed-out ones; the server admits them while
+        the queue holds less than STORM_QUEUE_LIMIT_S of work (plus what it serves this tick). A rejected
+        request is retried STORM_RETRIES times at once, each retry rejected with the same probability r, so
+        the share of requests rejected for good is r**(STORM_RETRIES + 1) and each one costs
+        1 + r + ... + r**STORM_RETRIES attempts.
+        """
+        first = fresh + self._resend
+        room = max(0.0, capacity_rps * STORM_QUEUE_LIMIT_S - self.waiting) + capacity
+        if first <= room:
+            return first, first
+        lost = 1.0 - room / first  # share of distinct requests rejected after every retry
+        r = lost ** (1.0 / (STORM_RETRIES + 1))
+        admitted = int(room)
+        tries = (1.0 - lost) / (1.0 - r) if r < 1.0 else float(STORM_RETRIES + 1)
+        return admitted, max(admitted, int(round(first * tries)))
+
+    def _count_http(self, attempts: int, served: int, rejected: int, overloaded: int) -> None:
+        """HTTP responses of the tick: completions, storm rejections, TGI overload, and a background of bad
+        requests and internal errors (drawn from the HTTP stream, so the engine's own draws stay the same)."""
+        hr = self._http_rng
+        bad = poisson(hr, (attempts + overloaded) * BAD_REQUEST_RATIO)
+        err = poisson(hr, (attempts + overloaded) * SERVER_ERROR_RATIO)
+        if self.tgi:
+            self.received += attempts + overloaded + bad + err
+            for key, n in (("overloaded", rejected + overloaded), ("validation", bad), ("generation", err)):
+                if n:
+                    self.failures[key] = self.failures.get(key, 0) + n
+            return
+        refused_5xx = int(rejected * STORM_503_SHARE)
+        self.http["2xx"] += served
+        self.http["4xx"] += rejected - refused_5xx + overloaded + bad
+        self.http["5xx"] += refused_5xx + err
 
     def _complete(
         self, served: int, itl: float, s_pre: float, running_f: float, util: float,
@@ -189,10 +352,21 @@ class Engine:
         gens: list[int] = []
         n_stop = n_length = 0
         decode_total = 0.0
+        long_share = effects.long_gen_share
+        ln_long = math.log(LONG_GEN_MEDIAN)
+        tgi = self.tgi
+        limits: list[int] = []
         for _ in range(served):
             p = min(prompt_cap, max(16, int(exp(ln_prompt + PROMPT_SIGMA * z[int(random_() * zn)]))))
-            limit = SHORT_MAX_TOKENS if random_() < 0.1 else DEFAULT_MAX_TOKENS
-            g = 1 + int(exp(ln_gen + GEN_SIGMA * z[int(random_() * zn)]))
+            if long_share and random_() < long_share:  # (no draw at all without long generations)
+                p = max(16, int(p * LONG_PROMPT_SCALE))
+                limit = DEFAULT_MAX_TOKENS
+                g = 1 + int(exp(ln_long + LONG_GEN_SIGMA * z[int(random_() * zn)]))
+            else:
+                limit = SHORT_MAX_TOKENS if random_() < 0.1 else DEFAULT_MAX_TOKENS
+                g = 1 + int(exp(ln_gen + GEN_SIGMA * z[int(random_() * zn)]))
+            if tgi:
+                limits.append(limit)
             if g >= limit:
                 g, n_length = limit, n_length + 1
             else:
@@ -214,11 +388,14 @@ class Engine:
         h["prompt"].observe_many(prompts)
         h["gen"].observe_many(gens)
         h["queue"].observe_many(queues)
-        h["ttft"].observe_many(ttfts)
-        h["e2e"].observe_many(e2es)
-        h["tpot"].observe_many(tpots)
         itl_count = sum(gens) - served
-        if itl_count > 0:
+        if tgi:
+            self._observe_tgi(prompts, gens, queues, e2es, limits)
+        else:
+            h["ttft"].observe_many(ttfts)
+            h["e2e"].observe_many(e2es)
+            h["tpot"].observe_many(tpots)
+        if itl_count > 0 and not tgi:
             mean_itl = decode_total / itl_count
             median = mean_itl / (0.9 * math.exp(0.12**2 / 2) + 0.1 * 2.2 * math.exp(0.25**2 / 2))
             h["itl"].observe_lognormal_mix(itl_count, decode_total, ((0.9, median, 0.12), (0.1, 2.2 * median, 0.25)))
@@ -232,8 +409,74 @@ class Engine:
         self.success["length"] += n_length
         return prompt_sum, gen_sum
 
+    def _tgi_batches(self, dt: float, served: int, itl: float, s_pre: float, mean_prompt: float,
+                     running_f: float) -> None:
+        """TGI's per-forward-pass histograms and counters: a decode pass per ITL while the batch runs, the
+        tick's new requests prefilled in at most TGI_PREFILLS_PER_S batches (forward = the model call,
+        inference = forward plus the router's bookkeeping)."""
+        h = self._batch_hist
+        steps = int(dt / itl) if running_f >= 1.0 else 0
+        if steps:
+            for name, share in (("tgi_batch_forward_duration", 0.93), ("tgi_batch_inference_duration", 1.0)):
+                h[(name, "decode")].observe_lognormal_mix(steps, steps * itl * share, ((1.0, itl * share, 0.08),))
+        prefills = min(served, int(dt * TGI_PREFILLS_PER_S))
+        if prefills:
+            each = s_pre * (PREFILL_OVERHEAD_S + served / prefills * mean_prompt / PREFILL_TOKENS_PER_S)
+            for name, share in (("tgi_batch_forward_duration", 0.95), ("tgi_batch_inference_duration", 1.0)):
+                h[(name, "prefill")].observe_lognormal_mix(prefills, prefills * each * share,
+                                                           ((1.0, each * share, 0.3),))
+        self.batch_calls["decode"] += steps
+        self.batch_calls["prefill"] += prefills
+        self._reserved = min(TGI_MAX_BATCH_TOTAL_TOKENS, running_f * (mean_prompt + MEAN_MAX_NEW_TOKENS))
+
+    def _observe_tgi(self, prompts: list[int], gens: list[int], queues: list[float], e2es: list[float],
+                     limits: list[int]) -> None:
+        """TGI's per-request histograms (router/src/server.rs): inference = prefill + decode, time per token =
+        inference / generated tokens, duration = validation (tokenisation) + queue + inference."""
+        h = self._hist
+        inference = [e - q for e, q in zip(e2es, queues, strict=True)]
+        validation = [0.0008 + p * 4e-7 for p in prompts]
+        h["inference"].observe_many(inference)
+        h["tpot"].observe_many(i / g for i, g in zip(inference, gens, strict=True))
+        h["validation"].observe_many(validation)
+        h["e2e"].observe_many(v + e for v, e in zip(validation, e2es, strict=True))
+        h["max_new"].observe_many(limits)
+
     def samples(self) -> list[Sample]:
-        """The engine's metrics as vLLM exposes them (V1 names, model_name + engine labels)."""
+        """The engine's metrics as its server exposes them (vLLM: V1 names, model_name + engine labels)."""
+        if self.tgi:
+            return self._tgi_samples()
+        out = self._vllm_samples()
+        if self.http_metrics:
+            for status in HTTP_STATUSES:  # a label set appears with its first request, as in prometheus_client
+                if self.http[status]:
+                    out.append(CounterSample(name="http_requests_total", value=float(self.http[status]), labels={
+                        "handler": HTTP_HANDLER, "method": "POST", "status": status}))
+        return out
+
+    def _tgi_samples(self) -> list[Sample]:
+        """TGI's metrics (tests/agents/fixtures/tgi.prom and tgi_v3.prom: no labels but ``method`` and ``err``,
+        counters without ``_total``; counters, gauges, histograms, as metrics-exporter-prometheus renders)."""
+        last = self.last
+        g, c = GaugeSample, CounterSample
+        out: list[Sample] = []
+        for name in ("tgi_batch_inference_count", "tgi_batch_inference_success"):
+            out.extend(c(name=name, labels={"method": m}, value=float(self.batch_calls[m])) for m in TGI_METHODS)
+        out.append(c(name="tgi_request_count", value=float(self.received)))
+        for err in sorted(self.failures):  # metrics-rs registers a label set on its first increment
+            out.append(c(name="tgi_request_failure", labels={"err": err}, value=float(self.failures[err])))
+        out += [
+            c(name="tgi_request_success", value=float(self.success["stop"] + self.success["length"])),
+            g(name="tgi_batch_current_max_tokens", value=float(int(self._reserved) if last.running else 0)),
+            g(name="tgi_batch_current_size", value=float(last.running)),
+            g(name="tgi_batch_max_total_tokens", value=float(TGI_MAX_BATCH_TOTAL_TOKENS)),
+            g(name="tgi_queue_size", value=float(last.waiting)),
+        ]
+        out.extend(h.sample({"method": m}) for (_name, m), h in self._batch_hist.items())
+        out.extend(h.sample({}) for h in self._hist.values())
+        return out
+
+    def _vllm_samples(self) -> list[Sample]:
         lb = self.labels
         last = self.last
         out: list[Sample] = [

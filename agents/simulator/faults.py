@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .config import ALL_NODES, FaultSpec
+from .config import ALL_NODES, FLEET_DEFAULT_FAULTS, FaultSpec
 
 #: Default GPUs of a thermal-throttle fault (as in the playbook: 2 of 8 GPUs throttle).
 DEFAULT_THERMAL_GPUS: tuple[int, ...] = (3, 5)
@@ -28,6 +28,29 @@ KV_PRESSURE_PROMPT_SCALE = 8.0
 #: Network path degradation: extra round-trip time (s) and packet loss ratio.
 NET_EXTRA_RTT_S = 0.022
 NET_LOSS = 0.01
+#: Default GPU of a warm-gpu fault, and how much warmer than its peers it runs (C): a clogged filter or a
+#: weaker fan, well below the slowdown temperature, clocks unchanged. Nothing to page for.
+DEFAULT_WARM_GPU = 6
+WARM_GPU_EXTRA_C = 6.5
+#: Retry storm: a client burst (fresh arrivals x STORM_TRIGGER for the first STORM_TRIGGER_S) overloads
+#: the engines; clients then retry every rejected request at once and re-send requests that waited past
+#: their timeout, so the queue stays full after the burst (a metastable overload) until the clients get
+#: a backoff (the end of the fault). The engine side is in engine.py (admission limit, retries).
+STORM_TRIGGER = 2.0
+STORM_TRIGGER_S = 120.0
+#: Rolling deploy: engines restart one after another (default spacing), each down for ROLLING_DOWN_S
+#: (drained from the load balancer, its traffic spread over the others; scrapes fail; counters and
+#: histograms start from zero when it is back).
+ROLLING_STEP_S = 180.0
+ROLLING_DOWN_S = 90.0
+#: Head-of-line blocking: a long-generation tenant (a batch client with a fixed concurrency) is pinned to
+#: one node by session affinity, and the gateway sends the node's interactive traffic elsewhere, so it gets
+#: HOL_ARRIVAL_SCALE of its usual requests, HOL_LONG_SHARE of them long generations (engine.py: short
+#: prompts, ~1800 tokens out). The long requests hold the batch's slots (max_num_seqs) while the KV cache
+#: has room, and the short requests wait behind them in the FIFO queue (at most engine.HOL_MAX_WAITING:
+#: the closed-loop client sends no more than its concurrency).
+HOL_LONG_SHARE = 0.65
+HOL_ARRIVAL_SCALE = 0.5
 
 
 @dataclass
@@ -47,12 +70,22 @@ class NodeEffects:
     net_extra_rtt_s: float = 0.0
     net_loss: float = 0.0
     ingress_overflow: bool = False
+    warm_gpus: frozenset[int] = frozenset()
+    retry_storm: bool = False
+    engine_down: bool = False  # rolling deploy: the engine is being replaced (drained, scrapes fail)
+    long_gen_share: float = 0.0  # share of requests that ask for long generations (head-of-line blocking)
+    # realistic noise (noise.py); neutral values leave every model exactly as in the basic profile
+    inlet_offset_c: float = 0.0
+    retrans_blip: float = 0.0  # extra TCP retransmit ratio this tick
+    probe_syn_retry: bool = False  # this tick's probe lost its first SYN
+    probe_extra_s: float = 0.0  # extra server-side processing time of this tick's probe
+    missed_scrapes: frozenset[str] = frozenset()  # sources whose scrape timed out this tick
     active: list[str] = field(default_factory=list)
 
 
 def fault_nodes(fault: FaultSpec, node_names: Sequence[str]) -> list[str]:
-    """Nodes a fault acts on (None -> first node, or all for traffic-surge; ``*`` -> all)."""
-    if fault.node == ALL_NODES or (fault.node is None and fault.name == "traffic-surge"):
+    """Nodes a fault acts on (None -> first node, or all for FLEET_DEFAULT_FAULTS; ``*`` -> all)."""
+    if fault.node == ALL_NODES or (fault.node is None and fault.name in FLEET_DEFAULT_FAULTS):
         return list(node_names)
     if fault.node is None:
         return [node_names[0]]
@@ -66,7 +99,21 @@ def fault_gpus(fault: FaultSpec, gpus_per_node: int) -> frozenset[int]:
     if fault.name == "thermal-throttle":
         picked = tuple(g for g in DEFAULT_THERMAL_GPUS if g < gpus_per_node)
         return frozenset(picked or (gpus_per_node - 1,))
+    if fault.name == "warm-gpu":
+        return frozenset((min(DEFAULT_WARM_GPU, gpus_per_node - 1),))
     return frozenset(range(gpus_per_node))
+
+
+def rolling_windows(fault: FaultSpec, node_names: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Rolling deploy: node -> (start, end) seconds of the window its engine is down."""
+    nodes = fault_nodes(fault, node_names)
+    step = ROLLING_STEP_S if fault.duration_s is None else fault.duration_s / len(nodes)
+    down = min(ROLLING_DOWN_S, step)
+    return {n: (fault.start_s + k * step, fault.start_s + k * step + down) for k, n in enumerate(nodes)}
+
+
+def _rolling_down(fault: FaultSpec, node_names: Sequence[str], t_s: float) -> set[str]:
+    return {n for n, (a, b) in rolling_windows(fault, node_names).items() if a <= t_s < b}
 
 
 def validate_faults(faults: Sequence[FaultSpec], node_names: Sequence[str], gpus_per_node: int) -> None:
@@ -79,10 +126,16 @@ def validate_faults(faults: Sequence[FaultSpec], node_names: Sequence[str], gpus
             raise ValueError(f"fault {f.name}: GPU index {bad} out of range 0..{gpus_per_node - 1}")
 
 
-def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], gpus_per_node: int) -> NodeEffects:
-    """Fold the (already active) `faults` that target `node` into one :class:`NodeEffects`."""
+def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], gpus_per_node: int,
+                 t_s: float = 0.0) -> NodeEffects:
+    """Fold the (already active) `faults` that target `node` into one :class:`NodeEffects` at `t_s`
+    seconds from the start (time-shaped faults: rolling deploy, the retry storm's trigger)."""
     eff = NodeEffects()
     for f in faults:
+        if f.name == "rolling-deploy":  # the engines still up take the drained engines' traffic
+            down = _rolling_down(f, node_names, t_s)
+            if down and node not in down:
+                eff.arrival_scale *= len(node_names) / max(1, len(node_names) - len(down))
         if node not in fault_nodes(f, node_names):
             continue
         eff.active.append(f.name)
@@ -112,4 +165,16 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
             eff.prefill_slowdown *= BLIP_SLOWDOWN
         elif name == "engine-restart":
             eff.engine_restart = True
+        elif name == "warm-gpu":
+            eff.warm_gpus = eff.warm_gpus | fault_gpus(f, gpus_per_node)
+        elif name == "retry-storm":
+            eff.retry_storm = True
+            if t_s < f.start_s + STORM_TRIGGER_S:
+                eff.arrival_scale *= STORM_TRIGGER
+        elif name == "rolling-deploy":
+            if node in _rolling_down(f, node_names, t_s):
+                eff.engine_down = True
+        elif name == "long-prompt-hol":
+            eff.long_gen_share = HOL_LONG_SHARE
+            eff.arrival_scale *= HOL_ARRIVAL_SCALE
     return eff

@@ -1,4 +1,4 @@
-"""FleetSimulator: N nodes x G GPUs, one vLLM-like engine per node, snapshots every interval."""
+"""FleetSimulator: N nodes x G GPUs, one vLLM-like (or TGI) engine per node, snapshots every interval."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ from collections.abc import Iterator, Sequence
 from tailhound.snapshot import Snapshot
 
 from .config import FaultSpec, SimConfig
-from .engine import Engine
-from .faults import NodeEffects, node_effects, validate_faults
+from .engine import TGI_PORT, Engine
+from .faults import WARM_GPU_EXTRA_C, NodeEffects, node_effects, validate_faults
 from .gpu import GpuState
 from .load import LoadModel
 from .network import BlackboxProbe, NodeNetwork
+from .noise import FleetNoise, NodeNoise
+
+#: What a failed scrape records (the engine being replaced, or an endpoint that timed out once).
+DOWN_ERROR = "connection refused"
+TIMEOUT_ERROR = "scrape timed out"
 
 
 class _Node:
@@ -23,11 +28,22 @@ class _Node:
             return random.Random(f"tailhound-sim/{config.seed}/{name}/{part}")
 
         self.name = name
+        self.engine_source = config.engine
         self.load = LoadModel(rng("load"))
-        self.engine = Engine(rng("engine"), config.model)
-        self.gpus = [GpuState(rng(f"gpu{i}"), name, i, config.nvlink_per_link) for i in range(config.gpus_per_node)]
+        if config.engine == "vllm":
+            self.engine = Engine(rng("engine"), config.model, http_metrics=config.http_metrics,
+                                 http_rng=rng("http") if config.http_metrics else None)
+        else:
+            self.engine = Engine(rng("engine"), config.model, kind=config.engine, http_rng=rng("http"),
+                                 instance=f"{name}:{TGI_PORT}")
+        self.gpus = [GpuState(rng(f"gpu{i}"), name, i, config.nvlink_per_link, config.dcgm_fields)
+                     for i in range(config.gpus_per_node)]
         self.network = NodeNetwork(rng("network"))
         self.probe = BlackboxProbe(rng("probe"), name)
+        if config.engine == "tgi":
+            self.probe.labels["target"] = f"http://{name}:{TGI_PORT}/health"
+        self.noise = NodeNoise(rng("noise")) if config.noise == "realistic" else None
+        self._missed: frozenset[str] = frozenset()
         # Validate the envelope once (node name, sources, interval); ticks then skip re-validation.
         for source in config.sources:
             Snapshot(ts=config.start_ts, node=name, source=source, interval_s=config.interval_s)
@@ -35,11 +51,15 @@ class _Node:
     def step(self, ts: float, dt: float, eff: NodeEffects) -> None:
         """Advance every model of the node by one tick."""
         prev_util = self.engine.last.utilization
+        warm, inlet = eff.warm_gpus, eff.inlet_offset_c
         for gpu in self.gpus:
-            gpu.update_thermal(dt, prev_util, gpu.index in eff.overheating_gpus)
+            extra = inlet + WARM_GPU_EXTRA_C if gpu.index in warm else inlet
+            gpu.update_thermal(dt, prev_util, gpu.index in eff.overheating_gpus, extra)
         # Tensor parallelism: every step waits for the slowest GPU of the group.
         clock_slowdown = max(gpu.slowdown for gpu in self.gpus)
         _, arrivals = self.load.arrivals(ts, dt, eff.arrival_scale)
+        if eff.engine_down:
+            arrivals = 0  # drained from the load balancer
         tick = self.engine.step(dt, arrivals, eff, clock_slowdown)
         token_rate = tick.prompt_tps + tick.generation_tps
         for gpu in self.gpus:
@@ -55,12 +75,19 @@ class _Node:
             )
         self.network.update(dt, tick, eff)
         self.probe.probe(tick, eff)
+        self._missed = eff.missed_scrapes | ({self.engine_source} if eff.engine_down else frozenset())
 
     def snapshots(self, ts: float, config: SimConfig) -> list[Snapshot]:
         """One snapshot per configured source."""
         out: list[Snapshot] = []
         for source in config.sources:
-            if source == "vllm":
+            if source in self._missed:  # a failed scrape: the envelope and the error, no samples
+                error = DOWN_ERROR if source == self.engine_source and self.engine.down else TIMEOUT_ERROR
+                labels = dict(self.engine.labels) if source == self.engine_source else {}
+                out.append(Snapshot.model_construct(ts=ts, node=self.name, source=source, interval_s=config.interval_s,
+                                                    labels=labels, samples=[], error=error))
+                continue
+            if source == self.engine_source:
                 labels, samples = dict(self.engine.labels), self.engine.samples()
             elif source == "dcgm":
                 labels, samples = {}, [s for gpu in self.gpus for s in gpu.samples()]
@@ -91,6 +118,8 @@ class FleetSimulator:
         self._names = config.node_names()
         validate_faults(self.faults, self._names, config.gpus_per_node)
         self._nodes = [_Node(config, name) for name in self._names]
+        self._noise = (FleetNoise(random.Random(f"tailhound-sim/{config.seed}/fleet/noise"))
+                       if config.noise == "realistic" else None)
         self._t = 0.0  # simulated seconds from start of the next tick
 
     @property
@@ -114,8 +143,11 @@ class FleetSimulator:
         ts = cfg.start_ts + t
         active = self.active_faults(t)
         snapshots: list[Snapshot] = []
+        fleet_scale = self._noise.step(cfg.interval_s) if self._noise is not None else 1.0
         for node in self._nodes:
-            eff = node_effects(active, node.name, self._names, cfg.gpus_per_node)
+            eff = node_effects(active, node.name, self._names, cfg.gpus_per_node, t)
+            if node.noise is not None:
+                node.noise.apply(eff, cfg.interval_s, fleet_scale, node.engine_source)
             node.step(ts, cfg.interval_s, eff)
             snapshots.extend(node.snapshots(ts, cfg))
         self._t = t + cfg.interval_s

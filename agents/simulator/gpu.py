@@ -14,6 +14,7 @@ import uuid
 
 from tailhound.snapshot import CounterSample, GaugeSample, Sample
 
+from .dcgm_fields import DRIVER_VERSION
 from .faults import NVLINK_BANDWIDTH_FACTOR
 
 GPU_MODEL_NAME = "NVIDIA H100 80GB HBM3"
@@ -50,15 +51,28 @@ def gpu_uuid(node: str, index: int) -> str:
 class GpuState:
     """One GPU as dcgm-exporter reports it."""
 
-    def __init__(self, rng: random.Random, node: str, index: int, per_link: bool = False) -> None:
+    def __init__(self, rng: random.Random, node: str, index: int, per_link: bool = False,
+                 fields: str = "all") -> None:
         self._rng = rng
         self.index = index
-        self.labels = {
-            "gpu": str(index),
-            "UUID": gpu_uuid(node, index),
-            "modelName": GPU_MODEL_NAME,
-            "Hostname": node,
-        }
+        self.fields = fields
+        if fields == "default":  # a stock dcgm-exporter's label set (device, PCI bus id, driver version)
+            self.labels = {
+                "gpu": str(index),
+                "UUID": gpu_uuid(node, index),
+                "pci_bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+                "device": f"nvidia{index}",
+                "modelName": GPU_MODEL_NAME,
+                "Hostname": node,
+                "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+            }
+        else:
+            self.labels = {
+                "gpu": str(index),
+                "UUID": gpu_uuid(node, index),
+                "modelName": GPU_MODEL_NAME,
+                "Hostname": node,
+            }
         self.offset_c = rng.uniform(-2.0, 3.0)  # position in the chassis airflow
         self.power_w = IDLE_POWER_W + DYNAMIC_POWER_W * 0.55
         self.temp_c = INLET_TEMP_C + self.offset_c + THERMAL_RESISTANCE_C_PER_W * self.power_w
@@ -90,13 +104,18 @@ class GpuState:
         """How much slower this GPU computes than at max clock (>= 1)."""
         return (MAX_SM_CLOCK_MHZ / self.perf_clock) ** 0.9 if self.perf_clock < MAX_SM_CLOCK_MHZ else 1.0
 
-    def update_thermal(self, dt: float, utilization: float, overheating: bool) -> None:
-        """Temperature follows the last tick's power (or a failing cooler); clocks follow temperature."""
+    def update_thermal(self, dt: float, utilization: float, overheating: bool, extra_c: float = 0.0) -> None:
+        """Temperature follows the last tick's power (or a failing cooler); clocks follow temperature.
+
+        `extra_c` warms the GPU's equilibrium without a fault of the cooling loop (a warm GPU, inlet drift).
+        """
         rng = self._rng
         if overheating:
             target, tau = min(90.0, 88.5 + 1.5 * utilization + 0.2 * self.offset_c), TAU_FAULT_S
         else:
             target = INLET_TEMP_C + self.offset_c + THERMAL_RESISTANCE_C_PER_W * self.power_w
+            if extra_c:
+                target += extra_c
             tau = TAU_HEAT_S if target > self.temp_c else TAU_COOL_S
         self.temp_c += (target - self.temp_c) * (1.0 - math.exp(-dt / tau))
         self.reported_temp = round(self.temp_c + rng.gauss(0.0, 0.3))
@@ -159,6 +178,8 @@ class GpuState:
 
     def samples(self) -> list[Sample]:
         """dcgm-exporter gauges and counters of this GPU."""
+        if self.fields == "default":
+            return self._default_samples()
         lb = self.labels
         g, c = GaugeSample, CounterSample
         mem_temp = float(round(self.temp_c + 4.0 + 4.0 * self.dram_active))
@@ -185,3 +206,39 @@ class GpuState:
             for link, value in enumerate(self.link_bytes):
                 out.append(c(name=f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{link}", labels=lb, value=float(int(value))))
         return out
+
+    def _default_samples(self) -> list[Sample]:
+        """The fields of dcgm-exporter's default-counters.csv (dcgm_fields.DCGM_DEFAULT_COUNTERS) only: no
+        clock-event reasons, no max SM clock, no slowdown temperature, no NVLink throughput gauges."""
+        lb = self.labels
+        g, c = GaugeSample, CounterSample
+        util = self.util_pct / 100.0
+        clock_ratio = self.sm_clock / MAX_SM_CLOCK_MHZ
+        mem_temp = float(round(self.temp_c + 4.0 + 4.0 * self.dram_active))
+        return [
+            g(name="DCGM_FI_DEV_SM_CLOCK", labels=lb, value=float(self.sm_clock)),
+            g(name="DCGM_FI_DEV_MEM_CLOCK", labels=lb, value=MEM_CLOCK_MHZ),
+            g(name="DCGM_FI_DEV_MEMORY_TEMP", labels=lb, value=mem_temp),
+            g(name="DCGM_FI_DEV_GPU_TEMP", labels=lb, value=float(self.reported_temp)),
+            g(name="DCGM_FI_DEV_POWER_USAGE", labels=lb, value=round(self.power_w, 3)),
+            c(name="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", labels=lb, value=float(int(self.energy_mj))),
+            c(name="DCGM_FI_DEV_PCIE_REPLAY_COUNTER", labels=lb, value=self.pcie_replays),
+            g(name="DCGM_FI_DEV_GPU_UTIL", labels=lb, value=float(round(self.util_pct))),
+            g(name="DCGM_FI_DEV_MEM_COPY_UTIL", labels=lb, value=float(round(self.dram_active * 85.0))),
+            g(name="DCGM_FI_DEV_ENC_UTIL", labels=lb, value=0.0),
+            g(name="DCGM_FI_DEV_DEC_UTIL", labels=lb, value=0.0),
+            g(name="DCGM_FI_DEV_XID_ERRORS", labels=lb, value=0.0),
+            g(name="DCGM_FI_DEV_FB_FREE", labels=lb, value=FB_TOTAL_MIB - FB_RESERVED_MIB - self.fb_used),
+            g(name="DCGM_FI_DEV_FB_USED", labels=lb, value=float(self.fb_used)),
+            g(name="DCGM_FI_DEV_FB_RESERVED", labels=lb, value=FB_RESERVED_MIB),
+            c(name="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", labels=lb, value=float(int(sum(self.link_bytes)))),
+            g(name="DCGM_FI_DEV_VGPU_LICENSE_STATUS", labels=lb, value=0.0),
+            c(name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", labels=lb, value=0.0),
+            c(name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", labels=lb, value=0.0),
+            g(name="DCGM_FI_DEV_ROW_REMAP_FAILURE", labels=lb, value=0.0),
+            g(name="DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels=lb, value=round(min(1.0, 0.98 * util), 4)),
+            g(name="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", labels=lb, value=round(0.32 * util * clock_ratio, 4)),
+            g(name="DCGM_FI_PROF_DRAM_ACTIVE", labels=lb, value=round(self.dram_active, 4)),
+            g(name="DCGM_FI_PROF_PCIE_TX_BYTES", labels=lb, value=round(self.pcie_tx, 1)),
+            g(name="DCGM_FI_PROF_PCIE_RX_BYTES", labels=lb, value=round(self.pcie_rx, 1)),
+        ]

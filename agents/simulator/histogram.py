@@ -25,6 +25,28 @@ REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 
+
+def tgi_duration_buckets() -> tuple[float, ...]:
+    """TGI's bounds for every ``*_duration`` histogram (router/src/server.rs, huggingface/text-generation-inference
+    db931fc): 35 exponential buckets, ``value = 0.0001; value *= 1.5`` before each push (0.00015 .. ~145.7 s)."""
+    out: list[float] = []
+    value = 0.0001
+    for _ in range(35):
+        value *= 1.5
+        out.append(value)
+    return tuple(out)
+
+
+def tgi_linear_buckets(max_tokens: int) -> tuple[float, ...]:
+    """TGI's token-count bounds: ``(max / 100.0) * (x + 1)`` for x in 0..99 (tgi_request_input_length with
+    --max-input-tokens, tgi_request_generated_tokens and tgi_request_max_new_tokens with --max-total-tokens)."""
+    return tuple((max_tokens / 100.0) * (x + 1) for x in range(100))
+
+
+#: TGI histogram bounds (the text-generation-inference router, see the functions above).
+TGI_DURATION_BUCKETS: tuple[float, ...] = tgi_duration_buckets()
+
+
 def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
     """vLLM's ``build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, ... up to `max_value` inclusive."""
     out: list[float] = []

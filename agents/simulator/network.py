@@ -51,6 +51,8 @@ class NodeNetwork:
             retrans_ratio = rng.uniform(0.0002, 0.0008)
         if effects.ingress_overflow:
             retrans_ratio *= 2.0
+        if effects.retrans_blip:
+            retrans_ratio += effects.retrans_blip
         self.out_segs += out
         self.retrans_segs += int(out * retrans_ratio)
         if effects.ingress_overflow:
@@ -90,6 +92,7 @@ class BlackboxProbe:
         self._rng = rng
         self.labels = {"target": f"http://{node}:8000/health", "module": "http_2xx"}
         self.success = True
+        self.refused = False
         self.phases = dict.fromkeys(PHASES, 0.0)
         self.status_code = 200
 
@@ -120,6 +123,12 @@ class BlackboxProbe:
                 connect += SYN_RTO_S
             elif roll < 6.0 * effects.net_loss:  # request/response segment lost once
                 processing += DATA_RTO_S + rtt
+        if effects.probe_syn_retry and not failed:  # noise: the first SYN was lost
+            connect += SYN_RTO_S
+        if effects.probe_extra_s and not failed:
+            processing += effects.probe_extra_s
+        self.refused = effects.engine_down and not failed  # nothing listens: connection refused at once
+        failed = failed or self.refused
         if failed:
             connect = min(connect, PROBE_TIMEOUT_S - resolve)
             processing = transfer = 0.0
@@ -136,7 +145,8 @@ class BlackboxProbe:
     def samples(self) -> list[Sample]:
         """blackbox_exporter series of the last probe."""
         g = GaugeSample
-        duration = PROBE_TIMEOUT_S if not self.success else sum(self.phases.values()) + 0.0002
+        timed_out = not self.success and not self.refused
+        duration = PROBE_TIMEOUT_S if timed_out else sum(self.phases.values()) + 0.0002
         out: list[Sample] = [
             g(name="probe_success", value=1.0 if self.success else 0.0),
             g(name="probe_duration_seconds", value=round(duration, 6)),

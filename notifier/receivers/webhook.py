@@ -49,6 +49,7 @@ ACTION_BY_ROOT_CAUSE: dict[str, str] = {
     "nvlink-degraded": "drain-node",
     "kv-cache-pressure": "reduce-batch",
     "retry-storm": "shed-load",
+    "node-degraded": "drain-node",
 }
 DEFAULT_ACTION = "investigate"
 

@@ -4,8 +4,18 @@ Each signal names its unit, kind (gauge, counter or histogram), the label(s) tha
 a value belongs to (``per``), and for every source (snapshot ``source`` = recording ``job``) the
 metric(s) that carry it. A source may list several metrics for one signal (vLLM V1 and V0 names,
 both dcgm-exporter naming generations); ``match`` narrows a mapping to samples with given label
-values (``probe_http_duration_seconds{phase="connect"}``) and ``scale`` converts units
-(percent -> ratio). ``docs/signals.md`` is generated from this file (``tailhound catalog``).
+values (``probe_http_duration_seconds{phase="connect"}``; ``""`` means "label absent or empty", ``"*"``
+"label present") and ``scale`` converts units (percent -> ratio). ``docs/signals.md`` is generated from
+this file (``tailhound catalog``).
+
+MIG: dcgm-exporter labels the lines of a MIG GPU instance with ``GPU_I_ID`` (and ``GPU_I_PROFILE``) and the
+parent GPU's ``gpu`` label, so they are kept apart from whole-GPU values by the per-GPU signal's ``mig``
+field (dcgm sources only): ``device`` -- the field is a property of the physical GPU (temperature, clocks,
+power, PCIe, ECC) and every instance line repeats the GPU's own value, so instance lines count for the GPU
+(entity ``"0"``); ``instance`` -- the value is the instance's own (DRAM activity, framebuffer): instance lines
+feed the generated twin signal ``mig.<name>`` (per ``gpu, GPU_I_ID``, entity ``"0/mig3"``) and never the
+whole-GPU signal; omitted -- instance lines are dropped. Per-engine coverage (what each inference engine
+exposes, stands in for, or lacks) is the ``engines`` section (:class:`EngineCoverage`).
 """
 
 from __future__ import annotations
@@ -21,6 +31,19 @@ from tailhound.errors import ConfigError
 KINDS = ("gauge", "counter", "histogram")
 _UNKNOWN = object()
 
+#: The label dcgm-exporter puts on the lines of a MIG GPU instance, and the sources that use it.
+MIG_LABEL = "GPU_I_ID"
+MIG_SOURCES = ("dcgm",)
+MIG_MODES = ("device", "instance")
+#: How a `per` label's value is written in an entity ("0/mig3" for GPU 0's GPU instance 3).
+ENTITY_PREFIX = {MIG_LABEL: "mig"}
+#: The inference engines a rule can name in `engines:` (their snapshot source has the same name).
+ENGINES = ("vllm", "tgi", "nim")
+#: Signal name prefixes of the inference-engine group (what engine coverage is about).
+ENGINE_PREFIXES = ("engine.", "latency.", "tokens.", "model.")
+#: Coverage of one signal on one engine (:meth:`Catalog.engine_coverage`).
+MAPPED, STAND_IN, CONDITIONAL, NOT_EXPOSED, UNMAPPED = "mapped", "stand-in", "conditional", "not-exposed", "unmapped"
+
 
 @dataclass(frozen=True)
 class SourceMetric:
@@ -29,7 +52,17 @@ class SourceMetric:
     match: tuple[tuple[str, str], ...] = ()
 
     def matches(self, labels: dict[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match)
+        for k, v in self.match:
+            got = labels.get(k)
+            if v == "*":
+                if not got:
+                    return False
+            elif v == "":
+                if got:
+                    return False
+            elif got != v:
+                return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -40,11 +73,16 @@ class SignalSpec:
     per: tuple[str, ...]
     description: str
     sources: dict[str, tuple[SourceMetric, ...]] = field(default_factory=dict)
+    #: per-GPU signals: how dcgm-exporter's MIG instance lines count (``device``, ``instance`` or None)
+    mig: str | None = None
+    #: generated ``mig.*`` twins: the whole-GPU signal they are the per-instance view of
+    instance_of: str | None = None
 
     def entity(self, labels: dict[str, str], common: dict[str, str]) -> str | None:
         """The entity a sample describes: its `per` label values joined by '/', '' for node-level
         signals. A sample without the label falls back to the snapshot's common labels, then to its
-        ``instance`` (one engine per scraped server, as with TGI or vLLM V0); else it is not usable."""
+        ``instance`` (one engine per scraped server, as with TGI or vLLM V0); else it is not usable.
+        A MIG instance's part is written ``mig<GPU_I_ID>`` ("0/mig3")."""
         per = self.per
         if not per or per == ("node",):
             return ""
@@ -57,10 +95,28 @@ class SignalSpec:
         parts = []
         for label in per:
             v = labels.get(label, common.get(label))
-            if v is None:
+            prefix = ENTITY_PREFIX.get(label)
+            if v is None or (prefix and not v):
                 return None
-            parts.append(v)
+            parts.append(prefix + v if prefix else v)
         return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class EngineCoverage:
+    """What one inference engine exposes of the engine signals (the ``engines`` section of signals.yaml).
+
+    Signals the engine's source maps are exposed; ``stand_ins`` names those it maps to a close but not identical
+    metric (and how they differ), ``conditional`` those present only in some versions or configurations, and
+    ``not_exposed`` the engine signals it has no metric for (and what comes closest, if anything)."""
+
+    name: str
+    source: str
+    title: str
+    references: tuple[str, ...]
+    not_exposed: dict[str, str]
+    stand_ins: dict[str, str]
+    conditional: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -68,6 +124,8 @@ class Catalog:
     signals: dict[str, SignalSpec]
     #: (source, metric) -> the mappings of that metric, most specific (most `match` labels) first
     by_metric: dict[tuple[str, str], list[tuple[SignalSpec, SourceMetric]]]
+    #: inference engine -> what it exposes (signals.yaml `engines`)
+    engines: dict[str, EngineCoverage] = field(default_factory=dict)
 
     #: (source, metric) -> the answer of lookup() for metrics whose mappings match no labels (the answer
     #: then does not depend on the labels); ~60 lookups per snapshot made this the catalog's hot path
@@ -117,6 +175,30 @@ class Catalog:
     def sources(self) -> list[str]:
         return sorted({src for spec in self.signals.values() for src in spec.sources})
 
+    def engine_signals(self) -> list[str]:
+        """The signals of the inference-engine group, in catalog order (what engine coverage is about)."""
+        return [n for n in self.signals if n.startswith(ENGINE_PREFIXES)]
+
+    def engine_coverage(self, engine: str) -> dict[str, tuple[str, str]]:
+        """signal -> (status, note) for every engine signal on `engine`: ``mapped``, ``stand-in`` (a close
+        but different metric, the note says how), ``conditional`` (some versions or flags only),
+        ``not-exposed`` (the engine has no such metric; the note says what comes closest) or ``unmapped``
+        (nobody has looked: a gap in signals.yaml)."""
+        cov = self.engines[engine]
+        out: dict[str, tuple[str, str]] = {}
+        for name in self.engine_signals():
+            if name in cov.not_exposed:
+                out[name] = (NOT_EXPOSED, cov.not_exposed[name])
+            elif cov.source not in self.signals[name].sources:
+                out[name] = (UNMAPPED, "")
+            elif name in cov.stand_ins:
+                out[name] = (STAND_IN, cov.stand_ins[name])
+            elif name in cov.conditional:
+                out[name] = (CONDITIONAL, cov.conditional[name])
+            else:
+                out[name] = (MAPPED, "")
+        return out
+
 
 def _source_metrics(value: object) -> tuple[SourceMetric, ...]:
     items = value if isinstance(value, list) else [value]
@@ -135,17 +217,79 @@ def _source_metrics(value: object) -> tuple[SourceMetric, ...]:
     return tuple(out)
 
 
+def _with_mig_match(mappings: tuple[SourceMetric, ...], value: str) -> tuple[SourceMetric, ...]:
+    """The mappings, narrowed to MIG instance lines (``"*"``) or to lines without GPU_I_ID (``""``)."""
+    out = []
+    for sm in mappings:
+        if any(k == MIG_LABEL for k, _ in sm.match):
+            raise ValueError(f"{sm.metric}: a per-GPU mapping may not match on {MIG_LABEL} (use `mig:`)")
+        out.append(SourceMetric(sm.metric, sm.scale, tuple(sorted((*sm.match, (MIG_LABEL, value))))))
+    return tuple(out)
+
+
+def _mig_specs(spec: SignalSpec) -> list[SignalSpec]:
+    """`spec` with its dcgm mappings kept off MIG instance lines, plus the per-instance twin (``mig: instance``)."""
+    if spec.mig == "device" or spec.per != ("gpu",) or not any(s in spec.sources for s in MIG_SOURCES):
+        return [spec]
+    whole = {src: (_with_mig_match(m, "") if src in MIG_SOURCES else m) for src, m in spec.sources.items()}
+    out = [SignalSpec(spec.name, spec.unit, spec.kind, spec.per, spec.description, whole, spec.mig)]
+    if spec.mig == "instance":
+        twin = {src: _with_mig_match(m, "*") for src, m in spec.sources.items() if src in MIG_SOURCES}
+        out.append(SignalSpec(
+            name="mig." + spec.name.split(".", 1)[1], unit=spec.unit, kind=spec.kind, per=("gpu", MIG_LABEL),
+            description=f"Per MIG GPU instance (entity `<gpu>/mig<GPU_I_ID>`): the instance's own `{spec.name}`, "
+                        "from dcgm-exporter lines with GPU_I_ID (never mixed into the whole-GPU value).",
+            sources=twin, instance_of=spec.name))
+    return out
+
+
+def _engines(data: object, signals: dict[str, SignalSpec], origin: str) -> dict[str, EngineCoverage]:
+    out: dict[str, EngineCoverage] = {}
+    for name, entry in (data or {}).items():  # type: ignore[union-attr]
+        try:
+            if name not in ENGINES:
+                raise ValueError(f"unknown engine (one of {list(ENGINES)})")
+            unknown = set(entry) - {"source", "title", "references", "not_exposed", "stand_ins", "conditional"}
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)}")
+            cov = EngineCoverage(
+                name=name, source=str(entry.get("source", name)), title=str(entry.get("title", name)),
+                references=tuple(str(r) for r in entry.get("references") or ()),
+                not_exposed={str(k): str(v) for k, v in (entry.get("not_exposed") or {}).items()},
+                stand_ins={str(k): str(v) for k, v in (entry.get("stand_ins") or {}).items()},
+                conditional={str(k): str(v) for k, v in (entry.get("conditional") or {}).items()})
+            for what, notes in (("not_exposed", cov.not_exposed), ("stand_ins", cov.stand_ins),
+                                ("conditional", cov.conditional)):
+                for signal in notes:
+                    spec = signals.get(signal)
+                    if spec is None:
+                        raise ValueError(f"{what}: unknown signal {signal!r}")
+                    mapped = cov.source in spec.sources
+                    if what == "not_exposed" and mapped:
+                        raise ValueError(f"{what}: {signal} is mapped for source {cov.source}")
+                    if what != "not_exposed" and not mapped:
+                        raise ValueError(f"{what}: {signal} is not mapped for source {cov.source}")
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{origin}: engine {name}: {exc}") from exc
+        out[name] = cov
+    return out
+
+
 def parse_catalog(data: dict, origin: str = "signals.yaml") -> Catalog:
     signals: dict[str, SignalSpec] = {}
     by_metric: dict[tuple[str, str], list[tuple[SignalSpec, SourceMetric]]] = {}
+    unknown_top = set(data) - {"signals", "engines"}
+    if unknown_top:
+        raise ConfigError(f"{origin}: unknown top-level keys {sorted(unknown_top)}")
     for name, entry in (data.get("signals") or {}).items():
         try:
-            unknown = set(entry) - {"unit", "kind", "per", "description", "sources"}
+            unknown = set(entry) - {"unit", "kind", "per", "description", "sources", "mig"}
             if unknown:
                 raise ValueError(f"unknown keys {sorted(unknown)}")
             if entry["kind"] not in KINDS:
                 raise ValueError(f"kind must be one of {KINDS}, got {entry['kind']!r}")
             per = entry.get("per")
+            mig = entry.get("mig")
             spec = SignalSpec(
                 name=name,
                 unit=str(entry.get("unit", "")),
@@ -153,21 +297,28 @@ def parse_catalog(data: dict, origin: str = "signals.yaml") -> Catalog:
                 per=tuple(per) if isinstance(per, list) else ((per,) if per else ()),
                 description=str(entry.get("description", "")),
                 sources={src: _source_metrics(v) for src, v in (entry.get("sources") or {}).items()},
+                mig=mig,
             )
+            if mig is not None and (mig not in MIG_MODES or spec.per != ("gpu",)):
+                raise ValueError(f"mig must be one of {MIG_MODES} and is for `per: gpu` signals only, got {mig!r}")
+            specs = _mig_specs(spec)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"{origin}: signal {name}: {exc}") from exc
-        signals[name] = spec
-        for src, mappings in spec.sources.items():
-            for sm in mappings:
-                entries = by_metric.setdefault((src, sm.metric), [])
-                if any(other.match == sm.match for _, other in entries):
-                    raise ConfigError(f"{origin}: {src} metric {sm.metric} {dict(sm.match)} is mapped twice")
-                if entries and entries[0][0].kind != spec.kind:
-                    raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} "
-                                      f"and as {spec.kind}")
-                entries.append((spec, sm))
-                entries.sort(key=lambda e: -len(e[1].match))
-    return Catalog(signals=signals, by_metric=by_metric)
+        for spec in specs:
+            if spec.name in signals:
+                raise ConfigError(f"{origin}: signal {spec.name} is defined twice")
+            signals[spec.name] = spec
+            for src, mappings in spec.sources.items():
+                for sm in mappings:
+                    entries = by_metric.setdefault((src, sm.metric), [])
+                    if any(other.match == sm.match for _, other in entries):
+                        raise ConfigError(f"{origin}: {src} metric {sm.metric} {dict(sm.match)} is mapped twice")
+                    if entries and entries[0][0].kind != spec.kind:
+                        raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} "
+                                          f"and as {spec.kind}")
+                    entries.append((spec, sm))
+                    entries.sort(key=lambda e: -len(e[1].match))
+    return Catalog(signals=signals, by_metric=by_metric, engines=_engines(data.get("engines"), signals, origin))
 
 
 @cache

@@ -1,7 +1,9 @@
 """``docs/signals.md``: the signal catalog as Markdown, generated from signals.yaml (``tailhound catalog``).
 
-One table per group of signals (GPU, inference engine, node network, network probes, streaming probe;
-anything new that fits none of them lands in "Other"), with one column per source used in that group.
+One table per group of signals (GPU, MIG instances, inference engine, node network, network probes,
+streaming probe; anything new that fits none of them lands in "Other"), with one column per source used in
+that group, then the derived signals and the per-engine coverage (signals.yaml ``engines``: what vLLM, TGI
+and NIM expose, stand in for or lack).
 ``tailhound catalog --check`` (and tests/tailhound/test_catalog_docs.py) fail when the committed file
 differs from what the catalog renders, the same way ``tailhound schema --check`` guards docs/schemas/.
 """
@@ -12,7 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailhound.catalog import Catalog, SignalSpec, SourceMetric, default_catalog
+from tailhound.catalog import (
+    CONDITIONAL,
+    MAPPED,
+    MIG_LABEL,
+    NOT_EXPOSED,
+    STAND_IN,
+    UNMAPPED,
+    Catalog,
+    SignalSpec,
+    SourceMetric,
+    default_catalog,
+)
 from tailhound.recording import JOBS
 
 #: What each source (recording job = snapshot ``source``) is; unknown sources are listed without one.
@@ -47,8 +60,13 @@ def _node_network(spec: SignalSpec) -> bool:
 
 #: First group that accepts a signal gets it.
 GROUPS: tuple[Group, ...] = (
-    Group("gpu", "GPU", "Per GPU (`gpu` = the GPU index), from dcgm-exporter or the native NVML collector.",
+    Group("gpu", "GPU", "Per GPU (`gpu` = the GPU index), from dcgm-exporter or the native NVML collector. "
+          "`mig`: how dcgm-exporter's MIG instance lines count (see \"MIG GPU instances\" above).",
           _prefixed("gpu.")),
+    Group("mig-instances", "MIG instances",
+          "Per MIG GPU instance (entity `<gpu>/mig<GPU_I_ID>`, e.g. `0/mig3`): generated from the GPU signals marked "
+          "`mig: instance`, fed by dcgm-exporter lines that carry `GPU_I_ID` only.",
+          _prefixed("mig.")),
     Group("inference-engine", "Inference engine",
           "Per engine (one vLLM / TGI / NIM server; `engine` label, else the scrape's `instance`): load, "
           "KV cache, tokens and the server-side latency histograms. `model.*` signals exist only in the model "
@@ -97,6 +115,26 @@ dcgm-exporter by the native NVML collector, or vLLM by TGI, changes nothing in `
   labels (the recording line's `labels`), then, for a single `per` label, to its `instance`
   (servers with one engine: TGI, vLLM V0, NIM); a sample with none of these is not used.
 - **unit**: `—` is a dimensionless number (ratio, count, flag).
+- **Stand-ins**: where an engine lacks a signal but has something close (NIM's per-token histogram for
+  `latency.tpot`, TGI's per-batch decode step for `latency.itl`), the close metric is mapped and the
+  description says how it differs; "Engine coverage" at the end lists, per engine, what is mapped, what is a
+  stand-in, what depends on the version, and what the engine does not expose at all.
+
+## MIG GPU instances
+
+dcgm-exporter labels the lines of a MIG GPU instance with `GPU_I_ID` and `GPU_I_PROFILE` and the parent's
+`gpu` label (in its default flex mode a MIG GPU has instance lines only; with `-d g,i` it has whole-GPU lines
+too). They never overwrite a whole-GPU value. The GPU signal's `mig` column says how they count:
+
+- `device`: the field belongs to the physical GPU (temperature, clocks, clock-event reasons, power, PCIe,
+  ECC, XID); every instance line repeats the GPU's own value, so they count for the GPU (entity `"0"`), which
+  keeps per-GPU rules working on MIG GPUs.
+- `instance`: the value is the instance's own (DRAM activity, framebuffer used / total): instance lines feed
+  the twin signal `mig.<name>` (per `gpu, GPU_I_ID`, entity `"0/mig3"`: GPU 0, GPU instance 3) and never the
+  whole-GPU signal; `reduce` over `gpu.*` and per-GPU rules therefore only ever see whole GPUs, and a rule
+  reads instances explicitly (`{signal: mig.dram_bw_util, reduce: max}`).
+- empty: instance lines are dropped (the field is not reported per instance, like `DCGM_FI_DEV_GPU_UTIL`,
+  or its per-instance meaning is unknown).
 
 ## Source quirks handled before mapping
 
@@ -116,8 +154,11 @@ def _fmt_scale(scale: float) -> str:
 
 
 def format_mapping(sm: SourceMetric) -> str:
-    """`DCGM_FI_DEV_GPU_UTIL` ×0.01, `tailhound_gpu_ecc_errors_total{type="corrected"}`."""
-    match = "{" + ",".join(f'{k}="{v}"' for k, v in sm.match) + "}" if sm.match else ""
+    """`DCGM_FI_DEV_GPU_UTIL` ×0.01, `tailhound_gpu_ecc_errors_total{type="corrected"}`; a MIG twin's mapping
+    reads `DCGM_FI_PROF_DRAM_ACTIVE{GPU_I_ID=~".+"}` (the whole-GPU side's `GPU_I_ID=""` is left out: the
+    `mig` column says it)."""
+    parts = [f'{k}=~".+"' if v == "*" else f'{k}="{v}"' for k, v in sm.match if not (k == MIG_LABEL and v == "")]
+    match = "{" + ",".join(parts) + "}" if parts else ""
     return f"`{sm.metric}{match}`{_fmt_scale(sm.scale)}"
 
 
@@ -140,11 +181,12 @@ def group_signals(catalog: Catalog) -> list[tuple[Group, list[SignalSpec]]]:
 
 def render_table(specs: list[SignalSpec]) -> list[str]:
     sources = source_order({src for spec in specs for src in spec.sources})
-    header = ["canonical signal", "kind", "unit", "per", "description", *sources]
+    mig = any(spec.mig for spec in specs)
+    header = ["canonical signal", "kind", "unit", "per", *(["mig"] if mig else []), "description", *sources]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for spec in specs:
         row = [f"`{spec.name}`", spec.kind, _cell(spec.unit) or "—", ", ".join(spec.per) or "node",
-               _cell(spec.description)]
+               *([spec.mig or ""] if mig else []), _cell(spec.description)]
         row += ["<br>".join(format_mapping(sm) for sm in spec.sources.get(src, ())) for src in sources]
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -162,7 +204,38 @@ def render_markdown(catalog: Catalog | None = None) -> str:
         out += ["", f"### {g.title}", "", g.intro, ""]
         out += render_table(specs)
     out += ["", DERIVED]
+    out += render_engine_coverage(catalog)
     return "\n".join(out) + "\n"
+
+
+_MARK = {MAPPED: "yes", STAND_IN: "stand-in", CONDITIONAL: "some versions", NOT_EXPOSED: "**no**",
+         UNMAPPED: "unmapped"}
+
+
+def render_engine_coverage(catalog: Catalog) -> list[str]:
+    """## Engine coverage: one row per engine signal, one column per engine, then each engine's notes."""
+    if not catalog.engines:
+        return []
+    engines = list(catalog.engines.values())
+    coverage = {e.name: catalog.engine_coverage(e.name) for e in engines}
+    out = ["", "## Engine coverage", "",
+           "What each inference engine exposes of the engine signals (signals.yaml `engines`, machine-readable "
+           "through `Catalog.engine_coverage`). *yes*: mapped; *stand-in*: a close but different metric is mapped "
+           "(notes below); *some versions*: mapped, present in some versions or configurations only; **no**: the "
+           "engine has no such metric (notes below say what comes closest). A rule's `engines:` lists the engines "
+           "that can feed all of its conditions (streams/engine_support.py checks it).", "",
+           "| signal | " + " | ".join(f"{e.name} ({e.source})" for e in engines) + " |",
+           "|---|" + "---|" * len(engines)]
+    for name in catalog.engine_signals():
+        out.append(f"| `{name}` | " + " | ".join(_MARK[coverage[e.name][name][0]] for e in engines) + " |")
+    for e in engines:
+        out += ["", f"### {e.title} (`{e.name}`)", ""]
+        out += [f"- Source of truth: {_cell(r)}" for r in e.references]
+        for status, label in ((STAND_IN, "stand-in"), (CONDITIONAL, "some versions"), (NOT_EXPOSED, "not exposed")):
+            for name, (got, note) in coverage[e.name].items():
+                if got == status:
+                    out.append(f"- `{name}` ({label}): {_cell(note)}")
+    return out
 
 
 DERIVED = """\
@@ -177,10 +250,14 @@ Rules may also name these; their entity is the one of the signal they come from.
 | `<histogram>.mean` | exact mean (sum / count) over the window; use it where bucket bounds are too coarse (vLLM's queue time starts at 0.3 s) |
 | `<histogram>.window_count` | observations in the window (`min_observations` in rules) |
 | `gpu.sm_clock_ratio` | `gpu.sm_clock` / `gpu.sm_clock_max` |
+| `engine.kv_cache_reserved` | `engine.batch_max_tokens` / `engine.batch_token_capacity`: the share of TGI's KV token budget the running batch has reserved (prompt + max_new_tokens per request), an upper bound on KV usage where `engine.kv_cache_usage` does not exist |
 | `gpu.thermal_throttle_flag`, `gpu.power_cap_flag` | 1 when the clock-event reasons have the SW/HW thermal (0x20, 0x40) or power (0x4, 0x80) bits |
 | `net.tcp_retrans_ratio` | `net.tcp_retrans_segs.rate` / `net.tcp_out_segs.rate` |
 | `engine.prefix_cache_hit_ratio` | `engine.prefix_cache_hits.rate` / `engine.prefix_cache_queries.rate` |
+| `engine.http_rejection_ratio` | `engine.http_rejections.rate` / `engine.http_requests.rate` (vLLM: 4xx/5xx answers over all answers) |
+| `engine.request_failure_ratio` | `engine.http_rejections.rate` / `engine.requests_received.rate` (TGI: failed requests over arrivals; TGI has no HTTP status counter) |
 | `sla.ttft_p99` | the engine's model's TTFT P99 service level (settings `streams.ttft_p99_sla_s`, fnmatch patterns; default 1.5 s) |
+| `engine.arrival_rate` | requests arriving per second over the 5-minute window: `latency.e2e.window_count` plus the growth of in-flight (`engine.requests_running` + `engine.requests_waiting`), divided by 300 s (`streams/demand.py`): demand, which a supply drop or a draining backlog does not move |
 """
 
 

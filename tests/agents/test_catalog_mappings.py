@@ -40,9 +40,9 @@ ENGINE_CORE = {"engine.requests_running", "engine.requests_waiting", "latency.e2
 @pytest.mark.parametrize(("fixture", "job", "expected"), [
     ("vllm_v1.prom", "vllm", ENGINE_CORE - {"latency.e2e"} | {"engine.kv_cache_usage", "latency.ttft",
                                                             "engine.prompt_tokens"}),
-    ("vllm_v0.prom", "vllm", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.itl",
+    ("vllm_v0.prom", "vllm", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
                                             "engine.preemptions", "engine.generation_tokens"}),
-    ("nim.prom", "nim", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.itl", "engine.max_requests"}),
+    ("nim.prom", "nim", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot", "engine.max_requests"}),
     ("tgi.prom", "tgi", ENGINE_CORE | {"latency.queue", "latency.tpot", "tokens.prompt", "tokens.generation",
                                        "engine.requests_received", "engine.batch_max_tokens"}),
 ])

@@ -18,6 +18,10 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "nvlink-degraded",
         "short-blip",
         "engine-restart",
+        "retry-storm",
+        "rolling-deploy",
+        "warm-gpu",
+        "long-prompt-hol",
     }
 
 
@@ -117,3 +121,25 @@ def test_active_faults_windows() -> None:
     assert sim.active_faults(179.0) == [throttle]
     assert sim.active_faults(180.0) == [forever]
     assert sim.active_faults(10_000.0) == [forever]
+
+
+def test_engine_dcgm_and_noise_options() -> None:
+    assert SimConfig().sources == ("vllm", "dcgm", "node", "blackbox")
+    assert SimConfig(engine="tgi").sources == ("tgi", "dcgm", "node", "blackbox")  # "vllm" names the engine
+    assert SimConfig(engine="tgi", sources=("tgi", "dcgm")).sources == ("tgi", "dcgm")
+    for bad in ({"engine": "sglang"}, {"dcgm_fields": "some"}, {"noise": "loud"}):
+        with pytest.raises(ValueError, match="unknown"):
+            SimConfig(**bad)
+    with pytest.raises(ValueError, match="unknown source"):
+        SimConfig(engine="tgi", sources=("tgi", "nim"))
+
+
+def test_client_side_and_rollout_faults_default_to_every_node() -> None:
+    from tailhound.agents.simulator.faults import fault_nodes
+
+    names = SimConfig(nodes=3).node_names()
+    for fault in ("retry-storm@1m", "rolling-deploy@1m", "traffic-surge@1m", "network-path-degradation@1m:node=*"):
+        assert fault_nodes(FaultSpec.parse(fault), names) == names
+    for fault in ("warm-gpu@1m", "long-prompt-hol@1m", "network-path-degradation@1m"):
+        assert fault_nodes(FaultSpec.parse(fault), names) == ["gpu-node-1"]
+    assert fault_nodes(FaultSpec.parse("retry-storm@1m:node=gpu-node-2"), names) == ["gpu-node-2"]

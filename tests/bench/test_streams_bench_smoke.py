@@ -52,7 +52,8 @@ def test_streams_memory_runs_and_reports():
 def test_bench_sections_can_run_alone():
     assert parse_args(["--only", "streams"]).sections == ["streams"]
     assert parse_args(["--only", "replay,memory"]).sections == ["replay", "memory"]
-    assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise"]
+    assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise",
+                                       "startup", "scenarios"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
 

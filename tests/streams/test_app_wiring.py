@@ -11,7 +11,7 @@ import pytest
 
 import tailhound.streams.app
 from tailhound.settings import Settings
-from tailhound.streams.app import MODEL_STATE_TABLE, STATE_TABLE, create_app, make_worker, tune_gc
+from tailhound.streams.app import MODEL_STATE_TABLE, ROLLUP_STATE_TABLE, STATE_TABLE, create_app, make_worker, tune_gc
 from tailhound.streams.codec import STATE_CODEC_NAME
 from tailhound.streams.ruleset import load_rules
 
@@ -27,13 +27,13 @@ def app(tmp_path):
 def test_topics_carry_raw_bytes_the_agents_decode(app):
     settings, faust_app = app
     topics = {agent.channel.get_topic_name(): agent.channel for agent in faust_app.agents.values()}
-    assert set(topics) == {settings.telemetry_topic, settings.model_topic}
+    assert set(topics) == {settings.telemetry_topic, settings.model_topic, settings.node_incidents_topic}
     assert all(t.value_serializer == "raw" and t.key_serializer == "raw" for t in topics.values())
 
 
 def test_state_tables_write_json_with_the_state_codec(app):
     _, faust_app = app
-    assert set(faust_app.tables) == {STATE_TABLE, MODEL_STATE_TABLE}
+    assert set(faust_app.tables) == {STATE_TABLE, MODEL_STATE_TABLE, ROLLUP_STATE_TABLE}
     for table in faust_app.tables.values():
         changelog = table.changelog_topic
         assert (table.key_serializer, table.value_serializer) == ("json", STATE_CODEC_NAME)

@@ -88,12 +88,35 @@ def test_absent_after_a_while():
     assert holds(r.when, c, "3", "gpu") is True and holds(r.when, c, "4", "gpu") is False
 
 
+def test_peer_reference_compares_with_the_median_of_the_other_entities():
+    r = one("{signal: gpu.sm_clock, below: {peers: 0.8}}", scope="gpu")
+    clocks = {"0": 1980.0, "1": 1975.0, "2": 1100.0, "3": 1990.0}
+    c = EvalContext(now=T0, values={"gpu.sm_clock": clocks})
+    assert holds(r.when, c, "2", "gpu") is True  # 1100 < 0.8 x median(1980, 1975, 1990)
+    assert holds(r.when, c, "0", "gpu") is False  # the slow GPU does not drag the others' median
+    [ev] = observations(r.leaves(), c, "2", "gpu", 60, {"gpu": "2"})
+    assert ev.baseline == 1980.0 and ev.threshold == pytest.approx(1584.0)
+    assert "0.56x the median of its 3 peers" in ev.detail
+    lonely = EvalContext(now=T0, values={"gpu.sm_clock": {"0": 1980.0, "2": 1100.0}})
+    assert holds(r.when, lonely, "2", "gpu") is None  # one peer is no comparison: no news
+
+
+def test_any_is_false_when_a_branch_is_false_and_the_others_lack_signals():
+    r = one("{any: [{signal: gpu.temperature, at_least: 85}, {signal: gpu.thermal_throttle_flag, at_least: 1}]}",
+            scope="gpu")
+    c = EvalContext(now=T0, values={"gpu.temperature": {"0": 60.0}})
+    assert holds(r.when, c, "0", "gpu") is False  # dcgm defaults report no clock reasons: still judged
+    assert holds(r.when, EvalContext(now=T0, values={}), "0", "gpu") is None
+
+
 @pytest.mark.parametrize(("when", "scope", "needle"), [
     ("{signal: gpu.dram_bw_util, above: 0.85}", "engine", "add `reduce:"),
     ("{signal: engine.requests_waiting, above: {signal: gpu.nope}}", "engine", "unknown signal 'gpu.nope'"),
     ("{signal: engine.requests_waiting, above: 1, above_baseline: 2}", "engine", "either `above` or"),
     ("{signal: engine.requests_waiting, above: {baseline: 2, times: 3}}", "engine", "`times` go with"),
     ("{signal: engine.requests_waiting}", "engine", "exactly one of"),
+    ("{signal: gpu.sm_clock, below: {peers: 0.8, baseline: 2}}", "gpu", "exactly one of `signal`, `baseline` or"),
+    ("{signal: gpu.sm_clock, reduce: max, below: {peers: 0.8}}", "engine", "cannot go with `reduce`"),
     ("{signal: latency.ttft.p97, above: 1}", "engine", "unknown signal 'latency.ttft.p97'"),
     ("{signal: engine.requests_waiting.rate, above: 1}", "engine", "unknown signal"),
 ])

@@ -83,7 +83,7 @@ def test_redelivered_snapshot_changes_nothing():
     state, events = run(snaps)
     assert [e.event for e in events] == ["opened"]
     again, evs = evaluate(state, snaps[-1], RULES)
-    assert evs == [] and again == state
+    assert evs == [] and again.model_dump() == state.model_dump()
 
 
 def test_same_input_gives_same_incident_id():
@@ -96,7 +96,9 @@ def test_same_input_gives_same_incident_id():
 def test_state_is_serialisable_and_small():
     state, _ = run(dcgm_snapshot(T0 + 15 * i, hot={3: (88, 1100), 5: (88, 1100)}) for i in range(10))
     dumped = state.model_dump_json()
-    assert len(dumped) < 4096
+    # an 8-GPU node: rule states, one open incident, and the rolling baseline of each GPU's SM clock
+    # (gpu-thermal-throttle compares a hot GPU's clock with its own usual clock on dcgm-exporter defaults)
+    assert len(dumped) < 10_000
     assert type(state).model_validate_json(dumped).model_dump() == state.model_dump()
 
 

@@ -189,6 +189,14 @@ groups:
                 - {signal: gpu.temperature, reduce: mean, at_least: 60}
                 - {signal: gpu.temperature, reduce: count, above: 4}
         root_cause: capacity
+      - name: peers-or-missing
+        scope: gpu
+        when:
+          any:
+            - {signal: gpu.sm_clock, below: {peers: 0.97}}
+            - {signal: gpu.temperature, above: {peers: 1.02}}
+            - {signal: gpu.pcie_link_gen, below: 9}   # a signal the fleet never reports
+        root_cause: gpu-thermal-throttle
 """
 
 

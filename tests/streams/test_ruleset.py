@@ -78,3 +78,69 @@ def test_empty_or_missing_directory(tmp_path):
                                                 ("250ms", 0.25), ("1.5m", 90.0)])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
+
+
+ENGINE_RULE = """\
+groups:
+  - name: e
+    rules:
+      - name: slow-decode
+        scope: engine
+        engines: [vllm, tgi, nim]
+        when:
+          {signal: latency.tpot.p95, above_baseline: 2.0}
+        severity: warning
+        symptom: true
+"""
+
+
+def test_engines_field_is_optional_and_kept():
+    [rule] = parse_rule_text(ENGINE_RULE, "x.yaml")
+    assert [e.value for e in rule.engines] == ["vllm", "tgi", "nim"]
+    [rule] = parse_rule_text(ENGINE_RULE.replace("        engines: [vllm, tgi, nim]\n", ""), "x.yaml")
+    assert rule.engines is None
+    [rule] = parse_rule_text(GOOD.replace("scope: gpu", "scope: gpu\n        engines: [any]"), "x.yaml")
+    assert [e.value for e in rule.engines] == ["any"]
+
+
+@pytest.mark.parametrize(("mutate", "line", "needle"), [
+    (lambda t: t.replace("[vllm, tgi, nim]", "[vllm, sglang]"), 6, "engines.1: Input should be 'vllm', 'tgi', 'nim'"),
+    (lambda t: t.replace("[vllm, tgi, nim]", "[]"), 6, "at least one engine"),
+    (lambda t: t.replace("[vllm, tgi, nim]", "[vllm, vllm]"), 6, "listed twice"),
+    (lambda t: t.replace("[vllm, tgi, nim]", "[any, vllm]"), 6, "`any` stands alone"),
+    (lambda t: t.replace("[vllm, tgi, nim]", "vllm"), 6, "valid list"),
+    (lambda t: t.replace("[vllm, tgi, nim]", "[any]"), 6, "reads engine signals"),
+    # TGI has no TTFT histogram: it cannot feed a TTFT rule (the catalog's `engines` coverage says so)
+    (lambda t: t.replace("latency.tpot.p95", "latency.ttft.p95"), 6,
+     "tgi cannot feed it (it does not expose latency.ttft"),
+    (lambda t: t.replace("latency.tpot.p95", "latency.queue.mean"), 6, "nim cannot feed it"),
+])
+def test_bad_engines_name_file_and_line(mutate, line, needle):
+    with pytest.raises(RuleFileError) as exc:
+        parse_rule_text(mutate(ENGINE_RULE), "rules/bad.yaml")
+    assert needle in str(exc.value)
+    assert exc.value.line == line, str(exc.value)
+    assert str(exc.value).startswith(f"rules/bad.yaml:{line}: ")
+
+
+def test_a_rule_without_engine_signals_must_say_any():
+    text = GOOD.replace("scope: gpu", "scope: gpu\n        engines: [vllm]")
+    with pytest.raises(RuleFileError, match="reads no engine signal: write `engines: \\[any\\]`") as exc:
+        parse_rule_text(text, "rules/bad.yaml")
+    assert exc.value.line == 6  # the engines: line
+
+
+def test_an_any_branch_an_engine_can_feed_is_enough():
+    text = ENGINE_RULE.replace("[vllm, tgi, nim]", "[vllm, tgi]").replace(
+        "          {signal: latency.tpot.p95, above_baseline: 2.0}\n",
+        "          any:\n"
+        "            - {signal: latency.ttft.p99, above: {signal: sla.ttft_p99}}\n"
+        "            - {signal: latency.queue.p99, above: {signal: sla.ttft_p99}}\n")
+    [rule] = parse_rule_text(text, "x.yaml")
+    assert [e.value for e in rule.engines] == ["vllm", "tgi"]
+
+
+def test_default_pack_engines_load():
+    rs = load_rules(REPO_RULES)
+    declared = {r.name: [e.value for e in r.engines] for r in rs.rules if r.engines is not None}
+    assert all(declared.values())

@@ -54,8 +54,10 @@ def test_scale_and_match_are_shown():
 
 def test_groups_follow_the_signal_prefixes():
     groups = {g.title: [s.name for s in specs] for g, specs in group_signals(default_catalog())}
-    assert list(groups) == ["GPU", "Inference engine", "Node network", "Network probes", "Streaming probe"]
+    assert list(groups) == ["GPU", "MIG instances", "Inference engine", "Node network", "Network probes",
+                            "Streaming probe"]
     assert all(n.startswith("gpu.") for n in groups["GPU"])
+    assert groups["MIG instances"] == ["mig.dram_bw_util", "mig.memory_used", "mig.memory_total"]
     assert "latency.ttft" in groups["Inference engine"] and "tokens.prompt" in groups["Inference engine"]
     assert "net.listen_overflows" in groups["Node network"] and "net.hop_rtt" in groups["Network probes"]
     assert "probe.success" in groups["Network probes"] and "lb.health_timeout" in groups["Streaming probe"]
@@ -92,3 +94,26 @@ def test_cli_writes_and_checks(tmp_path):
 def test_write_markdown_creates_the_directory(tmp_path):
     path = write_markdown(tmp_path / "docs" / "signals.md")
     assert not is_stale(path)
+
+
+def test_mig_section_and_column():
+    text = render_markdown()
+    assert "## MIG GPU instances" in text and '`"0/mig3"`' in text
+    rows = _rows(text.split("## Derived signals")[0])
+    assert rows["gpu.temperature"][3] == "device" and rows["gpu.dram_bw_util"][3] == "instance"
+    assert rows["gpu.util"][3] == ""
+    assert '`DCGM_FI_PROF_DRAM_ACTIVE{GPU_I_ID=~".+"}`' in " | ".join(rows["mig.dram_bw_util"])
+    assert "GPU_I_ID" not in " | ".join(rows["gpu.dram_bw_util"][4:])  # the whole-GPU side's `GPU_I_ID=""` is implied
+
+
+def test_engine_coverage_section():
+    text = render_markdown().split("## Engine coverage")[1]
+    catalog = default_catalog()
+    for name in catalog.engine_signals():
+        assert f"| `{name}` |" in text
+    assert "| `latency.ttft` | yes | **no** | yes |" in text  # vllm, tgi, nim
+    assert "| `latency.tpot` | stand-in | stand-in | stand-in |" in text
+    for engine in catalog.engines.values():
+        assert f"### {engine.title} (`{engine.name}`)" in text
+        for signal, note in engine.not_exposed.items():
+            assert f"- `{signal}` (not exposed): " in text and note.split()[0] in text

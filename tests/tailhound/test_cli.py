@@ -46,3 +46,31 @@ def test_simulate_without_broker_says_how_to_configure_one():
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and "tailhound" in result.output
+
+
+def test_simulate_records_a_tgi_fleet_on_default_dcgm_counters(tmp_path):
+    out = tmp_path / "tgi.jsonl"
+    result = runner.invoke(app, ["simulate", "--record", str(out), "--minutes", "1", "--nodes", "1",
+                                 "--engine", "tgi", "--dcgm-fields", "default", "--noise", "realistic"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert '"job":"tgi"' in text and "tgi_queue_size" in text and "vllm:" not in text
+    assert "DCGM_FI_DEV_GPU_TEMP" in text and "DCGM_FI_DEV_CLOCKS_EVENT_REASONS" not in text
+
+
+def test_generated_docs_go_to_stdout_unless_told_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["catalog"])
+    assert result.exit_code == 0 and result.output.startswith("# Signal catalog")
+    assert list(tmp_path.iterdir()) == []
+    target = tmp_path / "out" / "deeper" / "signals.md"
+    assert runner.invoke(app, ["catalog", "--out", str(target)]).exit_code == 0 and target.is_file()
+    assert runner.invoke(app, ["catalog", "--out", str(target), "--check"]).exit_code == 0
+    assert runner.invoke(app, ["rules", "doc", "--check"]).exit_code != 0  # --check needs --out
+
+
+def test_example_lists_and_prints_the_bundled_configs():
+    listed = runner.invoke(app, ["example"])
+    assert listed.exit_code == 0 and "notifier-production" in listed.output and "agent" in listed.output
+    assert "receivers:" in runner.invoke(app, ["example", "notifier"]).output
+    assert runner.invoke(app, ["example", "nope"]).exit_code != 0

@@ -25,7 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
-APPS = {"tailhound.cli", "tailhound.demo", "tailhound.worker", "tailhound.worker_process", "tailhound.__main__"}
+APPS = {"tailhound.cli", "tailhound.demo", "tailhound.doctor", "tailhound.worker", "tailhound.worker_process",
+        "tailhound.__main__"}
 ALLOWED = {
     "core": {"core"},
     "agents": {"core", "agents"},

@@ -1,0 +1,149 @@
+"""Roll-up: one incident per fault, however many nodes it hits (pure).
+
+The node stage opens one incident per node and the model stage one per model, so a fault that hits
+every node (a traffic surge, a network path, a retry storm) used to page once per node plus once per
+model. This stage reads those incidents in order and publishes the ones people see:
+
+- incidents are grouped by their cause where it spreads: the model for engine-side causes, the whole
+  fleet for path-side ones (:func:`group_key`);
+- the first incident of a group IS the group's incident: its id, its events, unchanged while it is
+  alone, so a fault confined to one node stays that node's incident, exactly as the node stage said;
+- another incident of the group that opens within :data:`JOIN_WINDOW_S` of the group folds into it:
+  nothing of its own is published, the group's incident is ``updated`` instead, its scope widened to
+  the model (or the fleet) with the list of nodes (``scope.nodes``), its evidence merged; a node that
+  joins later updates it the same way;
+- the group resolves when every member has; its root cause is the best-ranked cause among its open
+  members (``correlate.CAUSAL_RANK``), its severity the highest.
+
+Different causes stay different incidents (thermal on one node, KV cache on another: two groups).
+Redelivered member events (a sequence already seen) change nothing, so at-least-once input never
+pages twice; the state holds open groups only.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tailhound.incident import IncidentEvent, Scope
+from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
+
+from .correlate import MAX_EVIDENCE, PATH_CAUSES, rank_of
+
+#: a node incident joins an open group of its cause if it opens at most this long after the group did
+JOIN_WINDOW_S = 900.0
+FLEET = "fleet"
+_SEVERITY = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+def group_key(ev: IncidentEvent) -> str:
+    """Where a cause spreads: path-side causes fleet-wide, engine-side ones per model."""
+    cause = RootCause(ev.root_cause)
+    where = FLEET if cause in PATH_CAUSES or not ev.scope.model else ev.scope.model
+    return f"{cause.value}|{where}"
+
+
+class Group(BaseModel):
+    incident_id: str
+    key: str
+    opened_at: float
+    sequence: int = 0
+    #: member incident id -> its latest event (JSON-able dict), in joining order
+    members: dict[str, IncidentEvent] = Field(default_factory=dict)
+    resolved: dict[str, bool] = Field(default_factory=dict)
+    #: what the last published event said (cause, severity, scope, rules): an update that changes none
+    #: of it is not published
+    published: str = ""
+
+
+class RollupState(BaseModel):
+    groups: dict[str, Group] = Field(default_factory=dict)
+    #: member incident id -> the group's incident id
+    member_of: dict[str, str] = Field(default_factory=dict)
+    #: member incident id -> the last sequence taken from it
+    seen: dict[str, int] = Field(default_factory=dict)
+
+
+def rollup(state: RollupState, ev: IncidentEvent) -> list[IncidentEvent]:
+    """Take one node- or model-stage event; return the events to publish (often none or one)."""
+    if ev.sequence <= state.seen.get(ev.incident_id, 0):
+        return []  # redelivered
+    state.seen[ev.incident_id] = ev.sequence
+    gid = state.member_of.get(ev.incident_id)
+    group = state.groups.get(gid) if gid else None
+    if group is None:
+        if ev.event != "opened":
+            state.seen.pop(ev.incident_id, None)
+            return [ev]  # an incident whose opening this stage never saw (state lost): pass it on
+        group = _open_group_for(state, ev)
+        if group is None:  # the first of its group: it is the group's incident, as it is
+            group = Group(incident_id=ev.incident_id, key=group_key(ev), opened_at=ev.opened_at)
+            state.groups[group.incident_id] = group
+            state.member_of[ev.incident_id] = group.incident_id
+            group.members[ev.incident_id] = ev
+            group.resolved[ev.incident_id] = False
+            group.sequence = ev.sequence
+            return [ev]
+        state.member_of[ev.incident_id] = group.incident_id
+    group.members[ev.incident_id] = ev
+    group.resolved[ev.incident_id] = ev.event == "resolved"
+    if len(group.members) == 1:  # still alone: the member's own events are the group's
+        group.sequence = ev.sequence
+        if ev.event == "resolved":
+            _close(state, group)
+        return [ev]
+    kind = "resolved" if all(group.resolved.values()) else "updated"
+    out = _group_event(group, kind, ev.ts)
+    said = _signature(out)
+    if kind == "updated" and said == group.published:
+        return []
+    group.sequence += 1
+    group.published = said
+    out = out.model_copy(update={"sequence": group.sequence})
+    if kind == "resolved":
+        _close(state, group)
+    return [out]
+
+
+def _signature(ev: IncidentEvent) -> str:
+    return "|".join((str(ev.root_cause), str(ev.severity), ev.scope.describe(), str(ev.transient),
+                     ev.labels.get("rules", "")))
+
+
+def _open_group_for(state: RollupState, ev: IncidentEvent) -> Group | None:
+    key = group_key(ev)
+    for group in state.groups.values():
+        if group.key == key and not all(group.resolved.values()) and ev.opened_at - group.opened_at <= JOIN_WINDOW_S:
+            return group
+    return None
+
+
+def _close(state: RollupState, group: Group) -> None:
+    del state.groups[group.incident_id]
+    for member in group.members:
+        state.member_of.pop(member, None)
+        state.seen.pop(member, None)
+
+
+def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
+    """The group's incident from its members' latest events."""
+    members = list(group.members.values())
+    open_members = [m for mid, m in group.members.items() if not group.resolved[mid]] or members
+    lead = min(open_members, key=lambda m: (rank_of(m.root_cause), m.opened_at, m.incident_id))
+    nodes = sorted({n for m in members for n in ([m.scope.node] if m.scope.node else m.scope.nodes)})
+    models = sorted({m.scope.model for m in members if m.scope.model})
+    cause = RootCause(lead.root_cause)
+    where_fleet = group.key.endswith(f"|{FLEET}")
+    scope = Scope(model=None if where_fleet else ",".join(models) or None, nodes=nodes)
+    model_member = next((m for m in open_members if not m.scope.node and m.root_cause == lead.root_cause), None)
+    source = model_member or lead
+    summary = ("resolved: " if kind == "resolved" else "") + f"{ROOT_CAUSES[cause].title} on {scope.describe()}"
+    rules = sorted({r for m in members for r in m.labels.get("rules", m.rule).split(",") if r})
+    evidence = [e for m in [source, *[m for m in open_members if m is not source]] for e in m.evidence][:MAX_EVIDENCE]
+    return IncidentEvent(
+        incident_id=group.incident_id, event=kind, sequence=group.sequence, ts=ts,  # type: ignore[arg-type]
+        root_cause=cause, severity=max((m.severity for m in members), key=lambda s: _SEVERITY[s]),
+        opened_at=group.opened_at, resolved_at=ts if kind == "resolved" else None, scope=scope,
+        transient=all(m.transient for m in open_members), summary=summary + f"; {len(nodes)} nodes",
+        evidence=evidence, actions=list(source.actions), rule=source.rule,
+        labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)},
+    )
