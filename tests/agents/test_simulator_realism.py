@@ -23,7 +23,6 @@ from tailhound.streams.signals import extract
 
 N1, N2 = "gpu-node-1", "gpu-node-2"
 FIXTURES = Path(__file__).parent / "fixtures"
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
 
 
 @cache
@@ -53,13 +52,12 @@ def test_default_dcgm_fields_are_exactly_the_default_counters():
     assert "gpu.clock_event_reasons" not in got and "gpu.sm_clock_max" not in got
 
 
-def test_default_counters_data_follows_the_reference_csv():
-    csv = REFERENCE / "dcgm_default-counters.csv"
-    if not csv.exists():  # the reference copy lives next to the repository, not in it
-        return
+def test_default_counters_data_follows_the_exporters_csv():
+    """The simulator's default profile is the packaged copy of dcgm-exporter's default-counters.csv."""
+    csv = Path(__file__).resolve().parents[2] / "tailhound" / "catalog" / "dcgm-default-counters.csv"
     rows = [tuple(p.strip() for p in line.split(",")[:2]) for line in csv.read_text().splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
-    assert tuple(rows) == DCGM_DEFAULT_COUNTERS
+    assert sorted(rows) == sorted(DCGM_DEFAULT_COUNTERS)
 
 
 def test_all_fields_profile_is_unchanged_by_default():
