@@ -15,7 +15,10 @@ model. This stage reads those incidents in order and publishes the ones people s
 - the group resolves when every member has; its root cause is the best-ranked cause among its open
   members (``correlate.CAUSAL_RANK``), its severity the highest.
 
-Different causes stay different incidents (thermal on one node, KV cache on another: two groups).
+Different causes stay different incidents (thermal on one node, KV cache on another: two groups). A
+residual cause (``node-degraded``: slower at the usual load, nothing specific found) that opens while its
+model has an incident of another cause open is that incident's aftermath (a backlog draining at full
+batch on a node, latency windows catching up): it is muted until it resolves, and nothing is published.
 Redelivered member events (a sequence already seen) change nothing, so at-least-once input never
 pages twice; the state holds open groups only.
 """
@@ -27,7 +30,7 @@ from pydantic import BaseModel, Field
 from tailhound.incident import IncidentEvent, Scope
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 
-from .correlate import MAX_EVIDENCE, PATH_CAUSES, rank_of
+from .correlate import MAX_EVIDENCE, PATH_CAUSES, RESIDUAL_CAUSES, rank_of
 
 #: a node incident joins an open group of its cause if it opens at most this long after the group did
 JOIN_WINDOW_S = 900.0
@@ -61,6 +64,8 @@ class RollupState(BaseModel):
     member_of: dict[str, str] = Field(default_factory=dict)
     #: member incident id -> the last sequence taken from it
     seen: dict[str, int] = Field(default_factory=dict)
+    #: residual incidents explained by an open incident of their model: id -> that incident's id
+    muted: dict[str, str] = Field(default_factory=dict)
 
 
 def rollup(state: RollupState, ev: IncidentEvent) -> list[IncidentEvent]:
@@ -68,6 +73,14 @@ def rollup(state: RollupState, ev: IncidentEvent) -> list[IncidentEvent]:
     if ev.sequence <= state.seen.get(ev.incident_id, 0):
         return []  # redelivered
     state.seen[ev.incident_id] = ev.sequence
+    if ev.incident_id in state.muted:
+        if ev.event == "resolved":
+            del state.muted[ev.incident_id]
+            state.seen.pop(ev.incident_id, None)
+        return []
+    if ev.event == "opened" and (host := _explaining_group(state, ev)) is not None:
+        state.muted[ev.incident_id] = host.incident_id
+        return []
     gid = state.member_of.get(ev.incident_id)
     group = state.groups.get(gid) if gid else None
     if group is None:
@@ -107,6 +120,17 @@ def rollup(state: RollupState, ev: IncidentEvent) -> list[IncidentEvent]:
 def _signature(ev: IncidentEvent) -> str:
     return "|".join((str(ev.root_cause), str(ev.severity), ev.scope.describe(), str(ev.transient),
                      ev.labels.get("rules", "")))
+
+
+def _explaining_group(state: RollupState, ev: IncidentEvent) -> Group | None:
+    """An open incident of another cause on the same model that explains a residual incident."""
+    if RootCause(ev.root_cause) not in RESIDUAL_CAUSES or not ev.scope.model:
+        return None
+    for group in state.groups.values():
+        cause, _, where = group.key.partition("|")
+        if where == ev.scope.model and RootCause(cause) not in RESIDUAL_CAUSES and not all(group.resolved.values()):
+            return group
+    return None
 
 
 def _open_group_for(state: RollupState, ev: IncidentEvent) -> Group | None:

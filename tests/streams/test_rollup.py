@@ -103,3 +103,17 @@ def test_the_best_ranked_open_cause_leads_and_state_survives_a_round_trip():
 def test_an_event_of_an_incident_never_seen_open_passes_through():
     ev = node_event("n9", "updated", 4)
     assert feed([ev]) == [ev]
+
+
+def test_a_residual_cause_during_another_incident_of_its_model_is_muted():
+    state = RollupState()
+    feed([node_event("n1"), node_event("n2", ts=T0 + 30, opened_at=T0 + 30)], state)
+    late = T0 + 1200  # the surge is over, n2 drains its backlog at full batch: slower than usual
+    assert feed([node_event("n2", cause="node-degraded", ts=late, opened_at=late)], state) == []
+    assert feed([node_event("n2", "updated", 2, cause="node-degraded", ts=late + 60)], state) == []
+    assert feed([node_event("n2", "resolved", 3, cause="node-degraded", ts=late + 300)], state) == []
+    assert state.muted == {}
+    # with no incident of another cause open on its model, the residual cause is its own incident
+    alone = feed([node_event("n5", cause="node-degraded", ts=late, opened_at=late,
+                             scope=Scope(node="n5", model="other-model"))])
+    assert [e.root_cause for e in alone] == ["node-degraded"]
