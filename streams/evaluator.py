@@ -33,7 +33,7 @@ from .baseline import RollingBaseline
 from .condition_eval import EvalContext
 from .condition_eval import _reduce as reduce_values
 from .correlate import Episode, Firing, correlate
-from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates, history_windows
+from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
 from .evidence import render_action, rule_evidence
 from .latency import LatencyTracker
 from .loadmodel import LoadModel, expected_for, features_of
@@ -240,7 +240,7 @@ def _add_sla(view: CurrentValues | SignalValues, state: NodeState, sla: dict[str
 
 def _add_demand(view: CurrentValues | SignalValues, state: NodeState, rules: RuleSet, now: float) -> None:
     """``engine.arrival_rate`` when a rule reads it (computed on first read, from the view and history)."""
-    if ARRIVAL_RATE not in _reads(rules):
+    if ARRIVAL_RATE not in rules.reads:
         return
 
     def compute() -> dict[str, float]:
@@ -250,24 +250,6 @@ def _add_demand(view: CurrentValues | SignalValues, state: NodeState, rules: Rul
         view.provide(ARRIVAL_RATE, compute)
     elif values := compute():
         view[ARRIVAL_RATE] = values
-
-
-def _reads(rules: RuleSet) -> frozenset[str]:
-    found = rules.plan_cache.get("reads")
-    if found is None:
-        found = rules.plan_cache["reads"] = frozenset(s for r in rules.rules for s in r.signals())
-    return found
-
-
-def _history_windows(rules: RuleSet) -> dict[str, float]:
-    """Signals whose short history is kept: `growing_for` windows, and what demand needs."""
-    found = rules.plan_cache.get("history")
-    if found is None:
-        found = dict(rules.trend_windows)
-        for signal, window in history_windows(_reads(rules)).items():
-            found[signal] = max(found.get(signal, 0.0), window)
-        rules.plan_cache["history"] = found
-    return found
 
 
 def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog) -> SignalValues:
@@ -312,7 +294,7 @@ MAX_HISTORY_POINTS = 120
 
 
 def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: float) -> None:
-    for signal, window in _history_windows(rules).items():
+    for signal, window in rules.history_windows.items():
         for entity, value in (fresh.get(signal) or {}).items():
             pts = state.history.setdefault(f"{signal}|{entity}", [])
             pts.append([ts, value])

@@ -39,6 +39,7 @@ from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 from tailhound.yamlfile import line_of as _line_of
 
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
+from .demand import history_windows
 from .signals import signal_per
 
 __all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
@@ -190,6 +191,20 @@ class RuleSet(BaseModel):
     def plan_cache(self) -> dict:
         """The rules compiled per catalog (:func:`tailhound.streams.rule_plan.plans_for`); filled on first use."""
         return {}
+
+    @cached_property
+    def reads(self) -> frozenset[str]:
+        """Every signal some rule reads."""
+        return frozenset(s for rule in self.rules for s in rule.signals())
+
+    @cached_property
+    def history_windows(self) -> dict[str, float]:
+        """Signals whose short history the evaluator keeps -> how far back: `growing_for` windows, and the
+        in-flight gauges demand needs when a rule reads ``engine.arrival_rate`` (streams/demand.py)."""
+        out = dict(self.trend_windows)
+        for signal, window in history_windows(self.reads).items():
+            out[signal] = max(out.get(signal, 0.0), window)
+        return out
 
     @cached_property
     def trend_windows(self) -> dict[str, float]:
