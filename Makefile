@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test system-deps lint docs bench drills clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,21 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo-installed
 	$(BIN)/tailhound demo
 
-test: $(VENV)/.dev-installed
+test: $(VENV)/.dev-installed system-deps
 	$(BIN)/python -m pytest
+
+# Real components some tests run (promtool from Debian's `prometheus`, `prometheus-alertmanager`): installed
+# where we can (root on Debian); elsewhere those tests skip and say how to install them (under CI=true they
+# fail instead).
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager
+system-deps:
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian packages for the tests: $(DEBIAN_PACKAGES)"; \
+	  (apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null)) \
+	  || echo "could not install $(DEBIAN_PACKAGES): the tests that need them will say so"; \
+	else echo "not root on Debian: tests that need $(DEBIAN_PACKAGES) (promtool, prometheus-alertmanager) will skip"; fi
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
@@ -30,6 +43,10 @@ lint: $(VENV)/.dev-installed
 # Benchmarks (a few minutes); results and method in BENCHMARKS.md. `make bench ARGS=--quick` for a smoke run.
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench $(ARGS)
+
+# Fault drills, long variants (tens of minutes); figures in .tailhound/drills.jsonl, quoted in BENCHMARKS.md.
+drills: $(VENV)/.dev-installed
+	TAILHOUND_LONG_DRILLS=1 $(BIN)/python -m pytest -m drill tests/faults -s
 
 # Regenerate the committed generated docs (tests fail when they drift from the code).
 docs: $(VENV)/.demo-installed

@@ -1,34 +1,61 @@
-"""Prometheus text exposition (0.0.4) and OpenMetrics text -> snapshot samples.
+"""Prometheus text exposition (0.0.4) and OpenMetrics 1.0 text -> snapshot samples.
 
-The agents issue scrapes vLLM, TGI, NIM, dcgm-exporter, node_exporter and blackbox_exporter; this is
-the parsing half of that: families with their TYPE, samples with unescaped labels, histograms
-regrouped from ``_bucket``/``_sum``/``_count`` series into one :class:`HistogramSample` per label set.
-``_created`` series (prometheus_client adds them to counters and histograms) are dropped; counters
-keep the name they are scraped under (``vllm:prompt_tokens_total``). Every error names the line.
+The agents scrape vLLM, TGI, NIM, dcgm-exporter, node_exporter and blackbox_exporter; this is the
+parsing half of that: families with their TYPE, samples with unescaped labels, histograms regrouped
+from ``_bucket``/``_sum``/``_count`` series into one :class:`HistogramSample` per label set.
+``_created`` series (prometheus_client adds them to counters, histograms and summaries) are dropped;
+counters keep the name they are scraped under (``vllm:prompt_tokens_total``).
+
+What the two formats allow is accepted: timestamps, exemplars (``x_bucket{le="1"} 3 # {trace_id="a"} 0.2
+1.6e9``, checked and ignored), ``# UNIT``, ``# EOF`` (nothing after it is read), escaped label values,
+NaN/+Inf, and Prometheus 3's quoted UTF-8 names (``{"my.metric", "http.status"="200"} 1``, a quoted
+name in ``# TYPE``/``# HELP``). Lines end at ``\\n`` only (``\\r\\n`` too): label values may hold the
+characters ``str.splitlines`` also breaks at (``\\x1c``, ``\\x85``, ``\\u2028`` ... as node_exporter's
+DMI strings do).
+
+The text comes from outside, so nothing in it can fail the whole scrape: a line that breaks the format
+or the :class:`Limits` drops its metric family (all of it: half a histogram, or a counter missing some
+series, would read as resets and vanished series). :class:`ParseResult` says what was left out, by
+reason, with the first few errors and their line numbers. One line's grammar and the :class:`Limits`:
+:mod:`tailhound.agents.exposition_lines`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from functools import lru_cache
 from math import isfinite
 from typing import NamedTuple
 
 from pydantic import ValidationError
 
 from tailhound.agents import wire
+from tailhound.agents.exposition_lines import (
+    DEFAULT_LIMITS,
+    MAX_CACHED,
+    NAME_RE,
+    QUOTED,
+    Limits,
+    LineError,
+    forget_labelsets,
+    name_hint,
+    parse_sample,
+    timestamp_ok,
+    unescape,
+    use_limits,
+)
 from tailhound.errors import TailhoundError
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_NAME_RE = re.compile(_NAME)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-_HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+__all__ = ["DEFAULT_LIMITS", "ExpositionError", "Family", "Limits", "ParseResult", "RawSample", "parse_exposition",
+           "to_samples"]
+
+_TYPES = frozenset({"counter", "gauge", "histogram", "gaugehistogram", "summary", "untyped", "unknown", "info",
+                    "stateset"})
+_SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_gcount", "_gsum")
 MAX_NAME = 200  # the wire model's limit
+MAX_PROBLEMS = 16  # errors kept (with their line numbers) per parse
 
 
 class ExpositionError(TailhoundError):
@@ -55,6 +82,29 @@ class Family:
     samples: list[RawSample] = field(default_factory=list)
 
 
+class ParseResult(list[Family]):
+    """The families, in order of appearance (a ``list[Family]``), and what was left out:
+    ``rejected`` counts the offending lines by reason (``bad_labels``, ``too_many_samples`` ...),
+    ``dropped`` maps each family left out to the reason, ``problems`` holds the first errors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rejected: dict[str, int] = {}
+        self.dropped: dict[str, str] = {}
+        self.problems: list[ExpositionError] = []
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    def _reject(self, line_no: int, reason: str, message: str, family: str | None = None) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(ExpositionError(line_no, message))
+        if family is not None:
+            self.dropped.setdefault(family, reason)
+
+
 def parse_value(text: str) -> float:
     low = text.lower()
     if low in ("+inf", "inf"):
@@ -66,123 +116,144 @@ def parse_value(text: str) -> float:
     return float(text)
 
 
-@lru_cache(maxsize=8192)
-def _label_items(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
-    inner = text[1:-1].strip()
-    labels: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(inner):
-        m = _LABEL.match(inner, pos)
-        if not m:
-            raise ExpositionError(line_no, f"malformed labels {text!r}")
-        value = m.group(2)
-        if "\\" in value:
-            value = re.sub(r"\\[\\\"n]", lambda e: _ESCAPES[e.group(0)], value)
-        labels.append((m.group(1), value))
-        pos = m.end()
-    return tuple(labels)
-
-
-def _parse_label_text(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
-    """Label text -> label items (cached)."""
-    return _label_items(text, line_no)
-
-
-def _forget_parsed() -> None:
-    """Forget the label sets and series seen so far (what a first scrape of a target pays for)."""
-    _label_items.cache_clear()
-    _SERIES.clear()
-
-
-_parse_label_text.cache_clear = _forget_parsed  # bench/parse_speed.py's "first scrape" clears both caches
-
-
-def _parse_labels(text: str, line_no: int) -> tuple[tuple[str, str], ...]:
-    """Label text -> label items. Scrapes repeat the same label sets every time, so parsing is cached."""
-    try:
-        return _label_items(text, 0)
-    except ExpositionError as exc:
-        raise ExpositionError(line_no, str(exc).split(": ", 1)[1]) from None
-
-
-def _family_of(name: str, families: dict[str, Family]) -> Family:
+def _family_of(name: str, families: dict[str, Family], lim: Limits, create: bool = True) -> Family | None:
     if name in families:
         return families[name]
-    for suffix in (*_HISTOGRAM_SUFFIXES, "_created", "_total"):
+    for suffix in _SUFFIXES:
         base = name.removesuffix(suffix)
         if base != name and base in families:
             return families[base]
-    fam = Family(name=name)
-    families[name] = fam
+    if not create:
+        return None
+    if len(families) >= lim.max_families:
+        raise LineError("too_many_families", f"{name}: more than {lim.max_families} metric families")
+    fam = families[name] = Family(name=name)
     return fam
 
 
-def _split_sample(line: str, line_no: int) -> tuple[str, str, str]:
-    """``name{labels} value [timestamp]`` -> (name, label text or '', value text)."""
-    brace = line.find("{")
-    if brace >= 0:
-        close = line.rfind("}")
-        if close < brace:
-            raise ExpositionError(line_no, f"not a sample line: {line[:80]!r}")
-        name, label_text, rest = line[:brace].rstrip(), line[brace:close + 1], line[close + 1:].split()
+def _metadata(line: str, families: dict[str, Family], lim: Limits) -> bool:
+    """A ``#`` line: HELP/TYPE (UNIT and other comments are skipped). True at ``# EOF``."""
+    body = line[1:].lstrip(" \t")
+    if body == "EOF":
+        return True
+    keyword = body[:4]
+    if keyword not in ("HELP", "TYPE", "UNIT") or body[4:5] not in (" ", "\t"):
+        return False  # a comment
+    rest = body[5:].lstrip(" \t")
+    m = (QUOTED if rest[:1] == '"' else NAME_RE).match(rest)
+    tail = rest[m.end():] if m is not None else ""
+    if m is None or (tail and tail[0] not in " \t"):
+        raise LineError("bad_metadata", f"{keyword}: no metric name: {line[:80]!r}")
+    name = unescape(m.group(1)) if m.re is QUOTED else m.group()
+    if keyword == "UNIT" or not name:
+        return False
+    fam = families.get(name)
+    if fam is None:
+        if len(families) >= lim.max_families:
+            raise LineError("too_many_families", f"{name}: more than {lim.max_families} metric families")
+        fam = families[name] = Family(name=name)
+    tail = tail.strip(" \t")
+    if keyword == "HELP":
+        fam.help = unescape(tail)
+    elif (tail or "untyped") in _TYPES:
+        fam.type = tail or "untyped"
     else:
-        parts = line.split()
-        name, label_text, rest = parts[0], "", parts[1:]
-    if not rest or len(rest) > 2 or not _NAME_RE.fullmatch(name):
-        raise ExpositionError(line_no, f"not a sample line: {line[:80]!r}")
-    return name, label_text, rest[0]
+        raise LineError("bad_type", f"{name}: unknown TYPE {tail[:40]!r}", name)
+    return False
 
 
 _raw_sample = tuple.__new__  # RawSample(name, labels, value) without the generated __new__'s call overhead
 
-#: ``name{labels}`` text -> (name, label items) of series parsed before: scrapes repeat the same series
-#: every time, so a known one skips splitting, the name check and the label parser.
+#: ``name{labels}`` text -> (name, label items) of series parsed before, under ``_SERIES_LIMITS``: scrapes
+#: repeat the same series every time, so a known one skips the label parser and its checks.
 _SERIES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
-_MAX_SERIES = 50_000
+_SERIES_LIMITS: list[Limits] = [DEFAULT_LIMITS]
 
 
-def parse_exposition(text: str) -> list[Family]:
-    """Parse Prometheus text or OpenMetrics text into families, in order of appearance."""
+def _parse_label_text(text: str, lim: Limits = DEFAULT_LIMITS) -> tuple[tuple[str, str], ...]:
+    """``{a="b",...}`` -> label items."""
+    return parse_sample(f"x{text} 0", lim)[1]
+
+
+def _forget_parsed() -> None:
+    """Forget the series and label sets seen so far (what a first scrape of a target pays for)."""
+    _SERIES.clear()
+    forget_labelsets()
+
+
+_parse_label_text.cache_clear = _forget_parsed  # type: ignore[attr-defined]  # bench/parse_speed.py's first scrape
+
+
+def parse_exposition(text: str, limits: Limits | None = None) -> ParseResult:
+    """Parse Prometheus text or OpenMetrics text into families; never raises (see the module docstring)."""
+    lim = DEFAULT_LIMITS if limits is None else limits
+    if _SERIES_LIMITS[0] != lim:  # the cached series were checked against other limits
+        _SERIES.clear()
+        _SERIES_LIMITS[0] = lim
+    use_limits(lim)
+    series = _SERIES
+    result = ParseResult()
     families: dict[str, Family] = {}
     family_of: dict[str, Family] = {}  # sample name -> family, memoised (suffix lookups are not free)
-    for line_no, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        if line[0] == "#":
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
-                fam = families.setdefault(parts[2], Family(name=parts[2]))
-                if parts[1] == "TYPE":
-                    fam.type = parts[3].strip() if len(parts) > 3 else "untyped"
-                else:
-                    fam.help = parts[3] if len(parts) > 3 else ""
-            continue  # comments, `# EOF`, `# UNIT`
-        close = line.rfind("}")
-        known = _SERIES.get(line[:close + 1]) if close > 0 else None
-        rest = line[close + 1:].split() if known is not None else ()
-        if known is not None and 0 < len(rest) <= 2:  # a series seen before: only the value is new
-            name, value_text = known[0], rest[0]
-            labels = dict(known[1])
-        else:
-            name, label_text, value_text = _split_sample(line, line_no)
-            if label_text:
-                items = _parse_labels(label_text, line_no)
-                labels = dict(items)
-                if len(_SERIES) >= _MAX_SERIES:
-                    _SERIES.clear()
-                _SERIES[line[:close + 1]] = (name, items)
-            else:
-                labels = {}
+    max_line, max_samples = lim.max_line_length, lim.max_samples
+    lines = text.split("\n")
+    n_lines, count_lines = 0, len(lines) > max_samples
+    for line_no, line in enumerate(lines, 1):
         try:
-            value = float(value_text)  # also takes NaN, +Inf, -Inf
-        except ValueError:
-            raise ExpositionError(line_no, f"{name}: value {value_text!r} is not a number") from None
-        fam = family_of.get(name)
-        if fam is None:
-            fam = family_of[name] = _family_of(name, families)
+            if len(line) > max_line:
+                raise LineError("line_too_long", f"{len(line)} characters", name_hint(line))
+            line = line.strip(" \t\r")
+            if not line:
+                continue
+            if line[0] == "#":
+                if _metadata(line, families, lim):
+                    if any(rest.strip() for rest in lines[line_no:]):
+                        result._reject(line_no, "after_eof", "lines after # EOF are ignored")
+                    break
+                continue
+            if count_lines:  # sample lines, bad ones too: only a text of that many lines can reach the limit
+                if n_lines >= max_samples:  # the family being read is cut short: drop it, read no more
+                    fam = _family_of(hint, families, lim, create=False) if (hint := name_hint(line)) else None
+                    more = sum(1 for rest in lines[line_no:] if rest.strip(" \t\r")[:1] not in ("", "#"))
+                    result._reject(line_no, "too_many_samples", f"more than {max_samples} samples",
+                                   fam.name if fam is not None and fam.samples else None)
+                    result.rejected["too_many_samples"] += more
+                    break
+                n_lines += 1
+            close = line.rfind("}")
+            known = series.get(line[:close + 1]) if close > 0 else None
+            if known is not None:  # a series seen before: only the value (and timestamp) is new
+                rest = line[close + 1:].split()
+                try:
+                    if len(rest) != 1 and not (len(rest) == 2 and timestamp_ok(rest[1])) or "_" in rest[0]:
+                        raise ValueError
+                    value = float(rest[0])
+                    name, labels = known[0], dict(known[1])
+                except (ValueError, IndexError):
+                    known = None  # let the full parse say what is wrong
+            if known is None:
+                name, items, key_end, value = parse_sample(line, lim)
+                labels = dict(items)
+                if key_end:
+                    if len(series) >= MAX_CACHED:
+                        series.clear()
+                    series[line[:key_end]] = (name, items)
+            fam = family_of.get(name)
+            if fam is None:
+                fam = family_of[name] = _family_of(name, families, lim)
+        except LineError as exc:
+            fam = None
+            if exc.name is not None:
+                try:
+                    fam = family_of.get(exc.name) or _family_of(exc.name, families, lim)
+                except LineError:
+                    fam = None
+            result._reject(line_no, exc.reason, exc.message, fam.name if fam is not None else exc.name)
+            continue
         fam.samples.append(_raw_sample(RawSample, (name, labels, value)))
-    return [f for f in families.values() if f.samples]
+    dropped = result.dropped
+    result.extend(f for f in families.values() if f.samples and f.name not in dropped)
+    return result
 
 
 Sample = GaugeSample | CounterSample | HistogramSample
@@ -205,9 +276,12 @@ def to_samples(
     buckets are not cumulative) is skipped with a message appended to `errors`; the rest is kept.
     `counter(name, labels, value)` makes each counter sample and `histogram(sample)` finishes each
     histogram, in order (the pipeline adds the deltas there instead of building the samples twice).
+    A ``X_created`` series is left out when it belongs to a family ``X`` or ``X_total`` (in 0.0.4 text
+    prometheus_client writes it as a gauge family of its own); a gauge named so on its own is kept.
     """
     out: list[Sample] = []
     append = out.append
+    names = {f.name for f in families}
     for fam in families:
         type_ = fam.type
         if type_ == "histogram":
@@ -220,7 +294,9 @@ def to_samples(
         for name, labels, value in fam.samples:
             why = skip.get(name)
             if why is None:
-                why = skip[name] = 1 if name.endswith("_created") else 2 if len(name) > MAX_NAME else 0
+                created = name.endswith("_created") and (
+                    name != fam.name or name[:-8] in names or name[:-8] + "_total" in names)
+                why = skip[name] = 1 if created else 2 if len(name) > MAX_NAME else 0
             if why == 1 or not isfinite(value) or (drop is not None and drop(value)):
                 continue
             if why:
@@ -255,16 +331,24 @@ def _histograms(fam: Family, errors: list[str] | None = None) -> list[HistogramS
         key = frozenset(base.items())
         g = groups.get(key)
         if g is None:
-            g = groups[key] = {"labels": base, "buckets": {}, "sum": 0.0, "count": None}
+            g = groups[key] = {"labels": base, "buckets": {}, "sum": 0.0, "count": None, "bad": None}
         name = s.name
         if le_text is not None and name.endswith("_bucket"):
-            g["buckets"][_le_value(le_text)] = s.value
+            try:
+                g["buckets"][_le_value(le_text)] = s.value
+            except ValueError:
+                g["bad"] = f"bucket bound le={le_text[:40]!r} is not a number"
         elif name.endswith("_sum"):
             g["sum"] = s.value
         elif name.endswith("_count"):
             g["count"] = s.value
     out = []
     for g in groups.values():
+        if g["bad"] is not None:
+            if errors is None:
+                raise ValueError(f"{fam.name}: {g['bad']}")
+            errors.append(f"{fam.name}{g['labels'] or ''}: {g['bad']}")
+            continue
         finite = sorted((le, c) for le, c in g["buckets"].items() if math.isfinite(le))
         count = g["count"] if g["count"] is not None else g["buckets"].get(math.inf, finite[-1][1] if finite else 0.0)
         if not finite:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 log = logging.getLogger("tailhound.agent")
 
@@ -34,6 +37,13 @@ class AgentMetrics:
                                       "Collection to broker acknowledgement, per snapshot.", registry=r,
                                       buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
         self.broker_up = Gauge("tailhound_agent_broker_up", "1 while the last send succeeded.", registry=r)
+        #: exposition lines the parser left out, by reason (the SnapshotBuilder's counts, read at scrape time)
+        self.rejected: dict[str, int] = {}
+        r.register(_RejectedCollector(self))
+
+    def track_rejections(self, counts: dict[str, int]) -> None:
+        """Export `counts` (a SnapshotBuilder's ``rejected``) as tailhound_agent_exposition_rejected_total."""
+        self.rejected = counts
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -63,3 +73,16 @@ def bound_port(runner: web.AppRunner) -> int:
         if server is not None and server.sockets:
             return server.sockets[0].getsockname()[1]
     raise RuntimeError("metrics server is not listening")
+
+
+class _RejectedCollector(Collector):
+    def __init__(self, metrics: AgentMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("tailhound_agent_exposition_rejected", "Exposition lines or families the "
+                                     "parser left out (one bad family drops only itself), by reason.",
+                                     labels=["reason"])
+        for reason, n in sorted(dict(self.metrics.rejected).items()):
+            family.add_metric([reason], n)
+        yield family

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from tailhound.agents import wire
 from tailhound.agents.collected import CollectedRecord
-from tailhound.agents.exposition import ExpositionError, parse_exposition, to_samples
+from tailhound.agents.exposition import ExpositionError, ParseResult, parse_exposition, to_samples
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
@@ -119,6 +119,7 @@ class SnapshotBuilder:
         self._counter_names: dict[str, frozenset[str]] = {}
         self._gauge_names: dict[str, frozenset[str]] = {}
         self.parse_errors = 0
+        self.rejected: dict[str, int] = {}  # exposition lines left out, by reason (ParseResult.rejected)
 
     def _kinds(self, job: str) -> tuple[frozenset[str], frozenset[str]]:
         if job not in self._counter_names:
@@ -145,6 +146,8 @@ class SnapshotBuilder:
                 families = rec.families(entries_as_samples=True)
             else:
                 families = parse_exposition(rec.body)
+                if families.rejected:
+                    self._count_rejected(rec, families)
             deltas = _Deltas(st, gauges)
             samples = to_samples(families, drop=_DROP.get(rec.job), counters=counters, errors=errors,
                                  counter=deltas.counter, histogram=deltas.histogram)
@@ -165,6 +168,17 @@ class SnapshotBuilder:
         snap.__dict__["samples"] = samples
         st.prev_ts, st.failed = rec.ts, False
         return snap
+
+    def _count_rejected(self, rec: ScrapeRecord, families: ParseResult) -> None:
+        """Lines the parser left out (their families dropped, the rest kept), counted by reason in
+        ``rejected``; a text of which nothing was usable (an HTML error page) is unparsable."""
+        for reason, n in families.rejected.items():
+            self.rejected[reason] = self.rejected.get(reason, 0) + n
+        if not families and families.problems:
+            raise families.problems[0]  # counted in parse_errors by build()
+        self.parse_errors += 1
+        log.warning("%s/%s: %d lines left out (%s), families dropped: %s; first: %s", rec.node, rec.job,
+                    families.rejected_total, families.rejected, list(families.dropped)[:10], families.problems[0])
 
     def forget(self, node: str, job: str) -> None:
         """Drop the state of a source (its target was removed from the config)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaProducer
@@ -22,8 +23,10 @@ class SnapshotPublisher:
     async def start(self) -> None:
         await self.producer.start()
 
-    async def stop(self) -> None:
-        await self.producer.stop()
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Flush and close the producer, for at most `timeout_s` (what is not acknowledged by then is lost)."""
+        with contextlib.suppress(Exception):  # TimeoutError, or a broker that went away
+            await asyncio.wait_for(self.producer.stop(), timeout_s)
 
     async def publish(self, snapshots: Iterable[Snapshot]) -> None:
         """Send a batch and wait until the broker acknowledged every message of it."""

@@ -33,6 +33,8 @@ from tailhound.snapshot import Snapshot
 log = logging.getLogger("tailhound.agent")
 
 SnapshotSink = Callable[[Snapshot], None]
+#: how long closing the collectors (their HTTP clients, NVML) may take when the agent stops
+CLOSE_TIMEOUT_S = 1.0
 
 
 def build_collectors(config: AgentConfig) -> list[Collector]:
@@ -68,6 +70,7 @@ class Agent:
         self.recorder = recorder
         self.metrics = metrics or AgentMetrics()
         self.builder = SnapshotBuilder()
+        self.metrics.track_rejections(self.builder.rejected)
         self.collectors = collectors if collectors is not None else build_collectors(config)
         self.records = 0
         self._warned: set[str] = set()
@@ -160,9 +163,9 @@ class Agent:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-            for c in self.collectors:
-                with contextlib.suppress(Exception):
-                    await c.close()
+            with contextlib.suppress(Exception):  # bounded: SIGINT/SIGTERM stop the agent within a few seconds
+                await asyncio.wait_for(asyncio.gather(*(c.close() for c in self.collectors), return_exceptions=True),
+                                       CLOSE_TIMEOUT_S)
 
 
 def _wake(fut: asyncio.Future) -> None:

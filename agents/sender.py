@@ -11,6 +11,14 @@ Duplicates: the bundled broker (Tansu) has no idempotent producer, so the produc
 what carries a batch through a short outage: ``request_timeout_s`` (default 120 s) is longer than
 the outages we ride out without re-sending. Only a batch whose request timed out after reaching the
 broker can arrive twice; consumers ignore a snapshot whose (node, source, ts) they already saw.
+
+Lost topics: a snapshot counts as sent only when the broker acknowledged it with an offset *after* the last
+one it acknowledged on that partition. An acknowledgement at or before it means the partition's log was lost
+(the bundled broker keeps everything in memory, and after a restart it even acknowledges writes to topics it
+no longer has, which nobody can read; on Kafka: a topic deleted and recreated, an unclean leader election):
+the sender then declares the topics (:func:`tailhound.kafka.ensure_topics`) and sends the batch again. It also
+declares them before re-sending after any failed send, so a broker that came back empty gets its topics
+before the buffered snapshots, with their partitions (tailhound never lets the broker auto-create a topic).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -26,7 +35,7 @@ from aiokafka.errors import KafkaError
 from tailhound.agents.buffer import Message, Outbox
 from tailhound.agents.metrics import AgentMetrics
 from tailhound.agents.wire import encode_snapshot
-from tailhound.kafka import make_producer
+from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
@@ -74,10 +83,18 @@ def use_lz4_level(level: int = LZ4_LEVEL) -> bool:
 MAX_BATCH_BYTES = 512 << 10
 
 
+#: how long handing a batch to the producer may take (it waits there for metadata of a topic the broker does
+#: not have, up to its request timeout) before the sender declares the topics and tries again
+ENQUEUE_TIMEOUT_S = 10.0
+#: how long declaring the topics may take before the send is tried anyway
+DECLARE_TIMEOUT_S = 10.0
+
+
 class SnapshotSender:
     def __init__(self, settings: Settings, outbox: Outbox, metrics: AgentMetrics, *, batch_max: int = 500,
                  linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
-                 producer: AIOKafkaProducer | None = None) -> None:
+                 producer: AIOKafkaProducer | None = None,
+                 declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None) -> None:
         self.topic = settings.telemetry_topic
         self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max
         # The sender lingers (below), not the producer: the producer would only see the snapshots the
@@ -90,12 +107,21 @@ class SnapshotSender:
             settings, compression_type=compression, linger_ms=0,
             request_timeout_ms=int(request_timeout_s * 1000), max_batch_size=MAX_BATCH_BYTES,
         )
+        self._declare = declare_topics or (lambda: ensure_topics(settings))
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._enqueued_at: dict[int, float] = {}
         self._seq_in = self._seq_out = 0
         self._down_since: float | None = None
         self._dropped_seen = 0
+        self._started = False
+        #: declare the topics before the next send (at start, after a failure, after a lost log)
+        self._check_topics = True
+        self._must_declare = False
+        #: the last offset the broker acknowledged, per partition of the telemetry topic
+        self._last_offset: dict[int, int] = {}
+        #: times the broker acknowledged offsets at or before ones it had acknowledged (its log was lost)
+        self.log_resets = 0
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="snapshot-sender")
@@ -116,7 +142,6 @@ class SnapshotSender:
             self._dropped_seen = self.outbox.dropped
 
     async def _run(self) -> None:
-        started = False
         backoff = 0.5
         while True:
             batch = self.outbox.peek(self.batch_max)
@@ -126,20 +151,35 @@ class SnapshotSender:
                 if self._linger_s > 0:  # let the other collections of this tick join the batch
                     await asyncio.sleep(self._linger_s)
                 continue
+            if self._check_topics:  # once per failure: a broker that lets us not declare is still sent to
+                self._check_topics = False
+                if not await self._declare_topics() and self._must_declare:
+                    self._check_topics = True  # after a lost log, send nothing before the topics are back
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
             try:
-                if not started:
+                if not self._started:
                     await self._producer.start()
-                    started = True
-                futures = [await self._producer.send(self.topic, value=m.value, key=m.key) for m in batch]
-                await asyncio.gather(*futures)
-            except KafkaError as exc:
-                self.metrics.send_errors.inc()
-                self.metrics.broker_up.set(0)
-                if self._down_since is None:
-                    self._down_since = time.monotonic()
-                    log.warning("broker unreachable (%s); buffering (%d waiting)", exc, len(self.outbox))
+                    self._started = True
+                async with asyncio.timeout(ENQUEUE_TIMEOUT_S):
+                    futures = [await self._producer.send(self.topic, value=m.value, key=m.key) for m in batch]
+                acks = await asyncio.gather(*futures)
+            except (KafkaError, TimeoutError) as exc:
+                self._send_failed(exc if isinstance(exc, KafkaError) else "the producer took no message for "
+                                  f"{ENQUEUE_TIMEOUT_S:.0f} s (no metadata for {self.topic})")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+                continue
+            lost = self._lost_log(acks)
+            if lost:
+                self.log_resets += 1
+                log.warning("the broker lost the log of %s (%s): it restarted without its data, or the topic was "
+                            "recreated; declaring the topics and sending the %d snapshot(s) again",
+                            self.topic, lost, len(batch))
+                self._send_failed(lost)
+                self._last_offset.clear()
+                self._must_declare = True
                 continue
             self.outbox.pop(len(batch))
             backoff = 0.5
@@ -157,6 +197,44 @@ class SnapshotSender:
                 self._down_since = None
             self._update_gauges()
 
+    def _send_failed(self, why: object) -> None:
+        self.metrics.send_errors.inc()
+        self.metrics.broker_up.set(0)
+        self._check_topics = True
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("broker unreachable (%s); buffering (%d waiting)", why, len(self.outbox))
+
+    def _lost_log(self, acks: Sequence[object]) -> str:
+        """Record the acknowledged offsets; a description when one is at or before an earlier one, else ''."""
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for ack in acks:
+            offset = getattr(ack, "offset", None)
+            partition = getattr(ack, "partition", None)
+            if not isinstance(offset, int) or not isinstance(partition, int) or offset < 0:
+                continue  # a test double, or a broker that does not report offsets
+            first.setdefault(partition, offset)
+            last[partition] = max(offset, last.get(partition, offset))
+        for partition, offset in first.items():
+            before = self._last_offset.get(partition)
+            if before is not None and offset <= before:
+                return f"partition {partition} acknowledged offset {offset} after {before}"
+        self._last_offset.update(last)
+        return ""
+
+    async def _declare_topics(self) -> bool:
+        try:
+            async with asyncio.timeout(DECLARE_TIMEOUT_S):
+                created = await self._declare()
+        except Exception as exc:  # noqa: BLE001 - unreachable, or not allowed to create: the send finds out
+            log.debug("could not declare the topics: %s", exc)
+            return False
+        self._must_declare = False
+        if created:
+            log.warning("declared the missing topic(s) %s", ", ".join(created))
+        return True
+
     async def flush(self, timeout_s: float) -> bool:
         """Wait until the outbox is empty (True) or `timeout_s` passed (False)."""
         deadline = time.monotonic() + timeout_s
@@ -165,7 +243,10 @@ class SnapshotSender:
             await asyncio.sleep(0.05)
         return not len(self.outbox)
 
-    async def stop(self, flush_timeout_s: float = 5.0) -> None:
+    async def stop(self, flush_timeout_s: float = 2.0, producer_timeout_s: float = 1.0) -> None:
+        """Flush for up to `flush_timeout_s`, persist what is left (``spill_file``), close the producer (up to
+        `producer_timeout_s`): bounded, so SIGINT/SIGTERM stops the agent in a few seconds even with the broker
+        gone."""
         await self.flush(flush_timeout_s)
         if self._task is not None:
             self._task.cancel()
@@ -177,4 +258,4 @@ class SnapshotSender:
         elif len(self.outbox):
             log.warning("%d snapshot(s) not yet sent are lost (no spill_file configured)", len(self.outbox))
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._producer.stop(), timeout=5)
+            await asyncio.wait_for(self._producer.stop(), timeout=producer_timeout_s)

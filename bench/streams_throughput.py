@@ -276,8 +276,8 @@ def counting_worker_app(settings: Settings, counter: Counter, rules: bool = True
     from tailhound.streams.processor import StepResult
 
     class CountingProcessor(tailhound.streams.app.SnapshotProcessor):
-        def step(self, raw_state, snapshot):
-            result = super().step(raw_state, snapshot) if rules else StepResult(state=None, changed=False)
+        def step(self, raw_state, snapshot, **kw):
+            result = super().step(raw_state, snapshot, **kw) if rules else StepResult(state=None, changed=False)
             counter.tick()
             return result
 

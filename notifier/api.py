@@ -3,26 +3,53 @@
 - ``GET  /api/v1/silences`` (``?all=1`` includes expired), ``POST /api/v1/silences``,
   ``DELETE /api/v1/silences/{id}`` (expire);
 - ``GET  /api/v1/groups``: notification groups with their incidents, state and delivery logs;
-- ``GET  /-/healthy`` and ``GET /-/ready`` (ready = this instance is the active notifier).
+- ``GET  /-/healthy`` and ``GET /-/ready`` (ready = this instance is the active notifier);
+- ``GET  /metrics``: the notifier's metrics (:mod:`tailhound.notifier.metrics`).
 
 Silences are written to the state topic like `tailhound silence add` does, so any instance accepts
-them and the active one applies them within a tick. It listens on ``notifier.api_listen``
-(loopback by default; it has no authentication, like Alertmanager's, so expose it only behind one).
+them and the active one applies them within a tick. It listens on ``notifier.api_listen`` (loopback by
+default; port 0 takes any free port).
+
+**Access.** Writes (``POST``, ``DELETE``) need ``Authorization: Bearer <token>``, the token from env
+``TAILHOUND_NOTIFIER__API_TOKEN`` or the file ``notifier.api_token_file`` (compared in constant time,
+never logged). Without a token configured, writes are refused, unless the API listens on loopback only
+and ``notifier.allow_unauthenticated_writes`` is set. Reads are open on loopback; on any other address
+they need the token too. ``/-/healthy``, ``/-/ready`` and ``/metrics`` are always open (probes and
+Prometheus send no token).
+
+**Bounds** (:mod:`tailhound.notifier.limits`): a body of at most 64 KiB, JSON without NaN or infinities
+and not nested beyond the parser's depth (400, never a 500), at most 1000 active or pending silences
+(409), 32 matchers, author and comment of 1 KiB, 30 days.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tailhound.durations import Duration
+from tailhound.settings import NotifierSettings
 
+from .limits import MAX_BODY_BYTES, MAX_SILENCES
 from .matchers import MatcherField
 from .pipeline import Notifier
 from .state import Silence
+
+log = logging.getLogger(__name__)
+
+TOKEN_ENV = "TAILHOUND_NOTIFIER__API_TOKEN"
+_OPEN_PATHS = frozenset({"/-/healthy", "/-/ready", "/metrics"})
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class NotifierControl(Protocol):
@@ -41,7 +68,7 @@ class NotifierControl(Protocol):
 class SilenceRequest(BaseModel):
     """``POST /api/v1/silences`` body: matchers, author, comment and either `ends_at` or `duration`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     matchers: list[MatcherField] = Field(min_length=1)
     author: str = Field(min_length=1)
@@ -65,11 +92,115 @@ class SilenceRequest(BaseModel):
                        comment=self.comment, created_at=now)
 
 
+# --- access ------------------------------------------------------------------------------------------------------
+@dataclass
+class ApiAccess:
+    """Who may read and write. `token` is the bearer token (None: none configured); `loopback` is whether
+    every socket the API listens on is a loopback address (set by :func:`serve` once it is bound)."""
+
+    token: bytes | None = None
+    allow_unauthenticated_writes: bool = False
+    loopback: bool = True
+    #: why the configured token could not be used (writes are then refused, never let through)
+    problem: str | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return (f"ApiAccess(token={'***' if self.token else None}, loopback={self.loopback}, "
+                f"allow_unauthenticated_writes={self.allow_unauthenticated_writes}, problem={self.problem!r})")
+
+    @classmethod
+    def from_settings(cls, settings: NotifierSettings) -> ApiAccess:
+        """The token from env (``api_token``) or ``api_token_file``; a file that cannot be read or an empty
+        token is a `problem` (logged by the caller without the value): writes stay refused."""
+        allow = settings.allow_unauthenticated_writes
+        if settings.api_token is not None:
+            value = settings.api_token.get_secret_value().strip()
+            if not value:
+                return cls(allow_unauthenticated_writes=allow, problem=f"{TOKEN_ENV} is empty")
+            return cls(token=value.encode(), allow_unauthenticated_writes=allow)
+        if settings.api_token_file is not None:
+            path = settings.api_token_file
+            try:
+                value = path.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                why = getattr(exc, "strerror", None) or type(exc).__name__
+                return cls(allow_unauthenticated_writes=allow,
+                           problem=f"notifier.api_token_file {path}: cannot read it ({why})")
+            if not value:
+                return cls(allow_unauthenticated_writes=allow, problem=f"notifier.api_token_file {path} is empty")
+            return cls(token=value.encode(), allow_unauthenticated_writes=allow)
+        return cls(allow_unauthenticated_writes=allow)
+
+    def _bearer_ok(self, request: web.Request) -> bool:
+        assert self.token is not None
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        # compare_digest on bytes of any length: constant time in the token's content
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token)
+
+    def refusal(self, request: web.Request) -> web.Response | None:
+        """None when `request` may go on, else the 401/403 answer."""
+        if request.path in _OPEN_PATHS:
+            return None
+        write = request.method not in _READ_METHODS
+        if not write and self.loopback:
+            return None
+        if self.token is not None:
+            if self._bearer_ok(request):
+                return None
+            return web.json_response({"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                                     status=401, headers={"WWW-Authenticate": 'Bearer realm="tailhound"'})
+        if write and self.loopback and self.allow_unauthenticated_writes and self.problem is None:
+            return None
+        if self.problem is not None:
+            why = f"the API token is not usable: {self.problem}"
+        elif write and self.allow_unauthenticated_writes:
+            why = "notifier.allow_unauthenticated_writes applies only while the API listens on loopback"
+        else:
+            why = f"no API token is configured (set {TOKEN_ENV} or notifier.api_token_file)"
+        what = "writes" if write else "reads off loopback"
+        return _error(403, f"{what} need a bearer token; {why}")
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def make_app(service: NotifierControl) -> web.Application:
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _json_body(request: web.Request) -> Any:
+    """The request's JSON (at most MAX_BODY_BYTES: :class:`_TooLarge` beyond, by its Content-Length before
+    anything is read; a chunked body is cut by aiohttp's client_max_size); ValueError when it is not JSON,
+    has NaN/Infinity, or is nested too deeply to parse."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise _TooLarge(f"body: {request.content_length} bytes, more than {MAX_BODY_BYTES}")
+    raw = await request.read()
+    try:
+        return json.loads(raw, parse_constant=_no_constants)
+    except RecursionError:
+        raise ValueError("body: JSON nested too deeply") from None
+    except UnicodeDecodeError:
+        raise ValueError("body: not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"body: invalid JSON ({exc.msg} at {exc.pos})") from None
+
+
+def make_app(service: NotifierControl, access: ApiAccess | None = None) -> web.Application:
+    access = access if access is not None else ApiAccess()
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        refused = access.refusal(request)
+        if refused is not None:
+            return refused
+        return await handler(request)
+
     async def list_silences(request: web.Request) -> web.Response:
         now = service.clock()
         include_all = request.query.get("all") in ("1", "true")
@@ -78,14 +209,19 @@ def make_app(service: NotifierControl) -> web.Application:
         return web.json_response(sorted(out, key=lambda s: s["starts_at"]))
 
     async def add_silence(request: web.Request) -> web.Response:
+        now = service.clock()
         try:
-            body: Any = await request.json()
-            silence = SilenceRequest.model_validate(body).to_silence(service.clock())
+            body: Any = await _json_body(request)
+            silence = SilenceRequest.model_validate(body).to_silence(now)
+        except _TooLarge as exc:
+            return _error(413, str(exc))
         except ValidationError as exc:
             err = exc.errors()[0]
             return _error(400, f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}")
         except ValueError as exc:
             return _error(400, str(exc))
+        if not service.notifier.accepts_silence(silence, now):
+            return _error(409, f"already {MAX_SILENCES} active or pending silences (the limit); expire some first")
         await service.write_silence(silence)
         return web.json_response(silence.model_dump(mode="json"), status=201)
 
@@ -93,7 +229,7 @@ def make_app(service: NotifierControl) -> web.Application:
         sid = request.match_info["silence_id"]
         s = service.notifier.silences.get(sid)
         if s is None:
-            return _error(404, f"no silence {sid}")
+            return _error(404, f"no silence {sid[:80]}")
         if s.source != "cli":
             return _error(409, f"{sid} is a maintenance window declared in the notifier config; edit it there")
         if s.expired_at is None:
@@ -104,6 +240,13 @@ def make_app(service: NotifierControl) -> web.Application:
     async def groups(request: web.Request) -> web.Response:
         return web.json_response([g.model_dump(mode="json") for g in service.notifier.groups.values()])
 
+    async def metrics(_request: web.Request) -> web.Response:
+        registry = getattr(service, "registry", None)
+        if registry is None:
+            return _error(404, "no metrics")
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     async def healthy(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -111,22 +254,60 @@ def make_app(service: NotifierControl) -> web.Application:
         status = 200 if service.active else 503
         return web.json_response({"active": service.active, "ingested": service.ingested}, status=status)
 
-    app = web.Application()
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/api/v1/silences", list_silences)
     app.router.add_post("/api/v1/silences", add_silence)
     app.router.add_delete("/api/v1/silences/{silence_id}", expire_silence)
     app.router.add_get("/api/v1/groups", groups)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready)
     return app
 
 
-async def serve(service: NotifierControl, listen: str) -> web.AppRunner:
-    """Start the API on ``host:port``; returns the runner (``await runner.cleanup()`` stops it)."""
+def split_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) -> (host, port); an empty host is 127.0.0.1 (as it always was)."""
     host, _, port = listen.rpartition(":")
-    runner = web.AppRunner(make_app(service), access_log=None, shutdown_timeout=1.0)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, int | None, bool]:
+    """Serve `app` on ``host:port`` (port 0: any free port): (the runner, the port bound, whether every socket
+    is a loopback address -- what is actually bound decides: a name such as localhost may resolve to
+    several addresses)."""
+    host, port = split_listen(listen)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, host or "127.0.0.1", int(port))
-    await site.start()
-    service.api_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+    loopback = bool(sockets) and all(_is_loopback(str(s.getsockname()[0])) for s in sockets)
+    return runner, (sockets[0].getsockname()[1] if sockets else None), loopback
+
+
+async def serve(service: NotifierControl, listen: str, access: ApiAccess | None = None) -> web.AppRunner:
+    """Start the API on ``host:port``; returns the runner (``await runner.cleanup()`` stops it). Port 0
+    takes a free port: the one bound is ``service.api_port``."""
+    access = access if access is not None else ApiAccess()
+    runner, service.api_port, access.loopback = await start_site(make_app(service, access), listen)
+    if access.problem is not None:
+        log.error("notifier API: writes refused: the API token is not usable: %s", access.problem)
+    elif access.token is None and access.allow_unauthenticated_writes and not access.loopback:
+        log.error("notifier API: notifier.allow_unauthenticated_writes is ignored: the API listens on %s, not "
+                  "loopback only; writes are refused until a token is set (%s or notifier.api_token_file)",
+                  listen, TOKEN_ENV)
+    elif access.token is None and not access.allow_unauthenticated_writes:
+        log.info("notifier API: no token configured (%s or notifier.api_token_file): silences cannot be "
+                 "created or expired over HTTP", TOKEN_ENV)
     return runner

@@ -1,4 +1,5 @@
-"""``tailhound notifier run|check``, ``tailhound silence add|list|expire``, ``tailhound incidents list|show``.
+"""``tailhound notifier run|check|routes test``, ``tailhound silence add|list|expire``,
+``tailhound incidents list|show``.
 
 Silences are written straight to the notifier's state topic (key ``silence:<id>``), where the active
 notifier picks them up within a tick and where they survive restarts. Incidents are read from the
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -28,6 +30,7 @@ from .matchers import Matcher
 from .state import GroupState, Silence
 
 console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
 
 notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True)
@@ -92,19 +95,135 @@ def notifier_run(config: ConfigOpt = None) -> None:
 
 @notifier_app.command("check")
 def notifier_check(
-    path: Annotated[Path, typer.Argument(help="Notifier config file (routing, receivers, inhibit rules).")],
+    paths: Annotated[list[Path], typer.Argument(help="Notifier config files (routing, receivers, inhibit rules).")],
+    fmt: Annotated[str, typer.Option("--format", help="text, or github (workflow annotations).")] = "text",
+    rules: Annotated[Path | None, typer.Option(
+        "--rules", help="Rules directory whose rule names and labels matchers may use (default: settings.rules_dir).")
+    ] = None,
     config: ConfigOpt = None,
     secrets: Annotated[bool, typer.Option(help="Also resolve every receiver's secrets and webhook hosts.")] = False,
 ) -> None:
-    """Validate a notifier config; errors name the file and line."""
-    from .config import load_config
-    from .service import build_receivers
+    """Check notifier configs: every problem of every file, at its line and column, with a hint; matchers,
+    grouping and inhibit labels against the labels incidents carry.
 
-    cfg = load_config(path)
-    if secrets:
-        build_receivers(load_settings(config), cfg)
-    console.print(f"{path}: OK ({len(cfg.receivers)} receivers, {len(cfg.inhibit_rules)} inhibit rules, "
-                  f"{len(cfg.maintenance)} maintenance windows)")
+    Exit status: 0 no problem (warnings alone included), 1 problems found, 2 a path that does not exist."""
+    from .config_check import check_file, check_secrets, is_error, label_space
+
+    if fmt not in ("text", "github"):
+        raise TailhoundError(f"--format {fmt!r}: use text or github")
+    space, problems = label_space(rules if rules is not None else load_settings(config).rules_dir)
+    missing = bool(problems)
+    hosts = load_settings(config).notifier.webhook_allowed_hosts if secrets else []
+    checked = [check_file(p, space) for p in paths]
+    for c in checked:
+        if secrets and c.config is not None:
+            c.problems += check_secrets(c, hosts)
+        problems += c.problems
+        missing |= c.missing
+    for p in problems:
+        print(p.github("tailhound notifier check") if fmt == "github" else p.text())
+    errors = sum(map(is_error, problems))
+    for c in checked:
+        if c.config is not None and not any(map(is_error, c.problems)):
+            cfg = c.config
+            console.print(f"{c.path}: OK ({len(cfg.receivers)} receivers, {len(cfg.inhibit_rules)} inhibit rules, "
+                          f"{len(cfg.maintenance)} maintenance windows)", highlight=False)
+    if problems:
+        warnings = len(problems) - errors
+        files = len({p.path for p in problems})
+        err_console.print(f"{_count(errors, 'problem')}, {_count(warnings, 'warning')} in {_count(files, 'file')}",
+                          highlight=False)
+    if missing:
+        raise typer.Exit(2)
+    if errors:
+        raise typer.Exit(1)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+routes_app = typer.Typer(help="The routing tree.", no_args_is_help=True)
+notifier_app.add_typer(routes_app, name="routes")
+
+
+@routes_app.command("test")
+def routes_test(
+    labels: Annotated[list[str] | None, typer.Argument(
+        help="The incident's labels, LABEL=VALUE (e.g. severity=critical transient=false).")] = None,
+    notifier_config: Annotated[Path | None, typer.Option(
+        "--config", help="Notifier config file (default: setting notifier.config, else the bundled one).")
+    ] = None,
+    incident: Annotated[Path | None, typer.Option(
+        "--incident", help="Route each incident event of a JSON or JSON-lines file (tailhound replay --out); "
+                           "LABEL=VALUE arguments override its labels.")] = None,
+    tree: Annotated[bool, typer.Option("--tree", help="Print the routing tree.")] = False,
+    verify: Annotated[str | None, typer.Option(
+        "--verify-receivers", help="Exit 1 unless the receivers are exactly these (comma-separated, any order).")
+    ] = None,
+    rules: Annotated[Path | None, typer.Option(
+        "--rules", help="Rules directory whose rule names and labels are known (default: settings.rules_dir).")
+    ] = None,
+) -> None:
+    """Which routes a label set (or each incident of a file) takes and which receivers get it, like
+    `amtool config routes test`. Exit status: 0, 1 receivers differ from --verify-receivers, 2 bad input."""
+    from tailhound.resources import default_notifier_config
+
+    from .config_check import label_issues, label_space
+    from .matchers import incident_labels
+    from .route_trace import load_tree, read_incidents, receivers, render_tree, trace
+
+    path = notifier_config or load_settings(None).notifier.config or default_notifier_config()
+    root = load_tree(path)
+    given: dict[str, str] = {}
+    for arg in labels or []:
+        name, sep, value = arg.partition("=")
+        name, value = name.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        if not sep or not name:
+            raise TailhoundError(f"label {arg!r}: write LABEL=VALUE")
+        given[name] = value
+    space, problems = label_space(rules if rules is not None else load_settings(None).rules_dir)
+    if problems:
+        raise TailhoundError(problems[0].text())
+    bad = [f"label {k}={v}: {msg}" + (f" ({hint})" if hint else "")
+           for k, v in given.items() for msg, hint in label_issues(k, v, space)]
+    if bad:
+        raise TailhoundError("\n".join(bad))
+    if tree:
+        print("\n".join(render_tree(root)))
+    cases: list[tuple[str, dict[str, str]]] = []
+    if incident is not None:
+        try:
+            events = read_incidents(incident)
+        except (OSError, ValueError) as exc:
+            raise TailhoundError(str(exc)) from None
+        seen = set()
+        for ev in events:
+            case = {**incident_labels(ev), **given}
+            key = (ev.incident_id, tuple(sorted(case.items())))
+            if key not in seen:
+                seen.add(key)
+                cases.append((f"{ev.incident_id} #{ev.sequence} {ev.event}", case))
+    elif given or not tree or verify is not None:
+        cases.append(("", given))
+    expected = sorted({r.strip() for r in verify.split(",") if r.strip()}) if verify is not None else None
+    differ = 0
+    for title, case in cases:
+        paths = trace(root, case)
+        got = receivers(paths)
+        shown = ", ".join(f'{k}="{v}"' for k, v in case.items()) or "(no labels)"
+        print(f"{title}: {shown}" if title else shown)
+        for p in paths:
+            print(f"  {p.describe()}")
+        print(f"  receivers: {', '.join(got) or 'none'}")
+        if expected is not None and sorted(set(got)) != expected:
+            differ += 1
+            err_console.print(f"receivers differ{' for ' + title if title else ''}: expected "
+                              f"{', '.join(expected) or 'none'}, got {', '.join(got) or 'none'}", highlight=False)
+    if differ:
+        raise typer.Exit(1)
 
 
 # --- silences ------------------------------------------------------------------------------------
@@ -150,7 +269,12 @@ def silence_add(
     end = _parse_time(until) if until else start + parse_duration(duration or "1h")
     if end <= start:
         raise TailhoundError("the silence must end after it starts")
-    silence = Silence(matchers=matchers, starts_at=start, ends_at=end, author=author, comment=comment, created_at=now)
+    try:
+        silence = Silence(matchers=matchers, starts_at=start, ends_at=end, author=author, comment=comment,
+                          created_at=now)
+    except ValidationError as exc:  # the limits (tailhound.notifier.limits): matchers, text sizes, 30 days
+        err = exc.errors()[0]
+        raise TailhoundError(f"{'.'.join(map(str, err['loc'])) or 'silence'}: {err['msg']}") from None
     asyncio.run(_write_state(_settings(config), f"silence:{silence.id}", silence.model_dump(mode="json")))
     console.print(f"{silence.id}  {', '.join(map(str, matchers))}  until {_when(end)}")
 

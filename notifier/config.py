@@ -11,14 +11,16 @@ data to a new host.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from tailhound.durations import Duration
 from tailhound.yamlfile import load_yaml_model, parse_yaml_model
 
+from .limits import MAX_MATCHERS, text_within
 from .matchers import MatcherField
 from .receivers.console import ConsoleConfig
 from .receivers.registry import ReceiverConfig
@@ -113,11 +115,11 @@ class MaintenanceWindow(_Strict):
     """A silence declared in git: incidents matching ``matchers`` between ``starts_at`` and ``ends_at``
     are not notified."""
 
-    matchers: list[MatcherField] = Field(min_length=1)
+    matchers: list[MatcherField] = Field(min_length=1, max_length=MAX_MATCHERS)
     starts_at: datetime
     ends_at: datetime
-    author: str = Field(min_length=1)
-    comment: str = Field(min_length=1)
+    author: Annotated[str, AfterValidator(partial(text_within, what="author"))] = Field(min_length=1)
+    comment: Annotated[str, AfterValidator(partial(text_within, what="comment"))] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> MaintenanceWindow:

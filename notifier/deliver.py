@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -63,13 +64,16 @@ class CircuitBreaker:
         return False
 
 
+LAGS_KEPT = 10_000
+
+
 @dataclass
 class DeliveryStats:
     sent: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     dead: dict[str, int] = field(default_factory=dict)
-    #: seconds from the notification's creation to its successful delivery
-    lags: list[float] = field(default_factory=list)
+    #: seconds from the notification's creation to its successful delivery (the last LAGS_KEPT)
+    lags: deque[float] = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
 
     def bump(self, counter: dict[str, int], receiver: str) -> None:
         counter[receiver] = counter.get(receiver, 0) + 1

@@ -13,14 +13,19 @@ Faust wiring only persists and the tests drive it with a fake clock, no broker n
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from tailhound.errors import DeliveryError
 from tailhound.incident import IncidentEvent
 
 from .config import NotifierConfig
+from .limits import MAX_EXPIRED_SILENCES, MAX_SILENCES
 from .model import Notification
 from .stages import Candidate, Context
 from .stages.dedup import dedup
@@ -40,6 +45,8 @@ RECHECK_S = 15.0
 #: expired silences stay listed this long
 SILENCE_RETENTION_S = 7 * 86400.0
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class Outcome:
@@ -48,6 +55,8 @@ class Outcome:
     dirty: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     created: list[Notification] = field(default_factory=list)
     decisions: list[tuple[str, str]] = field(default_factory=list)
+    #: flush stopped at its time slice: groups that are due remain (call flush again)
+    more: bool = False
 
 
 class Notifier:
@@ -67,9 +76,14 @@ class Notifier:
 
     # --- state ---------------------------------------------------------------------------------
     @classmethod
-    def restore(cls, config: NotifierConfig, items: dict[str, Any], **kw: Any) -> Notifier:
-        """Rebuild from the table's items (``group:<id>`` and ``silence:<id>``)."""
+    def restore(cls, config: NotifierConfig, items: dict[str, Any], *, now: float | None = None,
+                **kw: Any) -> Notifier:
+        """Rebuild from the table's items (``group:<id>`` and ``silence:<id>``). A silence record that breaks
+        the limits (:mod:`tailhound.notifier.limits`) is skipped with a warning, and so is every live one
+        past MAX_SILENCES (`now`, default the wall clock, says which are live)."""
         self = cls(config, **kw)
+        now = time.time() if now is None else now
+        live = 0
         for key, value in items.items():
             if value is None:
                 continue
@@ -81,9 +95,28 @@ class Notifier:
                     self.incident_group[iid] = grp.group_id
                     self.seen[iid] = ev.sequence
             elif key.startswith("silence:"):
-                s = Silence.model_validate(value)
+                try:
+                    s = Silence.model_validate(value)
+                except ValidationError as exc:  # e.g. written before the limits, or by hand
+                    log.warning("notifier: skipping silence record %s: %s", key, _first_error(exc))
+                    continue
+                if s.source == "cli" and s.state(now) != "expired":
+                    if live >= MAX_SILENCES:
+                        log.warning("notifier: skipping silence %s: already %d active or pending silences",
+                                    s.id, MAX_SILENCES)
+                        continue
+                    live += 1
                 self.silences[s.id] = s
         return self
+
+    def live_silences(self, now: float) -> int:
+        """Silences made with the CLI or the API that are active or pending (what MAX_SILENCES bounds)."""
+        return sum(1 for s in self.silences.values() if s.source == "cli" and s.state(now) != "expired")
+
+    def accepts_silence(self, s: Silence, now: float) -> bool:
+        """Whether `s` may be added: an expired one always (it is forgotten in time), a live one while
+        fewer than MAX_SILENCES are live."""
+        return s.state(now) == "expired" or self.live_silences(now) < MAX_SILENCES
 
     def _context(self, now: float) -> Context:
         return Context(now=now, config=self.config, groups=self.groups, open_groups=self.open_groups,
@@ -124,25 +157,34 @@ class Notifier:
         times = [g.next_flush_at for g in self.groups.values() if g.next_flush_at is not None]
         return min(times) if times else None
 
-    def flush(self, now: float) -> Outcome:
-        """Run the notify stages for every due group and queue the resulting notifications."""
+    def flush(self, now: float, *, slice_s: float | None = None) -> Outcome:
+        """Run the notify stages for every due group and queue the resulting notifications.
+
+        With `slice_s`, stop taking groups once that much (CPU) time has gone: the groups left are still
+        due, ``Outcome.more`` says so, and the caller lets other work run before it calls again. Groups
+        are independent here, so one call or several give the same notifications."""
         ctx = self._context(now)
-        cands: list[Any] = []
         due = [g for g in self.groups.values() if g.next_flush_at is not None and g.next_flush_at <= now]
+        created: list[Notification] = []
+        started = time.perf_counter()
+        done = 0
         for grp in due:
+            if slice_s is not None and done and time.perf_counter() - started >= slice_s:
+                break
+            done += 1
             grp.next_flush_at = None
             grp.suppressed = None
             ctx.touch(grp)
             cand = self._candidate(grp, ctx)
-            if cand is not None:
-                cands.append(cand)
-        for stage in NOTIFY:
-            cands = stage(cands, ctx)
-        created = [n for cand in cands for n in self._enqueue(cand, now)]
-        for grp in due:
+            cands: list[Any] = [cand] if cand is not None else []
+            for stage in NOTIFY:
+                cands = stage(cands, ctx)
+            created.extend(n for c in cands for n in self._enqueue(c, now))
             self._reschedule(grp, now)
         self._collect(ctx)
-        return self._outcome(ctx, created)
+        out = self._outcome(ctx, created)
+        out.more = done < len(due)
+        return out
 
     def _reschedule(self, grp: GroupState, now: float) -> None:
         """When to look at a flushed group again besides new events: when its flips age out of the flap
@@ -244,9 +286,18 @@ class Notifier:
                     self.incident_group.pop(iid, None)
                     self.seen.pop(iid, None)
                 ctx.dirty.add(f"group:{gid}")
+        expired: list[tuple[float, str]] = []
         for sid, s in list(self.silences.items()):
+            if s.source != "cli" or s.state(ctx.now) != "expired":
+                continue
             ended = min(s.ends_at, s.expired_at or s.ends_at)
-            if s.source == "cli" and not s.active(ctx.now) and ctx.now - ended > SILENCE_RETENTION_S:
+            if ctx.now - ended > SILENCE_RETENTION_S:
+                del self.silences[sid]
+                ctx.dirty.add(f"silence:{sid}")
+            else:
+                expired.append((ended, sid))
+        if len(expired) > MAX_EXPIRED_SILENCES:  # keep the newest: listing history, not state
+            for _, sid in sorted(expired)[:len(expired) - MAX_EXPIRED_SILENCES]:
                 del self.silences[sid]
                 ctx.dirty.add(f"silence:{sid}")
 
@@ -299,6 +350,11 @@ class Notifier:
     def _log(self, group_id: str, receiver: str) -> DeliveryLog | None:
         grp = self.groups.get(group_id)
         return grp.logs.get(receiver) if grp is not None else None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}"
 
 
 def iso(ts: float) -> str:

@@ -17,10 +17,13 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
 from tailhound.deadletter import DeadLetter
@@ -29,12 +32,16 @@ from tailhound.kafka import make_consumer, make_producer
 from tailhound.resources import default_notifier_config
 from tailhound.settings import Settings
 
-from .config import NotifierConfig, load_config
+from .config import NotifierConfig, Route, load_config
 from .deliver import Deliverer
+from .limits import FLUSH_SLICE_S, MAX_SILENCES, STATE_RECORDS_PER_TICK
+from .metrics import NotifierCollector
 from .model import Notification
 from .pipeline import Notifier, Outcome
 from .receivers import Receiver
-from .receivers.registry import build_receiver
+from .receivers.alertmanager import resume_receivers, stand_by_receivers
+from .receivers.console import ConsoleConfig, ConsoleReceiver
+from .receivers.registry import build_receiver, missing_secrets
 from .state import Silence
 
 log = logging.getLogger(__name__)
@@ -47,14 +54,89 @@ def notifier_config(settings: Settings) -> NotifierConfig:
     return load_config(settings.notifier.config or default_notifier_config())
 
 
-def build_receivers(settings: Settings, config: NotifierConfig, **console: Any) -> dict[str, Receiver]:
-    """Every configured receiver, secrets resolved (a missing secret or a webhook host that is not
-    allowed stops the start with a ConfigError naming the receiver)."""
-    out: dict[str, Receiver] = {}
+#: the receiver added for the routes of disabled receivers when the top-level route's receiver is disabled too
+FALLBACK_CONSOLE = "console"
+
+
+class Receivers(dict[str, Receiver]):
+    """The receivers :func:`build_receivers` built, by name; `disabled`: those it did not build because a
+    secret is missing (name -> why, never the value); `fallback`: the receiver their routes go to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.disabled: dict[str, str] = {}
+        self.fallback: str | None = None
+
+
+def build_receivers(settings: Settings, config: NotifierConfig, **console: Any) -> Receivers:
+    """Every configured receiver, secrets resolved.
+
+    A receiver whose secret is missing (env variable unset or empty, file unreadable or empty) is
+    *disabled*, so a deployment that has not created its Secret yet starts (instead of crash-looping) and
+    still notifies somewhere: logged now as a warning naming the receiver and the variable or file, exported as
+    ``tailhound_notifier_receiver_disabled{receiver}`` by the service, and every route naming it delivers to
+    the top-level route's receiver instead, or to a console receiver when that one is disabled too
+    (:func:`reroute`). ``tailhound notifier check --secrets`` still reports the missing secret as a problem.
+    A webhook host that is not allowed, or any other config error, still stops the start with a
+    ConfigError naming the receiver."""
+    out = Receivers()
     for rc in config.receivers:
+        missing = missing_secrets(rc)
+        if missing:
+            out.disabled[rc.name] = "; ".join(missing)
+            continue
         extra = console if rc.type == "console" else {}
         out[rc.name] = build_receiver(rc, allowed_hosts=settings.notifier.webhook_allowed_hosts, **extra)
+    if out.disabled:
+        out.fallback = _fallback(config, out, console)
+        for name, why in out.disabled.items():
+            log.warning("notifier: receiver %r is DISABLED: %s. Its routes deliver to %r until the secret is "
+                        "provided and the worker restarted (`tailhound notifier check --secrets` lists what is "
+                        "missing)", name, why, out.fallback)
     return out
+
+
+def _fallback(config: NotifierConfig, built: Receivers, console: dict[str, Any]) -> str:
+    """The top-level route's receiver if it was built, else a configured console receiver, else a new one."""
+    top = config.route.receiver
+    if top in built:
+        return top
+    for rc in config.receivers:
+        if rc.type == "console" and rc.name in built:
+            return rc.name
+    names = {rc.name for rc in config.receivers}
+    name = FALLBACK_CONSOLE if FALLBACK_CONSOLE not in names else f"{FALLBACK_CONSOLE}-fallback"
+    built[name] = ConsoleReceiver(ConsoleConfig(type="console", name=name), **console)
+    return name
+
+
+def reroute(config: NotifierConfig, disabled: set[str] | dict[str, str], fallback: str) -> NotifierConfig:
+    """`config` with every route that names a disabled receiver naming `fallback` instead (added as a
+    console receiver when the config has no receiver of that name)."""
+    def walk(route: Route) -> Route:
+        receiver = fallback if route.receiver in disabled else route.receiver
+        return route.model_copy(update={"receiver": receiver, "routes": [walk(r) for r in route.routes]})
+
+    receivers = list(config.receivers)
+    if fallback not in {rc.name for rc in receivers}:
+        receivers.append(ConsoleConfig(type="console", name=fallback))
+    return config.model_copy(update={"route": walk(config.route), "receivers": receivers})
+
+
+class _DisabledReceivers(Collector):
+    """``tailhound_notifier_receiver_disabled{receiver}``: 1 for a receiver disabled for a missing secret."""
+
+    def __init__(self, service: NotifierService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily("tailhound_notifier_receiver_disabled", "1 for a receiver disabled at start "
+                                  "because a secret it names is missing (its routes go to the fallback), else 0.",
+                                  labels=["receiver"])
+        names = {rc.name for rc in self.service.config.receivers} | set(self.service.disabled)
+        for name in sorted(names):
+            gauge.add_metric([name], 1.0 if name in self.service.disabled else 0.0)
+        yield gauge
 
 
 async def read_state(settings: Settings, consumer: AIOKafkaConsumer | None = None) -> tuple[dict[str, Any], dict]:
@@ -113,13 +195,17 @@ class _Takeover(ConsumerRebalanceListener):
 
 class NotifierService:
     def __init__(self, settings: Settings, config: NotifierConfig, receivers: dict[str, Receiver], *,
-                 clock: Callable[[], float] = time.time, group_id: str | None = None) -> None:
+                 clock: Callable[[], float] = time.time, group_id: str | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
-        self.config = config
+        #: receivers disabled at start for a missing secret (build_receivers): their routes go to the fallback
+        self.disabled: dict[str, str] = dict(getattr(receivers, "disabled", {}))
+        fallback = getattr(receivers, "fallback", None)
+        self.config = reroute(config, self.disabled, fallback) if self.disabled and fallback else config
         self.receivers = receivers
         self.clock = clock
         self.group_id = group_id or f"{settings.streams.app_id}-notifier"
-        self.notifier = Notifier(config, runbook_url=settings.notifier.runbook_url)
+        self.notifier = Notifier(self.config, runbook_url=settings.notifier.runbook_url)
         self.active = False
         self._takeover_due = False
         self._dirty: dict[str, Any] = {}
@@ -130,6 +216,10 @@ class NotifierService:
         self.ingested = 0
         self.created: list[Notification] = []
         self.api_port: int | None = None
+        #: this service's metrics (tailhound.notifier.metrics); the worker passes its own registry
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(NotifierCollector(self))
+        self.registry.register(_DisabledReceivers(self))
 
     def _make_deliverer(self) -> Deliverer:
         return Deliverer(self.notifier, self.receivers, self.config.delivery, clock=self.clock,
@@ -156,6 +246,7 @@ class NotifierService:
         rebuilds from the state topic; writing ours later could overwrite its newer state)."""
         self.active = False
         await self._deliverer.stop()
+        await stand_by_receivers(self.receivers)  # receivers that re-post (alertmanager) stop
         self._dirty.clear()
         log.info("notifier: incidents partition revoked; standing by")
 
@@ -165,31 +256,40 @@ class NotifierService:
         items, _ = await read_state(self.settings, self._state_tail)
         await self._deliverer.stop()
         self._dirty.clear()
-        self.notifier = Notifier.restore(self.config, items, runbook_url=self.settings.notifier.runbook_url)
+        self.notifier = Notifier.restore(self.config, items, now=self.clock(),
+                                         runbook_url=self.settings.notifier.runbook_url)
         self._deliverer = self._make_deliverer()
         self.active = True
+        await resume_receivers(self.receivers, self.notifier, self.clock())  # re-posting resumes (alertmanager)
         pending = sum(len(log.pending) for g in self.notifier.groups.values() for log in g.logs.values())
         log.info("notifier: active with %d groups, %d silences, %d pending notifications",
                  len(self.notifier.groups), len(self.notifier.silences), pending)
 
     async def _tail_state(self) -> None:
-        """Pick up silences written by the CLI (our own group writes come back too and are ignored)."""
+        """Pick up silences written by the CLI (our own group writes come back too and are ignored).
+
+        A bounded number of records per tick (each is validated and its patterns compiled), so a flood
+        on the state topic is taken in over several ticks instead of holding the event loop."""
         assert self._state_tail is not None
-        batch = await self._state_tail.getmany(timeout_ms=0)
+        batch = await self._state_tail.getmany(timeout_ms=0, max_records=STATE_RECORDS_PER_TICK)
         for records in batch.values():
             for rec in records:
-                key = rec.key.decode() if rec.key else ""
+                key = rec.key.decode(errors="replace") if rec.key else ""
                 if not key.startswith("silence:") or not rec.value:
                     continue
                 try:
                     s = Silence.model_validate_json(rec.value)
                 except ValidationError as exc:
-                    log.warning("notifier: ignoring a bad silence record %s: %s", key, exc.errors()[0]["msg"])
+                    log.warning("notifier: ignoring a bad silence record %s: %s", key[:80], exc.errors()[0]["msg"])
                     continue
                 known = self.notifier.silences.get(s.id)
+                if known is None and not self.notifier.accepts_silence(s, self.clock()):
+                    log.warning("notifier: ignoring silence %s: already %d active or pending silences",
+                                s.id, MAX_SILENCES)
+                    continue
                 if known is None or known.model_dump() != s.model_dump():
                     self.notifier.silences[s.id] = s
-                    log.info("notifier: silence %s %s (%s)", s.id, s.state(self.clock()), s.comment)
+                    log.info("notifier: silence %s %s (%s)", s.id, s.state(self.clock()), s.comment[:200])
 
     async def write_silence(self, silence: Silence) -> None:
         """Store a silence on the state topic (the active instance, maybe this one, picks it up)."""
@@ -216,13 +316,16 @@ class NotifierService:
         self._consumer.subscribe([self.settings.incidents_topic], listener=_Takeover(self))
         await self._consumer.start()
         api = None
-        if self.settings.notifier.api_listen:
-            from .api import serve
+        listen = self.settings.notifier.api_listen
+        if listen:
+            from .api import ApiAccess, serve
             try:
-                api = await serve(self, self.settings.notifier.api_listen)
-                log.info("notifier: API on %s (port %s)", self.settings.notifier.api_listen, self.api_port)
+                api = await serve(self, listen, ApiAccess.from_settings(self.settings.notifier))
+                log.info("notifier: API on %s (port %s)", listen, self.api_port)
             except OSError as exc:  # the port is taken: notify anyway, without the API
-                log.error("notifier: cannot serve the API on %s: %s", self.settings.notifier.api_listen, exc)
+                log.error("notifier: cannot serve the API on %s: %s; notifying without it. Another worker on "
+                          "this host? Give each its own notifier.api_listen (TAILHOUND_NOTIFIER__API_LISTEN; "
+                          "port 0 takes any free port)", listen, exc)
         try:
             while not stop.is_set():
                 batch = await self._consumer.getmany(timeout_ms=int(self.settings.notifier.tick_s * 1000),
@@ -238,9 +341,15 @@ class NotifierService:
                 if events:
                     self.ingested += len(events)
                     await self._record(self.notifier.ingest(events, now))
-                flushed = self.notifier.flush(now)
-                self.created.extend(flushed.created)
-                await self._record(flushed)
+                while True:  # in time slices: many due groups never hold the event loop (stream processing)
+                    flushed = self.notifier.flush(now, slice_s=FLUSH_SLICE_S)
+                    self.created.extend(flushed.created)
+                    await self._record(flushed)
+                    if not flushed.more or stop.is_set() or not self.active:
+                        break
+                    # a timer, not sleep(0): behind every callback and timer already due (sleep(0) would
+                    # run the next slice before them)
+                    await asyncio.sleep(0.001)
                 await self._persist()
                 if batch:
                     await self._consumer.commit()

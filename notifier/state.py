@@ -9,13 +9,15 @@ pending (so the resolve still goes out) and what each receiver needs to find its
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from functools import partial
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from tailhound.incident import IncidentEvent
 
-from .matchers import MatcherField, matches_all
+from .limits import MAX_MATCHER_CHARS, MAX_MATCHERS, MAX_PROGRAM_SIZE, MAX_SILENCE_DURATION_S, text_within
+from .matchers import Matcher, MatcherField, matches_all
 from .model import Notification, NotificationKind
 
 GroupStatus = Literal["firing", "resolved"]
@@ -102,21 +104,43 @@ class GroupState(BaseModel):
 
 
 class Silence(BaseModel):
-    """Incidents matching every matcher between ``starts_at`` and ``ends_at`` are not notified."""
+    """Incidents matching every matcher between ``starts_at`` and ``ends_at`` are not notified.
 
-    model_config = ConfigDict(extra="forbid")
+    Bounded (:mod:`tailhound.notifier.limits`): at most MAX_MATCHERS matchers, author and comment of at
+    most MAX_TEXT_BYTES each, finite times, and a silence made with the CLI or the API lasts at most
+    MAX_SILENCE_DURATION_S. A record on the state topic that breaks a bound is skipped with a warning."""
 
-    id: str = Field(default_factory=lambda: f"sil-{uuid.uuid4().hex[:12]}")
-    matchers: list[MatcherField] = Field(min_length=1)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    id: str = Field(default_factory=lambda: f"sil-{uuid.uuid4().hex[:12]}", min_length=1, max_length=64)
+    matchers: list[MatcherField] = Field(min_length=1, max_length=MAX_MATCHERS)
     starts_at: float
     ends_at: float
-    author: str = Field(min_length=1)
-    comment: str = Field(min_length=1)
+    author: Annotated[str, AfterValidator(partial(text_within, what="author"))] = Field(min_length=1)
+    comment: Annotated[str, AfterValidator(partial(text_within, what="comment"))] = Field(min_length=1)
     created_at: float
     #: set by ``silence expire``; an expired silence stays listed until it is old
     expired_at: float | None = None
     #: declared in the notifier config (a maintenance window) rather than created by CLI/API
     source: Literal["cli", "config"] = "cli"
+    _cheap_first: list[Matcher] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Silence:
+        if self.source != "cli":  # a maintenance window from the config: reviewed in git, checked at load
+            return self
+        size = sum(len(m.value) for m in self.matchers)
+        if size > MAX_MATCHER_CHARS:
+            raise ValueError(f"the matchers' values have {size} characters together, more than {MAX_MATCHER_CHARS}")
+        program = sum(m.program_size for m in self.matchers)
+        if program > MAX_PROGRAM_SIZE:
+            raise ValueError(f"the regular expressions are too complex together: {program} RE2 instructions, more "
+                             f"than {MAX_PROGRAM_SIZE} (simplify them, or use fewer)")
+        if self.ends_at - self.starts_at > MAX_SILENCE_DURATION_S:
+            raise ValueError(f"a silence lasts at most {MAX_SILENCE_DURATION_S / 86400:g} days "
+                             f"(this one {(self.ends_at - self.starts_at) / 86400:.1f}); declare a longer "
+                             "maintenance window in the notifier config")
+        return self
 
     def active(self, now: float) -> bool:
         end = self.ends_at if self.expired_at is None else min(self.ends_at, self.expired_at)
@@ -128,7 +152,11 @@ class Silence(BaseModel):
         return "pending" if now < self.starts_at and self.expired_at is None else "expired"
 
     def mutes(self, labels: dict[str, str], now: float) -> bool:
-        return self.active(now) and matches_all(self.matchers, labels)
+        if not self.active(now):
+            return False
+        if self._cheap_first is None:  # equality matchers first: they are cheap and usually decide
+            self._cheap_first = sorted(self.matchers, key=lambda m: m.op in ("=~", "!~"))
+        return matches_all(self._cheap_first, labels)
 
 
 class SilenceCommand(BaseModel):

@@ -10,7 +10,13 @@ Where things are:
   (:mod:`tailhound.streams.replay`) uses;
 - engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` where the
   ``model-stage`` agent runs model- and fleet-scope rules (:mod:`tailhound.streams.model_stage`);
-- incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``;
+- incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``: over
+  the size limit, not decodable, over a limit (:data:`tailhound.snapshot.LIMITS`), keyed by another node, or
+  dated too far from their arrival (:mod:`tailhound.streams.intake`: no single message moves a node's clock),
+  every rejection counted by reason (:func:`intake_stats`); a dead letter that cannot be produced is logged
+  and counted, never fatal;
+- a node silent for ``streams.node_expiry_s`` of event time is expired (its incidents resolve, "node gone",
+  and its state is deleted) while a message of its partition is processed;
 - pages leave from the notifier (:mod:`tailhound.notifier.service`), which :mod:`tailhound.worker` adds to
   this app as a task unless ``notifier.enabled`` is false (of several workers, one is the active notifier).
 """
@@ -20,21 +26,33 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import faust
+from aiokafka.partitioner import DefaultPartitioner
+from prometheus_client import CollectorRegistry
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.console import ConsoleReceiver
-from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
 from . import codec
-from .codec import Malformed
+from .intake import (
+    EVALUATE_FAILED,
+    NOT_AN_INCIDENT,
+    DeadLetters,
+    Gate,
+    IntakeStats,
+    NodeExpiry,
+    Rejection,
+    TimeBounds,
+)
 from .model_stage import ModelStage, split_rules
+from .pipeline_metrics import PipelineMetrics
 from .processor import SnapshotProcessor, load_models
 from .rollup import RollupState, rollup
 from .ruleset import RuleSet
@@ -51,7 +69,8 @@ CAUSES_HEADER = "tailhound-node-causes"
 
 
 def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = None,
-               on_snapshot: Callable[[Snapshot], object] | None = None) -> faust.App:
+               on_snapshot: Callable[[Snapshot], object] | None = None,
+               registry: CollectorRegistry | None = None) -> faust.App:
     """The streams app; `on_snapshot` sees every valid telemetry snapshot before it is evaluated (the
     worker's rule coverage, :mod:`tailhound.streams.coverage_watch`; it must be cheap and never raise)."""
     if not settings.broker:
@@ -92,10 +111,29 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     load = load_models(settings.streams.load_models)
     sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s}
     processor = SnapshotProcessor(node_rules, catalog, load, sla=sla)
+    metrics = PipelineMetrics(registry) if registry is not None else None  # tailhound.streams.pipeline_metrics
+    if metrics is not None:
+        processor.timings = metrics.stage_seconds
     model_stage = ModelStage(model_rules, catalog=catalog, models=load, sla=sla)
     model_topic = app.topic(settings.model_topic, key_serializer="raw", value_serializer="raw",
                             partitions=settings.partitions)
     model_state = _state_table(app, MODEL_STATE_TABLE, settings.partitions)
+
+    def swap_rules(new: RuleSet) -> None:
+        """A rule reload (:mod:`tailhound.streams.reload`): the next snapshots are judged with `new`."""
+        node_new, model_new = split_rules(new)
+        processor.replace_rules(node_new)
+        model_stage.replace_rules(model_new)
+
+    _SWAPPERS[app] = swap_rules
+    stats = _STATS[app] = IntakeStats()
+    bounds = TimeBounds(s.max_future_skew_s, s.max_age_s)
+    gate = Gate(bounds, s.max_message_bytes, stats)
+    letters = DeadLetters(deadletter.send, stats)
+    expiry_s = s.node_expiry_s
+    expiry = NodeExpiry(expiry_s)
+    partitioner = DefaultPartitioner()
+    all_partitions = list(range(settings.partitions))
 
     async def stage(events: list) -> None:
         """Node- and model-stage incident events go to the roll-up, which publishes what people see."""
@@ -105,41 +143,65 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     async def publish(events: list) -> None:
         for ev in events:
             log.info("incident %s %s %s %s", ev.incident_id, ev.event, ev.root_cause, ev.scope.describe())
+            if metrics is not None:
+                metrics.published(ev)
             if settings.sinks.incident_topic.enabled:
                 await incidents.send(key=ev.key(), value=ev.model_dump_json().encode())
             if console is not None:
                 console.deliver(ev)
 
-    async def dead_letter(message: Any, reason: str, stage: str) -> None:
-        log.warning("dead-letter %s[%s]@%s (%s): %s", message.topic, message.partition, message.offset,
-                    stage, reason)
-        record = DeadLetter.from_bytes(
-            message.value, ts=time.time(), reason=reason, stage=stage, topic=message.topic,
-            partition=message.partition, offset=message.offset,
-            key=message.key.decode(errors="replace") if message.key else None,
-        )
-        await deadletter.send(key=message.key, value=record.model_dump_json().encode())
+    async def dead_letter(message: Any, reason: str, stage: str, kind: str) -> None:
+        await letters.publish(message, reason, stage, kind)
+
+    async def expire_nodes(partition: int) -> None:
+        """Nodes of `partition` silent for node_expiry_s: their incidents resolve ("node gone") and their state
+        is deleted (in this partition's changelog: we are processing a message of it). Resolve first, then
+        delete: a crash in between resolves again after the restart, with the same sequence numbers."""
+        now = expiry.clock(partition)
+        if now is None:
+            return
+        for node, seen in expiry.gone(partition, list(state.items()), partition_of):
+            events = processor.expire(node, state.get(node), now, expiry_s)
+            if events is None:
+                continue  # it sent something the stored state does not show yet
+            await stage(events)
+            del state[node]
+            stats.nodes_expired += 1
+            stats.incidents_gone += len(events)
+            log.info("node %s expired: no telemetry for %.0f s of event time (streams.node_expiry_s %g s); "
+                     "%d open incidents resolved", node, now - seen, expiry_s, len(events))
+
+    def partition_of(node: str) -> int:
+        """The partition a node's telemetry goes to with Kafka's default partitioner (what the agents use);
+        for states stored before they named their partition."""
+        return partitioner(node.encode(), all_partitions, all_partitions)
 
     @app.agent(telemetry, name="evaluate")
     async def evaluate_agent(stream: faust.StreamT) -> None:
         async for event in stream.events():
             message = event.message
-            value = codec.decode_snapshot(message.value)  # an empty value is Malformed("empty message value")
-            if isinstance(value, Malformed):
-                await dead_letter(message, value.reason, value.stage)
-                continue
-            if message.key != value.key():
-                await dead_letter(message, f"message key {message.key!r} must be the snapshot's node "
-                                  f"{value.node!r} (telemetry is partitioned by node)", "key")
+            arrival = time.time()
+            started = time.perf_counter()
+            # decoded within the limits, keyed by its node, dated near its arrival (no single message moves
+            # a node's clock), else rejected (and counted) with the reason
+            value = gate.admit(message.value, message.key, arrival, _sent_at(message))
+            if isinstance(value, Rejection):
+                await dead_letter(message, value.reason, value.stage, value.kind)
                 continue
             if on_snapshot is not None:
                 on_snapshot(value)
             try:
-                result = processor.step(state.get(value.node), value)
+                result = processor.step(state.get(value.node), value, horizon=bounds.horizon(arrival),
+                                        partition=message.partition)
             except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
                 log.exception("evaluation failed for %s", value.node)
-                await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate")
+                stats.reject(EVALUATE_FAILED)
+                await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
                 continue
+            if result.redelivered:
+                stats.redelivered += 1
+            else:
+                stats.accepted += 1
             if result.changed:
                 state[value.node] = result.state
             await stage(result.events)
@@ -148,8 +210,29 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 if keys:  # engine snapshots also feed the model stage, with the node's open causes
                     causes = ",".join(processor.open_causes(value.node)).encode()
                     for key in keys:
-                        await model_topic.send(key=key.encode(), value=message.value,
-                                               headers={CAUSES_HEADER: causes})
+                        try:
+                            await model_topic.send(key=key.encode(), value=message.value,
+                                                   headers={CAUSES_HEADER: causes})
+                        except Exception as exc:  # noqa: BLE001 - the node stage goes on without it
+                            stats.forward_failed += 1
+                            log.error("could not forward %s[%s]@%s to the model stage: %r", message.topic,
+                                      message.partition, message.offset, exc)
+            if expiry.tick(message.partition, value.ts):
+                await expire_nodes(message.partition)
+            if metrics is not None:
+                metrics.snapshot(value.source, time.perf_counter() - started)
+
+    if s.stats_interval_s:
+        logged: dict[str, Any] = {}
+
+        @app.timer(interval=s.stats_interval_s)
+        async def log_stats() -> None:
+            """The intake counts at INFO, when they changed."""
+            now = stats.as_dict()
+            if now != logged:
+                logged.clear()
+                logged.update(now)
+                log.info("%s", stats.describe())
 
     @app.agent(model_topic, name="model-stage")
     async def model_agent(stream: faust.StreamT) -> None:
@@ -157,14 +240,18 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             message = event.message
             if not message.key:
                 continue
-            value = codec.decode_snapshot(message.value)
+            value = codec.decode_snapshot(message.value, max_bytes=None)  # its size was checked by the node stage
             if not isinstance(value, Snapshot):
                 continue  # validated by the node stage already; nothing malformed gets here
+            started = time.perf_counter()
             try:
                 events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state)
             except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
                 continue
+            finally:
+                if metrics is not None:
+                    metrics.model_stage_seconds += time.perf_counter() - started
             await stage(events)
 
     @app.agent(node_incidents, name="rollup")
@@ -174,7 +261,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             try:
                 member = IncidentEvent.model_validate_json(message.value)
             except ValueError as exc:
-                await dead_letter(message, f"not an incident event: {exc}", "rollup")
+                stats.reject(NOT_AN_INCIDENT)
+                await dead_letter(message, f"not an incident event: {exc}", "rollup", NOT_AN_INCIDENT)
                 continue
             current = RollupState.model_validate(rollup_state.get(ROLLUP_KEY) or {})
             out = rollup(current, member)
@@ -197,6 +285,31 @@ def _state_table(app: faust.App, name: str, partitions: int) -> faust.Table:
     """``app.Table(name, default=None, partitions=partitions)``, with the state codec for values."""
     codec.register()
     return app.tables.add(_StateTable(app, name=name, default=None, beacon=app.tables.beacon, partitions=partitions))
+
+
+#: each app's intake counts (see intake_stats)
+_STATS: weakref.WeakKeyDictionary[faust.App, IntakeStats] = weakref.WeakKeyDictionary()
+
+
+#: each app's rule swap (see rule_swapper)
+_SWAPPERS: weakref.WeakKeyDictionary[faust.App, Callable[[RuleSet], None]] = weakref.WeakKeyDictionary()
+
+
+def rule_swapper(app: faust.App) -> Callable[[RuleSet], None]:
+    """The function that makes the app judge the next snapshots with another rule set (hot reload)."""
+    return _SWAPPERS[app]
+
+
+def intake_stats(app: faust.App) -> IntakeStats:
+    """What the app's telemetry agent let in and rejected, by reason (:class:`IntakeStats`; the worker exports
+    it as Prometheus counters with :class:`tailhound.streams.intake.StatsCollector`)."""
+    return _STATS[app]
+
+
+def _sent_at(message: Any) -> float | None:
+    """The Kafka message timestamp in unix seconds (Faust gives seconds), None when there is none."""
+    ts = getattr(message, "timestamp", None)
+    return float(ts) if isinstance(ts, int | float) and ts > 0 else None
 
 
 def _causes(headers: Any) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ import pydantic_core
 from faust.serializers import codecs
 from pydantic import ValidationError
 
-from tailhound.snapshot import Snapshot
+from tailhound.snapshot import LIMITS, Snapshot
 
 CODEC_NAME = "tailhound-snapshot"
 STATE_CODEC_NAME = "tailhound-state"
@@ -34,17 +34,65 @@ class Malformed:
     reason: str
     stage: str
     raw: bytes
+    #: what was wrong, in a few words that can be counted (a metric label): see :func:`rejection_kind`
+    kind: str = "invalid"
 
 
-def decode_snapshot(raw: bytes | None) -> Snapshot | Malformed:
+def decode_snapshot(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes) -> Snapshot | Malformed:
+    """`raw` as a snapshot, or why not. A message over `max_bytes` is not decoded at all (None: no limit);
+    the other limits (:data:`tailhound.snapshot.LIMITS`) are checked while decoding."""
     if not raw:
-        return Malformed("empty message value", "decode", raw or b"")
+        return Malformed("empty message value", "decode", raw or b"", "empty")
+    if max_bytes is not None and len(raw) > max_bytes:
+        return Malformed(f"message of {len(raw)} bytes is over the limit of {max_bytes} bytes "
+                         "(settings streams.max_message_bytes)", "limits", raw, "oversized")
     try:
         return Snapshot.model_validate_json(raw)
     except ValidationError as exc:
-        return Malformed(describe_validation_error(exc), "validate", raw)
+        kind = rejection_kind(exc)
+        if kind == "bad_json" and not _is_utf8(raw):
+            return Malformed("message value is not UTF-8 text (telemetry is JSON)", "decode", raw, "not_utf8")
+        return Malformed(describe_validation_error(exc), "validate", raw, kind)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a reason, not a crash
-        return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw)
+        return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: pydantic error types of values out of range (a NaN fails them too: then it is "non_finite")
+_RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+
+
+def rejection_kind(exc: ValidationError) -> str:
+    """The first error of `exc` in a few countable words: ``bad_json``, ``non_finite``, ``out_of_range``
+    (a negative counter delta, a zero interval ...), ``too_many_samples``, ``too_many_labels``,
+    ``label_too_long``, ``too_many_buckets``, else ``invalid``."""
+    errors = exc.errors(include_url=False, include_context=False)
+    if not errors:
+        return "invalid"
+    err = errors[0]
+    kind, loc, value = err["type"], err["loc"], err.get("input")
+    if kind == "json_invalid":
+        return "bad_json"
+    if kind == "finite_number" or (kind in _RANGE_ERRORS and isinstance(value, float) and value != value):
+        return "non_finite"
+    if kind in _RANGE_ERRORS:
+        return "out_of_range"
+    if "labels" in loc:
+        return "too_many_labels" if kind == "too_long" and loc[-1] == "labels" else (
+            "label_too_long" if kind == "string_too_long" else "invalid")
+    if kind == "too_long" and loc:
+        if loc[-1] == "samples":
+            return "too_many_samples"
+        if loc[-1] in ("le", "counts"):
+            return "too_many_buckets"
+    return "invalid"
 
 
 def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:

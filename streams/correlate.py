@@ -20,6 +20,8 @@ decides what a person is told:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel, Field
 
 from tailhound.incident import Evidence, IncidentEvent, Scope, incident_id
@@ -111,7 +113,8 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
 
     `pending` names the rules with entities that hold but have not held for their `for` yet."""
     by_name = rules.index
-    events: list[IncidentEvent] = []
+    events: list[IncidentEvent] = _reconcile(episodes, by_name, firing, snapshot, models) if any(
+        ep.root_rule not in by_name or any(m not in by_name for m in ep.members) for ep in episodes.values()) else []
     held = False  # a cause fires but waits for a better one: no fallback incident meanwhile
     causes = {n: f for n, f in firing.items() if by_name[n].root_cause is not None and orphans.get(n) != EXPLAINED
               and not _in_aftermath(by_name[n], orphans, snapshot.ts)}
@@ -254,8 +257,8 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
     ordered = [ep.root_rule] + sorted(n for n in ep.members if n != ep.root_rule)
     # a resolved incident says what it was about: the evidence kept while its root cause fired, not what
     # else (a lagging residual cause, a draining queue) still fires
-    evidence = [] if kind == "resolved" else [ev for n in ordered if n in firing for ev in firing[n].evidence][
-        :MAX_EVIDENCE]
+    evidence = [] if kind == "resolved" else _distinct(
+        ev for n in ordered if n in firing for ev in firing[n].evidence)[:MAX_EVIDENCE]
     if evidence:
         ep.evidence = evidence[:KEPT_EVIDENCE]
     else:
@@ -279,7 +282,21 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
         resolved_at=snapshot.ts if kind == "resolved" else None, scope=scope, transient=ep.transient,
         summary=summary, evidence=evidence, actions=actions, rule=ep.root_rule,
         labels={**root.labels, "rules": ",".join(sorted(ep.members))},
+        rule_origin=root.origin, rules_version=root.pack_version,
     )
+
+
+def _distinct(evidence: Iterable[Evidence]) -> list[Evidence]:
+    """Each observation once (member rules share context signals: tokens, running requests ...), first
+    (the root rule's) wins."""
+    seen: set[tuple] = set()
+    out: list[Evidence] = []
+    for ev in evidence:
+        key = (ev.signal, tuple(sorted(ev.labels.items())), ev.op, ev.threshold, ev.baseline)
+        if key not in seen:
+            seen.add(key)
+            out.append(ev)
+    return out
 
 
 def _scope(ep: Episode, by_name: dict[str, Rule], node: str, models: list[str]) -> Scope:
@@ -297,3 +314,76 @@ def _scope(ep: Episode, by_name: dict[str, Rule], node: str, models: list[str]) 
 
 def _entity_order(e: str) -> tuple[int, str]:
     return (int(e), "") if e.isdigit() else (1 << 30, e)
+
+
+#: label of a `resolved` event that closed an incident because its node stopped sending telemetry
+RESOLUTION_LABEL = "resolution"
+NODE_GONE = "node-gone"
+
+
+class _At(BaseModel):
+    """Where and when an event is, for _event (which reads a snapshot's ts and node)."""
+
+    ts: float
+    node: str
+
+
+def resolve_gone(episodes: dict[str, Episode], rules: RuleSet, node: str, models: list[str], ts: float,
+                 last_seen: float) -> list[IncidentEvent]:
+    """The node sent nothing since `last_seen` (it is expired at `ts`): every open incident resolves with a
+    "node gone" event (label ``resolution: node-gone``, the summary says so); `episodes` ends empty."""
+    by_name = rules.index
+    silent = f"node gone: no telemetry from {node} for {max(ts - last_seen, 0.0) / 60:.0f} min"
+    events = []
+    for domain in sorted(episodes):
+        ep = episodes.pop(domain)
+        ep.sequence += 1
+        if ep.root_rule in by_name and all(n in by_name for n in ep.members):
+            ev = _event("resolved", ep, by_name, {}, _At(ts=ts, node=node), models)  # type: ignore[arg-type]
+        else:  # a rule of the incident is gone from the rule set (changed since): what the episode says
+            ev = IncidentEvent(incident_id=ep.incident_id, event="resolved", sequence=ep.sequence, ts=ts,
+                               root_cause=RootCause(ep.root_cause), severity=Severity.WARNING,
+                               opened_at=ep.opened_at, resolved_at=ts, scope=Scope(node=node, model=",".join(models)
+                                                                                     or None),
+                               transient=ep.transient, summary=f"resolved: {ep.root_cause} on node {node}",
+                               evidence=list(ep.evidence), rule=ep.root_rule, labels={"rules": ",".join(ep.members)})
+        summary = ev.summary.removeprefix("resolved: ")
+        events.append(ev.model_copy(update={"summary": f"resolved ({silent}): {summary}",
+                                             "labels": {**ev.labels, RESOLUTION_LABEL: NODE_GONE}}))
+    return events
+
+
+RULE_REMOVED = "rule-removed"
+
+
+def _reconcile(episodes: dict[str, Episode], by_name: dict[str, Rule], firing: dict[str, Firing], snapshot: Snapshot,
+               models: list[str]) -> list[IncidentEvent]:
+    """After a rule reload: rules that are gone leave their incidents. An incident whose root rule is gone
+    takes its best remaining cause as root (``updated``), or, with none left, resolves (label
+    ``resolution: rule-removed``, the summary says so)."""
+    events = []
+    for domain in sorted(episodes):
+        ep = episodes[domain]
+        gone = [m for m in ep.members if m not in by_name]
+        for m in gone:
+            del ep.members[m]
+        if ep.root_rule in by_name:
+            continue
+        causes = [m for m in ep.members if by_name[m].root_cause is not None]
+        ep.sequence += 1
+        if causes:
+            best = min(causes, key=lambda n: (rank_of(by_name[n].root_cause), n))  # type: ignore[arg-type]
+            ep.root_rule, ep.root_cause = best, str(by_name[best].root_cause)
+            events.append(_event("updated", ep, by_name, firing, snapshot, models))
+            continue
+        del episodes[domain]
+        scope = Scope(node=snapshot.node, model=",".join(models) or None)
+        why = f"its rule {ep.root_rule} was removed from the rule pack"
+        events.append(IncidentEvent(
+            incident_id=ep.incident_id, event="resolved", sequence=ep.sequence, ts=snapshot.ts,
+            root_cause=RootCause(ep.root_cause), severity=Severity.WARNING, opened_at=ep.opened_at,
+            resolved_at=snapshot.ts, scope=scope, transient=ep.transient,
+            summary=f"resolved ({why}): {ROOT_CAUSES[RootCause(ep.root_cause)].title} on {scope.describe()}",
+            evidence=list(ep.evidence), rule=ep.root_rule,
+            labels={"rules": ",".join(sorted({ep.root_rule, *gone})), RESOLUTION_LABEL: RULE_REMOVED}))
+    return events

@@ -37,6 +37,8 @@ from tailhound.catalog.fixes import Fix, fixes_for, signal_note
 
 from .conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
 from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
+from .engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
+from .engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
 from .ruleset import Rule, RuleSet
 from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS, signal_per
 
@@ -47,12 +49,14 @@ Alternatives = tuple[frozenset[str], ...]
 #: Signals the worker computes itself, and from what: present wherever the rules that read them run.
 COMPUTED_SIGNALS: dict[str, str] = {
     "model.nodes_with_cause": "the model stage counts the nodes with an open root-cause incident",
+    PEER_NODE_EXPLAINED: "the model stage flags the nodes with an open root cause that explains a slower engine",
     **{name: f"settings streams.{setting}" for name, setting in SLA_SIGNALS.items()},
 }
 
 #: Signals the worker computes from other signals (besides ratios, flags, rates and window statistics).
 COMPUTED_FROM: dict[str, tuple[str, ...]] = {
     ARRIVAL_RATE: (FINISHED, *INFLIGHT),  # finished requests + the change of in-flight ones (streams/demand.py)
+    **PEER_COMPUTED_FROM,  # each engine's TPOT and request rate in the model stage (streams/engine_peers.py)
 }
 
 #: Rules of the default pack that stay blind on dcgm-exporter's default counters + vLLM + node_exporter +

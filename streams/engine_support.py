@@ -19,6 +19,8 @@ from tailhound.snapshot import Snapshot
 
 from .conditions import Absent, AllOf, AnyOf, NotOf, SignalCondition
 from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
+from .engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
+from .engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
 from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
 
 ANY = "any"
@@ -30,6 +32,10 @@ def base_signals(signal: str, catalog: Catalog | None = None) -> frozenset[str]:
     {latency.e2e, engine.requests_running, engine.requests_waiting}; settings
     (``sla.ttft_p99``) -> {}; an unknown name -> {} (the rule loader refuses those)."""
     catalog = catalog or default_catalog()
+    if signal in PEER_COMPUTED_FROM:  # the model stage's per-engine peer values (streams/engine_peers.py)
+        return frozenset().union(*(base_signals(s, catalog) for s in PEER_COMPUTED_FROM[signal]))
+    if signal == PEER_NODE_EXPLAINED:
+        return frozenset()
     if catalog.spec(signal) is not None:
         return frozenset((signal,))
     if signal in DERIVED_SIGNALS:

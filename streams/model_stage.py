@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from tailhound.incident import IncidentEvent, Scope
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
 
+from .engine_peers import NOT_EXPLAINING as PEER_NOT_EXPLAINING
+from .engine_peers import EnginePeerWindows, peer_histograms
 from .processor import MemoryStateStore, SnapshotProcessor
-from .ruleset import RuleSet
+from .ruleset import Rule, RuleSet
 
 ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim"})
 MODEL_SCOPES = frozenset({"model", "fleet"})
@@ -51,10 +53,20 @@ _NOT_EXPLAINING = frozenset({"capacity"})
 _ENGINE_LABELS = ("engine", "instance", "pod", "node", "hostname")
 
 
+#: signals only the model stage computes (``model.nodes_with_cause``, the per-engine peer gauges)
+MODEL_SIGNAL_PREFIX = "model."
+
+
+def runs_in_model_stage(rule: Rule) -> bool:
+    """Scope model or fleet, or an engine rule that reads the model stage's per-engine peer signals
+    (``model.engine_tpot_mean``: an engine against the other engines serving its model)."""
+    return rule.scope.value in MODEL_SCOPES or any(s.startswith(MODEL_SIGNAL_PREFIX) for s in rule.signals())
+
+
 def split_rules(rules: RuleSet) -> tuple[RuleSet, RuleSet]:
-    """(node-stage rules, model-stage rules: scope model or fleet)."""
-    node = [r for r in rules.rules if r.scope.value not in MODEL_SCOPES]
-    model = [r for r in rules.rules if r.scope.value in MODEL_SCOPES]
+    """(node-stage rules, model-stage rules: see :func:`runs_in_model_stage`)."""
+    node = [r for r in rules.rules if not runs_in_model_stage(r)]
+    model = [r for r in rules.rules if runs_in_model_stage(r)]
     return RuleSet(rules=node, files=rules.files), RuleSet(rules=model, files=rules.files)
 
 
@@ -87,6 +99,8 @@ class ModelAggregator:
     late: int = 0
     #: per node, the (event time, root causes) of its open incidents as of its latest snapshot
     node_causes: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+    #: each engine against the others serving the model (None for the fleet, or without engine histograms)
+    peers: EnginePeerWindows | None = None
 
     def add(self, snapshot: Snapshot, causes: tuple[str, ...] = ()) -> list[Snapshot]:
         """Take one engine snapshot (with the root causes open on its node); return the synthetic
@@ -116,6 +130,8 @@ class ModelAggregator:
         for node in sorted(by_node):
             for snap in by_node[node]:
                 by_source.setdefault(snap.source, []).append(snap)
+                if self.peers is not None:
+                    self.peers.add(snap, self.key)
         node = synthetic_node(self.key)
         explained = sum(1 for n in by_node
                         if any(c not in _NOT_EXPLAINING for c in self.node_causes.get(n, (0.0, ()))[1]))
@@ -125,12 +141,18 @@ class ModelAggregator:
             if not samples:
                 continue
             samples.append(GaugeSample.trusted(name=NODES_WITH_CAUSE, labels={}, value=float(explained)))
+            if self.peers is not None:
+                samples.extend(self.peers.gauges(end, source, self._explained_nodes()))
             prev = self.prev_end.get(source)
             self.prev_end[source] = end
             labels = {} if self.key == FLEET else {"model_name": self.key}
             out.append(Snapshot(ts=end, node=node, source=source, interval_s=self.bucket_s, labels=labels,
                                 samples=samples, prev_ts=prev, gap=prev is not None and end - prev > self.bucket_s))
         return out
+
+    def _explained_nodes(self) -> frozenset[str]:
+        return frozenset(n for n, (_, causes) in self.node_causes.items()
+                         if any(c not in PEER_NOT_EXPLAINING for c in causes))
 
 
 def merge(snapshots: list[Snapshot], model: str | None) -> list:
@@ -192,9 +214,17 @@ def rescope(ev: IncidentEvent) -> IncidentEvent:
     if node != FLEET and not node.startswith("model:"):
         return ev
     model = None if node == FLEET else node.removeprefix("model:")
-    scope = Scope(model=model, endpoint=ev.scope.endpoint)
+    engines = [e for e in (ev.scope.engine or "").split(",") if "/" in e]  # "<node>/<engine>": engine rules
+    nodes = sorted({e.split("/", 1)[0] for e in engines})
+    if len(nodes) == 1:  # one engine set apart from its peers: that node's incident
+        scope = Scope(node=nodes[0], model=model, engine=",".join(sorted(e.split("/", 1)[1] for e in engines)) or None)
+    else:
+        scope = Scope(model=model, endpoint=ev.scope.endpoint, nodes=nodes)
     summary = ev.summary.replace(ev.scope.describe(), scope.describe())
-    return ev.model_copy(update={"scope": scope, "summary": summary})
+    update: dict = {"scope": scope, "summary": summary}
+    if scope.node:  # the actions were rendered with the synthetic node for {node}
+        update["actions"] = [a.replace(node, scope.node) for a in ev.actions]
+    return ev.model_copy(update=update)
 
 
 class ModelStage:
@@ -203,15 +233,28 @@ class ModelStage:
     rule reads it: no fleet-scope rules, no fleet aggregation."""
 
     def __init__(self, rules: RuleSet, **processor_kw) -> None:
-        self.rules = rules
-        model = [r for r in rules.rules if r.scope.value == "model"]
-        fleet = [r for r in rules.rules if r.scope.value == "fleet"]
-        self.model_rules = RuleSet(rules=model, files=rules.files)
-        self.fleet_rules = RuleSet(rules=fleet, files=rules.files)
-        self.model_processor = SnapshotProcessor(self.model_rules, **processor_kw)
-        self.fleet_processor = SnapshotProcessor(self.fleet_rules, **processor_kw)
+        self.model_processor = SnapshotProcessor(RuleSet(rules=[]), **processor_kw)
+        self.fleet_processor = SnapshotProcessor(RuleSet(rules=[]), **processor_kw)
         self.store = MemoryStateStore()
         self.aggregators: dict[str, ModelAggregator] = {}
+        self.replace_rules(rules)
+
+    def replace_rules(self, rules: RuleSet) -> None:
+        """Judge the next closed buckets with `rules` (the model-stage rules of a reload; see
+        :meth:`tailhound.streams.processor.SnapshotProcessor.replace_rules`)."""
+        self.rules = rules
+        fleet = [r for r in rules.rules if r.scope.value == "fleet"]
+        model = [r for r in rules.rules if r.scope.value != "fleet"]  # model scope, and engines against peers
+        self.model_rules = RuleSet(rules=model, files=rules.files)
+        self.fleet_rules = RuleSet(rules=fleet, files=rules.files)
+        self.model_processor.replace_rules(self.model_rules)
+        self.fleet_processor.replace_rules(self.fleet_rules)
+        #: the per-engine peer windows, only when some model-stage rule reads them
+        reads_peers = any(s.startswith(MODEL_SIGNAL_PREFIX + "engine_") for r in model for s in r.signals())
+        self._peer_histograms = peer_histograms(self.model_processor.catalog) if reads_peers else {}
+        for key, agg in self.aggregators.items():
+            if key != FLEET and (agg.peers is None) != (not self._peer_histograms):
+                agg.peers = EnginePeerWindows(self._peer_histograms) if self._peer_histograms else None
 
     @property
     def enabled(self) -> bool:
@@ -228,7 +271,8 @@ class ModelStage:
         store = self.store if store is None else store
         agg = self.aggregators.get(key)
         if agg is None:
-            agg = self.aggregators[key] = ModelAggregator(key)
+            peers = None if key == FLEET or not self._peer_histograms else EnginePeerWindows(self._peer_histograms)
+            agg = self.aggregators[key] = ModelAggregator(key, peers=peers)
         events: list[IncidentEvent] = []
         processor = self.fleet_processor if key == FLEET else self.model_processor
         for synth in agg.add(snapshot, causes):

@@ -22,7 +22,8 @@ from tailhound.catalog import Catalog, default_catalog
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
-from .evaluator import NodeState, evaluate
+from .correlate import resolve_gone
+from .evaluator import NodeState, evaluate, heal_future, source_key
 from .loadmodel import LoadModel
 from .nodesignals import LatestValues
 from .ruleset import RuleSet
@@ -36,6 +37,8 @@ class StepResult:
     state: RawState | None  # what to store when `changed` (None otherwise)
     changed: bool
     events: list[IncidentEvent] = field(default_factory=list)
+    #: the snapshot was not newer than its source's last one on the node (a redelivery): ignored
+    redelivered: bool = False
 
 
 def _decisions(state: NodeState) -> tuple:
@@ -67,6 +70,14 @@ class SnapshotProcessor:
         self.sla = sla
         self._latest: dict[str, LatestValues] = {}
         self._states: dict[str, NodeState] = {}
+        #: seconds spent per evaluation stage, added up (None: not measured; the worker sets a dict)
+        self.timings: dict[str, float] | None = None
+
+    def replace_rules(self, rules: RuleSet) -> None:
+        """Judge the next snapshots with `rules` (a reload): baselines, windows and open incidents carry over;
+        state of rules that are gone is dropped on each node's next snapshot, and their incidents resolve
+        (or take a remaining cause as root)."""
+        self.rules = rules
 
     def open_causes(self, node: str) -> tuple[str, ...]:
         """Root causes of the node's open incidents (the model stage uses them for correlation)."""
@@ -80,27 +91,42 @@ class SnapshotProcessor:
         latest = self._latest.get(node)
         return latest.view(now) if latest is not None else {}
 
-    def step(self, raw_state: RawState | None, snapshot: Snapshot) -> StepResult:
+    def step(self, raw_state: RawState | None, snapshot: Snapshot, *, horizon: float | None = None,
+             partition: int | None = None) -> StepResult:
+        """Evaluate `snapshot` on the node's stored state. `horizon`: the latest event time acceptable now
+        (arrival + max future skew); a stored state is healed of times after it when it is decoded
+        (:func:`tailhound.streams.evaluator.heal_future`). `partition`: the telemetry partition the snapshot
+        came on, kept in the state (node expiry)."""
         node = snapshot.node
         cached = self._states.get(node)
+        healed = False
         if raw_state is None:
             before = None
         elif cached is not None and raw_state.get("version") == cached.version:
             before = cached  # the stored state is the one we wrote last: the cached one is at least as new
         else:  # first sight, a restart or a rebalance: the stored state is the truth
             before = NodeState.model_validate(raw_state)
+            healed = horizon is not None and heal_future(before, horizon, now=min(snapshot.ts, horizon))
+        moved = partition is not None and (before is None or before.partition != partition)
+        if before is not None:
+            last = before.last_ts.get(source_key(snapshot))
+            if last is not None and snapshot.ts <= last and not moved:
+                self._states[node] = before  # (healed or not, it is what the stored version holds now)
+                return StepResult(state=None, changed=False, redelivered=True)
         decided = _decisions(before) if before is not None else None
         latest = self._latest.get(node)
         if latest is None:
             latest = self._latest[node] = LatestValues()
         try:
             after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                     models=self.models, sla=self.sla)
+                                     models=self.models, sla=self.sla, timings=self.timings)
         except Exception:
             self._states.pop(node, None)  # possibly half-updated: decode the stored state next time
             raise
         self._states[node] = after
-        persist = (before is None or bool(events) or _decisions(after) != decided
+        if moved:
+            after.partition = partition
+        persist = (before is None or bool(events) or _decisions(after) != decided or healed or moved
                    or snapshot.ts - after.persisted_at >= PERSIST_EVERY_S)
         if not persist:
             return StepResult(state=None, changed=False, events=events)
@@ -108,6 +134,36 @@ class SnapshotProcessor:
         after.persisted_at = snapshot.ts
         after.sync()
         return StepResult(state=after.model_dump(mode="json"), changed=True, events=events)
+
+    def expire(self, node: str, raw_state: RawState | None, now: float, expiry_s: float) -> list[IncidentEvent] | None:
+        """Forget `node` if it has sent nothing for more than `expiry_s` at event time `now`: its open
+        incidents resolve with a "node gone" event (returned; the caller deletes the stored state). None when
+        it is not silent after all (the cached state knows a newer snapshot than the stored one)."""
+        cached = self._states.get(node)
+        if cached is not None and raw_state is not None and raw_state.get("version") == cached.version:
+            state = cached
+        elif raw_state is not None:
+            state = NodeState.model_validate(raw_state)
+        else:
+            self.forget(node)
+            return []
+        seen = max(state.last_ts.values(), default=state.persisted_at)
+        if cached is not None:
+            seen = max(seen, max(cached.last_ts.values(), default=0.0))
+        if now - seen <= expiry_s:
+            return None
+        events = resolve_gone(state.incidents, self.rules, node, state.models, now, seen)
+        self.forget(node)
+        return events
+
+    def forget(self, node: str) -> None:
+        """Drop what is kept in memory for `node`."""
+        self._states.pop(node, None)
+        self._latest.pop(node, None)
+
+    def __len__(self) -> int:
+        """Nodes held in memory."""
+        return len(self._states)
 
 
 def load_models(paths: list) -> dict[str, LoadModel]:
@@ -130,6 +186,12 @@ class MemoryStateStore:
 
     def __setitem__(self, node: str, state: RawState) -> None:
         self._data[node] = state
+
+    def __delitem__(self, node: str) -> None:
+        del self._data[node]
+
+    def items(self) -> list[tuple[str, RawState]]:
+        return list(self._data.items())
 
     def __len__(self) -> int:
         return len(self._data)

@@ -10,12 +10,20 @@ every incident event goes through the roll-up (:mod:`tailhound.streams.rollup`: 
 across nodes), as the worker's third agent does.
 The output is one ``IncidentEvent`` JSON object per line, in
 the order the events happened; the same recording and rules always give the same bytes.
+
+Replay lets in what the worker lets in (:mod:`tailhound.streams.intake`), with one difference: a recording
+has no arrival time, so a line's event time is bounded against the recording's own progression (the median
+time of the lines around it, :class:`tailhound.streams.intake.Progression`) instead of the wall clock; a
+line more than `max_future_skew_s` ahead of it is skipped and counted in ``ReplayResult.rejected``, as the
+worker dead-letters it. Nodes that send nothing for `node_expiry_s` of event time are expired as in the
+worker (their incidents resolve, "node gone").
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -23,7 +31,9 @@ from typing import IO
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.incident import IncidentEvent
 from tailhound.recording import ScrapeRecord, read_records
+from tailhound.snapshot import Snapshot
 
+from .intake import NodeExpiry, Progression, TimeBounds
 from .loadmodel import LoadModel
 from .model_stage import ModelStage, split_rules
 from .processor import MemoryStateStore, SnapshotProcessor
@@ -37,11 +47,18 @@ class ReplayResult:
     snapshots: int = 0
     events: list[IncidentEvent] = field(default_factory=list)
     seconds: float = 0.0
+    #: snapshots skipped, by reason (``future_ts``: ahead of the recording's progression)
+    rejected: Counter[str] = field(default_factory=Counter)
+    #: snapshots not newer than their source's last one on the node (ignored, as the worker does)
+    redelivered: int = 0
+    #: nodes expired after node_expiry_s without telemetry
+    nodes_expired: int = 0
 
 
 def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str] | None = None,
-                   models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None
-                   ) -> ReplayResult:
+                   models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
+                   max_future_skew_s: float = 300.0, node_expiry_s: float = 3600.0) -> ReplayResult:
+    """`max_future_skew_s` and `node_expiry_s` as settings.streams has them (0: no expiry)."""
     builder = SnapshotBuilder()
     node_rules, model_rules = split_rules(rules)
     processor = SnapshotProcessor(node_rules, models=models, sla=sla)
@@ -49,20 +66,40 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
     store = MemoryStateStore()
     rolled = RollupState()
     result = ReplayResult()
+    expiry = NodeExpiry(node_expiry_s or None)
     t0 = time.perf_counter()
-    for rec in records:
-        result.records += 1
-        snap = builder.build(rec)
-        result.snapshots += 1
-        step = processor.step(store.get(snap.node), snap)
-        if step.changed:
-            store[snap.node] = step.state
-        model_events = model_stage.feed(snap, processor.open_causes(snap.node)) if model_stage.enabled else []
-        for member in [*step.events, *model_events]:
+
+    def emit(members: Iterable[IncidentEvent]) -> None:
+        for member in members:
             for ev in rollup(rolled, member):
                 result.events.append(ev)
                 if out is not None:
                     out.write(ev.model_dump_json() + "\n")
+
+    def snapshots() -> Iterator[Snapshot]:
+        for rec in records:
+            result.records += 1
+            yield builder.build(rec)
+
+    progression = Progression(TimeBounds(max_future_skew_s))
+    for snap, rejected in progression.judge(snapshots(), lambda s: s.ts):
+        result.snapshots += 1
+        if rejected is not None:
+            result.rejected[rejected.kind] += 1
+            continue
+        step = processor.step(store.get(snap.node), snap)
+        result.redelivered += step.redelivered
+        if step.changed:
+            store[snap.node] = step.state
+        model_events = model_stage.feed(snap, processor.open_causes(snap.node)) if model_stage.enabled else []
+        emit([*step.events, *model_events])
+        if expiry.tick(0, snap.ts):
+            for node, _seen in expiry.gone(0, store.items(), lambda _node: 0):
+                gone = processor.expire(node, store.get(node), snap.ts, node_expiry_s)
+                if gone is not None:
+                    emit(gone)
+                    del store[node]
+                    result.nodes_expired += 1
     result.seconds = time.perf_counter() - t0
     return result
 

@@ -157,7 +157,13 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
     models = sorted({m.scope.model for m in members if m.scope.model})
     cause = RootCause(lead.root_cause)
     where_fleet = group.key.endswith(f"|{FLEET}")
-    scope = Scope(model=None if where_fleet else ",".join(models) or None, nodes=nodes)
+    one_node = len(nodes) == 1 and all(m.scope.node for m in members)  # two findings of one node's fault
+    if one_node:
+        gpus = sorted({g for m in members for g in m.scope.gpus}, key=lambda g: (len(g), g))
+        engines = sorted({e for m in members for e in (m.scope.engine or "").split(",") if e})
+        scope = Scope(node=nodes[0], gpus=gpus, engine=",".join(engines) or None, model=",".join(models) or None)
+    else:
+        scope = Scope(model=None if where_fleet else ",".join(models) or None, nodes=nodes)
     model_member = next((m for m in open_members if not m.scope.node and m.root_cause == lead.root_cause), None)
     source = model_member or lead
     summary = ("resolved: " if kind == "resolved" else "") + f"{ROOT_CAUSES[cause].title} on {scope.describe()}"
@@ -167,7 +173,9 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
         incident_id=group.incident_id, event=kind, sequence=group.sequence, ts=ts,  # type: ignore[arg-type]
         root_cause=cause, severity=max((m.severity for m in members), key=lambda s: _SEVERITY[s]),
         opened_at=group.opened_at, resolved_at=ts if kind == "resolved" else None, scope=scope,
-        transient=all(m.transient for m in open_members), summary=summary + f"; {len(nodes)} nodes",
+        transient=all(m.transient for m in open_members),
+        summary=summary if one_node else summary + f"; {len(nodes)} nodes",
         evidence=evidence, actions=list(source.actions), rule=source.rule,
+        rule_origin=source.rule_origin, rules_version=source.rules_version,
         labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)},
     )

@@ -29,17 +29,18 @@ from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.durations import parse_duration
-from tailhound.errors import RuleFileError
+from tailhound.errors import ConfigFileError, RuleFileError
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
+from tailhound.yamlfile import compose_strict
 from tailhound.yamlfile import line_of as _line_of
 
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
 from .demand import history_windows
+from .rule_pack import pack_version
 from .signals import signal_per
 
 __all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
@@ -70,6 +71,9 @@ class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     _signals: frozenset[str] | None = PrivateAttr(default=None)
     _leaves: list | None = PrivateAttr(default=None)
+    #: where it is defined (``rules/gpu.yaml:14``) and the version of the pack it came from (streams/rule_pack.py)
+    _origin: str | None = PrivateAttr(default=None)
+    _pack_version: str | None = PrivateAttr(default=None)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     description: str = ""
@@ -112,6 +116,16 @@ class Rule(BaseModel):
         if self.fallback_root_cause is not None and not self.symptom:
             raise ValueError("`fallback_root_cause` is for symptom rules")
         return self
+
+    @property
+    def origin(self) -> str | None:
+        """Where the rule is defined: ``<directory>/<file>:<line>`` (None for rules built in code)."""
+        return self._origin
+
+    @property
+    def pack_version(self) -> str | None:
+        """The version of the rule pack it was loaded with (:func:`tailhound.streams.rule_pack.pack_version`)."""
+        return self._pack_version
 
     @property
     def is_transient(self) -> bool:
@@ -231,11 +245,15 @@ def split_baseline_key(key: str) -> tuple[str | None, str]:
 
 
 def load_rules(directory: str | Path, catalog: Catalog | None = None) -> RuleSet:
-    """Load every ``*.yaml``/``*.yml`` file in `directory`; any error names the file and line."""
+    """Load every ``*.yaml``/``*.yml`` file in `directory` (or the one rule file it names); the first error
+    names the file and line (``tailhound rules check`` reports them all)."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise RuleFileError(str(directory), None, "rules directory does not exist")
-    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if directory.is_file():  # one rule file
+        files = [directory]
+    elif not directory.is_dir():
+        raise RuleFileError(str(directory), None, "no such rules directory or file")
+    else:
+        files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     if not files:
         raise RuleFileError(str(directory), None, "no *.yaml rule files")
     rules: list[Rule] = []
@@ -246,6 +264,9 @@ def load_rules(directory: str | Path, catalog: Catalog | None = None) -> RuleSet
                 raise RuleFileError(str(path), None, f"rule {rule.name!r} is also defined in {seen[rule.name]}")
             seen[rule.name] = str(path)
             rules.append(rule)
+    version = pack_version(files)
+    for rule in rules:
+        rule._pack_version = version
     return RuleSet(rules=rules, files=[str(p) for p in files])
 
 
@@ -260,12 +281,9 @@ def load_rule_file(path: str | Path, catalog: Catalog | None = None) -> list[Rul
 
 def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> list[Rule]:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        raise RuleFileError(origin, line, f"invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+        node, data = compose_strict(text, origin)
+    except ConfigFileError as exc:
+        raise RuleFileError(origin, exc.line, exc.detail) from exc
     try:
         parsed = RuleFile.model_validate(data)
     except ValidationError as exc:
@@ -280,6 +298,10 @@ def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> l
             _check_signals(rule, catalog, origin, _line_of(node, ["groups", gi, "rules", ri]))
             if rule.engines is not None:
                 _check_engines(rule, catalog, origin, _line_of(node, ["groups", gi, "rules", ri, "engines"]))
+    where = f"{Path(origin).parent.name}/{Path(origin).name}" if origin.endswith((".yaml", ".yml")) else origin
+    for gi, group in enumerate(parsed.groups):
+        for ri, rule in enumerate(group.rules):
+            rule._origin = f"{where}:{_line_of(node, ['groups', gi, 'rules', ri])}"
     return [r for g in parsed.groups for r in g.rules]
 
 

@@ -73,10 +73,16 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
     return buf
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:  # runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+
+def _killed_with_parent() -> None:
+    """The broker's death signal: SIGKILL (memory storage has nothing to save; Tansu lingers after SIGTERM
+    while clients are still connected)."""
+    _die_with_parent(signal.SIGKILL)
 
 
 class EmbeddedBroker:
@@ -117,7 +123,7 @@ class EmbeddedBroker:
                 self._log = tempfile.TemporaryFile(prefix="tailhound-broker-")  # noqa: SIM115 - closed in stop()
             else:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+                self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop(); a restart appends
             try:
                 self.proc = subprocess.Popen(
                     [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener,
@@ -126,7 +132,7 @@ class EmbeddedBroker:
                     stdout=self._log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # Ctrl-C reaches us; we stop the broker last, in order
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=_killed_with_parent,
                 )
             except OSError as exc:
                 self._close_log()
@@ -159,7 +165,9 @@ class EmbeddedBroker:
             return self._log.read().decode(errors="replace")[-n:].strip()
         return ""
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 0.5) -> None:
+        """SIGTERM, then SIGKILL if the broker has not exited `timeout` seconds later (memory storage: there is
+        nothing to save; Tansu waits for its clients to disconnect after SIGTERM)."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -167,7 +175,7 @@ class EmbeddedBroker:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout)
+                proc.wait(5)
         self._close_log()
 
     def _close_log(self) -> None:
@@ -175,6 +183,20 @@ class EmbeddedBroker:
             with contextlib.suppress(OSError):
                 self._log.close()
             self._log = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would end it: with memory storage its topics, messages, committed offsets and
+        consumer groups are gone. :meth:`start` starts an empty broker on the same port again."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        self._close_log()
+
+    def restart(self) -> EmbeddedBroker:
+        """Stop and start again on the same port: an empty broker (memory storage), the same address."""
+        self.stop()
+        return self.start()
 
     # pause/resume simulate an outage that keeps the broker's (memory-only) data
     def pause(self) -> None:

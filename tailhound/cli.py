@@ -239,20 +239,58 @@ def replay(
     model: Annotated[
         list[Path] | None, typer.Option("--model", help="Load-aware baseline artifact (repeatable).")
     ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", "-f", help="Standard output: json (the events as JSON lines, as --out writes "
+                                            "them) or table (for people: times from the recording start, evidence). "
+                                            "Default: a summary and one line per event."),
+    ] = None,
 ) -> None:
-    """Run recordings through the streams code offline (no broker, event time, deterministic)."""
+    """Run recordings through the streams code offline (no broker, event time, deterministic); .gz and .zst
+    recordings are read too, and a cut-off last line is a warning."""
+    from tailhound.rulestest.recordings import iter_recordings
     from tailhound.streams.processor import load_models
-    from tailhound.streams.replay import replay_files
+    from tailhound.streams.replay import replay_records
     from tailhound.streams.ruleset import load_rules
 
+    if fmt not in (None, "json", "table"):
+        raise TailhoundError(f"--format {fmt!r}: use json or table")
     settings = _settings(None)
     rs = load_rules(rules or settings.rules_dir)
-    result = replay_files(recordings, rs, out, load_models(list(model or settings.streams.load_models)),
-                          sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s})
-    opened = sum(1 for e in result.events if e.event == "opened")
-    console.print(f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
-                  f"events ({opened} opened)" + (f" -> {out}" if out else ""))
+    first: list[float] = []
+
+    def records():  # noqa: ANN202 - the recordings' records, noting the first event time
+        for rec in iter_recordings(recordings, lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
+                                                                             highlight=False)):
+            if not first:
+                first.append(rec.ts)
+            yield rec
+
+    kwargs = dict(models=load_models(list(model or settings.streams.load_models)),
+                  sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s},
+                  max_future_skew_s=settings.streams.max_future_skew_s, node_expiry_s=settings.streams.node_expiry_s)
     if out is None:
+        result = replay_records(records(), rs, **kwargs)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8") as fh:
+            result = replay_records(records(), rs, fh, **kwargs)
+    opened = sum(1 for e in result.events if e.event == "opened")
+    summary = (f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
+               f"events ({opened} opened)" + (f" -> {out}" if out else ""))
+    if result.rejected:
+        summary += "; skipped " + ", ".join(f"{n} {why}" for why, n in sorted(result.rejected.items()))
+    if fmt == "json":
+        err_console.print(summary, highlight=False)
+        for ev in result.events:
+            sys.stdout.write(ev.model_dump_json() + "\n")
+        return
+    console.print(summary)
+    if fmt == "table":
+        from tailhound.rulestest.report import render_events_table
+
+        sys.stdout.write(render_events_table(result.events, first[0] if first else None))
+    elif out is None:
         for ev in result.events:
             console.print(f"{ev.ts:.0f} {ev.event:8s} {ev.root_cause} {ev.scope.describe()}", highlight=False)
 
@@ -326,15 +364,28 @@ def example(
 
 @rules_app.command("check")
 def rules_check(
-    directory: Annotated[Path | None, typer.Argument(help="Rules directory (default: settings.rules_dir).")] = None,
+    paths: Annotated[list[Path] | None, typer.Argument(
+        help="Rule files or directories (default: settings.rules_dir).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, or github (workflow annotations).")] = "text",
     config: ConfigOpt = None,
 ) -> None:
-    """Validate rule files; errors name the file and line."""
-    from tailhound.streams.ruleset import load_rules
+    """Check rule files: every problem of every file, at its line and column, with a hint.
 
-    d = directory or _settings(config).rules_dir
-    rs = load_rules(d)
-    console.print(f"{len(rs.rules)} rules OK in {len(rs.files)} files under {d}")
+    Exit status: 0 no problem, 1 problems found, 2 a path that does not exist (or a bad option)."""
+    from tailhound.streams.rule_check import check_paths
+
+    if fmt not in ("text", "github"):
+        raise TailhoundError(f"--format {fmt!r}: use text or github")
+    targets = list(paths or [_settings(config).rules_dir])
+    problems, count = check_paths(targets)
+    for p in problems:
+        print(p.github("tailhound rules check") if fmt == "github" else p.text())
+    missing = [t for t in targets if not t.exists()]
+    if problems:
+        files = len({p.path for p in problems})
+        err_console.print(f"{len(problems)} problems in {files} files ({count} rules read)", highlight=False)
+        raise typer.Exit(2 if missing else 1)
+    err_console.print(f"{count} rules OK in {', '.join(str(t) for t in targets)}", highlight=False)
 
 
 @rules_app.command("doc")
@@ -350,6 +401,74 @@ def rules_doc(
 
     rs = load_rules(directory or _settings(config).rules_dir)
     _emit_markdown(render_root_causes(rs), out, check, "tailhound rules doc")
+
+
+@rules_app.command("test")
+def rules_test(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Rule test files (YAML; docs/rules-testing.md). Default: the bundled pack's own tests."),
+    ] = None,
+    rules: Annotated[
+        Path | None, typer.Option("--rules", help="Rules directory to test instead of each file's rule_files.")
+    ] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Only the tests whose name this regex finds.")] = None,
+    events: Annotated[
+        bool, typer.Option("--events", help="Print every test's incident events (to write expectations).")
+    ] = False,
+) -> None:
+    """Unit-test rules like `promtool test rules`: input series -> expected incidents. Exit 1 on a failure."""
+    import re
+
+    from tailhound.rulestest.unit import bundled_tests, format_file_result, run_file
+
+    def show(name: str, evs: list, start: float) -> None:
+        from tailhound.rulestest.report import render_events_table
+
+        sys.stdout.write(f"--- {name}\n" + render_events_table(evs, start, evidence=0))
+
+    try:
+        pattern = re.compile(run) if run else None
+    except re.error as exc:
+        raise TailhoundError(f"--run {run!r}: {exc}") from None
+    failed = False
+    for path in files or bundled_tests():
+        res = run_file(path, rules, pattern, show if events else None)
+        sys.stdout.write(format_file_result(res))
+        failed |= not res.ok
+    raise typer.Exit(1 if failed else 0)
+
+
+@rules_app.command("backtest")
+def rules_backtest(
+    recordings: Annotated[list[Path], typer.Argument(help="Scrape recordings (JSON lines; .gz, .zst), in order.")],
+    rules: Annotated[
+        Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")
+    ] = None,
+    truth: Annotated[
+        Path | None, typer.Option("--truth", help="YAML of labelled fault windows: precision, recall, time to detect.")
+    ] = None,
+    against: Annotated[
+        str | None, typer.Option("--against", help="Other rules to compare with: a directory or a git ref "
+                                                   "(its rules/ tree): incidents gained and lost.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
+    config: ConfigOpt = None,
+) -> None:
+    """Replay recordings through the rules: per rule how often and when it fired; with --truth, precision and
+    recall per root cause; with --against, what another version of the rules would have opened instead."""
+    from tailhound.rulestest.backtest import run_backtest
+    from tailhound.rulestest.report import render_backtest_json, render_backtest_table
+
+    if fmt not in ("table", "json"):
+        raise TailhoundError(f"--format {fmt!r}: use table or json")
+    settings = _settings(config)
+    report = run_backtest(recordings, rules or settings.rules_dir, truth=truth, against=against,
+                          sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s},
+                          progress=progress, warn=lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
+                                                                                highlight=False))
+    sys.stdout.write(render_backtest_json(report) if fmt == "json" else render_backtest_table(report))
 
 
 baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True)

@@ -34,6 +34,16 @@ class Scope(BaseModel):
         default_factory=list,
         description="The nodes of a model- or fleet-scope incident that rolls up one cause on several nodes.")
 
+    def labels(self) -> dict[str, str]:
+        """The scope as labels (what routes, silences and Alertmanager match on): ``node``, ``engine``,
+        ``model``, ``endpoint``, and ``gpus`` / ``nodes`` comma-separated; empty fields left out."""
+        out = {name: value for name in ("node", "engine", "model", "endpoint") if (value := getattr(self, name))}
+        if self.gpus:
+            out["gpus"] = ",".join(self.gpus)
+        if self.nodes:
+            out["nodes"] = ",".join(self.nodes)
+        return out
+
     def describe(self) -> str:
         parts = []
         if self.node:
@@ -98,6 +108,11 @@ class IncidentEvent(BaseModel):
     actions: list[str] = Field(default_factory=list)
     rule: str
     labels: dict[str, str] = Field(default_factory=dict)
+    rule_origin: str | None = Field(
+        default=None, description="Where the root rule is defined: `<rules directory>/<file>:<line>`.")
+    rules_version: str | None = Field(
+        default=None, description="The rule pack's version: `git:<commit>` for a clean checkout, "
+                                  "`git:<commit>+dirty.<hash>` with local changes, else `sha256:<hash>` of the files.")
 
     def key(self) -> bytes:
         """The Kafka message key: the incident id."""

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tailhound.errors import ConfigError
 from tailhound.resources import default_rules_dir
+from tailhound.snapshot import LIMITS
 
 CONFIG_ENV = "TAILHOUND_CONFIG"
 
@@ -41,6 +42,27 @@ class StreamsSettings(BaseModel):
     #: TTFT P99 service level per model (fnmatch patterns, first match wins): the `sla.ttft_p99` signal
     #: rules compare with. 1.5 s is where chat users notice (playbook); batch models can allow more.
     ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: {"*": 1.5})
+    #: a snapshot dated more than this after its arrival (the wall clock when the worker takes it) is
+    #: rejected (dead letter): one message from a clock years ahead must not move a node's clock
+    max_future_skew_s: float = Field(default=300.0, ge=0)
+    #: a snapshot dated more than this before it was sent (Kafka message timestamp) is rejected. Off by
+    #: default: the simulator, the demo and `agent --from-recording` publish past event time on purpose
+    max_age_s: float | None = Field(default=None, gt=0)
+    #: a node that sent nothing for this long (event time) is expired: its incidents resolve ("node gone")
+    #: and its state is deleted. 0: never
+    node_expiry_s: float = Field(default=3600.0, ge=0)
+    #: telemetry messages over this size are rejected before they are decoded (other limits:
+    #: tailhound.snapshot.LIMITS)
+    max_message_bytes: int = Field(default=LIMITS.max_message_bytes, gt=0)
+    #: how often the worker logs its intake counts (accepted, rejected by reason ...) at INFO when they
+    #: changed. 0: never
+    stats_interval_s: float = Field(default=60.0, ge=0)
+    #: rule files are looked at this often and reloaded when they changed (0: no file watch; SIGHUP and
+    #: POST /-/reload still reload), see tailhound.streams.reload
+    rules_watch_s: float = Field(default=10.0, ge=0)
+    #: host:port of the worker's HTTP endpoint (/metrics, /-/healthy, POST /-/reload); "" turns it off,
+    #: port 0 takes a free port. Writes need the API token (notifier.api_token / api_token_file).
+    web_listen: str = Field(default="127.0.0.1:9096", pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):\d{1,5}$")
 
 
 class ConsoleSink(BaseModel):
@@ -80,10 +102,24 @@ class NotifierSettings(BaseModel):
     webhook_allowed_hosts: list[str] = Field(default_factory=list)
     #: how often due groups are flushed and due deliveries attempted
     tick_s: float = Field(default=0.2, gt=0, le=10)
-    #: ``host:port`` of the notifier's HTTP API (silences, groups, health; see notifier/api.py). It has
-    #: no authentication: keep it on loopback or behind an authenticating proxy. Empty: off.
-    api_listen: str = Field(default="127.0.0.1:9095", pattern=r"^$|^[^\s:]*:\d{1,5}$")
+    #: ``host:port`` of the notifier's HTTP API (silences, groups, health; see notifier/api.py); ``[::1]:9095``
+    #: for IPv6, port 0 for any free port (a second worker on the host). Empty: off.
+    api_listen: str = Field(default="127.0.0.1:9095", pattern=r"^$|^([^\s:\[\]]*|\[[0-9A-Fa-f:.]+\]):\d{1,5}$")
+    #: bearer token the API requires for writes (creating, expiring silences); env only
+    #: (TAILHOUND_NOTIFIER__API_TOKEN), refused in a settings file, never logged or dumped
+    api_token: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    #: a file holding that token (e.g. a mounted Kubernetes secret); the env variable wins over it
+    api_token_file: Path | None = None
+    #: with no token configured, allow writes anyway, but only while the API listens on loopback
+    allow_unauthenticated_writes: bool = False
     runbook_url: str = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
+
+    @field_validator("api_listen")
+    @classmethod
+    def _check_port(cls, v: str) -> str:
+        if v and int(v.rpartition(":")[2]) > 65535:
+            raise ValueError(f"port of {v!r} is above 65535")
+        return v
 
 
 class Settings(BaseSettings):
@@ -99,6 +135,9 @@ class Settings(BaseSettings):
     topic_prefix: str = Field(default="tailhound.", pattern=r"^[A-Za-z0-9._-]*$")
     #: Partitions of the telemetry topic (and of every table changelog keyed like it).
     partitions: int = Field(default=4, ge=1, le=1024)
+    #: Replicas of every topic tailhound creates (its own and the worker's table changelogs). 1 on the bundled
+    #: broker; 3 on a production Kafka (README, "Production: a real Kafka").
+    replication_factor: int = Field(default=1, ge=1, le=32)
     rules_dir: Path = Field(default_factory=lambda: default_rules_dir())
     streams: StreamsSettings = Field(default_factory=StreamsSettings)
     sinks: SinksSettings = Field(default_factory=SinksSettings)
@@ -193,6 +232,9 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{p}: settings file must be a mapping of settings")
         file_values = loaded or {}
+        if isinstance(file_values.get("notifier"), dict) and "api_token" in file_values["notifier"]:
+            raise ConfigError(f"{p}: notifier.api_token is never read from a settings file; set "
+                              "TAILHOUND_NOTIFIER__API_TOKEN or notifier.api_token_file")
     try:
         env_values = Settings().model_dump(exclude_unset=True)  # only what TAILHOUND_* env set
         merged = _deep_merge(_deep_merge(file_values, env_values), overrides)

@@ -8,6 +8,12 @@ one exporter.
 Histograms are cumulative like Prometheus ``_bucket`` series: ``counts[i]`` observations were
 ``<= le[i]``; the implicit ``+Inf`` bucket is ``count``. JSON has no infinity, so ``+Inf`` is
 never written out.
+
+Limits (:data:`LIMITS`, one place): a snapshot is bounded in size, samples, buckets, labels and label
+lengths, with defaults far above what real exporters send (an 8-GPU dcgm-exporter snapshot with every
+field is ~34 KB, ~170 samples of 4-10 labels). The per-sample limits are part of the schema (checked
+while decoding, at no measurable cost); the worker checks the message size before it decodes
+(``streams.max_message_bytes``, default :attr:`SnapshotLimits.max_message_bytes`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -35,8 +42,39 @@ KNOWN_SOURCES = (
     "streamprobe",
 )
 
-Labels = dict[str, str]
+
+
+@dataclass(frozen=True)
+class SnapshotLimits:
+    """What one snapshot may carry. Generous: a real 8-GPU dcgm-exporter snapshot (every field) is ~34 KB
+    with ~170 samples of 4-10 labels; a vLLM snapshot ~5 KB; node_exporter on a large host a few thousand
+    series. A message over a limit is rejected whole (dead letter, with the limit named in the reason)."""
+
+    #: bytes of one encoded message; below the producer's 1,000,000-byte request limit (Faust's default),
+    #: so the worker can always forward a valid snapshot (engine snapshots go on to the model topic)
+    max_message_bytes: int = 900_000
+    max_samples: int = 20_000
+    #: labels of one sample (and common labels of the snapshot)
+    max_labels: int = 64
+    max_label_name: int = 256
+    max_label_value: int = 4096
+    #: buckets of one histogram (classic Prometheus histograms have 10-40)
+    max_buckets: int = 512
+    #: the collection interval: a day at most (values older than a few intervals go stale, so an
+    #: absurd interval would keep them forever)
+    max_interval_s: float = 86_400.0
+
+
+LIMITS = SnapshotLimits()
+
+Labels = Annotated[
+    dict[Annotated[str, Field(max_length=LIMITS.max_label_name)],
+         Annotated[str, Field(max_length=LIMITS.max_label_value)]],
+    Field(max_length=LIMITS.max_labels),
+]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+#: a bucket count or a per-interval increase: finite, never negative
+_Count = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 _FIELD_NAMES: dict[type, tuple[tuple[str, ...], str]] = {}
@@ -91,7 +129,7 @@ class HistogramDelta(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    counts: list[float]
+    counts: list[_Count] = Field(max_length=LIMITS.max_buckets)
     count: float = Field(ge=0, allow_inf_nan=False)
     sum: float = Field(allow_inf_nan=False)
 
@@ -100,8 +138,8 @@ class HistogramSample(_SampleBase):
     """A cumulative histogram: ``counts[i]`` observations ``<= le[i]``; ``count`` is the +Inf bucket."""
 
     kind: Literal["histogram"] = "histogram"
-    le: list[float] = Field(min_length=1)
-    counts: list[float]
+    le: list[float] = Field(min_length=1, max_length=LIMITS.max_buckets)
+    counts: list[float] = Field(max_length=LIMITS.max_buckets)
     count: float = Field(ge=0, allow_inf_nan=False)
     sum: float = Field(allow_inf_nan=False)
     delta: HistogramDelta | None = Field(
@@ -154,15 +192,16 @@ class Snapshot(BaseModel):
         description="Collector or exporter kind: " + ", ".join(KNOWN_SOURCES) + ", ...",
     )
     interval_s: float | None = Field(
-        default=None, gt=0, description="Collection interval, so consumers can tell a gap from a pause."
+        default=None, gt=0, le=LIMITS.max_interval_s, allow_inf_nan=False,
+        description="Collection interval, so consumers can tell a gap from a pause."
     )
     labels: Labels = Field(
         default_factory=dict,
         description="Labels common to every sample (cluster, model_name, engine, endpoint ...).",
     )
-    samples: list[Sample] = Field(default_factory=list)
+    samples: list[Sample] = Field(default_factory=list, max_length=LIMITS.max_samples)
     prev_ts: float | None = Field(
-        default=None,
+        default=None, gt=0, allow_inf_nan=False,
         description="Event time of the previous collection of this source on this node: counter and histogram "
         "deltas cover (prev_ts, ts]. None on the first collection.",
     )

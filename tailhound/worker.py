@@ -7,33 +7,45 @@ This is the one place where streams and the notifier meet, so neither package im
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import weakref
 
 import faust
 from prometheus_client import CollectorRegistry
 
+from tailhound import worker_web
 from tailhound.errors import ConfigError
+from tailhound.notifier.api import ApiAccess
 from tailhound.notifier.service import NotifierService, build_receivers, notifier_config
 from tailhound.settings import Settings
-from tailhound.streams.app import create_app, make_worker
+from tailhound.streams.app import create_app, intake_stats, make_worker, rule_swapper
 from tailhound.streams.coverage_watch import WINDOW_S, CoverageWatch
+from tailhound.streams.intake import StatsCollector
+from tailhound.streams.reload import RuleReloader
 from tailhound.streams.ruleset import RuleSet
+from tailhound.worker_guard import bound_commit_retries, guard_topics, stop_within
+from tailhound.worker_metrics import ConsumerLagCollector, readiness
 
 log = logging.getLogger(__name__)
 #: each worker app's own Prometheus metrics (see metrics_registry)
 _REGISTRIES: weakref.WeakKeyDictionary[faust.App, CollectorRegistry] = weakref.WeakKeyDictionary()
+_RELOADERS: weakref.WeakKeyDictionary[faust.App, RuleReloader] = weakref.WeakKeyDictionary()
+_WEB_PORTS: weakref.WeakKeyDictionary[faust.App, int | None] = weakref.WeakKeyDictionary()
 
 
 def add_notifier(app: faust.App, settings: Settings) -> None:
-    """Run the notifier next to the agents; its config and receivers are checked now, so a bad routing
-    file or a missing secret stops the worker at start with a message naming it."""
+    """Run the notifier next to the agents; its config and receivers are checked now, so a bad routing file
+    or a webhook host off the allow-list stops the worker at start with a message naming it (a receiver whose
+    secret is missing is disabled with a warning, see :func:`tailhound.notifier.service.build_receivers`)."""
     config = notifier_config(settings)
     receivers = build_receivers(settings, config)
 
     @app.task
     async def notifier() -> None:
-        await NotifierService(settings, config, receivers).run(asyncio.Event())
+        registry = _REGISTRIES.get(app)  # its metrics on the worker's /metrics
+        await NotifierService(settings, config, receivers, registry=registry).run(asyncio.Event())
 
 
 def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
@@ -42,18 +54,76 @@ def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
     fleet sends are logged after WINDOW_S of telemetry, and exported in :func:`metrics_registry`."""
     prepare_data_dir(settings)
     watch = CoverageWatch(rules)
-    app = create_app(settings, rules, on_snapshot=watch.observe)
+    app = create_app(settings, rules, on_snapshot=watch.observe, registry=watch.registry)
+    watch.registry.register(ConsumerLagCollector(app, settings.telemetry_topic))
     _REGISTRIES[app] = watch.registry
+    watch.registry.register(StatsCollector(intake_stats(app)))  # tailhound_telemetry_rejected{reason} ...
     log.info("rule coverage: rules that cannot fire with the telemetry received are reported after %.0f s of it "
              "(`tailhound doctor` checks a recording or live targets now)", WINDOW_S)
+    add_rule_reload(app, settings, rules, watch)
     if settings.notifier.enabled:
         add_notifier(app, settings)
     return app
 
 
+def add_rule_reload(app: faust.App, settings: Settings, rules: RuleSet, watch: CoverageWatch) -> RuleReloader:
+    """Hot reload of the rule pack (:mod:`tailhound.streams.reload`): SIGHUP and the file watch every
+    ``streams.rules_watch_s`` (a task: after table recovery), and ``POST /-/reload`` on the worker endpoint
+    (:func:`run_endpoint`, which also serves ``/metrics`` and the probes)."""
+    swap = rule_swapper(app)
+
+    def apply(new: RuleSet) -> None:
+        swap(new)
+        watch.rules = new
+
+    reloader = _RELOADERS[app] = RuleReloader(settings.rules_dir, rules, apply, registry=watch.registry)
+
+    @app.task
+    async def rule_reload() -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
+            loop.add_signal_handler(signal.SIGHUP, reloader.reload, "SIGHUP")
+        while settings.streams.rules_watch_s > 0:
+            await asyncio.sleep(settings.streams.rules_watch_s)
+            reloader.poll()
+
+    return reloader
+
+
+async def run_endpoint(app: faust.App, settings: Settings) -> None:
+    """The worker endpoint (:mod:`tailhound.worker_web`) until cancelled. It starts with the process, before
+    table recovery (Faust starts tasks and services only after it), so probes and Prometheus see a
+    recovering worker as "not ready" rather than down."""
+    if not settings.streams.web_listen:
+        return
+    access = ApiAccess.from_settings(settings.notifier)
+    try:
+        runner, port = await worker_web.serve(settings.streams.web_listen, _REGISTRIES[app], _RELOADERS[app], access,
+                                              lambda: readiness(app))
+    except OSError as exc:  # telemetry matters more than the endpoint: say so and go on without it
+        log.error("worker endpoint: cannot listen on %s (%s): no /metrics, probes or POST /-/reload; set "
+                  "TAILHOUND_STREAMS__WEB_LISTEN to a free port (or 127.0.0.1:0)", settings.streams.web_listen,
+                  exc.strerror or exc)
+        return
+    _WEB_PORTS[app] = port
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def rule_reloader(app: faust.App) -> RuleReloader:
+    return _RELOADERS[app]
+
+
+def web_port(app: faust.App) -> int | None:
+    """The port the worker endpoint bound (None until it started, or when it is off)."""
+    return _WEB_PORTS.get(app)
+
+
 def metrics_registry(app: faust.App) -> CollectorRegistry:
-    """The worker app's own Prometheus metrics (``tailhound_rule_blind{rule,severity}`` ...), for a metrics
-    endpoint to serve."""
+    """The worker app's own Prometheus metrics (``tailhound_rule_blind{rule,severity}``,
+    ``tailhound_telemetry_rejected_total{reason}`` ...), for a metrics endpoint to serve."""
     return _REGISTRIES[app]
 
 
@@ -68,5 +138,16 @@ def prepare_data_dir(settings: Settings) -> None:
 
 
 def run_worker(settings: Settings, rules: RuleSet) -> None:
-    """Run a Faust worker until SIGINT/SIGTERM. Does not return (raises SystemExit)."""
-    make_worker(create_worker_app(settings, rules), settings).execute_from_commandline()
+    """Run a Faust worker until SIGINT/SIGTERM (stopped within SHUTDOWN_GRACE_S of it); it declares its topics
+    again if the broker loses them and exits non-zero when commits keep failing (:mod:`tailhound.worker_guard`).
+    Does not return (raises SystemExit)."""
+    bound_commit_retries()
+    with contextlib.suppress(ValueError, AttributeError):  # SIGHUP reloads the rules (a task installs it)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    app = create_worker_app(settings, rules)
+    app.conf.topic_replication_factor = settings.replication_factor  # the table changelogs Faust declares
+    guard_topics(app, settings)
+    worker = make_worker(app, settings)
+    stop_within(worker)
+    asyncio.ensure_future(run_endpoint(app, settings), loop=worker.loop)  # before table recovery
+    worker.execute_from_commandline()

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.constructor import SafeConstructor
 
 from tailhound.errors import ConfigFileError
 
@@ -39,6 +40,72 @@ def line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
             continue
         line = node.start_mark.line + 1
     return line
+
+
+class StrictLoader(yaml.SafeLoader):
+    """A safe loader that records duplicate mapping keys (plain YAML keeps the last one silently:
+    ``for: 1m`` then ``for: 30m`` means 30m)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[yaml.Node, yaml.Node]] = []  # (the duplicate key, the first one)
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, yaml.Node] = {}
+            for key_node, _ in node.value:
+                key = getattr(key_node, "value", None)
+                if isinstance(key, str) and key in seen:
+                    self.duplicates.append((key_node, seen[key]))
+                elif isinstance(key, str):
+                    seen[key] = key_node
+        return SafeConstructor.construct_mapping(self, node, deep)
+
+
+def compose_with_duplicates(text: str) -> tuple[yaml.Node | None, Any, list[tuple[yaml.Node, yaml.Node]]]:
+    """(the YAML node tree, the data, the duplicate keys as (duplicate, first) key nodes); raises
+    ``yaml.YAMLError`` for invalid YAML. The checkers report duplicates as problems, loaders refuse them."""
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return node, data, loader.duplicates
+
+
+def mapping_pair(node: yaml.Node | None, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+    """The (key, value) nodes of `key` in a mapping node; the last one when the key is there twice (as YAML
+    keeps); None when `node` is not a mapping or lacks the key."""
+    if isinstance(node, yaml.MappingNode):
+        return next(((k, v) for k, v in reversed(node.value) if getattr(k, "value", None) == key), None)
+    return None
+
+
+def mapping_value(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    pair = mapping_pair(node, key)
+    return pair[1] if pair else None
+
+
+def mapping_key(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    pair = mapping_pair(node, key)
+    return pair[0] if pair else None
+
+
+def compose_strict(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
+    """(the YAML node tree, the data) of `text`; invalid YAML or a duplicate key is a
+    :class:`ConfigFileError` naming the line (the file's type decides the exact error class upstream)."""
+    try:
+        node, data, duplicates = compose_with_duplicates(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigFileError(origin, mark.line + 1 if mark else None,
+                              f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+    if duplicates:
+        key, first = duplicates[0]
+        raise ConfigFileError(origin, key.start_mark.line + 1,
+                              f"duplicate key {key.value!r} (first at line {first.start_mark.line + 1})")
+    return node, data
 
 
 def expand_env(text: str, origin: str, env: dict[str, str] | None = None) -> str:
@@ -69,13 +136,7 @@ def expand_env(text: str, origin: str, env: dict[str, str] | None = None) -> str
 def parse_yaml_model(text: str, model: type[M], origin: str, *, env: bool = False) -> M:
     if env:
         text = expand_env(text, origin)
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigFileError(origin, mark.line + 1 if mark else None,
-                            f"invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    node, data = compose_strict(text, origin)
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as exc:

@@ -24,6 +24,22 @@ def settings(broker, tmp_path) -> Settings:
         broker=broker.url,
         topic_prefix=f"t{run}.",
         partitions=2,
-        streams={"app_id": f"test-{run}", "data_dir": tmp_path / "streams", "log_level": "info"},
+        streams={"app_id": f"test-{run}", "data_dir": tmp_path / "streams", "log_level": "info",
+                 "web_listen": "127.0.0.1:0"},
         notifier={"api_listen": "127.0.0.1:0"},
     )
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of executable `name`; without it the test skips saying how to install it (`install`), or
+    fails under CI (CI=true: the README's test command installs it there, so a missing tool is a bug)."""
+    import os
+    import shutil
+
+    found = shutil.which(name)
+    if found:
+        return found
+    message = f"needs {name}: {install} (`make test` installs it as root on Debian)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message + "; CI must run it, not skip it")
+    pytest.skip(message)

@@ -21,6 +21,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "rolling-deploy",
     "warm-gpu",
     "long-prompt-hol",
+    "slow-node",
 )
 
 #: Faults that act on one tick only (their duration is ignored).

@@ -23,6 +23,10 @@ MEMBW_PREFILL_SLOWDOWN = 1.15
 NVLINK_SLOWDOWN = 1.15
 NVLINK_BANDWIDTH_FACTOR = 0.18
 BLIP_SLOWDOWN = 3.0
+#: A node-local slowdown no hardware counter shows (a co-tenant process on the GPUs, a driver or engine
+#: configuration regression): every decode step 1.7x slower, prefill 1.2x.
+SLOW_NODE_DECODE_SLOWDOWN = 1.7
+SLOW_NODE_PREFILL_SLOWDOWN = 1.2
 #: Long-context burst of a KV-cache-pressure fault: prompts this many times longer.
 KV_PRESSURE_PROMPT_SCALE = 8.0
 #: Network path degradation: extra round-trip time (s) and packet loss ratio.
@@ -160,6 +164,9 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
             eff.nvlink_degraded_gpus = eff.nvlink_degraded_gpus | fault_gpus(f, gpus_per_node)
             eff.decode_slowdown *= NVLINK_SLOWDOWN
             eff.prefill_slowdown *= NVLINK_SLOWDOWN
+        elif name == "slow-node":
+            eff.decode_slowdown *= SLOW_NODE_DECODE_SLOWDOWN
+            eff.prefill_slowdown *= SLOW_NODE_PREFILL_SLOWDOWN
         elif name == "short-blip":
             eff.decode_slowdown *= BLIP_SLOWDOWN
             eff.prefill_slowdown *= BLIP_SLOWDOWN

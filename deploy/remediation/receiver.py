@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Example remediation endpoint for tailhound webhooks: scales out a Deployment on a `capacity` incident.
+"""EXAMPLE remediation endpoint for tailhound webhooks: scales out a Deployment on a `capacity` incident.
 
-A small standalone program (Python 3.11 standard library only; tailhound need not be installed). It
-listens for tailhound's signed webhook requests (``docs/webhooks.md``), checks the signature and the
-timestamp window (401 otherwise), drops redeliveries of an idempotency key it already handled (409),
-and turns an ``opened``/``updated`` notification whose ``requested_action`` is ``scale-out`` into a
-Kubernetes scale-out: GET, then merge-PATCH ``spec.replicas`` = current + SCALE_STEP (at most
-MAX_REPLICAS) on ``/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale``. Everything else is
-acknowledged with 202 and left alone.
+An example to copy and adapt, NOT a production receiver: no TLS, a replay cache in a local file (one
+process), bounds on request bodies but not on a client that drips its headers or opens many
+connections. What a production receiver must add: deploy/remediation/README.md, "Production".
+
+Standalone (Python 3.11 standard library only). It reads a body only with a valid Content-Length up to
+MAX_BODY_BYTES, arriving whole within READ_TIMEOUT_S (else 400/411/413/408); checks tailhound's signature
+and timestamp window (``docs/webhooks.md``; 401); answers 409 to a redelivery or replay of a key it
+handled (kept on disk while its request could pass the signature check, so across a restart too); and
+turns an ``opened``/``updated`` notification asking for ``scale-out`` into a GET, then a merge-PATCH of
+``spec.replicas`` = current + SCALE_STEP (at most MAX_REPLICAS), on the Deployment's ``scale``
+subresource. Anything else gets 202 and is left alone.
 
 Run it (in the cluster it uses the pod's service-account token and CA; the account needs ``get`` and
 ``patch`` on ``deployments/scale``, see deploy/remediation/README.md)::
@@ -17,7 +21,8 @@ Run it (in the cluster it uses the pod's service-account token and CA; the accou
 
 Settings (environment):
     TAILHOUND_WEBHOOK_SECRET or TAILHOUND_WEBHOOK_SECRET_FILE  the signing secret (required)
-    LISTEN_HOST / LISTEN_PORT        default 0.0.0.0 / 8080 (--host / --port override; port 0 = any free)
+    LISTEN_HOST / LISTEN_PORT        default 127.0.0.1 / 8080 (--host / --port override; port 0 = any free);
+                                     in a pod set LISTEN_HOST=0.0.0.0 so the Service can reach it
     K8S_API                          default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
     K8S_TOKEN_FILE / K8S_CA_FILE     default the in-cluster service-account token and CA
     K8S_NAMESPACE                    default the pod's namespace, else "default"
@@ -26,17 +31,21 @@ Settings (environment):
     SCALE_STEP / MAX_REPLICAS        default 1 / 10
     SIGNATURE_TOLERANCE_S            default 300 (replay window)
     DEDUP_MAX_KEYS                   default 10000 idempotency keys remembered (in memory)
+    REPLAY_CACHE_FILE                default $TMPDIR/tailhound-remediation-replay.json ("" = memory only)
+    READ_TIMEOUT_S / MAX_BODY_BYTES  default 10 s / 1 MiB for a whole request body
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import os
 import ssl
+import tempfile
 import threading
 import time
 import urllib.error
@@ -51,6 +60,7 @@ log = logging.getLogger("tailhound.remediation")
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_BODY = 1 << 20
+DEFAULT_REPLAY_FILE = Path(tempfile.gettempdir()) / "tailhound-remediation-replay.json"
 
 
 # --- signature check (a copy of tailhound.notifier.signing.verify) ------------------------------------------------
@@ -88,7 +98,10 @@ class Config:
     ca_file: Path | None = SA_DIR / "ca.crt"
     tolerance_s: float = 300
     dedup_max_keys: int = 10_000
-    host: str = "0.0.0.0"
+    replay_file: Path | None = DEFAULT_REPLAY_FILE
+    read_timeout_s: float = 10.0
+    max_body: int = MAX_BODY
+    host: str = "127.0.0.1"
     port: int = 8080
 
     @classmethod
@@ -113,10 +126,12 @@ class Config:
             ca_file=Path(env["K8S_CA_FILE"]) if env.get("K8S_CA_FILE") else SA_DIR / "ca.crt",
             tolerance_s=float(env.get("SIGNATURE_TOLERANCE_S", "300")),
             dedup_max_keys=int(env.get("DEDUP_MAX_KEYS", "10000")),
-            host=env.get("LISTEN_HOST", "0.0.0.0"), port=int(env.get("LISTEN_PORT", "8080")),
+            replay_file=Path(replay) if (replay := env.get("REPLAY_CACHE_FILE", str(DEFAULT_REPLAY_FILE))) else None,
+            read_timeout_s=float(env.get("READ_TIMEOUT_S", "10")), max_body=int(env.get("MAX_BODY_BYTES", MAX_BODY)),
+            host=env.get("LISTEN_HOST") or "127.0.0.1", port=int(env.get("LISTEN_PORT", "8080")),
         )
-        if cfg.scale_step < 1 or cfg.max_replicas < 1:
-            raise SystemExit("SCALE_STEP and MAX_REPLICAS must be at least 1")
+        if min(cfg.scale_step, cfg.max_replicas, cfg.max_body) < 1 or not 0 < cfg.read_timeout_s <= 300:
+            raise SystemExit("SCALE_STEP, MAX_REPLICAS, MAX_BODY_BYTES must be at least 1, READ_TIMEOUT_S in (0, 300]")
         return cfg
 
 
@@ -169,6 +184,59 @@ class Kubernetes:
         return self._call("PATCH", deployment, patch)
 
 
+# --- idempotency keys, kept across a restart ----------------------------------------------------------------------
+class ReplayCache:
+    """Idempotency keys handled: a redelivery or replay of one gets 409, not a second action. In memory the
+    last `max_keys` (tailhound redelivers for hours, freshly signed); in `path` (JSON, replaced atomically)
+    those whose request could still pass the signature check (its timestamp + `window_s`), so a replay after
+    a restart is refused too. An unreadable or unwritable file stops the receiver at startup."""
+
+    def __init__(self, path: Path | None, window_s: float, max_keys: int, clock=time.time) -> None:
+        self.path, self.window_s, self.max_keys, self.clock = path, window_s, max_keys, clock
+        self.keys: OrderedDict[str, float] = OrderedDict()  # key -> until when its request could be replayed
+        if path is not None:
+            self._load(path)
+            try:
+                self.save()  # unwritable: fail now, not after the first scale-out
+            except OSError as exc:
+                raise SystemExit(f"cannot write the replay cache: {exc}") from None
+
+    def add(self, key: str, request_ts: float) -> None:
+        """A key not in `keys` was handled, for a request signed at `request_ts`."""
+        self.keys[key] = request_ts + self.window_s
+        while len(self.keys) > self.max_keys:
+            self.keys.popitem(last=False)
+        self.save()
+
+    def _load(self, path: Path) -> None:
+        if not path.exists():
+            return
+        try:
+            live = sorted((float(t), str(k)) for k, t in json.loads(path.read_bytes())["keys"].items())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SystemExit(f"{path}: unreadable replay cache ({exc}); remove it once {self.window_s:g} s have "
+                             "passed since the receiver stopped (no replay passes the signature check then)") from None
+        now = self.clock()
+        self.keys.update((k, t) for t, k in live[-self.max_keys:] if t >= now)
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        now = self.clock()
+        data = json.dumps({"keys": {k: t for k, t in self.keys.items() if t >= now}}).encode()
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
 # --- the remediation logic ------------------------------------------------------------------------------------------
 class Remediator:
     """Verifies, de-duplicates and acts on one webhook request; returns (HTTP status, JSON answer)."""
@@ -176,7 +244,7 @@ class Remediator:
     def __init__(self, cfg: Config, kube: Kubernetes | None = None) -> None:
         self.cfg = cfg
         self.kube = kube or Kubernetes(cfg)
-        self.seen: OrderedDict[str, int] = OrderedDict()  # idempotency key -> status answered
+        self.handled = ReplayCache(cfg.replay_file, cfg.tolerance_s, cfg.dedup_max_keys)
         self.lock = threading.Lock()  # one remediation at a time: no double scale-out on a redelivery race
 
     def handle(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
@@ -197,14 +265,15 @@ class Remediator:
         if h.get("idempotency-key", key) != key:
             return 400, {"error": "Idempotency-Key header does not match the signed body"}
         with self.lock:
-            if key in self.seen:
-                self.seen.move_to_end(key)
+            if key in self.handled.keys:
+                self.handled.keys.move_to_end(key)
                 return 409, {"duplicate": key}
             status, answer = self.act(doc)
             if status < 300:  # failures are not remembered: the redelivery gets another try
-                self.seen[key] = status
-                while len(self.seen) > self.cfg.dedup_max_keys:
-                    self.seen.popitem(last=False)
+                try:
+                    self.handled.add(key, int(h["x-tailhound-timestamp"].strip()))
+                except OSError as exc:  # done all the same; only a replay after a restart could repeat it
+                    log.error("cannot write the replay cache %s: %s", self.cfg.replay_file, exc)
         return status, {"idempotency_key": key, **answer}
 
     def act(self, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -242,30 +311,62 @@ def make_server(cfg: Config, remediator: Remediator | None = None) -> ThreadingH
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "tailhound-remediation/1"
+        timeout = cfg.read_timeout_s  # on the socket: no read (request line, headers, body) waits longer
 
         def _answer(self, status: int, doc: dict[str, Any]) -> None:
+            if status >= 400:
+                log.info("%s %s -> %d %s", self.command, self.path, status, doc.get("error", ""))
             data = json.dumps(doc).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             if status == 503:
                 self.send_header("Retry-After", "5")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
+
+        def _refuse(self, status: int, error: str) -> None:
+            self.close_connection = True  # what is left of the body, if anything, is not read
+            self._answer(status, {"error": error})
+
+        def _read_body(self) -> bytes | None:
+            """The body, or None once refused: Content-Length required, <= max_body, whole within read_timeout_s."""
+            lengths = {v.strip() for v in self.headers.get_all("Content-Length") or ()}
+            if self.headers.get("Transfer-Encoding") or not lengths:
+                return self._refuse(411, "a Content-Length is required")
+            text = lengths.pop()
+            if lengths or not (text.isascii() and text.isdigit()) or len(text) > 12:
+                return self._refuse(400, "malformed Content-Length")
+            length = int(text)
+            if length > cfg.max_body:
+                return self._refuse(413, f"body over {cfg.max_body} bytes")
+            chunks, got, deadline = [], 0, time.monotonic() + cfg.read_timeout_s
+            try:
+                while got < length:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    self.connection.settimeout(left)
+                    chunk = self.rfile.read1(min(length - got, 65536))
+                    if not chunk:
+                        return self._refuse(400, "body shorter than its Content-Length")
+                    chunks.append(chunk)
+                    got += len(chunk)
+            except TimeoutError:
+                return self._refuse(408, f"body not received within {cfg.read_timeout_s:g} s")
+            finally:
+                self.connection.settimeout(self.timeout)
+            return b"".join(chunks)
 
         def do_GET(self) -> None:
             self._answer(*((200, {"ok": True}) if self.path == "/healthz" else (404, {"error": "not found"})))
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._answer(413, {"error": "body too large"})
+            if (body := self._read_body()) is None:
                 return
-            body = self.rfile.read(length)
-            status, answer = remediator.handle(dict(self.headers.items()), body)
-            if status >= 400:
-                log.info("%s %s -> %d %s", self.command, self.path, status, answer.get("error", ""))
-            self._answer(status, answer)
+            self._answer(*remediator.handle(dict(self.headers.items()), body))
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)
@@ -275,7 +376,7 @@ def make_server(cfg: Config, remediator: Remediator | None = None) -> ThreadingH
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="tailhound remediation webhook: capacity -> Deployment scale-out")
-    parser.add_argument("--host", help="listen address (env LISTEN_HOST, default 0.0.0.0)")
+    parser.add_argument("--host", help="listen address (env LISTEN_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (env LISTEN_PORT, default 8080)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(message)s")
@@ -284,8 +385,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg.port = cfg.port if args.port is None else args.port
     server = make_server(cfg)
     host, port = server.server_address[:2]
-    log.info("listening on http://%s:%d (namespace %s, deployment %s, map %s, step %d, max %d)", host, port,
-             cfg.namespace, cfg.deployment, cfg.deployment_map, cfg.scale_step, cfg.max_replicas)
+    log.info("listening on http://%s:%d (namespace %s, deployment %s, map %s, step %d, max %d, replay cache %s)",
+             host, port, cfg.namespace, cfg.deployment, cfg.deployment_map, cfg.scale_step, cfg.max_replicas,
+             cfg.replay_file or "in memory only")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

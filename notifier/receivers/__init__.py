@@ -5,6 +5,8 @@ a receipt, or raises :class:`tailhound.errors.DeliveryError` saying whether a re
 long the far side asked to wait. Receivers do not retry, back off or dead-letter themselves: the
 deliver stage does that the same way for all of them. Each receiver module exposes ``<Kind>Config``
 (a pydantic model with ``type: Literal["<kind>"]`` and ``name``) and ``<Kind>Receiver`` built from it.
+A receiver that keeps something alive on the far side between notifications (Alertmanager's re-posts)
+also has ``resume`` and ``stand_by``: see :mod:`tailhound.notifier.receivers.alertmanager`.
 """
 
 from __future__ import annotations

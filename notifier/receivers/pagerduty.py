@@ -25,6 +25,7 @@ from tailhound.errors import DeliveryError
 from tailhound.incident import Evidence, IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
 from tailhound.notifier.receivers import truncate
+from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
 from tailhound.notifier.receivers.webhook import USER_AGENT, retry_after_seconds, scrub, transport_failure
 from tailhound.notifier.secrets import SecretRef
 from tailhound.vocabulary import Severity
@@ -164,12 +165,18 @@ def _pd_error_text(response: httpx.Response) -> str:
 class PagerDutyReceiver:
     """Triggers, updates and resolves one PagerDuty alert per incident group."""
 
-    def __init__(self, config: PagerDutyConfig, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, config: PagerDutyConfig, environ: dict[str, str] | None = None, *,
+                 allowed_hosts: list[str] | None = None) -> None:
+        """`allowed_hosts`: ``notifier.webhook_allowed_hosts``; PagerDuty's own event hosts are allowed
+        (over https) without it. A `url` elsewhere is a ConfigError now and is refused again on send."""
+        check_outbound("pagerduty", config.name, config.url, allowed_hosts or [])
         self.config = config
         self.name = config.name
         self._routing_key = config.routing_key.resolve(environ)
+        guard = OutboundGuard("pagerduty", config.name, allowed_hosts or [])
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), follow_redirects=False,
-                                         headers={"User-Agent": USER_AGENT})
+                                         headers={"User-Agent": USER_AGENT},
+                                         event_hooks={"request": [guard.httpx_hook]})
 
     def __repr__(self) -> str:
         return f"PagerDutyReceiver(name={self.name!r}, url={self.config.url!r})"

@@ -35,6 +35,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from tailhound.errors import DeliveryError
 from tailhound.notifier.model import Notification, Receipt
 from tailhound.notifier.receivers import truncate
+from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
 from tailhound.notifier.receivers.slack_blocks import render_message, render_reply
 from tailhound.notifier.secrets import SecretRef
 
@@ -176,13 +177,21 @@ class SlackReceiver:
     """Delivers notifications to one Slack channel (bot token) or one incoming webhook."""
 
     def __init__(self, config: SlackConfig, environ: dict[str, str] | None = None, *,
-                 clock: Callable[[], float] = time.monotonic,
+                 allowed_hosts: list[str] | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+        """`allowed_hosts`: ``notifier.webhook_allowed_hosts``; Slack's own hosts are allowed (over https)
+        without it. A `base_url` or webhook URL elsewhere is a ConfigError naming the receiver and the host
+        (never the URL: a webhook URL is a secret), and every request is checked again when it is sent."""
         self.config = config
         self.name = config.name
         ref = config.token if config.token is not None else config.webhook_url
         assert ref is not None
+        if config.mode == "bot":
+            check_outbound("slack", config.name, config.base_url or AsyncWebClient.BASE_URL, allowed_hosts or [])
         secret = ref.resolve(environ)
+        if config.mode == "webhook":
+            check_outbound("slack", config.name, secret.reveal(), allowed_hosts or [])
+        self._guard = OutboundGuard("slack", config.name, allowed_hosts or [])
         self._secrets = _secret_forms(secret.reveal())
         _REDACTOR.remember(self._secrets)
         self._pacer = ChannelPacer(config.min_interval_s, clock, sleep)
@@ -238,7 +247,8 @@ class SlackReceiver:
     def _http(self) -> aiohttp.ClientSession:
         """One session for all calls, made on first use (inside the running loop)."""
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
+                                                  trace_configs=[self._guard.trace_config()])
         return self._session
 
     async def _post(self, text: str, blocks: list[dict[str, Any]]) -> Receipt:

@@ -31,9 +31,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound import __version__
-from tailhound.errors import ConfigError, DeliveryError
+from tailhound.errors import DeliveryError
 from tailhound.incident import IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
+from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
+from tailhound.notifier.receivers.outbound import host_allowed as host_allowed  # re-exported
 from tailhound.notifier.secrets import Secret, SecretRef
 from tailhound.notifier.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_all
 
@@ -87,48 +89,14 @@ class WebhookConfig(BaseModel):
         return headers
 
 
-# --- allow-list --------------------------------------------------------------------------------------------------
-def _norm_host(host: str) -> str:
-    return host.strip().strip("[]").rstrip(".").lower()
-
-
-def host_allowed(host: str, allowed_hosts: Iterable[str]) -> bool:
-    """Whether `host` matches an entry: an exact host (``hooks.example.com``, ``10.0.0.5``) or
-    ``*.suffix``, which matches any name below ``suffix`` but not ``suffix`` itself."""
-    host = _norm_host(host)
-    if not host:
-        return False
-    for entry in allowed_hosts:
-        pattern = _norm_host(entry)
-        if pattern.startswith("*."):
-            suffix = pattern[1:]  # ".example.com"
-            if len(suffix) > 1 and host.endswith(suffix) and len(host) > len(suffix):
-                return True
-        elif pattern and host == pattern:
-            return True
-    return False
-
-
+# --- allow-list (shared with Slack and PagerDuty: tailhound.notifier.receivers.outbound) ----------------------------
 def check_url(name: str, url: str, allowed_hosts: Iterable[str]) -> None:
     """Raise :class:`ConfigError` naming receiver `name` unless `url` is http(s) to an allowed host.
 
     The URL is parsed by httpx, the same parser that sends the request, so the host checked is the
     host connected to.
     """
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise ConfigError(f"webhook receiver {name!r}: malformed url ({exc})") from None
-    if parsed.scheme not in ("http", "https"):
-        raise ConfigError(f"webhook receiver {name!r}: url scheme {parsed.scheme!r} is not http or https")
-    if parsed.userinfo:
-        raise ConfigError(f"webhook receiver {name!r}: credentials in the url; use the signing secret instead")
-    host = parsed.host
-    allowed = list(allowed_hosts)
-    if not host_allowed(host, allowed):
-        listed = ", ".join(allowed) if allowed else "empty"
-        raise ConfigError(f"webhook receiver {name!r}: host {host!r} is not in notifier.webhook_allowed_hosts "
-                          f"({listed}); add it there (env TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS)")
+    check_outbound("webhook", name, url, allowed_hosts)
 
 
 # --- payload -------------------------------------------------------------------------------------------------------
@@ -224,8 +192,10 @@ class WebhookReceiver:
         self._secret = config.secret.resolve(environ)
         self._previous = config.previous_secret.resolve(environ) if config.previous_secret else None
         self._host = httpx.URL(config.url).host
+        guard = OutboundGuard("webhook", config.name, allowed_hosts)  # checked again on every request
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), follow_redirects=False,
-                                         headers={"User-Agent": USER_AGENT})
+                                         headers={"User-Agent": USER_AGENT},
+                                         event_hooks={"request": [guard.httpx_hook]})
 
     def __repr__(self) -> str:
         return f"WebhookReceiver(name={self.name!r}, url={self.config.url!r})"

@@ -40,6 +40,9 @@ class Context:
     dirty: set[str] = field(default_factory=set)
     #: decisions worth a log line: (group_id, what)
     decisions: list[tuple[str, str]] = field(default_factory=list)
+    #: what a stage computed once per call and reuses for every due group (active silences, inhibit
+    #: sources); the incidents and silences do not change while one call runs the notify stages
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def touch(self, group: GroupState) -> None:
         self.dirty.add(f"group:{group.group_id}")

@@ -16,10 +16,12 @@ from . import Candidate, Context
 
 def inhibit(cands: list[Candidate], ctx: Context) -> list[Candidate]:
     rules = ctx.config.inhibit_rules
-    if not rules:
+    if not rules or not cands:
         return cands
-    sources = [(ev.incident_id, incident_labels(ev)) for grp in ctx.groups.values()
-               for ev in grp.incidents.values() if ev.event != "resolved"]
+    sources = ctx.cache.get("inhibit_sources")
+    if sources is None:
+        sources = ctx.cache["inhibit_sources"] = [(ev.incident_id, incident_labels(ev)) for grp in ctx.groups.values()
+                                                  for ev in grp.incidents.values() if ev.event != "resolved"]
     out = []
     for cand in cands:
         if cand.kind == "resolved":

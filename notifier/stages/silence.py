@@ -13,7 +13,11 @@ from . import Candidate, Context
 
 
 def silence(cands: list[Candidate], ctx: Context) -> list[Candidate]:
-    active = [s for s in ctx.silences.values() if s.active(ctx.now)]
+    if not cands:
+        return cands
+    active = ctx.cache.get("active_silences")
+    if active is None:
+        active = ctx.cache["active_silences"] = [s for s in ctx.silences.values() if s.active(ctx.now)]
     if not active:
         return cands
     out = []

@@ -88,7 +88,8 @@ def test_sources_are_kept_apart_by_node_job_and_labels():
 
 def test_unparsable_text_is_a_gap_with_the_line_and_bad_histogram_is_skipped(caplog):
     b = SnapshotBuilder()
-    bad = b.build(rec(100, "# TYPE x gauge\nx 1\nthis is not exposition\n"))
+    bad = b.build(rec(100, "# TYPE x gauge\n\nthis is not exposition\n"))  # nothing usable (one bad family alone
+    # is dropped and counted: tests/agents/test_exposition.py)
     assert bad.error.startswith("unparsable exposition: line 3") and bad.gap
     text = vllm_body(10, [1, 1, 1], 1, 0.1) + (
         "# TYPE vllm:e2e_request_latency_seconds histogram\n"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 
 import cramjam
 
@@ -79,3 +81,65 @@ def test_lz4_batches_at_the_fast_level_still_decode():
     fast = cramjam.lz4.Compressor(level=0, content_checksum=False, block_linked=False)
     fast.compress(value)
     assert len(bytes(builder.build())) < len(value) // 5 and len(bytes(fast.finish())) > 0
+
+
+class RestartingProducer:
+    """Acknowledges every send with the next offset of partition 0; `restart()` empties the log like a broker
+    with memory storage (it acknowledges from offset 0 again, into a log nobody can read until the topics are
+    declared again)."""
+
+    def __init__(self) -> None:
+        self.log: list[bytes] = []  # what a consumer could read
+        self.phantom: list[bytes] = []  # acknowledged into a topic the broker no longer has
+        self.topic_exists = True
+        self.next_offset = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def restart(self) -> None:
+        self.topic_exists = False
+        self.next_offset = 0
+
+    async def send(self, topic, value=None, key=None):
+        from types import SimpleNamespace
+
+        (self.log if self.topic_exists else self.phantom).append(value)
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(SimpleNamespace(partition=0, offset=self.next_offset))
+        self.next_offset += 1
+        return fut
+
+
+async def test_acks_into_a_lost_log_are_not_counted_and_the_batch_goes_again_after_declaring_the_topics():
+    producer = RestartingProducer()
+    declared: list[float] = []
+
+    async def declare():
+        declared.append(time.monotonic())
+        if not producer.topic_exists:
+            producer.topic_exists = True
+            return ["telemetry"]
+        return []
+
+    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=0, producer=producer,
+                            declare_topics=declare)
+    await sender.start()
+    try:
+        for i in range(5):
+            sender.enqueue(snap(i))
+        assert await sender.flush(2.0)
+        assert len(producer.log) == 5 and len(declared) == 1  # declared once at start
+        producer.restart()  # the broker came back empty: it acknowledges offsets 0.. into nothing
+        for i in range(5, 8):
+            sender.enqueue(snap(i))
+        assert await sender.flush(5.0)
+    finally:
+        await sender.stop(flush_timeout_s=0)
+    assert len(producer.phantom) == 3, "the first batch after the restart went into the lost log"
+    assert [json.loads(v)["ts"] for v in producer.log] == [1000.0 + i for i in range(8)], "re-sent in order"
+    assert len(declared) == 2 and sender.log_resets == 1
+    assert sender.metrics.sent._value.get() == 8, "only what the broker kept counts as sent"

@@ -22,6 +22,7 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "rolling-deploy",
         "warm-gpu",
         "long-prompt-hol",
+        "slow-node",
     }
 
 

@@ -201,6 +201,67 @@ def test_worker_deployment(applied):
     check_cli_args(args)
 
 
+def _ports(c: dict) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in c.get("ports", []) if "name" in p}
+
+
+def _probe_port(c: dict, probe: dict) -> int:
+    port = probe["httpGet"]["port"]
+    return _ports(c)[port] if isinstance(port, str) else port
+
+
+def test_worker_serves_its_endpoint_on_the_named_port_and_is_probed_there(applied):
+    """TAILHOUND_STREAMS__WEB_LISTEN binds the pod's interfaces on the port named `metrics`; liveness (and
+    startup) on /-/healthy, readiness on /-/ready (tailhound/worker_web.py), all through that name."""
+    from tailhound import worker_web
+
+    dep = one(applied, "Deployment", "tailhound-worker")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    env = _container_env(applied, c)
+    assert "TAILHOUND_STREAMS__WEB_LISTEN" in {e["name"] for e in c["env"]}, "the worker env must name the listen"
+    check_settings_env_name("TAILHOUND_STREAMS__WEB_LISTEN")
+    host, _, port = env["TAILHOUND_STREAMS__WEB_LISTEN"].rpartition(":")
+    assert host in ("0.0.0.0", "[::]", ""), f"{host}: the kubelet and Prometheus cannot reach a loopback listen"
+    assert _ports(c).get("metrics") == int(port) == 9096
+    assert {p["protocol"] for p in c["ports"]} == {"TCP"}
+    paths = {"livenessProbe": "/-/healthy", "startupProbe": "/-/healthy", "readinessProbe": "/-/ready"}
+    app_paths = {r.resource.canonical for r in worker_web.make_app(
+        None, None, None, lambda: (True, "")).router.routes() if r.method == "GET"}  # type: ignore[arg-type]
+    for kind, path in paths.items():
+        probe = c[kind]
+        assert probe["httpGet"]["path"] == path and path in app_paths and path in worker_web.OPEN_PATHS
+        assert probe["httpGet"]["port"] == "metrics" and _probe_port(c, probe) == int(port)
+        assert probe["timeoutSeconds"] < probe["periodSeconds"]
+    # the endpoint comes up only after the first table recovery (Faust starts app tasks then): the startup
+    # probe must allow minutes for it, or a pod with a large changelog would be killed before it serves
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300
+    annotations = dep["spec"]["template"]["metadata"].get("annotations", {})
+    assert annotations.get("prometheus.io/port") == port and annotations.get("prometheus.io/path") == "/metrics"
+
+
+def test_worker_service_exposes_the_metrics_port_of_every_worker(applied):
+    svc = one(applied, "Service", "tailhound-worker")
+    dep = one(applied, "Deployment", "tailhound-worker")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    (port,) = svc["spec"]["ports"]
+    assert port["name"] == "metrics" and port["targetPort"] == "metrics" and port["port"] == _ports(c)["metrics"]
+    assert svc["spec"].get("clusterIP") == "None", "headless: Prometheus scrapes each worker, nothing balances"
+    assert svc["spec"].get("publishNotReadyAddresses") is True, "a recovering (not ready) worker must be scraped"
+    labels = svc["metadata"]["labels"]
+    assert labels.get("app.kubernetes.io/component") == "worker"  # what the ServiceMonitor selects
+
+
+def test_agent_metrics_port_is_exposed_and_probed(applied):
+    ds = one(applied, "DaemonSet", "tailhound-agent")
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert _ports(c) == {"metrics": 9464}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    annotations = ds["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == "9464" and annotations["prometheus.io/scrape"] == "true"
+
+
 def _container_env(applied, c) -> dict[str, str]:
     """Literal env of a container: envFrom ConfigMaps, then env values / configMapKeyRefs."""
     configmaps = by_kind(applied, "ConfigMap")
@@ -398,6 +459,99 @@ async def test_the_worker_can_build_every_receiver(applied, monkeypatch):
     finally:
         for r in receivers.values():
             await r.close()
+
+
+async def test_without_the_secret_the_worker_starts_with_receivers_disabled(applied, monkeypatch, caplog):
+    """The first `kubectl apply -k`, before the Secret exists: every secretKeyRef is optional, so the env
+    variables are simply unset; the worker must not crash-loop. Each receiver that needs a secret is
+    disabled with a warning naming it and the variable, exported as tailhound_notifier_receiver_disabled,
+    and its routes go to the top-level receiver, or the console when that one is disabled too."""
+    from prometheus_client import CollectorRegistry
+
+    from tailhound.notifier.service import NotifierService
+    from tailhound.notifier.stages.route import receivers_for
+
+    c, path, cm = _notifier_mount(applied)
+    for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+        monkeypatch.delenv(key)
+    for k, v in _container_env(applied, c).items():
+        monkeypatch.setenv(k, v)
+    secret_envs = [e["name"] for e in c["env"] if (e.get("valueFrom") or {}).get("secretKeyRef")]
+    for name in secret_envs:
+        monkeypatch.delenv(name, raising=False)
+    settings = load_settings()
+    cfg = parse_config(cm["data"][path.name])
+    caplog.set_level("WARNING", logger="tailhound.notifier.service")
+    receivers = build_receivers(settings, cfg)
+    registry = CollectorRegistry()
+    service = NotifierService(settings, cfg, receivers, registry=registry)
+    try:
+        needing = {where.split(".")[0]: ref.env for where, ref in notifier_secret_refs(cfg).items()}
+        assert set(receivers.disabled) == set(needing) == {"slack", "pagerduty", "remediate"}
+        assert receivers.fallback == "console" and set(receivers) == {"console"}
+        for name, env in needing.items():
+            assert env in receivers.disabled[name]
+            assert any(name in r.getMessage() and env in r.getMessage() and "DISABLED" in r.getMessage()
+                       for r in caplog.records), f"no warning names receiver {name!r} and {env}"
+            assert registry.get_sample_value("tailhound_notifier_receiver_disabled", {"receiver": name}) == 1.0
+        assert registry.get_sample_value("tailhound_notifier_receiver_disabled", {"receiver": "console"}) == 0.0
+        for labels in ({"severity": "critical", "transient": "false", "root_cause": "gpu-thermal-throttle"},
+                       {"severity": "warning", "transient": "false", "root_cause": "capacity"}):
+            assert set(receivers_for(service.config.route, labels)) == {"console"}
+    finally:
+        await service._producer.stop()
+        for r in receivers.values():
+            await r.close()
+
+
+async def test_a_route_to_a_disabled_receiver_falls_back_to_the_top_level_one(applied, monkeypatch):
+    """Only PagerDuty's key is missing: critical incidents still reach Slack (the top-level receiver)."""
+    from tailhound.notifier.service import NotifierService
+    from tailhound.notifier.stages.route import receivers_for
+
+    c, path, cm = _notifier_mount(applied)
+    for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+        monkeypatch.delenv(key)
+    for k, v in _container_env(applied, c).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("TAILHOUND_SLACK_BOT_TOKEN", "xoxb-dummy")
+    monkeypatch.setenv("TAILHOUND_WEBHOOK_SECRET", "dummy")
+    monkeypatch.delenv("TAILHOUND_PAGERDUTY_ROUTING_KEY", raising=False)
+    cfg = parse_config(cm["data"][path.name])
+    receivers = build_receivers(load_settings(), cfg)
+    service = NotifierService(load_settings(), cfg, receivers)
+    try:
+        assert set(receivers.disabled) == {"pagerduty"} and receivers.fallback == cfg.route.receiver == "slack"
+        critical = {"severity": "critical", "transient": "false", "root_cause": "gpu-thermal-throttle"}
+        assert receivers_for(cfg.route, critical) == ["pagerduty", "slack"]
+        assert set(receivers_for(service.config.route, critical)) == {"slack"}
+        capacity = {"severity": "warning", "transient": "false", "root_cause": "capacity"}
+        assert set(receivers_for(service.config.route, capacity)) == {"remediate", "slack"}
+        assert service.registry.get_sample_value("tailhound_notifier_receiver_disabled",
+                                                 {"receiver": "pagerduty"}) == 1.0
+    finally:
+        await service._producer.stop()
+        for r in receivers.values():
+            await r.close()
+
+
+def test_notifier_check_secrets_stays_strict_about_a_missing_secret(applied, tmp_path):
+    """`tailhound notifier check --secrets` reports what the worker only warns about: exit 1, each missing
+    secret named at its receiver."""
+    from typer.testing import CliRunner
+
+    from tailhound.cli import app
+
+    _, path, cm = _notifier_mount(applied)
+    f = tmp_path / path.name
+    f.write_text(cm["data"][path.name], encoding="utf-8")
+    env = {k: "" for k in SECRET_ENV} | {
+        "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS": one(applied, "ConfigMap", "tailhound-settings")["data"][
+            "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"]}
+    result = CliRunner().invoke(app, ["notifier", "check", str(f), "--secrets"], env=env)
+    assert result.exit_code == 1, result.output
+    for name in SECRET_ENV:
+        assert f"secret env {name} is not set" in result.output
 
 
 # --- node agent ---------------------------------------------------------------------------------------

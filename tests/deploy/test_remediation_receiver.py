@@ -7,10 +7,13 @@ check that the copied signature check agrees with :mod:`tailhound.notifier.signi
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import select
+import socket
 import subprocess
 import sys
 import threading
@@ -120,7 +123,7 @@ def serve_kube(kube: FakeKube) -> Iterator[FakeKube]:
 def env_for(kube: FakeKube, token_file: Path, **over: str) -> dict[str, str]:
     env = {"TAILHOUND_WEBHOOK_SECRET": SECRET, "K8S_API": kube.url, "K8S_NAMESPACE": "inference",
            "K8S_DEPLOYMENT": "vllm", "K8S_TOKEN_FILE": str(token_file), "SCALE_STEP": "1", "MAX_REPLICAS": "10",
-           "LISTEN_HOST": "127.0.0.1", "LISTEN_PORT": "0"}
+           "LISTEN_HOST": "127.0.0.1", "LISTEN_PORT": "0", "REPLAY_CACHE_FILE": str(token_file.parent / "replay.json")}
     env.update(over)
     return env
 
@@ -136,6 +139,22 @@ def serve_remediation(env: dict[str, str]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def receiver_process(env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """The receiver as its own process (`python -I -S`, as deployed); yields (the host it says it listens on, port)."""
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(RECEIVER_PY), "--port", "0"],
+                            env={**env, "PATH": os.environ.get("PATH", "")}, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        m = re.search(r"listening on http://([0-9.]+):(\d+)", line)
+        assert m, line + proc.stderr.read() if proc.poll() is not None else line
+        yield m.group(1), int(m.group(2))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stderr.close()
 
 
 @pytest.fixture
@@ -276,21 +295,106 @@ async def test_kubernetes_failure_is_retryable_and_not_remembered(kube, token_fi
 
 def test_runs_standalone_as_a_subprocess(kube, token_file):
     """`python -I -S` (no site-packages, so no tailhound) with env settings; it logs where it listens."""
-    env = {**env_for(kube, token_file), "PATH": os.environ.get("PATH", "")}
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(RECEIVER_PY), "--port", "0"], env=env,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        assert m, line
-        base = m.group(1)
+    with receiver_process(env_for(kube, token_file)) as (host, port):
+        base = f"http://{host}:{port}"
         assert httpx.get(f"{base}/healthz", timeout=5).json() == {"ok": True}
         n = capacity()
         resp = post_raw(f"{base}/", encode_body(build_payload(n)), key=n.idempotency_key)
         assert resp.status_code == 200 and resp.json()["to"] == 3
         assert post_raw(f"{base}/", encode_body(build_payload(n)), key=n.idempotency_key).status_code == 409
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        proc.stderr.close()
     assert kube.replicas["vllm"] == 3
+
+
+# --- hardening: bind address, request bodies, replays after a restart ---------------------------------------------
+def exchange(port: int, data: bytes, drip: bytes = b"") -> tuple[float, int | None]:
+    """Send `data` (then `drip`, a byte per 0.1 s) on a connection left open -> (seconds to the answer, status)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=6) as sock:
+        start, answer = time.monotonic(), b""
+        sock.sendall(data)
+        for byte in drip:
+            if select.select([sock], [], [], 0.1)[0]:
+                break
+            with contextlib.suppress(OSError):
+                sock.sendall(bytes([byte]))
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        m = re.match(rb"HTTP/1\.[01] (\d{3})", answer)
+        return time.monotonic() - start, int(m.group(1)) if m else None
+
+
+HEAD = b"POST /hooks/tailhound HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(("headers", "body", "drip", "status"), [
+    (b"Content-Length: -1\r\n", b"{}", b"", 400),
+    (b"Content-Length: 100\r\n", b'{"short": true}', b"", 408),  # then nothing more
+    (b"Content-Length: 40\r\n", b"{", b'"drip": "one byte every 0.1 s"}' * 2, 408),  # never a read timeout
+    (b"", b"{}", b"", 411),
+    (b"Transfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n", b"", 411),
+    (b"Content-Length: 99999999999\r\n", b"{}", b"", 413),
+    (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"{}", b"", 400),
+    (b"Content-Length: 0x10\r\n", b"{}", b"", 400),
+], ids=["negative", "short", "drip", "absent", "chunked", "oversized", "two-lengths", "not-decimal"])
+def test_bad_or_slow_bodies_are_answered_within_the_read_timeout(kube, token_file, headers, body, drip, status):
+    """Content-Length -1 made rfile.read(-1) wait for EOF and a short body held the thread forever, before any
+    signature check. Now: 400/411/413 at once, 408 once READ_TIMEOUT_S has passed since the body was due."""
+    with serve_remediation(env_for(kube, token_file, READ_TIMEOUT_S="0.5")) as url:
+        port = int(url.split(":")[2].split("/")[0])
+        took, got = exchange(port, HEAD + headers + b"\r\n" + body, drip)
+        assert got == status and took < (3.0 if status == 408 else 1.0), (got, took)  # the old code: > 6 s
+        n = capacity()  # the server is not stuck
+        assert post_raw(url, encode_body(build_payload(n)), key=n.idempotency_key).status_code == 200
+    assert kube.replicas["vllm"] == 3
+
+
+def test_default_bind_is_loopback(kube, token_file):
+    env = {k: v for k, v in env_for(kube, token_file).items() if k != "LISTEN_HOST"}
+    assert remediation.Config.from_env(env).host == "127.0.0.1"
+    with receiver_process(env) as (host, port):
+        assert host == "127.0.0.1"
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json() == {"ok": True}
+        with pytest.raises(OSError):  # bound to 0.0.0.0 it would answer on every 127/8 address (and the LAN)
+            socket.create_connection(("127.0.0.2", port), timeout=2).close()
+
+
+def test_a_replay_after_a_restart_is_refused(kube, token_file):
+    """The same signed bytes again, inside the window, to a restarted receiver: 409, one scale-out."""
+    env = env_for(kube, token_file)
+    n = capacity()
+    body, ts = encode_body(build_payload(n)), int(time.time())
+    with receiver_process(env) as (_, port):
+        assert post_raw(f"http://127.0.0.1:{port}/", body, ts=ts, key=n.idempotency_key).status_code == 200
+    with receiver_process(env) as (_, port):
+        again = post_raw(f"http://127.0.0.1:{port}/", body, ts=ts, key=n.idempotency_key)
+        assert again.status_code == 409 and again.json() == {"duplicate": n.idempotency_key}
+    assert kube.replicas["vllm"] == 3 and len(kube.patches) == 1
+    cache = Path(env["REPLAY_CACHE_FILE"])
+    assert json.loads(cache.read_text()) == {"keys": {n.idempotency_key: ts + 300}}
+    assert cache.stat().st_mode & 0o077 == 0
+
+
+def test_replay_cache_file_is_pruned_by_the_window_and_bounded(tmp_path):
+    path, now = tmp_path / "replay.json", [1000.0]
+    bounded = remediation.ReplayCache(tmp_path / "bounded.json", window_s=300, max_keys=3, clock=lambda: now[0])
+    for i in range(5):
+        bounded.add(f"k{i}", 1000)
+    assert list(bounded.keys) == ["k2", "k3", "k4"]  # at most max_keys, oldest forgotten first
+    assert list(json.loads((tmp_path / "bounded.json").read_text())["keys"]) == ["k2", "k3", "k4"]
+    cache = remediation.ReplayCache(path, window_s=300, max_keys=10, clock=lambda: now[0])
+    cache.add("old", 900)
+    cache.add("new", 1000)
+    now[0] = 1250.0  # `old` (signed at 900) can no longer pass the signature check: out of the file
+    cache.add("newer", 1250)
+    assert json.loads(path.read_text())["keys"] == {"new": 1300, "newer": 1550}
+    assert "old" in cache.keys  # still answered 409 while this process runs
+    assert list(remediation.ReplayCache(path, window_s=300, max_keys=10, clock=lambda: 1400.0).keys) == ["newer"]
+
+
+@pytest.mark.parametrize(("name", "error"), [("bad.json", "unreadable replay cache"),
+                                             ("no/such/dir/r.json", "cannot write the replay cache")])
+def test_an_unreadable_or_unwritable_replay_cache_stops_the_receiver(kube, token_file, tmp_path, name, error):
+    (tmp_path / "bad.json").write_text("[not json")
+    cfg = remediation.Config.from_env(env_for(kube, token_file, REPLAY_CACHE_FILE=str(tmp_path / name)))
+    with pytest.raises(SystemExit, match=error):
+        remediation.make_server(cfg)

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tailhound.cli import app
+from tailhound.errors import TailhoundError
 from tailhound.kafka import ensure_topics
 from tailhound.notifier.service import read_state
 
@@ -76,13 +77,21 @@ def test_incidents_list_and_show(env):
 
 
 def test_notifier_check_names_file_and_line(tmp_path):
-    from tailhound.errors import ConfigFileError
-
     good = tmp_path / "ok.yaml"
     good.write_text("route: {receiver: c}\nreceivers: [{type: console, name: c}]\n")
     assert "OK (1 receivers" in cli("notifier", "check", str(good)).output
     bad = tmp_path / "bad.yaml"
     bad.write_text("route:\n  receiver: c\n  routes:\n    - matchers: ['sev~x']\n"
                    "receivers: [{type: console, name: c}]\n")
-    with pytest.raises(ConfigFileError, match=rf"{bad}:4: route.routes.0.matchers.0: .*invalid matcher"):
-        cli("notifier", "check", str(bad))
+    out = cli("notifier", "check", str(bad))  # every problem, at line and column (tests/notifier/test_config_check.py)
+    assert out.exit_code == 1
+    assert out.stdout.startswith(f"{bad}:4:18: route.routes[0].matchers[0]: invalid matcher 'sev~x'")
+
+
+def test_silence_add_refuses_what_the_limits_refuse_before_touching_the_broker(monkeypatch):
+    monkeypatch.setenv("TAILHOUND_BROKER", "kafka://127.0.0.1:9")  # never reached
+    for args, says in [(["-m", 'node=~"(a)\\\\1"'], "invalid regular expression in matcher node=~"),
+                       (["-m", 'node="a"', "--duration", "31d"], "at most 30 days"),
+                       (["-m", 'node="a"', "--comment", "x" * 2000], "comment has 2000 bytes")]:
+        out = runner.invoke(app, ["silence", "add", "--author", "ana", "--comment", "c", *args])
+        assert isinstance(out.exception, TailhoundError) and says in str(out.exception), out.exception

@@ -17,6 +17,7 @@ from .pagerduty_server import Fault, serve_pagerduty
 
 ROUTING_KEY = "R0UT1NGK3Y0123456789abcdefSECRET"  # 32 characters, like a real integration key
 ENV = {"PD_KEY": ROUTING_KEY}
+LOOPBACK = ["127.0.0.1"]  # the local fake servers: allowed explicitly, as an operator would
 
 
 def config(url: str, **over) -> PagerDutyConfig:
@@ -33,7 +34,7 @@ async def pd():
 
 @pytest.fixture
 async def receiver(pd):
-    r = PagerDutyReceiver(config(pd.url), environ=ENV)
+    r = PagerDutyReceiver(config(pd.url), allowed_hosts=LOOPBACK, environ=ENV)
     yield r
     await r.close()
 
@@ -93,7 +94,7 @@ async def test_trigger_event_fields(pd, receiver):
 
 
 async def test_severity_map_and_fleet_source(pd):
-    r = PagerDutyReceiver(config(pd.url, severity_map={"warning": "error"}), environ=ENV)
+    r = PagerDutyReceiver(config(pd.url, severity_map={"warning": "error"}), allowed_hosts=LOOPBACK, environ=ENV)
     try:
         await r.send(notification(incidents=[incident_event(severity="warning", node=None, gpus=())]), None)
         await r.send(notification(incidents=[incident_event(severity="info")]), None)
@@ -117,7 +118,7 @@ def test_config_validation():
     assert PagerDutyConfig(type="pagerduty", name="a", routing_key={"env": "K"}).url.startswith(
         "https://events.pagerduty.com/")
     with pytest.raises(ConfigError, match="PD_KEY"):
-        PagerDutyReceiver(config("https://x"), environ={})
+        PagerDutyReceiver(config("https://events.pagerduty.com/v2/enqueue"), environ={})
 
 
 async def test_long_summary_is_truncated_and_accepted(pd, receiver):
@@ -137,7 +138,7 @@ async def test_resolve_needs_only_the_key(pd, receiver):
 
 async def test_400_is_not_retryable_and_carries_pagerduty_errors(pd, receiver, caplog):
     caplog.set_level(logging.DEBUG)
-    bad = PagerDutyReceiver(config(pd.url, severity_map={}), environ={"PD_KEY": "too-short"})
+    bad = PagerDutyReceiver(config(pd.url, severity_map={}), allowed_hosts=LOOPBACK, environ={"PD_KEY": "too-short"})
     try:
         with pytest.raises(DeliveryError) as info:
             await bad.send(notification(), None)
@@ -169,7 +170,7 @@ async def test_throttling_and_server_errors_are_retryable(pd, receiver, fault, r
 
 
 async def test_timeout_is_retryable(pd):
-    r = PagerDutyReceiver(config(pd.url, timeout_s=0.2), environ=ENV)
+    r = PagerDutyReceiver(config(pd.url, timeout_s=0.2), allowed_hosts=LOOPBACK, environ=ENV)
     pd.fail_next(Fault(0, delay_s=1.0))
     try:
         with pytest.raises(DeliveryError, match="timed out") as info:
@@ -180,7 +181,7 @@ async def test_timeout_is_retryable(pd):
 
 
 async def test_connection_refused_is_retryable():
-    r = PagerDutyReceiver(config("http://127.0.0.1:9/v2/enqueue"), environ=ENV)
+    r = PagerDutyReceiver(config("http://127.0.0.1:9/v2/enqueue"), allowed_hosts=LOOPBACK, environ=ENV)
     try:
         with pytest.raises(DeliveryError) as info:
             await r.send(notification(), None)

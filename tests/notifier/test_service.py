@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from pydantic import SecretStr
 
 from tailhound.kafka import ensure_topics
 from tailhound.notifier.cli import _write_state
@@ -106,7 +107,8 @@ async def test_sigkill_mid_incident_gives_one_page_and_one_resolve(settings, tmp
         env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
         env.update(TAILHOUND_BROKER=settings.broker, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
                    TAILHOUND_STREAMS__APP_ID=settings.streams.app_id, TAILHOUND_NOTIFIER__CONFIG=str(cfg),
-                   TAILHOUND_STREAMS__LOG_LEVEL="info", PD_KEY="R0UT1NGK3Y0123456789abcdefSECRET")
+                   TAILHOUND_STREAMS__LOG_LEVEL="info", PD_KEY="R0UT1NGK3Y0123456789abcdefSECRET",
+                   TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS='["127.0.0.1"]')  # the local PagerDuty
         log = open(tmp_path / "notifier.log", "wb")  # noqa: SIM115 - closed below
 
         def start() -> subprocess.Popen:
@@ -139,15 +141,20 @@ async def test_http_api_silences_and_groups(settings):
     import aiohttp
 
     await ensure_topics(settings)
+    token = "api-token-for-this-test-0123456789"
+    settings = settings.model_copy(update={"notifier": settings.notifier.model_copy(
+        update={"api_token": SecretStr(token)})})
     rcv = StubReceiver()
     run = Running(settings, rcv)
     try:
         await wait_for(lambda: run.service.api_port is not None and run.service.active, what="the API")
         base = f"http://127.0.0.1:{run.service.api_port}"
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
             async with http.get(f"{base}/-/ready") as r:
                 assert r.status == 200
             body = {"matchers": ['node="gpu-node-8"'], "author": "ana", "comment": "CHG-1", "duration": "1h"}
+            async with aiohttp.ClientSession() as anonymous, anonymous.post(f"{base}/api/v1/silences", json=body) as r:
+                assert r.status == 401  # writes need the token
             async with http.post(f"{base}/api/v1/silences", json=body) as r:
                 assert r.status == 201
                 sid = (await r.json())["id"]

@@ -21,6 +21,7 @@ from tests.notifier.slack_server import TOKEN, WEBHOOK_PATH, FakeSlack, serve_sl
 
 ENV_TOKEN = "SLACK_TEST_TOKEN"
 ENV_HOOK = "SLACK_TEST_WEBHOOK"
+LOOPBACK = ["127.0.0.1"]  # the local fake servers: allowed explicitly, as an operator would
 
 
 @pytest.fixture
@@ -45,14 +46,14 @@ def hook_config(**over: Any) -> SlackConfig:
 
 @pytest.fixture
 async def bot(slack):
-    receiver = SlackReceiver(bot_config(slack), environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(bot_config(slack), allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     yield receiver
     await receiver.close()
 
 
 @pytest.fixture
 async def hook(slack):
-    receiver = SlackReceiver(hook_config(), environ={ENV_HOOK: slack.webhook_url})
+    receiver = SlackReceiver(hook_config(), allowed_hosts=LOOPBACK, environ={ENV_HOOK: slack.webhook_url})
     yield receiver
     await receiver.close()
 
@@ -112,7 +113,7 @@ async def test_opened_posts_one_message_with_the_incident(bot, slack):
 
 async def test_critical_mentions_and_console_link(slack):
     receiver = SlackReceiver(bot_config(slack, mention_on_critical="<!here>", console_url="https://console.example/x"),
-                             environ={ENV_TOKEN: TOKEN})
+                             allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     try:
         n = notification("opened", incidents=[incident_event(severity="critical")])
         await receiver.send(n, None)
@@ -221,7 +222,7 @@ async def test_webhook_failures(hook, slack):
 
 
 async def test_messages_to_one_channel_arrive_min_interval_apart(slack):
-    receiver = SlackReceiver(bot_config(slack, min_interval_s=0.25), environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(bot_config(slack, min_interval_s=0.25), allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     try:
         receipt = await receiver.send(notification("opened"), None)
         # an update (chat.update + thread reply) and a new group at the same time: three more messages
@@ -278,7 +279,7 @@ async def test_server_errors_are_retryable(bot, slack, html):
 
 
 async def test_invalid_auth_is_not_retryable(slack):
-    receiver = SlackReceiver(bot_config(slack), environ={ENV_TOKEN: "xoxb-wrong-token"})
+    receiver = SlackReceiver(bot_config(slack), allowed_hosts=LOOPBACK, environ={ENV_TOKEN: "xoxb-wrong-token"})
     try:
         with pytest.raises(DeliveryError) as info:
             await receiver.send(notification(), None)
@@ -288,7 +289,7 @@ async def test_invalid_auth_is_not_retryable(slack):
 
 
 async def test_unknown_channel_is_not_retryable(slack):
-    receiver = SlackReceiver(bot_config(slack, channel="#nope"), environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(bot_config(slack, channel="#nope"), allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     try:
         with pytest.raises(DeliveryError) as info:
             await receiver.send(notification(), None)
@@ -298,7 +299,7 @@ async def test_unknown_channel_is_not_retryable(slack):
 
 
 async def test_timeout_is_retryable(slack):
-    receiver = SlackReceiver(bot_config(slack, timeout_s=0.2), environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(bot_config(slack, timeout_s=0.2), allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     slack.fail_next(delay=1.0)
     try:
         with pytest.raises(DeliveryError) as info:
@@ -314,7 +315,7 @@ async def test_connection_refused_is_retryable():
         port = s.getsockname()[1]
     config = SlackConfig(type="slack", name="s", token={"env": ENV_TOKEN}, channel="#alerts",
                          base_url=f"http://127.0.0.1:{port}/api/", timeout_s=2)
-    receiver = SlackReceiver(config, environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(config, allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     try:
         with pytest.raises(DeliveryError) as info:
             await receiver.send(notification(), None)
@@ -376,7 +377,7 @@ async def test_the_fake_rejects_what_slack_rejects(bot, slack):
 async def test_token_never_in_errors_reprs_or_logs(slack, caplog):
     caplog.set_level(logging.DEBUG)
     config = bot_config(slack, timeout_s=0.2)
-    receiver = SlackReceiver(config, environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(config, allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     errors: list[DeliveryError] = []
     try:
         await receiver.send(notification(), None)
@@ -395,7 +396,7 @@ async def test_token_never_in_errors_reprs_or_logs(slack, caplog):
 
 async def test_webhook_url_never_in_errors_reprs_or_logs(slack, caplog):
     caplog.set_level(logging.DEBUG)
-    receiver = SlackReceiver(hook_config(timeout_s=0.2), environ={ENV_HOOK: slack.webhook_url})
+    receiver = SlackReceiver(hook_config(timeout_s=0.2), allowed_hosts=LOOPBACK, environ={ENV_HOOK: slack.webhook_url})
     errors: list[DeliveryError] = []
     try:
         await receiver.send(notification(), None)

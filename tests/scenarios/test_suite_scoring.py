@@ -108,8 +108,9 @@ def test_aggregate_and_table():
 def test_every_scenario_is_valid():
     for sc in SCENARIOS.values():
         cfg = sc.sim_config()
-        assert 2 <= cfg.nodes <= 4 and sc.minutes == 40
+        assert 2 <= cfg.nodes <= 4 and 30 <= sc.minutes <= 40
         for f in sc.faults:
-            assert f.fault.start_s >= 20 * 60  # after the baselines' warm-up
+            # after the baselines' warm-up, except where the point is that peers need none
+            assert f.fault.start_s >= 20 * 60 or sc.name.endswith("-early")
             if f.expect is not None and f.expect.place != FLEET:
                 assert f.expect.place in cfg.node_names()

@@ -64,3 +64,27 @@ def test_replay_cli(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tailhound", "replay", str(bad)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and f"{bad}:2:" in proc.stderr
+
+
+def test_a_line_from_a_clock_years_ahead_is_skipped_and_the_fault_still_found():
+    """Offline, event time is bounded against the recording's own progression: before, the line 10 years
+    ahead became its source's newest time and replay ignored every later line of it (no incident)."""
+    from tailhound.agents.simulator.recording import snapshot_to_record
+    from tests.factories import dcgm_snapshot
+
+    t0 = SimConfig().start_ts
+
+    def records():
+        yield snapshot_to_record(dcgm_snapshot(t0 + 10 * 365 * 86_400.0, node="gpu-node-2"))
+        for i in range(40):
+            for node in ("gpu-node-1", "gpu-node-2"):
+                hot = {3: (88.0, 1100.0)} if node == "gpu-node-2" and 5 <= i < 20 else None
+                yield snapshot_to_record(dcgm_snapshot(t0 + 15 * i, node=node, hot=hot))
+
+    from tailhound.streams.replay import replay_records
+
+    result = replay_records(records(), load_rules(RULES))
+    assert result.rejected == {"future_ts": 1} and result.redelivered == 0
+    assert [(e.event, e.scope.node) for e in result.events if e.scope.node] == [
+        ("opened", "gpu-node-2"), ("resolved", "gpu-node-2")]
+    assert all(e.ts < t0 + 3600 for e in result.events)

@@ -117,3 +117,17 @@ def test_a_residual_cause_during_another_incident_of_its_model_is_muted():
     alone = feed([node_event("n5", cause="node-degraded", ts=late, opened_at=late,
                              scope=Scope(node="n5", model="other-model"))])
     assert [e.root_cause for e in alone] == ["node-degraded"]
+
+
+def test_two_findings_of_one_nodes_fault_stay_that_nodes_incident():
+    """node-slowdown (its own history) and node-slower-than-peers (the model stage) on the same node: one
+    incident, still scoped to the node."""
+    own = node_event("n2", cause="node-degraded")
+    peers = incident_event(incident_id="inc-peers", event="opened", sequence=1, root_cause="node-degraded",
+                           node="n2", gpus=(), ts=T0 + 60, opened_at=T0 + 60, rule="node-slower-than-peers",
+                           labels={"rules": "node-slower-than-peers"})
+    out = feed([own, peers])
+    assert {e.incident_id for e in out} == {own.incident_id}
+    last = out[-1]
+    assert last.scope.node == "n2" and last.scope.model == MODEL and last.scope.nodes == []
+    assert "nodes" not in last.summary

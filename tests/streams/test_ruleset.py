@@ -70,8 +70,18 @@ def test_duplicate_rule_names_across_files(tmp_path):
 def test_empty_or_missing_directory(tmp_path):
     with pytest.raises(RuleFileError, match="no \\*.yaml"):
         load_rules(tmp_path)
-    with pytest.raises(RuleFileError, match="does not exist"):
+    with pytest.raises(RuleFileError, match="no such rules directory or file"):
         load_rules(tmp_path / "nope")
+
+
+def test_one_rule_file_loads_and_duplicate_keys_are_refused(tmp_path):
+    assert {r.name for r in load_rules(REPO_RULES / "gpu.yaml").rules} >= {"gpu-thermal-throttle"}
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("groups:\n  - name: g\n    rules:\n      - name: x\n        scope: gpu\n"
+                   "        when: {signal: gpu.temperature, above: 80}\n        for: 1m\n        for: 30m\n"
+                   "        root_cause: gpu-thermal-throttle\n")
+    with pytest.raises(RuleFileError, match=r"dup.yaml:8: duplicate key 'for' \(first at line 7\)"):
+        load_rules(dup)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [(30, 30.0), ("30s", 30.0), ("5m", 300.0), ("1h", 3600.0),

@@ -31,8 +31,9 @@ def test_rules_check_ok_and_error_names_file_and_line(tmp_path):
     (tmp_path / "bad.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: x\n        scope: gpu\n")
     proc = subprocess.run([sys.executable, "-m", "tailhound", "rules", "check", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert f"{tmp_path / 'bad.yaml'}:4:" in proc.stderr and "when" in proc.stderr
+    assert proc.returncode == 1
+    assert f"{tmp_path / 'bad.yaml'}:4:9: rule x: missing key 'when'" in proc.stdout
+    assert "1 problems in 1 files" in proc.stderr
 
 
 def test_simulate_without_broker_says_how_to_configure_one():

@@ -8,7 +8,9 @@ Floors, lowest first (what each may import besides itself):
 - ``tailhound.notifier``: core;
 - ``tailhound.streams``: core, and ``tailhound.agents.pipeline``'s family (offline replay and load fitting
   rebuild snapshots from recordings through the agent's own pipeline, so replay sees what an agent sends);
-- the applications (``cli``, ``demo``, ``worker``, ``worker_process``, ``__main__``): everything.
+- the applications (``cli``, ``demo``, ``worker``, ``worker_process``, ``worker_web``, ``worker_metrics``, ``__main__``,
+  ``rulestest``):
+  everything.
 
 Imports inside functions and ``TYPE_CHECKING`` blocks count: a lazy import is still a dependency.
 """
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 APPS = {"tailhound.cli", "tailhound.demo", "tailhound.doctor", "tailhound.worker", "tailhound.worker_process",
-        "tailhound.__main__"}
+        "tailhound.worker_web", "tailhound.worker_metrics", "tailhound.__main__"}
 ALLOWED = {
     "core": {"core"},
     "agents": {"core", "agents"},
@@ -56,8 +58,8 @@ MODULES = modules()
 
 
 def floor(module: str) -> str:
-    if module in APPS:
-        return "apps"
+    if module in APPS or module == "tailhound.rulestest" or module.startswith("tailhound.rulestest."):
+        return "apps"  # rule tests and backtests replay through streams and build inputs like the agents
     for pkg in ("agents", "streams", "notifier"):
         if module == f"tailhound.{pkg}" or module.startswith(f"tailhound.{pkg}."):
             return pkg

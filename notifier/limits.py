@@ -1,0 +1,41 @@
+"""Bounds on what users can make the notifier hold and match, whatever the path (HTTP API, CLI, state topic).
+
+A silence is matched against every incident the notifier is about to notify, inside the worker's event
+loop, next to stream processing; its comment is kept in memory and on the state topic. So how many
+silences there are, how many matchers each has and how much text they carry is bounded here, and with
+RE2 (:mod:`tailhound.notifier.matchers`, linear time, a memory budget per expression) the work of
+matching one incident is bounded too: at most ``MAX_SILENCES x MAX_MATCHERS`` RE2 matches of a label value,
+of at most ``MAX_SILENCES x MAX_PROGRAM_SIZE`` RE2 instructions, whose compiled memory is bounded as well.
+"""
+
+from __future__ import annotations
+
+#: silences that are active or pending (not expired) at once; the API answers 409 beyond
+MAX_SILENCES = 1000
+#: expired silences kept for listing (the oldest are forgotten first, or after SILENCE_RETENTION_S)
+MAX_EXPIRED_SILENCES = 1000
+#: matchers in one silence (Alertmanager has no limit; 32 is far more than any real silence uses)
+MAX_MATCHERS = 32
+#: characters of all matcher values of one silence together (one value alone: matchers.MAX_VALUE_CHARS)
+MAX_MATCHER_CHARS = 4096
+#: RE2 instructions of all regex matchers of one silence together: what matching it costs and the memory its
+#: compiled expressions hold (~22 bytes an instruction). ``node=~"gpu-node-(7|8)"`` is 14; 32 such are 448
+MAX_PROGRAM_SIZE = 1024
+#: bytes (UTF-8) of a silence's ``author`` and of its ``comment``
+MAX_TEXT_BYTES = 1024
+#: longest silence (ends_at - starts_at), and how far ahead one may start
+MAX_SILENCE_DURATION_S = 30 * 86400.0
+#: largest HTTP request body the API reads (a silence with 32 long matchers fits many times over)
+MAX_BODY_BYTES = 64 * 1024
+#: silence records taken from the state topic per notifier tick (each is validated, its patterns compiled)
+STATE_RECORDS_PER_TICK = 50
+#: the flush stage hands the event loop back after this much work, then goes on with the remaining groups
+FLUSH_SLICE_S = 0.02
+
+
+def text_within(value: str, what: str) -> str:
+    """`value` unless its UTF-8 form is longer than MAX_TEXT_BYTES (pydantic AfterValidator)."""
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_TEXT_BYTES:
+        raise ValueError(f"{what} has {size} bytes, more than {MAX_TEXT_BYTES}")
+    return value

@@ -1,0 +1,326 @@
+"""What the worker lets in, and when it forgets a node: event time bounded by arrival time, rejections
+counted by reason, nodes that went silent expired.
+
+- **Event time vs arrival** (:class:`TimeBounds`). A snapshot's ``ts`` is its producer's clock. One dated
+  10 years ahead would become its source's newest time on the node (every real snapshot after it looks
+  like a redelivery and is dropped) and the node's clock (entities of other sources look stale and their
+  incidents resolve "in the future"). So a snapshot more than ``streams.max_future_skew_s`` (300 s) ahead
+  of its arrival, the wall clock when the worker takes it, is rejected with the reason (dead letter):
+  no single message can move a node's clock by more than that. ``streams.max_age_s`` (off by default:
+  the simulator, the demo and ``tailhound agent --from-recording`` publish past event time on purpose)
+  rejects snapshots older than that before the time they were sent (the Kafka message timestamp; the
+  arrival when there is none or it is later), so a backlog waiting in Kafka is not rejected for the wait.
+- **Offline** (:class:`Progression`): a recording has no arrival time. Replay bounds each line against
+  the recording's own progression instead: a line more than the skew ahead of the median time of the
+  lines before it is rejected unless the lines after it agree with it (a lone spike, or a source far ahead
+  of the others, is rejected), so a recording that jumps forward (a pause) or back (files replayed one
+  after another) is replayed whole.
+- **Counts** (:class:`IntakeStats`): every rejection by reason, redeliveries dropped, dead letters that
+  could not be produced, nodes expired; the worker logs them and exports them as Prometheus counters
+  (:class:`StatsCollector`).
+- **Expiry** (:class:`NodeExpiry`): a node not seen for ``streams.node_expiry_s`` of event time (its
+  partition's event time: that of its latest accepted snapshot) is expired; its open incidents
+  resolve with a "node gone" event and its state is deleted, so a fleet that churns does not grow the
+  worker's memory. The worker looks for such nodes while it processes a message of their partition (a
+  Faust table is written in the context of a message of the key's partition), at most every
+  :attr:`NodeExpiry.check_every_s` of that partition's event time. A partition that receives nothing at
+  all keeps its nodes until it receives something again (a churning fleet sends to every partition).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from tailhound.deadletter import MAX_KEY, DeadLetter
+from tailhound.snapshot import LIMITS, Snapshot
+
+from .codec import Malformed, decode_snapshot
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+#: rejection reasons (the ``reason`` label of the counter), besides the decoder's (see codec.rejection_kind)
+FUTURE_TS = "future_ts"
+TOO_OLD = "too_old"
+WRONG_KEY = "wrong_key"
+EVALUATE_FAILED = "evaluate_failed"
+NOT_AN_INCIDENT = "not_an_incident"
+
+
+def _iso(ts: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.0f}"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    kind: str  # countable reason (FUTURE_TS, TOO_OLD, ...)
+    reason: str  # for people (the dead letter's reason)
+    stage: str = "time"
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """How far a snapshot's event time may be from its arrival (settings ``streams.max_future_skew_s`` and
+    ``streams.max_age_s``; None: no bound into the past)."""
+
+    max_future_skew_s: float = 300.0
+    max_age_s: float | None = None
+
+    def check(self, ts: float, arrival: float, sent_at: float | None = None) -> Rejection | None:
+        """None when `ts` is within bounds. `arrival`: when the worker took the message (wall clock; offline
+        the recording's progression); `sent_at`: when it was produced (the Kafka message timestamp), which
+        only the bound into the past uses, and never when it is later than `arrival`."""
+        if ts > arrival + self.max_future_skew_s:
+            return Rejection(FUTURE_TS, f"event time {_iso(ts)} is {ts - arrival:.0f} s ahead of its arrival at "
+                             f"{_iso(arrival)}; at most {self.max_future_skew_s:g} s are accepted (settings "
+                             "streams.max_future_skew_s): the producer's clock is wrong")
+        if self.max_age_s is not None:
+            since = min(sent_at, arrival) if sent_at is not None and sent_at > 0 else arrival
+            if ts < since - self.max_age_s:
+                return Rejection(TOO_OLD, f"event time {_iso(ts)} is {since - ts:.0f} s before the message was "
+                                 f"sent at {_iso(since)}; at most {self.max_age_s:g} s are accepted (settings "
+                                 "streams.max_age_s)")
+        return None
+
+    def horizon(self, arrival: float) -> float:
+        """The latest event time accepted at `arrival`."""
+        return arrival + self.max_future_skew_s
+
+
+class Gate:
+    """The worker's intake of one telemetry message: the bytes decode into a snapshot within the limits
+    (:func:`tailhound.streams.codec.decode_snapshot`), keyed by its node, dated within `bounds` of its
+    arrival; else a :class:`Rejection` (counted in `stats`) for the dead-letter topic."""
+
+    def __init__(self, bounds: TimeBounds | None = None, max_message_bytes: int | None = LIMITS.max_message_bytes,
+                 stats: IntakeStats | None = None) -> None:
+        self.bounds = bounds or TimeBounds()
+        self.max_message_bytes = max_message_bytes
+        self.stats = stats if stats is not None else IntakeStats()
+
+    def admit(self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
+              ) -> Snapshot | Rejection:
+        value = decode_snapshot(raw, max_bytes=self.max_message_bytes)
+        if isinstance(value, Malformed):
+            return self._reject(Rejection(value.kind, value.reason, value.stage))
+        if key != value.key():
+            shown = key if key is None or len(key) <= 200 else key[:200] + b"..."
+            return self._reject(Rejection(WRONG_KEY, f"message key {shown!r} must be the snapshot's node "
+                                          f"{value.node!r} (telemetry is partitioned by node)", "key"))
+        rejected = self.bounds.check(value.ts, arrival, sent_at)
+        if rejected is not None:
+            return self._reject(rejected)
+        return value
+
+    def _reject(self, rejection: Rejection) -> Rejection:
+        self.stats.reject(rejection.kind)
+        return rejection
+
+
+class DeadLetters:
+    """Publishes the dead letter of a rejected message with `send` (a Faust topic's ``send``): bounded, so it
+    always fits in a message (:meth:`tailhound.deadletter.DeadLetter.from_bytes`). One that cannot be
+    produced is logged and counted (``stats.deadletter_failed``), never raised: the message is skipped and
+    processing goes on."""
+
+    def __init__(self, send: Callable[..., Awaitable[Any]], stats: IntakeStats,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.send = send
+        self.stats = stats
+        self.clock = clock
+
+    async def publish(self, message: Any, reason: str, stage: str, kind: str) -> bool:
+        """True when the dead letter was handed to the producer."""
+        where = (message.topic, message.partition, message.offset)
+        try:
+            record = DeadLetter.from_bytes(
+                message.value, ts=self.clock(), reason=reason, stage=stage, kind=kind, topic=message.topic,
+                partition=message.partition, offset=message.offset,
+                key=message.key.decode(errors="replace") if message.key else None,
+            )
+            log.warning("dead-letter %s[%s]@%s (%s, %s): %s", *where, stage, kind, record.reason)
+            await self.send(key=message.key[:MAX_KEY] if message.key else None, value=record.encoded())
+        except Exception as exc:  # noqa: BLE001 - a dead letter that cannot be written must not stop the worker
+            self.stats.deadletter_failed += 1
+            log.error("could not produce the dead letter of %s[%s]@%s (%s, %s); the message is skipped: %r",
+                      *where, stage, kind, exc)
+            return False
+        return True
+
+
+class Progression:
+    """Offline arrival time: each item's time is judged against the recording around it.
+
+    :meth:`judge` yields ``(item, rejection or None)`` in order, looking `window` items ahead. An item more
+    than the skew ahead of the median time of the accepted items before it is rejected, unless the items
+    after it (at least ``window // 2`` of them) agree with it: then the whole recording jumped (a pause) and
+    the item starts the new stretch. So a lone item from the future, or a few in a row, are rejected; a
+    recording that steps forward or back is replayed whole, except a step within its last ``window // 2``
+    items, which cannot be told from items from the future (they are rejected)."""
+
+    def __init__(self, bounds: TimeBounds, window: int = 8) -> None:
+        self.bounds = bounds
+        self.window = window
+        self.quorum = max(1, window // 2)
+
+    def judge(self, items: Iterable[T], ts_of: Callable[[T], float]) -> Iterator[tuple[T, Rejection | None]]:
+        skew = self.bounds.max_future_skew_s
+        before: deque[float] = deque(maxlen=self.window)  # times of the accepted items
+        ahead: deque[tuple[T, float]] = deque()
+        it = iter(items)
+        exhausted = False
+        while True:
+            while not exhausted and len(ahead) <= self.window:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                ahead.append((item, ts_of(item)))
+            if not ahead:
+                return
+            item, ts = ahead.popleft()
+            after = [t for _, t in ahead]
+            leading = statistics.median_low(after) if len(after) >= self.quorum else None
+            trailing = statistics.median_low(before) if before else None
+            rejection = None
+            if trailing is None:  # the start: only what follows can tell
+                if leading is not None and ts > leading + skew:
+                    rejection = self.bounds.check(ts, leading)
+            elif ts > trailing + skew:
+                if leading is not None and ts <= leading + skew:
+                    before.clear()  # the recording jumped ahead: a new stretch starts here
+                else:
+                    rejection = self.bounds.check(ts, trailing if leading is None else max(trailing, leading))
+            if rejection is None:
+                before.append(ts)
+            yield item, rejection
+
+
+class IntakeStats:
+    """What the worker let in and what it did not, since it started (per process)."""
+
+    def __init__(self) -> None:
+        #: valid snapshots evaluated
+        self.accepted = 0
+        #: reason -> messages rejected (dead-lettered): codec.rejection_kind's, FUTURE_TS, TOO_OLD, ...
+        self.rejected: Counter[str] = Counter()
+        #: valid snapshots not newer than what their source on the node already sent (a redelivery after a
+        #: restart or rebalance, at least once): dropped
+        self.redelivered = 0
+        #: dead letters that could not be produced (logged; the message is skipped)
+        self.deadletter_failed = 0
+        #: engine snapshots that could not be forwarded to the model stage (logged)
+        self.forward_failed = 0
+        #: nodes expired after node_expiry_s without telemetry, and their incidents resolved for it
+        self.nodes_expired = 0
+        self.incidents_gone = 0
+
+    def reject(self, kind: str) -> None:
+        self.rejected[kind] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": dict(sorted(self.rejected.items())),
+                "redelivered": self.redelivered, "deadletter_failed": self.deadletter_failed,
+                "forward_failed": self.forward_failed, "nodes_expired": self.nodes_expired,
+                "incidents_gone": self.incidents_gone}
+
+    def describe(self) -> str:
+        rejected = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected.items())) or "none"
+        return (f"intake: {self.accepted} accepted, {self.redelivered} redelivered (dropped), rejected: "
+                f"{rejected}; {self.deadletter_failed} dead letters failed, {self.forward_failed} forwards "
+                f"failed; {self.nodes_expired} nodes expired ({self.incidents_gone} incidents resolved)")
+
+
+class StatsCollector(Collector):
+    """:class:`IntakeStats` as Prometheus counters, for the worker's metrics registry."""
+
+    def __init__(self, stats: IntakeStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        s = self.stats
+        yield CounterMetricFamily("tailhound_telemetry_accepted", "Valid telemetry snapshots evaluated.",
+                                  value=s.accepted)
+        rejected = CounterMetricFamily("tailhound_telemetry_rejected", "Telemetry messages rejected (dead "
+                                       "letters), by reason.", labels=["reason"])
+        for reason, n in sorted(s.rejected.items()):
+            rejected.add_metric([reason], n)
+        yield rejected
+        yield CounterMetricFamily("tailhound_telemetry_redelivered", "Snapshots not newer than their source's "
+                                  "last one on the node (redeliveries), dropped.", value=s.redelivered)
+        yield CounterMetricFamily("tailhound_deadletter_failed", "Dead letters that could not be produced.",
+                                  value=s.deadletter_failed)
+        yield CounterMetricFamily("tailhound_nodes_expired", "Nodes expired after streams.node_expiry_s "
+                                  "without telemetry.", value=s.nodes_expired)
+
+
+def last_seen(raw: dict[str, Any]) -> float:
+    """Event time of a stored node state's newest snapshot."""
+    seen = raw.get("last_ts") or {}
+    return max(seen.values()) if seen else float(raw.get("persisted_at") or 0.0)
+
+
+class NodeExpiry:
+    """Nodes not seen for `expiry_s` of their partition's event time. Per partition, the clock is the event
+    time of the latest accepted snapshot (TimeBounds keeps it near arrival: no message moves it far; it may
+    step back, when files are replayed one after another, and then expires nothing until it is past the
+    nodes again); :meth:`tick` says when a look is due, :meth:`gone` which stored nodes are silent."""
+
+    def __init__(self, expiry_s: float | None, check_every_s: float | None = None) -> None:
+        self.expiry_s = expiry_s
+        self.check_every_s = check_every_s if check_every_s is not None else (
+            min(60.0, expiry_s / 4) if expiry_s else 60.0)
+        self._clock: dict[int, float] = {}
+        self._checked: dict[int, float] = {}
+
+    def clock(self, partition: int) -> float | None:
+        return self._clock.get(partition)
+
+    def tick(self, partition: int, ts: float) -> bool:
+        """An accepted snapshot at `ts` on `partition`; True when that partition's nodes are due a look."""
+        if not self.expiry_s:
+            return False
+        clock = self._clock[partition] = ts
+        last = self._checked.get(partition)
+        if last is None or clock < last:
+            self._checked[partition] = clock
+            return False
+        if clock - last >= self.check_every_s:
+            self._checked[partition] = clock
+            return True
+        return False
+
+    def gone(self, partition: int, states: Iterable[tuple[str, Any]],
+             partition_of: Callable[[str], int | None] = lambda node: None) -> list[tuple[str, float]]:
+        """(node, last seen) of the stored `states` of `partition` silent for more than expiry_s.
+        `partition_of` names the partition of a state written before it said so itself."""
+        clock = self._clock.get(partition)
+        if clock is None or not self.expiry_s:
+            return []
+        cutoff = clock - self.expiry_s
+        out = []
+        for node, raw in states:
+            if not isinstance(raw, dict):
+                continue
+            part = raw.get("partition")
+            if part is None:
+                part = partition_of(node)
+            if part != partition:
+                continue
+            seen = last_seen(raw)
+            if seen < cutoff:
+                out.append((node, seen))
+        return out

@@ -1,0 +1,140 @@
+"""A node's persisted evaluation state (pure models): what every rule holds for its entities, the short
+histories and rolling baselines rules compare with, the latency windows, the open incidents. The worker
+keeps one per node in the changelogged ``node-state`` table; the stages of :mod:`tailhound.streams.stages`
+read and write it, :func:`tailhound.streams.evaluator.evaluate` runs them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, PrivateAttr
+
+from tailhound.catalog import Catalog
+from tailhound.incident import Evidence
+from tailhound.snapshot import Snapshot
+
+from .baseline import RollingBaseline
+from .correlate import Episode
+from .latency import LatencyTracker
+from .nodesignals import LatestValues
+
+
+class FiringEntity(BaseModel):
+    since: float
+    last_true: float
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class RuleState(BaseModel):
+    pending: dict[str, float] = Field(default_factory=dict)
+    firing: dict[str, FiringEntity] = Field(default_factory=dict)
+
+    def is_idle(self) -> bool:
+        return not (self.pending or self.firing)
+
+
+class NodeState(BaseModel):
+    node: str
+    #: bumped on every write to the table (tailhound.streams.processor reuses its decoded copy while they match)
+    version: int = 0
+    #: event time of the last write
+    persisted_at: float = 0.0
+    last_ts: dict[str, float] = Field(default_factory=dict, description="newest ts seen per source and instance")
+    #: the telemetry partition the node's snapshots arrive on (set by the worker: a silent node is expired
+    #: while a message of that partition is processed, see tailhound.streams.intake.NodeExpiry)
+    partition: int | None = None
+    rules: dict[str, RuleState] = Field(default_factory=dict)
+    #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions
+    history: dict[str, list[list[float]]] = Field(default_factory=dict)
+    #: "signal|entity" -> RollingBaseline state, for signals rules compare with their baseline
+    baselines: dict[str, dict] = Field(default_factory=dict)
+    #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
+    latency: dict | None = None
+
+    #: open incidents by domain (see tailhound.streams.correlate) and lone symptoms waiting for a cause
+    incidents: dict[str, Episode] = Field(default_factory=dict)
+    orphans: dict[str, float] = Field(default_factory=dict)
+    #: models served on this node (from engine samples), for the incident scope, and engine -> model
+    models: list[str] = Field(default_factory=list)
+    engine_models: dict[str, str] = Field(default_factory=dict)
+    _latest: LatestValues | None = PrivateAttr(default=None)
+    # decoded forms of `latency` and `baselines`, written back by sync() before the state is stored
+    _tracker: LatencyTracker | None = PrivateAttr(default=None)
+    _baseline_objs: dict[str, RollingBaseline] = PrivateAttr(default_factory=dict)
+    _dirty: set[str] = PrivateAttr(default_factory=set)
+
+    def tracker(self, catalog: Catalog) -> LatencyTracker:
+        if self._tracker is None:
+            self._tracker = (LatencyTracker.from_dict(self.latency, catalog) if self.latency
+                             else LatencyTracker(catalog=catalog))
+        return self._tracker
+
+    def baseline_of(self, key: str) -> RollingBaseline | None:
+        objs = self.__pydantic_private__["_baseline_objs"]  # type: ignore[index]  # (getattr of a private is slow)
+        obj = objs.get(key)
+        if obj is None and key in self.baselines:
+            obj = objs[key] = RollingBaseline.from_dict(self.baselines[key])
+        return obj
+
+    def sync(self) -> None:
+        """Write the decoded windows and baselines back into the stored fields (before a dump)."""
+        if "latency" in self._dirty and self._tracker is not None:
+            self.latency = self._tracker.to_dict()
+        for key in self._dirty - {"latency"}:
+            self.baselines[key] = self._baseline_objs[key].to_dict()
+        self._dirty.clear()
+
+
+def heal_future(state: NodeState, horizon: float, now: float | None = None) -> bool:
+    """Forget what a state holds from after `horizon` (the latest event time acceptable now): a state stored
+    before event time was bounded may carry a snapshot's time from years ahead, which would make every real
+    snapshot of that source look like a redelivery, keep entities firing or pending forever and mute
+    residual causes. Such source times are forgotten; entity and symptom times are brought back to the
+    newest sane time of the node, else `now` (a firing entity keeps firing and stops by the usual rules, in
+    real time; with neither it is dropped, and its incident resolves on the next snapshot). True when
+    something was changed."""
+    healed = False
+    for key in [k for k, t in state.last_ts.items() if t > horizon]:
+        del state.last_ts[key]
+        healed = True
+    sane = max(state.last_ts.values(), default=now)
+    if state.persisted_at > horizon:
+        state.persisted_at, healed = 0.0, True
+    for key in [k for k, t in state.orphans.items() if t > horizon]:
+        if sane is None or key.startswith("resolved@"):
+            del state.orphans[key]
+        else:
+            state.orphans[key] = sane
+        healed = True
+    for name in list(state.rules):
+        rs = state.rules[name]
+        for e in [e for e, since in rs.pending.items() if since > horizon]:
+            if sane is None:
+                del rs.pending[e]
+            else:
+                rs.pending[e] = sane
+            healed = True
+        for e in [e for e, f in rs.firing.items() if f.since > horizon or f.last_true > horizon]:
+            f = rs.firing[e]
+            if sane is None:
+                del rs.firing[e]
+                rs.pending.pop(e, None)
+            else:
+                f.since, f.last_true = min(f.since, sane), min(f.last_true, sane)
+            healed = True
+        if rs.is_idle():
+            del state.rules[name]
+    for key in list(state.history):
+        pts = state.history[key]
+        kept = [p for p in pts if p[0] <= horizon]
+        if len(kept) != len(pts):
+            healed = True
+            if kept:
+                state.history[key] = kept
+            else:
+                del state.history[key]
+    return healed
+
+
+def source_key(snapshot: Snapshot) -> str:
+    """Redelivery is detected per source *and* instance: two vLLM servers on one node scrape apart."""
+    inst = snapshot.labels.get("instance") or snapshot.labels.get("target") or snapshot.labels.get("endpoint")
+    return f"{snapshot.source}|{inst}" if inst else snapshot.source

@@ -1,0 +1,101 @@
+"""The worker's metrics about its own work (issue 15), in the worker's registry next to rule coverage
+(:mod:`tailhound.streams.coverage_watch`), the intake counts (:mod:`tailhound.streams.intake`) and rule
+reloads (:mod:`tailhound.streams.reload`):
+
+- ``tailhound_snapshots_total{source}``: snapshots evaluated, by source (vllm, dcgm, node, ...);
+- ``tailhound_snapshot_processing_seconds``: node-stage time per snapshot (admission, evaluation and the
+  sends it causes), a histogram;
+- ``tailhound_stage_seconds_total{stage}``: seconds spent in each evaluation stage (admit, signals, windows,
+  rules, correlation; :mod:`tailhound.streams.stages`) -- ``rate()`` of it is the share of a core;
+  ``stage="rules"`` is the rule evaluation time;
+- ``tailhound_model_stage_seconds_total``: seconds in the model stage (model- and fleet-scope rules);
+- ``tailhound_incident_events_total{root_cause,event}``: incident events published (opened, updated,
+  resolved), after the roll-up: what people see;
+- ``tailhound_incidents_open{root_cause}``: incidents open now;
+- ``tailhound_detection_lag_seconds``: wall-clock time from the event time of the snapshot that opened an
+  incident to its publication (how far behind the telemetry the worker runs, plus the publish).
+
+Consumer lag is the worker's (:mod:`tailhound.worker_metrics`): it needs the Kafka consumer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as _Counter
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tailhound.incident import IncidentEvent
+
+PROCESSING_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+LAG_BUCKETS = (0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
+#: sources are a closed set in practice (the catalog's and the agent's); beyond this many, "other"
+MAX_SOURCES = 64
+#: open incidents remembered for tailhound_incidents_open (a restarted worker relearns them from their updates)
+MAX_OPEN = 100_000
+
+
+class PipelineMetrics:
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.snapshots = Counter("tailhound_snapshots", "Snapshots evaluated, by source.", ["source"],
+                                 registry=registry)
+        self.processing = Histogram("tailhound_snapshot_processing_seconds", "Node-stage time per snapshot.",
+                                    buckets=PROCESSING_BUCKETS, registry=registry)
+        self.incident_events = Counter("tailhound_incident_events", "Incident events published, by root cause "
+                                       "and event.", ["root_cause", "event"], registry=registry)
+        self.detection_lag = Histogram("tailhound_detection_lag_seconds", "From the event time of the snapshot "
+                                       "that opened an incident to its publication.", buckets=LAG_BUCKETS,
+                                       registry=registry)
+        #: filled by the node stage's processor (SnapshotProcessor.timings) and the model agent
+        self.stage_seconds: dict[str, float] = {}
+        self.model_stage_seconds = 0.0
+        self._open: dict[str, str] = {}  # incident id -> root cause
+        self._sources: set[str] = set()
+        registry.register(_Collected(self))
+
+    def snapshot(self, source: str, seconds: float) -> None:
+        if source not in self._sources:
+            if len(self._sources) >= MAX_SOURCES:
+                source = "other"
+            else:
+                self._sources.add(source)
+        self.snapshots.labels(source=source).inc()
+        self.processing.observe(seconds)
+
+    def published(self, ev: IncidentEvent) -> None:
+        self.incident_events.labels(root_cause=str(ev.root_cause), event=ev.event).inc()
+        if ev.event == "resolved":
+            self._open.pop(ev.incident_id, None)
+            return
+        if ev.event == "opened":
+            self.detection_lag.observe(max(self.clock() - ev.ts, 0.0))
+        if ev.incident_id in self._open or len(self._open) < MAX_OPEN:
+            self._open[ev.incident_id] = str(ev.root_cause)
+
+    def open_by_cause(self) -> dict[str, int]:
+        return dict(_Counter(self._open.values()))
+
+
+class _Collected(Collector):
+    """The values kept as plain numbers (stage seconds, open incidents), read at scrape time."""
+
+    def __init__(self, metrics: PipelineMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        stages = CounterMetricFamily("tailhound_stage_seconds", "Seconds spent in each node-stage evaluation "
+                                     "stage.", labels=["stage"])
+        for name, seconds in sorted(self.metrics.stage_seconds.items()):
+            stages.add_metric([name], seconds)
+        yield stages
+        yield CounterMetricFamily("tailhound_model_stage_seconds", "Seconds spent in the model stage.",
+                                  value=self.metrics.model_stage_seconds)
+        open_ = GaugeMetricFamily("tailhound_incidents_open", "Incidents open now, by root cause.",
+                                  labels=["root_cause"])
+        for cause, n in sorted(self.metrics.open_by_cause().items()):
+            open_.add_metric([cause], n)
+        yield open_

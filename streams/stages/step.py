@@ -1,0 +1,47 @@
+"""The :class:`Step` one snapshot carries through the node stage's pipeline (:mod:`tailhound.streams.stages`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tailhound.catalog import Catalog
+from tailhound.incident import IncidentEvent
+from tailhound.snapshot import Snapshot
+
+from ..condition_eval import EvalContext
+from ..correlate import Firing
+from ..loadmodel import LoadModel
+from ..node_state import NodeState
+from ..nodesignals import CurrentValues, LatestValues
+from ..ruleset import RuleSet
+from ..signals import SignalValues
+
+
+@dataclass
+class Step:
+    """One snapshot on its way through the node stage."""
+
+    state: NodeState
+    snapshot: Snapshot
+    rules: RuleSet
+    catalog: Catalog
+    latest: LatestValues
+    stale_after_s: float
+    models: dict[str, LoadModel] | None = None
+    sla: dict[str, dict[str, float]] | None = None
+    #: signals: the snapshot's own values, and the node's merged view (computed per signal as rules read it)
+    fresh: SignalValues = field(default_factory=dict)
+    view: CurrentValues | SignalValues = field(default_factory=dict)
+    #: windows: what rules are judged in
+    ctx: EvalContext | None = None
+    #: rules: the signals this snapshot changed (derived ones included), then the firing and pending rules
+    updated: set[str] = field(default_factory=set)
+    firing: dict[str, Firing] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)
+    #: correlation: the incident events of this snapshot
+    events: list[IncidentEvent] = field(default_factory=list)
+
+
+#: a stage reads and fills the step; False ends the pipeline for this snapshot
+Stage = Callable[[Step], bool]

@@ -1,0 +1,126 @@
+"""Windows: what rules compare with -- the short histories of trend conditions (``growing_for``), demand
+(``engine.arrival_rate``, :mod:`tailhound.streams.demand`) and the rolling baselines (learnt except
+while the entity is in trouble) -- and the evaluation context the rules are judged in."""
+
+from __future__ import annotations
+
+from ..baseline import RollingBaseline
+from ..condition_eval import EvalContext
+from ..condition_eval import _reduce as reduce_values
+from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
+from ..loadmodel import LoadModel, expected_for, features_of
+from ..node_state import NodeState
+from ..nodesignals import CurrentValues
+from ..ruleset import RuleSet, split_baseline_key
+from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, RATE_RATIOS, SignalValues
+from .step import Step
+
+
+def stage(step: Step) -> bool:
+    state, ts, view, models = step.state, step.snapshot.ts, step.view, step.models
+    _record_history(state, step.rules, step.fresh, ts)
+    _add_demand(view, state, step.rules, ts)
+    _learn_baselines(state, step.rules, view, step.fresh, ts)
+    step.ctx = EvalContext(now=ts, values=view, last_seen=step.latest.seen(), catalog=step.catalog,  # type: ignore[arg-type]
+                           history=lambda s, e: _history(state, s, e),
+                           baseline=lambda s, e: _baseline(state, s, e, view, models))
+    updated = set(step.fresh)
+    for f in updated & DERIVED_BY_INPUT.keys():
+        updated.update(DERIVED_BY_INPUT[f])
+    step.updated = updated
+    return True
+
+
+def _add_demand(view: CurrentValues | SignalValues, state: NodeState, rules: RuleSet, now: float) -> None:
+    """``engine.arrival_rate`` when a rule reads it (computed on first read, from the view and history)."""
+    if ARRIVAL_RATE not in rules.reads:
+        return
+
+    def compute() -> dict[str, float]:
+        return arrival_rates(view, lambda s, e: _history(state, s, e), now)  # type: ignore[arg-type]
+
+    if isinstance(view, CurrentValues):
+        view.provide(ARRIVAL_RATE, compute)
+    elif values := compute():
+        view[ARRIVAL_RATE] = values
+
+
+def _derived_inputs() -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for name, (_per, inputs) in DERIVED_SIGNALS.items():
+        for x in inputs:
+            out.setdefault(x, []).append(name)
+    for name, inputs in RATE_RATIOS.items():
+        for x in inputs:
+            out.setdefault(x, []).append(name)
+    for name, (_per, mask, _bits) in FLAG_SIGNALS.items():
+        out.setdefault(mask, []).append(name)
+    for x in (*INFLIGHT, FINISHED):
+        out.setdefault(x, []).append(ARRIVAL_RATE)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+#: input signal -> the derived signals computed from it
+DERIVED_BY_INPUT = _derived_inputs()
+#: derived signal -> its inputs
+_INPUTS_OF: dict[str, tuple[str, ...]] = {}
+for _input, _derived in DERIVED_BY_INPUT.items():
+    for _name in _derived:
+        _INPUTS_OF[_name] = (*_INPUTS_OF.get(_name, ()), _input)
+
+
+def _inputs_fresh(signal: str, fresh: SignalValues) -> bool:
+    return any(i in fresh for i in _INPUTS_OF.get(signal, ()))
+
+
+#: History kept per series for trend conditions: the longest `growing_for` plus a margin, bounded.
+MAX_HISTORY_POINTS = 120
+
+
+def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: float) -> None:
+    for signal, window in rules.history_windows.items():
+        for entity, value in (fresh.get(signal) or {}).items():
+            pts = state.history.setdefault(f"{signal}|{entity}", [])
+            pts.append([ts, value])
+            cutoff = ts - window * 1.5
+            while pts and (pts[0][0] < cutoff or len(pts) > MAX_HISTORY_POINTS):
+                pts.pop(0)
+
+
+def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | SignalValues, fresh: SignalValues,
+                     ts: float) -> None:
+    """Feed every value a rule compares with its baseline, except while that entity is in an incident
+    of a rule reading the signal (an incident must not raise its own baseline)."""
+    private = state.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
+    for signal, (prefixes, readers) in rules.baseline_plan.items():
+        how, base = split_baseline_key(signal)
+        if base not in fresh and not any(p in fresh for p in prefixes) and not _inputs_fresh(base, fresh):
+            continue  # neither the signal nor what it is derived from (latency.tpot for .p95) is new
+        troubled = {e for name in readers if name in state.rules
+                    for e in (*state.rules[name].firing, *state.rules[name].pending)}
+        values = view.get(base) or {}
+        if how is not None:  # a node-wide value: one baseline, troubled when any entity is
+            reduced = reduce_values(how, list(values.values())) if values else None
+            values = {} if reduced is None else {"": reduced}
+            troubled = {""} if troubled else set()
+        for entity, value in values.items():
+            key = f"{signal}|{entity}"
+            baseline = state.baseline_of(key) or RollingBaseline()
+            if baseline.observe(ts, value, in_incident=entity in troubled):
+                private["_baseline_objs"][key] = baseline
+                private["_dirty"].add(key)
+
+
+def _baseline(state: NodeState, signal: str, entity: str, view: CurrentValues | SignalValues,
+              models: dict[str, LoadModel] | None) -> tuple[float, str] | None:
+    """What `signal` should be for this entity: the load model's prediction for the current load when a
+    model for the signal is loaded and covers that load, else the rolling baseline's median."""
+    rolling = state.baseline_of(f"{signal}|{entity}")
+    model = (models or {}).get(signal)
+    features = features_of(view, entity) if model is not None else None  # type: ignore[arg-type]
+    expected = expected_for(signal, features, model, rolling)
+    return None if expected is None else (max(expected.value, 1e-9), expected.source)
+
+
+def _history(state: NodeState, signal: str, entity: str) -> list[tuple[float, float]]:
+    return [(t, v) for t, v in state.history.get(f"{signal}|{entity}", [])]

@@ -1,0 +1,535 @@
+"""``tailhound rules test FILE...``: rule unit tests in the spirit of ``promtool test rules``.
+
+A test file names the rule files, the evaluation interval and, per test, input series (promtool's
+expanding notation, canonical signals or exporter metrics, per node) and the incidents expected to be open
+at given times. Each test's series become scrape records (:mod:`tailhound.rulestest.inputs`) that go
+through :func:`tailhound.streams.replay.replay_records`, the pure core the worker runs: the agent's snapshot
+pipeline (counter and histogram deltas), the node stage, the model stage and the roll-up. See
+docs/rules-testing.md for the format. Errors in a test file name the file and line; a failed expectation
+prints the test, the evaluation time and the expected incidents against the ones that were open.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tailhound.catalog import default_catalog
+from tailhound.durations import Duration
+from tailhound.errors import ConfigFileError, RuleFileError
+from tailhound.incident import IncidentEvent
+from tailhound.vocabulary import RootCause, Severity
+from tailhound.yamlfile import line_of
+
+from .inputs import DEFAULT_MODEL, InputError, NodeSetup, SeriesInput, SeriesRenderer
+
+#: 2026-01-01T00:00:00Z: the event time of a test's first sample unless the file says `start:`
+#: (a multiple of the baselines' 5-minute buckets, like the simulator's start)
+DEFAULT_START = 1_767_225_600.0
+DEFAULT_INTERVAL_S = 15.0
+DEFAULT_SLA = {"*": 1.5}
+
+
+class RuleTestFileError(ConfigFileError):
+    """A rule test file that does not parse or validate, or names what cannot be rendered."""
+
+
+# --- the file model ---------------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ScopeExpect(_Strict):
+    """The parts of an incident's scope a test checks (the others are not compared)."""
+
+    node: str | None = None
+    gpus: list[str] | None = None
+    engine: str | None = None
+    model: str | None = None
+    endpoint: str | None = None
+    nodes: list[str] | None = None
+
+    @field_validator("gpus", "nodes", mode="before")
+    @classmethod
+    def _strings(cls, v: Any) -> Any:
+        if isinstance(v, str | int):
+            v = [v]
+        return [str(x) for x in v] if isinstance(v, list) else v
+
+
+class IncidentExpect(_Strict):
+    """One incident expected open; only the fields given are compared."""
+
+    root_cause: RootCause | None = Field(default=None, validation_alias=AliasChoices("root_cause", "cause"))
+    severity: Severity | None = None
+    rule: str | None = Field(default=None, description="The rule that names its root cause.")
+    transient: bool | None = None
+    scope: ScopeExpect | None = None
+    rules: list[str] | None = Field(default=None, description="Rules the incident includes (symptoms too): a subset.")
+    evidence: list[str] | None = Field(default=None, description="Signals its evidence shows: a subset.")
+
+    def describe(self) -> dict[str, Any]:
+        out = self.model_dump(exclude_none=True, mode="json")
+        if self.scope is not None:
+            out["scope"] = self.scope.model_dump(mode="json", exclude_unset=True)
+        return out
+
+
+class IncidentCheck(_Strict):
+    eval_time: Duration = Field(ge=0)
+    rule: str | None = Field(default=None, description="Compare only the incidents this rule is part of.")
+    incidents: list[IncidentExpect] = Field(validation_alias=AliasChoices("incidents", "exp_incidents"))
+
+
+class NodeModel(_Strict):
+    engine: Literal["vllm", "tgi", "nim"] = "vllm"
+    gpu_source: Literal["dcgm", "nvml"] = "dcgm"
+    model: str = DEFAULT_MODEL
+
+
+class SeriesModel(_Strict):
+    series: str
+    values: str | int | float
+    node: str | None = Field(default=None, pattern=r"^\S+$")
+    source: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
+    count: str | int | float | None = None
+    buckets: list[float] | None = Field(default=None, min_length=1)
+    type: Literal["gauge", "counter", "histogram", "untyped"] | None = None
+    each: dict[str, list[str] | str] | None = None
+
+    @field_validator("each", mode="before")
+    @classmethod
+    def _each(cls, v: Any) -> Any:
+        """``{gpu: [0, 1, 2]}``, ``{gpu: "0,1,2"}`` or a range ``{gpu: "0..7"}`` -> lists of strings."""
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for key, items in v.items():
+            if isinstance(items, int):
+                items = [items]
+            if isinstance(items, str):
+                m = re.fullmatch(r"\s*(\d+)\s*\.\.\s*(\d+)\s*", items)
+                items = ([str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)] if m
+                         else [s.strip() for s in items.split(",") if s.strip()])
+            if isinstance(items, list):
+                items = [str(i) for i in items]
+                if not items:
+                    raise ValueError(f"each.{key}: no values")
+            out[key] = items
+        return out
+
+
+class RuleTest(_Strict):
+    name: str = Field(min_length=1)
+    interval: Duration | None = Field(default=None, gt=0)
+    node: str = Field(default="gpu-node-1", pattern=r"^\S+$", description="Node of series that name none.")
+    nodes: dict[str, NodeModel] = Field(default_factory=dict)
+    input_series: list[SeriesModel] = Field(min_length=1)
+    expect: list[IncidentCheck] = Field(
+        min_length=1, validation_alias=AliasChoices("expect", "incident_rule_test", "incident_tests"))
+
+
+class RuleTestFile(_Strict):
+    rule_files: list[str] | None = Field(
+        default=None, description="Rule files, globs or directories, relative to the test file; `default` is the "
+                                  "bundled pack. Omitted: the bundled pack.")
+    evaluation_interval: Duration = Field(default=DEFAULT_INTERVAL_S, gt=0)
+    start: float | dt.datetime = Field(default=DEFAULT_START, description="Event time of the first sample.")
+    ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLA))
+    tests: list[RuleTest] = Field(min_length=1)
+
+    @property
+    def start_ts(self) -> float:
+        if isinstance(self.start, dt.datetime):
+            when = self.start if self.start.tzinfo else self.start.replace(tzinfo=dt.UTC)
+            return when.timestamp()
+        return float(self.start)
+
+
+# --- results ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckFailure:
+    test: str
+    line: int | None
+    eval_time: float
+    expected: list[IncidentExpect]
+    got: list[IncidentEvent]
+    start_ts: float
+    rule: str | None = None
+
+
+@dataclass
+class FileResult:
+    path: str
+    tests: int = 0
+    passed: int = 0
+    failures: list[CheckFailure] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.failures
+
+
+# --- loading ----------------------------------------------------------------------------------------------
+
+
+def load_test_file(path: str | Path) -> tuple[RuleTestFile, yaml.Node | None]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RuleTestFileError(str(p), None, f"cannot read: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise RuleTestFileError(str(p), mark.line + 1 if mark else None,
+                            f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    _series_as_written(node, data)
+    try:
+        return RuleTestFile.model_validate(data if data is not None else {}), node
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = list(err["loc"])
+        where = ".".join(str(x) for x in loc)
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        raise RuleTestFileError(str(p), line_of(node, loc), f"{where}: {msg}{more}" if where else msg + more) from None
+
+
+def _series_as_written(node: yaml.Node | None, data: Any) -> None:
+    """Series text exactly as written: YAML 1.1 reads ``values: 0x139`` as the hex number 313 and ``1_000``
+    as 1000, so the ``values`` and ``count`` scalars of every input series are taken from the document."""
+
+    def child(mapping: yaml.Node, key: str) -> yaml.Node | None:
+        if isinstance(mapping, yaml.MappingNode):
+            return next((v for k, v in mapping.value if getattr(k, "value", None) == key), None)
+        return None
+
+    tests = child(node, "tests") if node is not None else None
+    if not (isinstance(tests, yaml.SequenceNode) and isinstance(data, dict) and isinstance(data.get("tests"), list)):
+        return
+    for t_node, t_data in zip(tests.value, data["tests"], strict=False):
+        series = child(t_node, "input_series")
+        if not isinstance(series, yaml.SequenceNode) or not isinstance(t_data, dict) \
+                or not isinstance(t_data.get("input_series"), list):
+            continue
+        for s_node, s_data in zip(series.value, t_data["input_series"], strict=False):
+            for key in ("values", "count"):
+                v = child(s_node, key)
+                if isinstance(s_data, dict) and isinstance(v, yaml.ScalarNode) and v.style is None \
+                        and not isinstance(s_data.get(key), str):
+                    s_data[key] = v.value
+
+
+def resolve_rule_files(spec: list[str] | None, base: Path) -> list[Path]:
+    """The rule files a test file names (``default``: the bundled pack; directories: their *.yaml)."""
+    from tailhound.resources import default_rules_dir
+
+    out: list[Path] = []
+    for item in spec or ["default"]:
+        if item == "default":
+            out.extend(_yaml_in(default_rules_dir()))
+            continue
+        pattern = item if Path(item).is_absolute() else str(base / item)
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(item) else [pattern]
+        if not matches:
+            raise FileNotFoundError(f"rule_files: {item!r} matches no file")
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                out.extend(_yaml_in(p))
+            elif p.is_file():
+                out.append(p)
+            else:
+                raise FileNotFoundError(f"rule_files: {item!r}: no such file or directory")
+    return list(dict.fromkeys(p.resolve() for p in out))
+
+
+def _yaml_in(directory: Path) -> list[Path]:
+    found = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not found:
+        raise FileNotFoundError(f"rule_files: {directory} holds no *.yaml rule files")
+    return found
+
+
+_RULESETS: dict[tuple[tuple[Path, int, int], ...], Any] = {}
+
+
+def load_ruleset(files: Iterable[Path]):  # noqa: ANN201 - a streams RuleSet
+    """A RuleSet of exactly these files (loaded once per run); names defined twice are an error."""
+    from tailhound.streams.ruleset import RuleSet, load_rule_file
+
+    paths = tuple(files)
+    key = tuple((p, *_stamp(p)) for p in paths)  # an edited file is read again
+    if key not in _RULESETS and len({p.parent for p in paths}) == 1 \
+            and set(paths) == {p.resolve() for p in _yaml_in(paths[0].parent)}:
+        from tailhound.streams.ruleset import load_rules
+
+        _RULESETS[key] = load_rules(paths[0].parent)  # a whole directory: loaded as the worker loads it
+    if key not in _RULESETS:
+        rules, seen = [], {}
+        for path in paths:
+            for rule in load_rule_file(path):
+                if rule.name in seen:
+                    raise RuleFileError(str(path), None, f"rule {rule.name!r} is also defined in {seen[rule.name]}")
+                seen[rule.name] = str(path)
+                rules.append(rule)
+        if len(_RULESETS) > 32:
+            _RULESETS.clear()
+        _RULESETS[key] = RuleSet(rules=rules, files=[str(p) for p in paths])
+    return _RULESETS[key]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0)
+    return st.st_mtime_ns, st.st_size
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+
+def open_at(events: Iterable[IncidentEvent], ts: float) -> list[IncidentEvent]:
+    """The incidents open at event time `ts`: each incident's latest event at or before it, unless resolved."""
+    latest: dict[str, IncidentEvent] = {}
+    for ev in events:
+        if ev.ts <= ts + 1e-6:
+            latest[ev.incident_id] = ev
+    return [ev for ev in latest.values() if ev.event != "resolved"]
+
+
+def member_rules(ev: IncidentEvent) -> list[str]:
+    return [r for r in (ev.labels.get("rules") or ev.rule).split(",") if r]
+
+
+def mismatches(exp: IncidentExpect, ev: IncidentEvent) -> list[str]:
+    """The fields of `exp` that `ev` does not match, as ``field: expected X, got Y`` (empty: a match)."""
+    out: list[str] = []
+
+    def differ(what: str, want: Any, got: Any) -> None:
+        out.append(f"{what}: expected {want!r}, got {got!r}")
+
+    for what, want, got in (("root_cause", None if exp.root_cause is None else str(exp.root_cause),
+                             str(ev.root_cause)),
+                            ("severity", None if exp.severity is None else str(exp.severity), str(ev.severity)),
+                            ("rule", exp.rule, ev.rule), ("transient", exp.transient, ev.transient)):
+        if want is not None and want != got:
+            differ(what, want, got)
+    if exp.rules is not None and not set(exp.rules) <= set(member_rules(ev)):
+        differ("rules", sorted(set(exp.rules) - set(member_rules(ev))), member_rules(ev))
+    if exp.evidence is not None:
+        shown = {e.signal for e in ev.evidence}
+        shown |= {re.sub(r"^[a-z]+\((.*)\)$", r"\1", sig) for sig in shown}  # max(gpu.x) shows gpu.x too
+        if not set(exp.evidence) <= shown:
+            differ("evidence", sorted(set(exp.evidence) - shown), sorted({e.signal for e in ev.evidence}))
+    s = exp.scope
+    if s is not None:  # the keys written (`node: null`: the incident names no node), others not compared
+        got_scope = ev.scope
+        for key in ("node", "engine", "model", "endpoint"):
+            if key in s.model_fields_set and getattr(s, key) != getattr(got_scope, key):
+                differ(f"scope.{key}", getattr(s, key), getattr(got_scope, key))
+        for key in ("gpus", "nodes"):
+            if key in s.model_fields_set and sorted(getattr(s, key) or []) != sorted(getattr(got_scope, key)):
+                differ(f"scope.{key}", sorted(getattr(s, key) or []), sorted(getattr(got_scope, key)))
+    return out
+
+
+def matches(exp: IncidentExpect, ev: IncidentEvent) -> bool:
+    return not mismatches(exp, ev)
+
+
+def pair_up(expected: list[IncidentExpect], got: list[IncidentEvent]) -> bool:
+    """Whether every expected incident matches its own open incident and none is left over."""
+    if len(expected) != len(got):
+        return False
+
+    def assign(i: int, used: frozenset[int]) -> bool:
+        if i == len(expected):
+            return True
+        return any(j not in used and matches(expected[i], ev) and assign(i + 1, used | {j})
+                   for j, ev in enumerate(got))
+
+    return assign(0, frozenset())
+
+
+def run_test(test: RuleTest, tf: RuleTestFile, ruleset, renderer_errors: Callable[[int, InputError], Exception],
+             ) -> tuple[list[tuple[int, IncidentCheck, list[IncidentEvent]]], list[IncidentEvent]]:
+    """Replay one test; returns (failed checks with the incidents that were open, every incident event)."""
+    from tailhound.streams.replay import replay_records
+
+    interval = test.interval or tf.evaluation_interval
+    start = tf.start_ts
+    nodes = {name: NodeSetup(n.engine, n.gpu_source, n.model) for name, n in test.nodes.items()}
+    renderer = SeriesRenderer(default_catalog(), interval, start, nodes)
+    for i, s in enumerate(test.input_series):
+        entry = SeriesInput(series=s.series, values=s.values, node=s.node or test.node, source=s.source,
+                            count=s.count, buckets=s.buckets, type=s.type,
+                            each={k: v if isinstance(v, list) else [v] for k, v in (s.each or {}).items()})
+        try:
+            renderer.add(entry)
+        except InputError as exc:
+            raise renderer_errors(i, exc) from None
+    result = replay_records(renderer.records(), ruleset, sla={"ttft_p99_sla_s": dict(tf.ttft_p99_sla_s)})
+    failed = []
+    for ci, check in enumerate(test.expect):
+        got = open_at(result.events, start + check.eval_time)
+        if check.rule is not None:
+            got = [ev for ev in got if check.rule in member_rules(ev) or ev.rule == check.rule]
+        if not pair_up(list(check.incidents), got):
+            failed.append((ci, check, got))
+    return failed, result.events
+
+
+def _check_rule_names(tf: RuleTestFile, known: dict[str, Any], path: str | Path, node: yaml.Node | None) -> None:
+    """A rule an expectation names must exist: a misspelt `rule:` filter would make a near miss pass
+    whatever the rules do."""
+    import difflib
+
+    def check(name: str, loc: list[Any]) -> None:
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise RuleTestFileError(str(path), line_of(node, loc), f"no rule named {name!r} in the rule files{hint}")
+
+    for ti, test in enumerate(tf.tests):
+        for ci, c in enumerate(test.expect):
+            if c.rule is not None:
+                check(c.rule, ["tests", ti, "expect", ci, "rule"])
+            for ii, inc in enumerate(c.incidents):
+                for name in [inc.rule] if inc.rule else []:
+                    check(name, ["tests", ti, "expect", ci, "incidents", ii, "rule"])
+                for name in inc.rules or []:
+                    check(name, ["tests", ti, "expect", ci, "incidents", ii, "rules"])
+
+
+def run_file(path: str | Path, rules: Path | None = None, run: re.Pattern[str] | None = None,
+             show_events: Callable[[str, list[IncidentEvent], float], None] | None = None) -> FileResult:
+    """Run every test of one file (those whose name `run` matches); `rules` replaces its rule_files;
+    `show_events(test name, events, start)` sees every test's incident events."""
+    t0 = time.perf_counter()
+    res = FileResult(path=str(path))
+    try:
+        tf, node = load_test_file(path)
+        base = Path(path).resolve().parent
+        try:
+            files = resolve_rule_files([str(rules.resolve())] if rules is not None else tf.rule_files, base)
+        except FileNotFoundError as exc:
+            raise RuleTestFileError(str(path), line_of(node, ["rule_files"]), str(exc)) from None
+        ruleset = load_ruleset(files)
+        _check_rule_names(tf, ruleset.index, path, node)
+        for ti, test in enumerate(tf.tests):
+            if run is not None and not run.search(test.name):
+                continue
+            res.tests += 1
+
+            def error(si: int, exc: InputError, ti: int = ti, name: str = test.name) -> Exception:
+                loc = ["tests", ti, "input_series", si] + ([exc.where] if exc.where else [])
+                col = f" (column {exc.column} of the value)" if exc.column else ""
+                return RuleTestFileError(str(path), line_of(node, loc), f"tests[{ti}] {name!r}: {exc}{col}")
+
+            failed, events = run_test(test, tf, ruleset, error)
+            if show_events is not None:
+                show_events(test.name, events, tf.start_ts)
+            for ci, check, got in failed:
+                res.failures.append(CheckFailure(test=test.name, line=line_of(node, ["tests", ti, "expect", ci]),
+                                                 eval_time=check.eval_time, expected=list(check.incidents), got=got,
+                                                 start_ts=tf.start_ts, rule=check.rule))
+            if not failed:
+                res.passed += 1
+    except ConfigFileError as exc:
+        res.error = str(exc)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+
+def fmt_duration(seconds: float) -> str:
+    """600 -> 10m, 3725 -> 1h2m5s, 0 -> 0s (the notation rule files use)."""
+    s = round(seconds)
+    sign = "-" if s < 0 else ""
+    s = abs(s)
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    out = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{sec}s" if sec or not (h or m) else "")
+    return sign + out
+
+
+def describe_incident(ev: IncidentEvent, start_ts: float) -> dict[str, Any]:
+    scope = {k: v for k, v in ev.scope.model_dump(mode="json").items() if v not in (None, [], "")}
+    return {"root_cause": str(ev.root_cause), "severity": str(ev.severity), "rule": ev.rule, "scope": scope,
+            "transient": ev.transient, "rules": member_rules(ev),
+            "evidence": list(dict.fromkeys(e.signal for e in ev.evidence)),
+            "opened_at": fmt_duration(ev.opened_at - start_ts)}
+
+
+def _closest_differences(expected: list[IncidentExpect], got: list[IncidentEvent]) -> list[str]:
+    """For each expected incident no open one matches: how it differs from the closest one."""
+    out = []
+    for i, exp in enumerate(expected):
+        if not got or any(matches(exp, ev) for ev in got):
+            continue
+        j, diff = min(((j, mismatches(exp, ev)) for j, ev in enumerate(got)), key=lambda t: len(t[1]))
+        out.append(f"exp[{i}] vs got[{j}]: " + "; ".join(diff))
+    if len(expected) != len(got):
+        out.append(f"expected {len(expected)} open incidents, got {len(got)}")
+    return out
+
+
+def _flow(d: Any) -> str:
+    return yaml.safe_dump(d, default_flow_style=True, sort_keys=False, width=10_000).strip()
+
+
+def format_file_result(res: FileResult) -> str:
+    lines = [f"Unit Testing: {res.path}"]
+    if res.error is not None:
+        lines.append(f"  ERROR: {res.error}")
+        return "\n".join(lines) + "\n"
+    if res.ok:
+        lines.append(f"  SUCCESS ({res.passed} tests, {res.seconds:.2f} s)")
+        return "\n".join(lines) + "\n"
+    lines.append(f"  FAILED ({len({f.test for f in res.failures})} of {res.tests} tests):")
+    for f in res.failures:
+        where = f"{res.path}:{f.line}" if f.line else res.path
+        lines.append(f"    test: {f.test}  ({where})")
+        rule = f", rule: {f.rule}" if f.rule else ""
+        lines.append(f"    eval_time: {fmt_duration(f.eval_time)}{rule}")
+        lines.append("        exp:" + ("" if f.expected else " []"))
+        lines.extend(f"          - {_flow(e.describe())}" for e in f.expected)
+        lines.append("        got:" + ("" if f.got else " []"))
+        lines.extend(f"          - {_flow(describe_incident(ev, f.start_ts))}" for ev in f.got)
+        diffs = _closest_differences(f.expected, f.got)
+        if diffs:
+            lines.append("        diff:")
+            lines.extend(f"          {d}" for d in diffs)
+    return "\n".join(lines) + "\n"
+
+
+def bundled_tests() -> list[Path]:
+    """The bundled rule pack's own tests (``tests/*.yaml`` next to its rule files)."""
+    from tailhound.resources import default_rules_dir
+
+    found = sorted((default_rules_dir() / "tests").glob("*.yaml"))
+    if not found:
+        raise RuleTestFileError(str(default_rules_dir() / "tests"), None, "no rule tests here: name test files")
+    return found

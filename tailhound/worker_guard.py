@@ -1,0 +1,157 @@
+"""What keeps a streams worker (``tailhound worker``) going through broker trouble, and stops it on time.
+
+- **Lost topics.** Every :data:`TOPIC_CHECK_S` the worker lists the broker's topics. A topic of its own that is
+  gone (the bundled broker restarted: it keeps everything in memory; a topic deleted by hand) is declared
+  again: tailhound's topics with :func:`tailhound.kafka.ensure_topics`, Faust's internal ones (table changelogs,
+  the leader topic) the way Faust declares them. Faust's pending commit then goes through, its consumer
+  rejoins the broker's new group and reads the new topics from their start. The worker keeps the table state
+  it holds in memory (its open incidents), but the new changelogs hold only what changed after that: were the
+  worker restarted too, it would recover only that part (see the README, "Broker restarts").
+- **Commit errors.** aiokafka retries a failed offset commit for as long as the error is retriable (an unknown
+  topic, no coordinator): a worker whose topics never came back stalled, logging about seven errors a second.
+  :func:`bound_commit_retries` makes a commit that has not gone through after :data:`COMMIT_RETRY_S` raise:
+  Faust crashes the worker and it exits non-zero, for its supervisor (Kubernetes, systemd, the demo's
+  :class:`tailhound.worker_process.WorkerProcess`) to start it again; a new worker recovers its tables from
+  their changelogs.
+- **Stopping on time.** SIGINT/SIGTERM stop Faust gracefully (commit, flush, leave the group). When that takes
+  more than :data:`SHUTDOWN_GRACE_S` (a broker that does not answer the last commit, a machine busy with other
+  work), :func:`stop_within` ends the process anyway, with status 1: offsets not committed are processed again
+  by the next worker, which the incident ids and sequences make harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+import faust
+from aiokafka.errors import KafkaError
+
+from tailhound.kafka import ensure_topics, existing_topics, topic_specs
+from tailhound.settings import Settings
+
+log = logging.getLogger("tailhound.worker")
+
+#: how often the worker checks that its topics still exist
+TOPIC_CHECK_S = 2.0
+#: how long one offset commit may keep failing before the worker gives up (and exits non-zero). Longer than
+#: the broker outages the worker rides out (a 30 s pause in the fault drills).
+COMMIT_RETRY_S = 60.0
+#: how long a graceful stop may take after SIGINT/SIGTERM before the process exits anyway
+SHUTDOWN_GRACE_S = 3.0
+#: the status of a worker that did not stop gracefully within SHUTDOWN_GRACE_S
+EXIT_NOT_CLEAN = 1
+
+
+def guard_topics(app: faust.App, settings: Settings, interval_s: float = TOPIC_CHECK_S) -> None:
+    """Add the task that declares the worker's topics again when they are gone (module docstring)."""
+
+    @app.task
+    async def topic_guard() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await check_topics(app, settings)
+            except Exception as exc:  # noqa: BLE001 - a failed check is tried again; it never stops the worker
+                log.debug("topic check failed: %r", exc)
+
+
+def _internal_topics(app: faust.App) -> dict[str, Any]:
+    """Faust's own topics (changelogs, the leader topic) by name, with the channel that declares each."""
+    out: dict[str, Any] = {}
+    for channel in list(app.topics):
+        if getattr(channel, "internal", False):
+            for name in channel.topics:
+                out[name] = channel
+    return out
+
+
+async def check_topics(app: faust.App, settings: Settings, timeout_s: float = 10.0) -> list[str]:
+    """Declare the worker's topics that the broker does not have; returns their names ([] when none is gone).
+
+    Raises when the broker does not answer within `timeout_s`."""
+    async with asyncio.timeout(timeout_s):
+        existing = await existing_topics(settings)
+        internal = _internal_topics(app)
+        missing = sorted((set(topic_specs(settings)) | set(internal)) - existing)
+        if not missing:
+            return []
+        log.warning("the broker lost topic(s) %s (restarted without its data, or deleted): declaring them again; "
+                    "state kept in this worker's memory stays, but their old messages and the committed offsets "
+                    "are gone", ", ".join(missing))
+        await ensure_topics(settings)
+        for name in missing:
+            channel = internal.get(name)
+            if channel is not None:
+                await channel.declare()
+        return missing
+
+
+def bound_commit_retries(limit_s: float = COMMIT_RETRY_S) -> None:
+    """Make aiokafka's offset commits (every consumer of this process) give up after `limit_s` of retries.
+
+    aiokafka's ``GroupCoordinator.commit_offsets`` retries a retriable error (an unknown topic, no
+    coordinator) without end; after `limit_s` this raises ``KafkaError`` instead, which Faust turns into a
+    crash (the worker exits non-zero; see the module docstring). Idempotent."""
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+
+    original = GroupCoordinator.commit_offsets
+    if getattr(original, "tailhound_bounded", False):
+        return
+
+    async def commit_offsets(self: GroupCoordinator, assignment: Any, offsets: Any) -> None:
+        try:
+            async with asyncio.timeout(limit_s):
+                await original(self, assignment, offsets)
+        except TimeoutError:
+            log.error("an offset commit kept failing for %.0f s; giving up (the worker exits for its supervisor "
+                      "to start it again)", limit_s)
+            raise KafkaError(f"offset commit did not succeed within {limit_s:.0f} s") from None
+
+    commit_offsets.tailhound_bounded = True  # type: ignore[attr-defined]
+    GroupCoordinator.commit_offsets = commit_offsets  # type: ignore[method-assign]
+
+
+def _exit_now(grace_s: float) -> None:
+    with contextlib.suppress(Exception):
+        log.error("the worker did not stop within %.1f s of the signal; exiting now (offsets not yet committed "
+                  "are processed again by the next worker)", grace_s)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stderr.flush()
+    os._exit(EXIT_NOT_CLEAN)
+
+
+def stop_within(worker: faust.Worker, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+    """End the process `grace_s` after SIGINT/SIGTERM (or a crash) if Faust's graceful stop has not by then."""
+    armed: list[threading.Timer] = []
+
+    def arm() -> None:
+        if not armed:
+            timer = threading.Timer(grace_s, _exit_now, args=(grace_s,))
+            timer.daemon = True
+            timer.start()
+            armed.append(timer)
+
+    schedule_shutdown = worker._schedule_shutdown
+    on_worker_shutdown = worker.on_worker_shutdown
+
+    def _schedule_shutdown(sig: Any) -> None:
+        arm()
+        schedule_shutdown(sig)
+
+    def _on_worker_shutdown() -> None:
+        arm()
+        on_worker_shutdown()
+
+    async def _sentinel_task() -> None:  # mode sleeps a whole second here before it closes the loop
+        await asyncio.sleep(0)
+
+    worker._schedule_shutdown = _schedule_shutdown  # type: ignore[method-assign]
+    worker.on_worker_shutdown = _on_worker_shutdown  # type: ignore[method-assign]
+    worker._sentinel_task = _sentinel_task  # type: ignore[method-assign]

@@ -1,0 +1,66 @@
+"""The worker's recovery parts on their own: bounded commit retries, the supervisor of WorkerProcess."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.errors import KafkaError
+
+from tailhound.errors import TailhoundError
+from tailhound.settings import Settings
+from tailhound.worker_guard import bound_commit_retries
+from tailhound.worker_process import WorkerProcess
+
+
+async def test_a_commit_that_keeps_failing_raises_after_the_limit(monkeypatch):
+    calls = []
+
+    async def never_commits(self, assignment, offsets):  # aiokafka retries a retriable error forever
+        calls.append(offsets)
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(GroupCoordinator, "commit_offsets", never_commits)
+    bound_commit_retries(limit_s=0.2)
+    t0 = time.monotonic()
+    with pytest.raises(KafkaError, match="did not succeed within"):
+        await GroupCoordinator.commit_offsets(object(), None, {"tp": 1})
+    assert time.monotonic() - t0 < 2 and calls == [{"tp": 1}]
+    bound_commit_retries(limit_s=0.2)  # idempotent: wrapped once
+    assert getattr(GroupCoordinator.commit_offsets, "tailhound_bounded", False)
+
+
+def _fake_start(codes: list[int]):
+    def start(self: WorkerProcess) -> None:
+        code = codes.pop(0) if codes else 0
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import time, sys; time.sleep(0.1); sys.exit({code})"])
+    return start
+
+
+def _supervise_until_settled(worker: WorkerProcess, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not worker.supervise(backoff_s=0.05):
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_supervise_restarts_a_failed_worker_until_it_exits_cleanly(monkeypatch, tmp_path):
+    monkeypatch.setattr(WorkerProcess, "start", _fake_start([75, 1, 0]))
+    worker = WorkerProcess(Settings(), tmp_path / "w.log", max_restarts=5)
+    worker.start()
+    assert _supervise_until_settled(worker) is False  # the third one exits 0: nothing to restart
+    assert worker.exits == [75, 1] and worker.restarts == 2
+
+
+def test_supervise_gives_up_after_max_restarts(monkeypatch, tmp_path):
+    monkeypatch.setattr(WorkerProcess, "start", _fake_start([1, 1, 1, 1]))
+    worker = WorkerProcess(Settings(), tmp_path / "w.log", max_restarts=2)
+    worker.start()
+    with pytest.raises(TailhoundError, match="failed 3 times"):
+        _supervise_until_settled(worker)
