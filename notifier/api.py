@@ -19,7 +19,7 @@ Prometheus send no token).
 
 **Bounds** (:mod:`tailhound.notifier.limits`): a body of at most 64 KiB, JSON without NaN or infinities
 and not nested beyond the parser's depth (400, never a 500), at most 1000 active or pending silences
-(409), 32 matchers, author and comment of 1 KiB, 30 days.
+(409), 16 matchers, author and comment of 1 KiB, 30 days.
 """
 
 from __future__ import annotations

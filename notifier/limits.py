@@ -14,12 +14,14 @@ from __future__ import annotations
 MAX_SILENCES = 1000
 #: expired silences kept for listing (the oldest are forgotten first, or after SILENCE_RETENTION_S)
 MAX_EXPIRED_SILENCES = 1000
-#: matchers in one silence (Alertmanager has no limit; 32 is far more than any real silence uses)
-MAX_MATCHERS = 32
+#: matchers in one silence (Alertmanager has no limit; real silences use a handful). Matching one incident
+#: against MAX_SILENCES hostile silences of this many matchers costs 0.125 s (16) to 0.2-0.36 s (32), all of
+#: it while the event loop waits: 32 let one group stall it 1.3 s in a loaded CI run (tests/faults)
+MAX_MATCHERS = 16
 #: characters of all matcher values of one silence together (one value alone: matchers.MAX_VALUE_CHARS)
 MAX_MATCHER_CHARS = 4096
 #: RE2 instructions of all regex matchers of one silence together: what matching it costs and the memory its
-#: compiled expressions hold (~22 bytes an instruction). ``node=~"gpu-node-(7|8)"`` is 14; 32 such are 448
+#: compiled expressions hold (~22 bytes an instruction). ``node=~"gpu-node-(7|8)"`` is 14; 16 such are 224
 MAX_PROGRAM_SIZE = 1024
 #: bytes (UTF-8) of a silence's ``author`` and of its ``comment``
 MAX_TEXT_BYTES = 1024

@@ -2,7 +2,7 @@
 
 Before: any local client could create or expire silences for every node, without credentials, and 3,000
 silences with 100 KB comments added 300 MB to the worker and 300 MB to the state topic. Now writes need
-the bearer token, and a silence is bounded (comment and author 1 KiB, 32 matchers, 30 days, a 64 KiB
+the bearer token, and a silence is bounded (comment and author 1 KiB, 16 matchers, 30 days, a 64 KiB
 body) as is their number (1000 active or pending).
 
 The drill runs the real notifier service (API, state topic on the bundled broker) and sends, over HTTP:

@@ -71,3 +71,25 @@ def test_the_notifier_metrics_count_deliveries_by_outcome():
     assert v("tailhound_notifications_total", {"receiver": "pagerduty", "outcome": "dead_lettered"}) == 1.0
     assert v("tailhound_notifier_active") == 1.0 and v("tailhound_notifier_incidents_ingested_total") == 7.0
     promtool_ok(generate_latest(reg).decode())
+
+
+def test_readiness_means_started_recovered_and_not_rebalancing():
+    import asyncio
+
+    from tailhound.worker_metrics import readiness
+
+    completed = asyncio.Event()
+    recovery = SimpleNamespace(completed=completed, in_recovery=True)
+    app = SimpleNamespace(started=False, should_stop=False, rebalancing=False,
+                          tables=SimpleNamespace(recovery=recovery))
+    assert readiness(app) == (False, "starting")
+    app.started = True
+    assert readiness(app) == (False, "recovering tables from their changelogs")
+    completed.set()
+    recovery.in_recovery = False
+    app.rebalancing = True
+    assert readiness(app) == (False, "rebalancing partitions")
+    app.rebalancing = False
+    assert readiness(app) == (True, "ready")
+    app.should_stop = True
+    assert readiness(app) == (False, "stopping")
