@@ -43,6 +43,10 @@ class PublishConfig(BaseModel):
         default="lz4", description="Kafka batch compression (lz4: ~10x cheaper in CPU than gzip, similar size).")
     request_timeout_s: float = Field(default=120.0, gt=0,
                                      description="How long one send may wait for the broker before it is retried.")
+    bundle: bool = Field(default=False, description=(
+        "Publish the snapshots of one tick as one message per node (telemetry version 2, a bundle): the worker "
+        "handles a node's tick in one message instead of one per source. Workers before bundles reject them: "
+        "turn it on once every worker reads them."))
     buffer: OutboxConfig = Field(default_factory=OutboxConfig)
 
 

@@ -7,6 +7,11 @@ again, so order is kept and nothing is skipped. When the outbox was empty, the s
 ``linger_ms`` before taking a batch, so the snapshots of one tick (collectors share their ticks) go to
 the broker in one request.
 
+Bundles (``bundle=True``, agent.yaml ``publish.bundle``): consecutive snapshots of the node in a batch go out
+as one telemetry message of version 2 (:class:`tailhound.snapshot.SnapshotBundle`, built from their encoded
+bytes by :func:`bundle_batch`), so the worker pays its per-message cost once per node and tick instead of
+once per source. Workers before bundles reject them (dead letter), so turn it on after the workers.
+
 Duplicates: the bundled broker (Tansu) has no idempotent producer, so the producer's own retries are
 what carries a batch through a short outage: ``request_timeout_s`` (default 120 s) is longer than
 the outages we ride out without re-sending. Only a batch whose request timed out after reaching the
@@ -37,7 +42,7 @@ from tailhound.agents.metrics import AgentMetrics
 from tailhound.agents.wire import encode_snapshot
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
-from tailhound.snapshot import Snapshot
+from tailhound.snapshot import LIMITS, Snapshot, bundle_bytes
 
 log = logging.getLogger("tailhound.agent.sender")
 
@@ -90,12 +95,45 @@ ENQUEUE_TIMEOUT_S = 10.0
 DECLARE_TIMEOUT_S = 10.0
 
 
+#: the most bytes of snapshots one bundle message carries (a snapshot larger than this travels alone)
+BUNDLE_MAX_BYTES = 256 << 10
+
+
+def bundle_batch(batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_snapshots,
+                 max_bytes: int = BUNDLE_MAX_BYTES) -> list[Message]:
+    """`batch` with each run of consecutive messages of one key (a node's snapshots of one tick) as one
+    bundle message, at most `max_parts` snapshots and `max_bytes` of them each; a run of one stays as it is
+    (version 1), so the order of every node's snapshots is kept."""
+    out: list[Message] = []
+    run: list[Message] = []
+    size = 0
+
+    def close() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(Message(key=run[0].key, value=bundle_bytes(run[0].key.decode(), [m.value for m in run])))
+        run.clear()
+
+    for m in batch:
+        if run and (m.key != run[0].key or len(run) >= max_parts or size + len(m.value) > max_bytes):
+            close()
+        if not run:
+            size = 0
+        run.append(m)
+        size += len(m.value)
+    close()
+    return out
+
+
 class SnapshotSender:
     def __init__(self, settings: Settings, outbox: Outbox, metrics: AgentMetrics, *, batch_max: int = 500,
                  linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
                  producer: AIOKafkaProducer | None = None,
-                 declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None) -> None:
+                 declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
+                 bundle: bool = False) -> None:
         self.topic = settings.telemetry_topic
+        self.bundle = bundle
         self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max
         # The sender lingers (below), not the producer: the producer would only see the snapshots the
         # sender handed it before awaiting their acknowledgement, so one tick's snapshots went out in
@@ -163,7 +201,8 @@ class SnapshotSender:
                     await self._producer.start()
                     self._started = True
                 async with asyncio.timeout(ENQUEUE_TIMEOUT_S):
-                    futures = [await self._producer.send(self.topic, value=m.value, key=m.key) for m in batch]
+                    messages = bundle_batch(batch) if self.bundle else batch
+                    futures = [await self._producer.send(self.topic, value=m.value, key=m.key) for m in messages]
                 acks = await asyncio.gather(*futures)
             except (KafkaError, TimeoutError) as exc:
                 self._send_failed(exc if isinstance(exc, KafkaError) else "the producer took no message for "

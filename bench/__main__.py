@@ -2,7 +2,7 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup, scenarios),
+notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -15,7 +15,8 @@ import platform
 
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
-SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios")
+SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios",
+            "table-store", "nodes-per-core", "scale-out")
 
 
 def machine() -> str:
@@ -87,6 +88,25 @@ def main(argv: list[str] | None = None) -> None:
 
         print("\n## Diagnosis on the scenario suite (issue 12)\n")
         print(scenarios.report(scenarios.run(["surge-fleet"] if quick else None)))
+    if "table-store" in args.sections:
+        from bench import table_store
+
+        print("\n## Table store: throughput, recovery time and memory (issue 16)\n")
+        reps, sizes = (1, [0, 1_000]) if quick else (3, [0, 1_000, 10_000])
+        thr = asyncio.run(table_store.throughput(512 if quick else 2048, reps))
+        print(table_store.report(thr, asyncio.run(table_store.recovery(sizes, reps))))
+    if "nodes-per-core" in args.sections:
+        from bench import nodes_per_core
+
+        print("\n## Scale out: nodes per worker core (issue 16)\n")
+        n = args.streams_n or (512 if quick else 4096)
+        for nvml in (False, True):
+            print(nodes_per_core.report(asyncio.run(nodes_per_core.run(n=n, reps=1 if quick else 3, nvml=nvml))))
+    if "scale-out" in args.sections:
+        from bench import scale_out
+
+        print("\n## Scale out: 1, 2 and 3 workers (issue 16)\n")
+        print(scale_out.report(asyncio.run(scale_out.run(n=512 if quick else 4096, reps=1 if quick else 3))))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,11 @@ committed lag must reach 0 (``group_lag``), which checks that every message was 
 committed; then the child is stopped (SIGTERM, bounded waits, SIGKILL as a last resort). Variants are
 interleaved ``reps`` times; medians are reported.
 
+Telemetry shapes (``--bundle``, ``--nvml``): the node's snapshots of a tick as one bundle message (telemetry
+version 2, as an agent with ``publish.bundle`` sends them), and every node running the NVML collector at 1 s;
+counts and rates stay in snapshots. ``BENCH_STREAMS_APP=FILE`` runs FILE as ``tailhound.streams.app`` in the
+Kafka children (a proposed change of that module, measured before it is applied).
+
 Where a child's time goes: ``BENCH_STREAMS_PROFILE=DIR python -m bench.streams_throughput 4096 --reps 1
 --variants faust,tailhound`` writes one report per run over the same window (:class:`Profile`).
 """
@@ -60,7 +65,7 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.broker import EmbeddedBroker, _die_with_parent
 from tailhound.kafka import ensure_topics, group_lag, make_producer
 from tailhound.settings import Settings
-from tailhound.streams.codec import decode_snapshot
+from tailhound.streams.codec import decode_message
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset import load_rules
 
@@ -82,16 +87,61 @@ LABELS = {
 FAUST_KEYS = ("broker", "store", "datadir", "autodiscover", "web_enabled", "topic_partitions",
               "topic_replication_factor", "topic_allow_declare", "table_standby_replicas", "broker_commit_interval",
               "broker_session_timeout", "broker_heartbeat_interval", "broker_rebalance_timeout",
-              "consumer_auto_offset_reset")
+              "consumer_auto_offset_reset", "consumer_group_instance_id", "recovery_consistency_check")
 
 
 # --- input -----------------------------------------------------------------------------------------
-def fleet_messages(count: int, nodes: int = NODES) -> list[tuple[bytes, bytes]]:
-    """`count` (key, value) telemetry messages of a simulated fleet, tick by tick, as the agent sends them."""
+def fleet_messages(count: int, nodes: int = NODES, nvml: bool = False) -> list[tuple[bytes, bytes]]:
+    """`count` (key, value) telemetry messages of a simulated fleet, tick by tick, as the agent sends them,
+    one snapshot each. With `nvml`, every node also runs the NVML collector at 1 s (an 8-GPU H200's records,
+    :data:`NVML_RECORDING`, replayed in a loop as each node's): 15 NVML snapshots per 15 s tick."""
     sim = FleetSimulator(SimConfig(nodes=nodes), [FaultSpec.parse(f) for f in FAULTS])
     builder = SnapshotBuilder()
-    records = itertools.islice(iter_records(sim, minutes=10**6), count)
+    records = iter_records(sim, minutes=10**6)
+    if nvml:
+        records = with_nvml(records)
+    records = itertools.islice(records, count)
     return [(s.key(), s.model_dump_json(exclude_none=True).encode()) for s in map(builder.build, records)]
+
+
+#: a real 8-GPU H200's NVML collections at 1 s (the agent's own collector, recorded)
+NVML_RECORDING = ROOT / "tests" / "agents" / "fixtures" / "h200_nvml_recording.jsonl"
+
+
+def with_nvml(records):  # noqa: ANN001, ANN201 - an iterator of ScrapeRecord in, the same out
+    """`records` (a fleet's, tick by tick) with each node's NVML collections at 1 s added: at each tick's
+    second 0 after the node's other sources (what one tick of the agent publishes), then one a second."""
+    from tailhound.recording import ScrapeRecord
+
+    bodies = [ScrapeRecord.model_validate_json(line).body for line in NVML_RECORDING.read_text().splitlines()]
+    turn = itertools.count()
+    tick: list = []
+    for rec in itertools.chain(records, [None]):
+        if tick and (rec is None or rec.ts != tick[0].ts):
+            t0, nodes = tick[0].ts, list(dict.fromkeys(r.node for r in tick))
+            for second in range(15):
+                for node in nodes:
+                    if second == 0:
+                        yield from (r for r in tick if r.node == node)
+                    yield ScrapeRecord(ts=t0 + second, node=node, job="nvml", interval_s=1.0,
+                                       body=bodies[next(turn) % len(bodies)])
+            tick = []
+        if rec is not None:
+            tick.append(rec)
+
+
+def bundled(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`messages` as an agent with ``publish.bundle`` sends them: each run of one node's snapshots as one
+    bundle message (telemetry version 2, :func:`tailhound.agents.sender.bundle_batch`)."""
+    from tailhound.agents.buffer import Message
+    from tailhound.agents.sender import bundle_batch
+
+    return [(m.key, m.value) for m in bundle_batch([Message(key=k, value=v) for k, v in messages])]
+
+
+def snapshots_in(value: bytes) -> int:
+    """Snapshots in one telemetry message (a bundle's parts; bench messages only: a byte count, no decode)."""
+    return value.count(b'{"schema_version":1,') if value.startswith(b'{"schema_version":2,') else 1
 
 
 async def produce(settings: Settings, messages: list[tuple[bytes, bytes]]) -> None:
@@ -124,6 +174,9 @@ PROFILE_ENV = "BENCH_STREAMS_PROFILE"
 PROFILE_MODE_ENV = "BENCH_STREAMS_PROFILE_MODE"
 #: (module, class or None, function, section): sync calls of the worker, timed exclusive of each other
 SECTIONS = (("tailhound.streams.codec", None, "decode_snapshot", "decode (tailhound.streams.codec, pydantic)"),
+            ("tailhound.streams.codec", None, "_decode_bundle", "decode (tailhound.streams.codec, pydantic)"),
+            ("tailhound.streams.intake", "Gate", "admit", "intake checks (key, time bounds)"),
+            ("tailhound.streams.intake", "Gate", "admit_all", "intake checks (key, time bounds)"),
             ("tailhound.streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
             ("tailhound.streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
             ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"))
@@ -211,22 +264,24 @@ class Counter:
     def done(self) -> bool:
         return self.seen >= self.warmup + self.n
 
-    def tick(self) -> None:
-        self.seen += 1
-        if self.seen <= self.warmup:
-            if self.seen == self.warmup:
+    def tick(self, k: int = 1) -> None:
+        """`k` more snapshots handled (a bundle message counts its parts)."""
+        before = self.seen
+        self.seen += k
+        if before < self.warmup:
+            if self.seen >= self.warmup:
                 if self.profile is not None:
                     self.profile.start()
                 self.t0, self.c0 = time.perf_counter(), time.process_time()
                 self.last = self.t0
             return
-        if self.seen > self.warmup + self.n:
+        if before >= self.warmup + self.n:
             return
         now = time.perf_counter()
         if now - self.last > STALL_S:
             self.stalled += now - self.last
         self.last = now
-        if self.seen == self.warmup + self.n:
+        if self.seen >= self.warmup + self.n:
             wall, cpu = now - self.t0, time.process_time() - self.c0
             if self.profile is not None:
                 self.profile.stop(self.n)
@@ -250,15 +305,15 @@ def trivial_app(settings: Settings, counter: Counter | None = None, value_serial
     if value_serializer == "raw":
         @app.agent(topic, name="count")
         async def count(stream) -> None:
-            async for _event in stream.events():
+            async for event in stream.events():
                 if counter is not None:
-                    counter.tick()
+                    counter.tick(snapshots_in(event.message.value))
     else:
         @app.agent(topic, name="count")
         async def count_values(stream) -> None:
-            async for _value in stream:
+            async for value in stream:
                 if counter is not None:
-                    counter.tick()
+                    counter.tick(len(value["snapshots"]) if value.get("schema_version") == 2 else 1)
 
     return app, real
 
@@ -295,15 +350,34 @@ async def count_aiokafka(settings: Settings, counter: Counter, group: str) -> No
     try:
         while not counter.done:
             for records in (await consumer.getmany(timeout_ms=500)).values():
-                for _ in records:
-                    counter.tick()
+                for record in records:
+                    counter.tick(snapshots_in(record.value))
         await consumer.commit()
     finally:
         await consumer.stop()
 
 
+#: a file to run as ``tailhound.streams.app`` in the Kafka children instead of the tree's (a proposed change of
+#: that module measured before it is applied, e.g. the bundle loop of BENCHMARKS.md "Scale out")
+APP_ENV = "BENCH_STREAMS_APP"
+
+
+def _override_app(path: str) -> None:
+    import importlib.util
+
+    import tailhound.streams
+
+    spec = importlib.util.spec_from_file_location("tailhound.streams.app", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["tailhound.streams.app"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    tailhound.streams.app = module  # type: ignore[attr-defined]
+
+
 def child_main(variant: str, result: str, warmup: str, n: str, settings_json: str) -> None:
     settings = Settings(**json.loads(settings_json))
+    if os.environ.get(APP_ENV):
+        _override_app(os.environ[APP_ENV])
     folder = os.environ.get(PROFILE_ENV)
     profile = Profile(Path(folder), f"{variant}-{Path(result).stem}", os.environ.get(PROFILE_MODE_ENV, "sections")) \
         if folder else None
@@ -374,13 +448,17 @@ async def measure(variant: str, settings: Settings, warmup: int, n: int, workdir
 
 
 def measure_step(values: list[bytes], warmup: int, rules) -> tuple[dict, dict]:
-    """(d) SnapshotProcessor.step over decoded snapshots, and (d') the decode alone, timed after `warmup`."""
+    """(d) SnapshotProcessor.step over decoded snapshots, and (d') the decode alone, timed after `warmup`
+    snapshots (messages of either version: a bundle decodes into its parts)."""
+    first = list(itertools.accumulate(map(snapshots_in, values))).index(warmup) + 1 if warmup else 0
+    head = [s for v in values[:first] for s in decode_message(v)]  # type: ignore[union-attr]
     t0, c0 = time.perf_counter(), time.process_time()
-    snapshots = [decode_snapshot(v) for v in values[warmup:]]
+    decoded = [decode_message(v) for v in values[first:]]
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    snapshots = [s for parts in decoded for s in parts]  # type: ignore[union-attr]
     n = len(snapshots)
     decode = timing(n, wall, cpu)
-    snapshots = [decode_snapshot(v) for v in values[:warmup]] + snapshots
+    snapshots = head + snapshots
     processor, store = SnapshotProcessor(rules), MemoryStateStore()
     for i, snap in enumerate(snapshots):
         if i == warmup:
@@ -393,9 +471,13 @@ def measure_step(values: list[bytes], warmup: int, rules) -> tuple[dict, dict]:
 
 
 async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS, nodes: int = NODES,
-              warmup: int | None = None) -> dict:
+              warmup: int | None = None, bundle: bool = False, nvml: bool = False) -> dict:
+    """`bundle`: the messages as an agent with ``publish.bundle`` sends them (a node's tick in one message);
+    `nvml`: every node also runs the NVML collector at 1 s. Counts, warm-up and rates are in snapshots."""
     warmup = warmup or nodes * 4  # one fleet tick
-    messages = fleet_messages(warmup + n, nodes)
+    messages = fleet_messages(warmup + n, nodes, nvml=nvml)
+    if bundle:
+        messages = bundled(messages)
     runs: dict[str, list[dict]] = {v: [] for v in (*variants, *(["decode"] if "step" in variants else []))}
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
         settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", rules_dir=RULES,
@@ -416,7 +498,7 @@ async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS
         partitions = settings.partitions
     sizes = [len(v) for _, v in messages]
     return {"n": n, "warmup": warmup, "nodes": nodes, "reps": reps, "partitions": partitions,
-            "mean_bytes": statistics.mean(sizes), "runs": runs}
+            "mean_bytes": statistics.mean(sizes), "runs": runs, "bundle": bundle, "nvml": nvml, "messages": len(sizes)}
 
 
 def _median(runs: list[dict], key: str) -> float:
@@ -427,8 +509,11 @@ def report(result: dict) -> str:
     runs = result["runs"]
     ref = _median(runs["faust"], "rate") if runs.get("faust") else None
     ref_cpu = _median(runs["faust"], "cpu_rate") if runs.get("faust") else None
+    shape = (f"{'bundled: one message per node and tick, ' if result.get('bundle') else ''}"
+             f"{result.get('messages', result['n'] + result['warmup']):,} messages")
     lines = [f"{result['n']:,} snapshots measured after {result['warmup']} warm-up ({result['nodes']} nodes x vllm + "
-             f"dcgm + node + blackbox, {result['mean_bytes'] / 1024:.1f} KB JSON on average, lz4, "
+             f"dcgm + node + blackbox{' + nvml at 1 s' if result.get('nvml') else ''}, {shape}, "
+             f"{result['mean_bytes'] / 1024:.1f} KB JSON a message on average, lz4, "
              f"{result['partitions']} partitions); medians of {result['reps']}.", "",
              "| consumer | snapshots/s | runs (snapshots/s) | window (s) | stalled (s) | CPU (% of one core) "
              "| per CPU-second | vs (b) | vs (b) per CPU-second | lag after |",
@@ -471,6 +556,9 @@ if __name__ == "__main__":
         ap.add_argument("n", type=int, nargs="?", default=4096)
         ap.add_argument("--reps", type=int, default=3)
         ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
+        ap.add_argument("--bundle", action="store_true", help="one message per node and tick (telemetry version 2)")
+        ap.add_argument("--nvml", action="store_true", help="every node also runs the NVML collector at 1 s")
         a = ap.parse_args()
         with contextlib.suppress(KeyboardInterrupt):
-            print(report(asyncio.run(run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(","))))))
+            print(report(asyncio.run(run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(",")), bundle=a.bundle,
+                                         nvml=a.nvml))))

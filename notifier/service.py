@@ -30,7 +30,7 @@ from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import make_consumer, make_producer
 from tailhound.resources import default_notifier_config
-from tailhound.settings import Settings
+from tailhound.settings import STATIC_REBALANCE_TIMEOUT_S, Settings
 
 from .config import NotifierConfig, Route, load_config
 from .deliver import Deliverer
@@ -310,9 +310,15 @@ class NotifierService:
         await self._state_tail.start()
         # a short fetch wait: a broker that holds an empty fetch for fetch_max_wait_ms (the bundled one
         # answers after about half of it) would otherwise add up to 250 ms to every page
-        self._consumer = make_consumer(self.settings, group_id=self.group_id, session_timeout_ms=10_000,
-                                       heartbeat_interval_ms=1_000, max_poll_interval_ms=300_000,
-                                       fetch_max_wait_ms=FETCH_WAIT_MS)
+        # a worker with a stable identity (streams.instance_id) is a static member of the notifier's group too:
+        # its restart within the session timeout moves nothing, so the active notifier stays active
+        instance = self.settings.streams.instance_id
+        static = {"group_instance_id": f"{instance}-notifier",
+                  "session_timeout_ms": int(self.settings.streams.session_timeout_s * 1000),
+                  "rebalance_timeout_ms": int(STATIC_REBALANCE_TIMEOUT_S * 1000)} if instance else {}
+        self._consumer = make_consumer(self.settings, group_id=self.group_id, **{
+            "session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000, "max_poll_interval_ms": 300_000,
+            "fetch_max_wait_ms": FETCH_WAIT_MS, **static})
         self._consumer.subscribe([self.settings.incidents_topic], listener=_Takeover(self))
         await self._consumer.start()
         api = None

@@ -17,6 +17,10 @@ Where things are:
   and counted, never fatal;
 - a node silent for ``streams.node_expiry_s`` of event time is expired (its incidents resolve, "node gone",
   and its state is deleted) while a message of its partition is processed;
+- node- and model-stage incident events meet in the ``rollup`` agent (one partition, :mod:`tailhound.streams.
+  rollup_agent`), which takes them in event-time order, whatever worker sent them (the stages publish their
+  partitions' watermarks next to their events, :mod:`tailhound.streams.rollup_order`), and publishes one
+  incident per fault; with several workers of one group, every partition runs on exactly one of them;
 - pages leave from the notifier (:mod:`tailhound.notifier.service`), which :mod:`tailhound.worker` adds to
   this app as a task unless ``notifier.enabled`` is false (of several workers, one is the active notifier).
 """
@@ -36,14 +40,12 @@ from prometheus_client import CollectorRegistry
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.console import ConsoleReceiver
-from tailhound.incident import IncidentEvent
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
 from . import codec
 from .intake import (
     EVALUATE_FAILED,
-    NOT_AN_INCIDENT,
     DeadLetters,
     Gate,
     IntakeStats,
@@ -54,7 +56,8 @@ from .intake import (
 from .model_stage import ModelStage, split_rules
 from .pipeline_metrics import PipelineMetrics
 from .processor import SnapshotProcessor, load_models
-from .rollup import RollupState, rollup
+from .rollup_agent import ProgressMarks, add_rollup
+from .rollup_order import TICK_KEY, EventOrder
 from .ruleset import RuleSet
 
 log = logging.getLogger(__name__)
@@ -62,8 +65,6 @@ log = logging.getLogger(__name__)
 STATE_TABLE = "node-state"
 MODEL_STATE_TABLE = "model-state"
 ROLLUP_STATE_TABLE = "rollup-state"
-#: the roll-up's whole state lives under this one key of its one-partition table
-ROLLUP_KEY = "open-groups"
 #: header on model-topic messages: root causes open on the snapshot's node (model-stage correlation)
 CAUSES_HEADER = "tailhound-node-causes"
 
@@ -80,19 +81,26 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     app = faust.App(
         s.app_id,
         broker=settings.broker,
-        store="memory://",
+        store=_store_url(settings),
         datadir=str(s.data_dir),
         autodiscover=False,
         web_enabled=False,
         topic_partitions=settings.partitions,
         topic_replication_factor=1,
         topic_allow_declare=True,
-        table_standby_replicas=0,
+        table_standby_replicas=s.standby_replicas,
+        consumer_group_instance_id=s.instance_id or None,
         broker_commit_interval=s.commit_interval_s,
         broker_session_timeout=s.session_timeout_s,
         broker_heartbeat_interval=s.heartbeat_interval_s,
-        broker_rebalance_timeout=s.rebalance_timeout_s,
+        broker_rebalance_timeout=s.effective_rebalance_timeout_s,
         consumer_auto_offset_reset="earliest",
+        # Faust's check that a table's offsets are not past its changelog's end: the bundled broker reports the
+        # end of a topic too low after batched writes (120 > 119), and with standby copies (offsets kept across
+        # rebalances) every worker whose partitions came back crashed on it, round after round (the 3-worker
+        # kill drill). With the memory store the offsets are the process's own; for RocksDB, see
+        # docs/operations.md (Table store): empty data_dir when the changelogs are lost
+        recovery_consistency_check=False,
     )
     # values stay bytes until an agent takes them (and decodes them with tailhound.streams.codec): with the codec on
     # the topic, Faust decodes each message when it is fetched and a backlog keeps up to
@@ -127,6 +135,9 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
 
     _SWAPPERS[app] = swap_rules
     stats = _STATS[app] = IntakeStats()
+    order = EventOrder(s.rollup_max_delay_s)  # the roll-up's event-time order (tailhound.streams.rollup_order)
+    # the stages' watermarks, for that order
+    marks = ProgressMarks(node_incidents.send, order.enabled, model_partition_of=lambda key: partition_of(key))
     bounds = TimeBounds(s.max_future_skew_s, s.max_age_s)
     gate = Gate(bounds, s.max_message_bytes, stats)
     letters = DeadLetters(deadletter.send, stats)
@@ -183,44 +194,50 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             arrival = time.time()
             started = time.perf_counter()
             # decoded within the limits, keyed by its node, dated near its arrival (no single message moves
-            # a node's clock), else rejected (and counted) with the reason
-            value = gate.admit(message.value, message.key, arrival, _sent_at(message))
-            if isinstance(value, Rejection):
-                await dead_letter(message, value.reason, value.stage, value.kind)
+            # a node's clock), else rejected (and counted) with the reason; one snapshot, or a bundle's (version 2)
+            values = gate.admit_all(message.value, message.key, arrival, _sent_at(message))
+            if isinstance(values, Rejection):
+                await dead_letter(message, values.reason, values.stage, values.kind)
                 continue
-            if on_snapshot is not None:
-                on_snapshot(value)
-            try:
-                result = processor.step(state.get(value.node), value, horizon=bounds.horizon(arrival),
-                                        partition=message.partition)
-            except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
-                log.exception("evaluation failed for %s", value.node)
-                stats.reject(EVALUATE_FAILED)
-                await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
-                continue
-            if result.redelivered:
-                stats.redelivered += 1
-            else:
-                stats.accepted += 1
-            if result.changed:
-                state[value.node] = result.state
-            await stage(result.events)
-            if model_stage.enabled:
-                keys = model_stage.keys(value)
-                if keys:  # engine snapshots also feed the model stage, with the node's open causes
-                    causes = ",".join(processor.open_causes(value.node)).encode()
-                    for key in keys:
-                        try:
-                            await model_topic.send(key=key.encode(), value=message.value,
-                                                   headers={CAUSES_HEADER: causes})
-                        except Exception as exc:  # noqa: BLE001 - the node stage goes on without it
-                            stats.forward_failed += 1
-                            log.error("could not forward %s[%s]@%s to the model stage: %r", message.topic,
-                                      message.partition, message.offset, exc)
-            if expiry.tick(message.partition, value.ts):
-                await expire_nodes(message.partition)
-            if metrics is not None:
-                metrics.snapshot(value.source, time.perf_counter() - started)
+            for value in values:  # a bundle's snapshots in order, as if they had come one by one
+                if on_snapshot is not None:
+                    on_snapshot(value)
+                try:
+                    result = processor.step(state.get(value.node), value, horizon=bounds.horizon(arrival),
+                                            partition=message.partition)
+                except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
+                    log.exception("evaluation failed for %s", value.node)
+                    stats.reject(EVALUATE_FAILED)
+                    await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
+                    continue
+                if result.redelivered:
+                    stats.redelivered += 1
+                else:
+                    stats.accepted += 1
+                if result.changed:
+                    state[value.node] = result.state
+                await stage(result.events)
+                if model_stage.enabled:
+                    keys = model_stage.keys(value)
+                    if keys:  # engine snapshots also feed the model stage, with the node's open causes
+                        causes = ",".join(processor.open_causes(value.node)).encode()
+                        forwarded = codec.part_bytes(message.value, values, value)
+                        for key in keys:
+                            try:
+                                await model_topic.send(key=key.encode(), value=forwarded,
+                                                       headers={CAUSES_HEADER: causes})
+                                await marks.forwarded(key, value.ts)
+                            except Exception as exc:  # noqa: BLE001 - the node stage goes on without it
+                                stats.forward_failed += 1
+                                log.error("could not forward %s[%s]@%s to the model stage: %r", message.topic,
+                                          message.partition, message.offset, exc)
+                if not result.redelivered:  # the partition's watermark, for the roll-up's event-time order
+                    await marks.node(message.partition, value.node, value.source, value.ts)
+                if expiry.tick(message.partition, value.ts):
+                    await expire_nodes(message.partition)
+                if metrics is not None:
+                    metrics.snapshot(value.source, time.perf_counter() - started)
+                    started = time.perf_counter()
 
     if s.stats_interval_s:
         logged: dict[str, Any] = {}
@@ -240,12 +257,20 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             message = event.message
             if not message.key:
                 continue
+            if message.key == TICK_KEY:  # wall time: a fresh aggregator may close what it held back
+                keys = marks.model_keys(message.partition)
+                events = model_stage.tick(keys, time.time(), store=model_state)
+                await stage(events)
+                if keys:
+                    await marks.model(message.partition, keys[0], model_stage)
+                continue
             value = codec.decode_snapshot(message.value, max_bytes=None)  # its size was checked by the node stage
             if not isinstance(value, Snapshot):
                 continue  # validated by the node stage already; nothing malformed gets here
             started = time.perf_counter()
             try:
-                events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state)
+                events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state,
+                                         now=time.time())
             except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
                 continue
@@ -253,21 +278,21 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 if metrics is not None:
                     metrics.model_stage_seconds += time.perf_counter() - started
             await stage(events)
+            await marks.model(message.partition, message.key.decode(), model_stage)
 
-    @app.agent(node_incidents, name="rollup")
-    async def rollup_agent(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            message = event.message
-            try:
-                member = IncidentEvent.model_validate_json(message.value)
-            except ValueError as exc:
-                stats.reject(NOT_AN_INCIDENT)
-                await dead_letter(message, f"not an incident event: {exc}", "rollup", NOT_AN_INCIDENT)
-                continue
-            current = RollupState.model_validate(rollup_state.get(ROLLUP_KEY) or {})
-            out = rollup(current, member)
-            rollup_state[ROLLUP_KEY] = current.model_dump(mode="json")
-            await publish(out)
+    add_rollup(app, node_incidents, rollup_state, order, publish, dead_letter, stats, metrics)
+
+    if model_stage.enabled:
+        @app.timer(interval=1.0)
+        async def model_tick() -> None:
+            """Wall time for the model stage, on every partition (whichever worker holds it)."""
+            for p in all_partitions:
+                await model_topic.send(key=TICK_KEY, value=b"", partition=p)
+
+    @app.on_partitions_assigned.connect
+    async def forget_moved(_app: faust.App, assigned: set, **_kw: Any) -> None:
+        marks.reassigned(assigned, settings.telemetry_topic, settings.model_topic, settings.partitions, processor,
+                         model_stage)
 
     return app
 
@@ -348,3 +373,11 @@ def make_worker(app: faust.App, settings: Settings) -> faust.Worker:
     worker.spinner = None
     tune_gc()
     return worker
+
+
+def _store_url(settings: Settings) -> str:
+    """Faust's ``store`` URL for ``streams.store`` (:mod:`tailhound.streams.table_store`: memory, or RocksDB under
+    ``streams.data_dir``); a ConfigError when rocksdb is chosen but its binding is not installed."""
+    from .table_store import store_url
+
+    return store_url(settings.streams)

@@ -60,6 +60,21 @@ def _round(value: float) -> float:
     return float(f"{value:.4g}")
 
 
+#: _round of the float32 values a baseline keeps (each is written again at every state write until its
+#: bucket closes): a memo of a pure function, bounded
+_ROUNDED: dict[float, float] = {}
+
+
+def _round_kept(value: float) -> float:
+    """:func:`_round`, memoised (zeros are not: 0.0 and -0.0 are one key but round differently)."""
+    found = _ROUNDED.get(value)
+    if found is None or not value:
+        if len(_ROUNDED) >= 65536:
+            _ROUNDED.clear()
+        found = _ROUNDED[value] = _round(value)
+    return found
+
+
 def _median(values: list[float]) -> float:
     s = sorted(values)
     n = len(s)
@@ -178,7 +193,7 @@ class RollingBaseline:
             "v": STATE_VERSION, "b": self.bucket_s, "w": self.warmup_s, "f": self.median_floor,
             "i": self._cur, "t": self._last_ts if math.isfinite(self._last_ts) else None,
             "r": list(self._ring_list()),
-            "c": [_round(x) for x in self._raw], "n": self._seen, "s": self._stride,
+            "c": [_round_kept(x) for x in self._raw], "n": self._seen, "s": self._stride,
         }
 
     def _ring_list(self) -> list:

@@ -1,6 +1,11 @@
 """Telemetry decoding: JSON bytes -> :class:`Snapshot`, or :class:`Malformed` with a reason; and the
 JSON codec of the worker's state tables.
 
+Telemetry messages come in two versions (``schema_version``): 1 (or none) is one :class:`Snapshot`, 2 is a
+:class:`tailhound.snapshot.SnapshotBundle`, the snapshots of one node published together.
+:func:`decode_message` takes both and gives the snapshots in order; :func:`decode_snapshot` takes version 1
+only (the model topic, which the worker itself writes one snapshot a message).
+
 :func:`decode_snapshot` never raises: a bad message becomes a :class:`Malformed` value that the agent
 routes to the dead-letter topic with its reason, and the worker keeps running. The worker calls it in
 its agents (its topics carry raw bytes); :class:`SnapshotCodec` is the same decode as a Faust codec.
@@ -22,7 +27,7 @@ import pydantic_core
 from faust.serializers import codecs
 from pydantic import ValidationError
 
-from tailhound.snapshot import LIMITS, Snapshot
+from tailhound.snapshot import BUNDLE_SCHEMA_VERSION, LIMITS, Snapshot, SnapshotBundle
 
 CODEC_NAME = "tailhound-snapshot"
 STATE_CODEC_NAME = "tailhound-state"
@@ -55,6 +60,59 @@ def decode_snapshot(raw: bytes | None, max_bytes: int | None = LIMITS.max_messag
         return Malformed(describe_validation_error(exc), "validate", raw, kind)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a reason, not a crash
         return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
+
+
+#: how an agent writes a bundle (``tailhound.snapshot.bundle_bytes``): taken for one without trying version 1
+_BUNDLE_PREFIX = b'{"schema_version":%d,' % BUNDLE_SCHEMA_VERSION
+
+
+class Parts(list):
+    """The snapshots of one telemetry message, in order; `bundled` when it was a version-2 bundle (then each
+    part has no bytes of its own on the wire: :func:`part_bytes`)."""
+
+    bundled: bool = False
+
+
+def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes) -> Parts | Malformed:
+    """A telemetry message of either version as its snapshots (one for version 1, the bundle's parts in order
+    for version 2), or why not; never raises. Limits as :func:`decode_snapshot`, the size one for the whole
+    message; a bundle with one bad part is rejected whole."""
+    if raw and raw.startswith(_BUNDLE_PREFIX) and (max_bytes is None or len(raw) <= max_bytes):
+        return _decode_bundle(raw)
+    value = decode_snapshot(raw, max_bytes)
+    if isinstance(value, Snapshot):
+        return Parts((value,))
+    if value.kind == "invalid" and _is_version(raw, BUNDLE_SCHEMA_VERSION):  # a bundle written differently
+        return _decode_bundle(raw)
+    return value
+
+
+def part_bytes(raw: bytes, parts: Parts, snapshot: Snapshot) -> bytes:
+    """`snapshot` (one of `parts`, decoded from `raw`) as a version-1 message: `raw` itself unless it was a
+    bundle, else the snapshot encoded alone (as the agent encodes it)."""
+    if not parts.bundled:
+        return raw
+    return snapshot.__pydantic_serializer__.to_json(snapshot, exclude_none=True)
+
+
+def _decode_bundle(raw: bytes) -> Parts | Malformed:
+    try:
+        parts = Parts(SnapshotBundle.model_validate_json(raw).snapshots)
+        parts.bundled = True
+        return parts
+    except ValidationError as exc:
+        return Malformed(describe_validation_error(exc), "validate", raw, rejection_kind(exc))
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a reason, not a crash
+        return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
+
+
+def _is_version(raw: bytes | None, version: int) -> bool:
+    """`raw` is a JSON object whose ``schema_version`` is `version` (only asked of messages that failed)."""
+    try:
+        value = pydantic_core.from_json(raw or b"")
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("schema_version") == version
 
 
 def _is_utf8(raw: bytes) -> bool:

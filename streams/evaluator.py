@@ -51,12 +51,15 @@ def evaluate(
     models: dict[str, LoadModel] | None = None,
     sla: dict[str, dict[str, float]] | None = None,
     timings: dict[str, float] | None = None,
+    all_stats: bool = False,
 ) -> tuple[NodeState, list[IncidentEvent]]:
     """One snapshot of a node: update what the node reports, step every rule that reads it.
 
     `latest` is the node's in-memory view (the processor keeps one per node); without it the state
     carries one privately, so calling evaluate() in a loop works too. `timings`, when given, adds the
-    seconds each stage took to its entry (``{"admit": ..., "signals": ..., "rules": ...}``).
+    seconds each stage took to its entry (``{"admit": ..., "signals": ..., "rules": ...}``). Window
+    statistics (``latency.ttft.p95`` ...) are derived only where `rules` or `models` can read them
+    (:mod:`tailhound.streams.signal_reads`), all of them with `all_stats`.
     """
     carried = state._latest if state is not None else None
     if state is None:
@@ -67,7 +70,7 @@ def evaluate(
         latest = carried if carried is not None else LatestValues()
     state._latest = latest
     step = Step(state=state, snapshot=snapshot, rules=rules, catalog=catalog or default_catalog(), latest=latest,
-                stale_after_s=stale_after_s, models=models, sla=sla)
+                stale_after_s=stale_after_s, models=models, sla=sla, all_stats=all_stats)
     if timings is None:
         for stage in PIPELINE:
             if not stage(step):

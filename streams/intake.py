@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 from tailhound.deadletter import MAX_KEY, DeadLetter
 from tailhound.snapshot import LIMITS, Snapshot
 
-from .codec import Malformed, decode_snapshot
+from .codec import Malformed, Parts, decode_message, decode_snapshot
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -123,6 +123,24 @@ class Gate:
         if rejected is not None:
             return self._reject(rejected)
         return value
+
+    def admit_all(self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
+                  ) -> Parts | Rejection:
+        """:meth:`admit` for a message of either version (:func:`tailhound.streams.codec.decode_message`): its
+        snapshots in order (one, or a bundle's parts), or the rejection of the whole message."""
+        values = decode_message(raw, max_bytes=self.max_message_bytes)
+        if isinstance(values, Malformed):
+            return self._reject(Rejection(values.kind, values.reason, values.stage))
+        node = values[0].node  # (a bundle's parts are all of its node)
+        if key is None or key != node.encode():
+            shown = key if key is None or len(key) <= 200 else key[:200] + b"..."
+            return self._reject(Rejection(WRONG_KEY, f"message key {shown!r} must be the snapshot's node "
+                                          f"{node!r} (telemetry is partitioned by node)", "key"))
+        for value in values:
+            rejected = self.bounds.check(value.ts, arrival, sent_at)
+            if rejected is not None:
+                return self._reject(rejected)
+        return values
 
     def _reject(self, rejection: Rejection) -> Rejection:
         self.stats.reject(rejection.kind)

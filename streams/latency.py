@@ -92,6 +92,40 @@ def _put(values: SignalValues, signal: str, entity: str, h: Histogram) -> None:
         values.setdefault(name, {})[entity] = value
 
 
+#: (signal, wanted set) -> its wanted derived signals (see _wanted_names)
+_WANTED: dict[tuple[str, frozenset[str]], tuple | None] = {}
+
+
+def _wanted_names(signal: str, wanted: frozenset[str]) -> tuple | None:
+    """``(window_count name or None, ((quantile name, q), ...), mean name or None)`` of `signal`'s derived
+    signals in `wanted`; None when none is."""
+    key = (signal, wanted)
+    if key in _WANTED:
+        return _WANTED[key]
+    count_name, quantiles, mean_name = _derived_names(signal)
+    names = (count_name if count_name in wanted else None, tuple((n, q) for n, q in quantiles if n in wanted),
+             mean_name if mean_name in wanted else None)
+    found = names if names[0] or names[1] or names[2] else None
+    if len(_WANTED) < 4096:
+        _WANTED[key] = found
+    return found
+
+
+def _put_wanted(values: SignalValues, names: tuple, entity: str, h: Histogram) -> None:
+    """:func:`_put` of the derived signals `names` (:func:`_wanted_names`) only, in the same order."""
+    count_name, quantiles, mean_name = names
+    if count_name is not None:
+        values.setdefault(count_name, {})[entity] = h.count
+    for name, q in quantiles:
+        value = h.quantile(q)
+        if value is not None:
+            values.setdefault(name, {})[entity] = value
+    if mean_name is not None:
+        mean = h.mean()
+        if mean is not None:
+            values.setdefault(mean_name, {})[entity] = mean
+
+
 def _sum_deltas(deltas: list[HistogramDelta]) -> HistogramDelta:
     if len(deltas) == 1:
         return deltas[0]
@@ -202,12 +236,20 @@ class LatencyTracker:
             _put(out["fleet"], signal, "", merge(hs))  # type: ignore[arg-type]
         return out
 
-    def engine_values(self, now: float, node: str) -> SignalValues:
-        """One node's engine-scope values keyed by the catalog entity (``"0"``), like ``extract()``."""
+    def engine_values(self, now: float, node: str, wanted: frozenset[str] | None = None) -> SignalValues:
+        """One node's engine-scope values keyed by the catalog entity (``"0"``), like ``extract()``; with
+        `wanted`, only the derived signals in it (a window none of whose statistics is wanted is not summed)."""
         out: SignalValues = {}
         for (signal, series_node, entity), series in sorted(self.series.items()):
-            if series_node == node and (h := series.window.histogram(now)) is not None:
-                _put(out, signal, entity, h)
+            if series_node != node:
+                continue
+            if wanted is None:
+                if (h := series.window.histogram(now)) is not None:
+                    _put(out, signal, entity, h)
+                continue
+            names = _wanted_names(signal, wanted)
+            if names is not None and (h := series.window.histogram(now)) is not None:
+                _put_wanted(out, names, entity, h)
         return out
 
     def to_dict(self) -> dict:

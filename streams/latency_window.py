@@ -110,6 +110,8 @@ class LatencyWindow:
         #: column sums of the counts of `_summed` (the kept intervals when they were all whole), see _totals
         self._summed: list[Interval] = []
         self._sums: list[float] = []
+        #: (le, its JSON form), see to_dict
+        self._le_json: tuple[tuple[float, ...], list] | None = None
 
     @property
     def last_ts(self) -> float | None:
@@ -231,8 +233,11 @@ class LatencyWindow:
     def to_dict(self) -> dict:
         """Compact JSON-able state: bounds once, then ``[ts, span_s, gap, count, sum, counts]`` per
         interval, cumulative counts without the trailing ones equal to ``count``."""
+        le = self._le_json
+        if le is None or le[0] is not self.le:
+            le = self._le_json = (self.le, [_compact(b) for b in self.le])
         return {"window_s": _compact(self.window_s), "max_intervals": self.max_intervals,
-                "le": [_compact(b) for b in self.le], "intervals": [iv.to_list() for iv in self.intervals]}
+                "le": list(le[1]), "intervals": [iv._as_list for iv in self.intervals]}
 
     @classmethod
     def from_dict(cls, data: dict) -> LatencyWindow:

@@ -23,7 +23,7 @@ ENGINE_SOURCES = ("vllm", "tgi", "nim")
 def training_rows(records: Iterable[ScrapeRecord], signal: str = "latency.ttft.p95", window_s: float = 60.0,
                   min_requests: int = 20) -> tuple[list[WindowFeatures], list[float]]:
     builder = SnapshotBuilder()
-    processor = SnapshotProcessor(RuleSet(rules=[]))
+    processor = SnapshotProcessor(RuleSet(rules=[]), all_stats=True)  # it reads the whole view
     store = MemoryStateStore()
     base = signal.rpartition(".")[0]
     last_row: dict[str, float] = {}

@@ -31,6 +31,7 @@ a restarted worker loses at most the open buckets (seconds of data).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tailhound.incident import IncidentEvent, Scope
@@ -45,6 +46,14 @@ ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim"})
 MODEL_SCOPES = frozenset({"model", "fleet"})
 BUCKET_S = 15.0
 IDLE_S = 300.0
+#: ... and, in the worker, sent nothing for this long (wall time): see ModelAggregator._oldest_active
+IDLE_WALL_S = 60.0
+#: a worker's aggregator that starts from nothing (no roster: a fresh deployment) closes no bucket for this many
+#: wall seconds: the nodes whose partitions other workers run are forwarded from their first snapshots, and a
+#: worker that reads a backlog faster than the others must not close buckets before it has heard of them
+COLD_WAIT_S = 5.0
+#: model-state table key of an aggregator's roster (ModelAggregator.roster)
+ROSTER_PREFIX = "aggregator:"
 FLEET = "fleet"
 NODES_WITH_CAUSE = "tailhound_model_nodes_with_cause"
 #: node-level root causes that do not explain a model-wide queue (they are the same problem seen per node)
@@ -101,20 +110,33 @@ class ModelAggregator:
     node_causes: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
     #: each engine against the others serving the model (None for the fleet, or without engine histograms)
     peers: EnginePeerWindows | None = None
+    #: wall time each node's latest snapshot arrived (the worker's; offline replay has no wall clock)
+    seen_at: dict[str, float] = field(default_factory=dict)
+    #: a fresh aggregator in a worker closes nothing before this wall time (see COLD_WAIT_S)
+    cold_until: float | None = None
 
-    def add(self, snapshot: Snapshot, causes: tuple[str, ...] = ()) -> list[Snapshot]:
-        """Take one engine snapshot (with the root causes open on its node); return the synthetic
-        snapshots of the buckets it closed."""
+    def add(self, snapshot: Snapshot, causes: tuple[str, ...] = (), now: float | None = None) -> list[Snapshot]:
+        """Take one engine snapshot (with the root causes open on its node) that arrived at wall time `now`
+        (None offline); return the synthetic snapshots of the buckets it closed."""
         self.node_causes[snapshot.node] = (snapshot.ts, causes)
+        if now is not None:
+            self.seen_at[snapshot.node] = now
         start = math.floor(snapshot.ts / self.bucket_s) * self.bucket_s
         if start < self.closed_until:
             self.late += 1  # its bucket was closed already (a node that came back late)
         else:
             self.buckets.setdefault(start, {}).setdefault(snapshot.node, []).append(snapshot)
         self.node_ts[snapshot.node] = max(snapshot.ts, self.node_ts.get(snapshot.node, 0.0))
-        newest = max(self.node_ts.values())
-        active = [ts for ts in self.node_ts.values() if newest - ts <= self.idle_s]
-        watermark = min(active)
+        if now is not None and self.cold_until is None and not self.closed_until:
+            self.cold_until = now + COLD_WAIT_S
+        return self.close_ready(now)
+
+    def close_ready(self, now: float | None = None) -> list[Snapshot]:
+        """Close the buckets every active node has moved past (also on the worker's wall-clock ticks: a fresh
+        aggregator waits COLD_WAIT_S before its first close, and the backlog may have been read by then)."""
+        if not self.node_ts or (now is not None and self.cold_until is not None and now < self.cold_until):
+            return []  # a fresh aggregator in a worker: the nodes other workers forward are not known yet
+        watermark = self._oldest_active(now)
         out: list[Snapshot] = []
         for b in sorted(self.buckets):
             end = b + self.bucket_s
@@ -123,6 +145,36 @@ class ModelAggregator:
             out.extend(self._close(b, self.buckets.pop(b)))
             self.closed_until = end
         return out
+
+    def _oldest_active(self, now: float | None) -> float:
+        """The oldest latest time of the nodes still reporting. A node counts until it is IDLE_S of event time
+        behind the newest one *and*, in the worker, has sent nothing for IDLE_WALL_S: nodes whose partitions
+        different workers run at different speeds are behind, not gone, and hold their buckets open."""
+        newest = max(self.node_ts.values())
+        return min(ts for n, ts in self.node_ts.items()
+                   if newest - ts <= self.idle_s or (now is not None and now - self.seen_at.get(n, now) < IDLE_WALL_S))
+
+    def roster(self) -> dict:
+        """What a worker that takes this key over needs to close buckets right (the nodes and how far each
+        got, what was closed): JSON, stored in the model-state table next to the synthetic nodes' state."""
+        return {"node_ts": dict(self.node_ts), "closed_until": self.closed_until, "prev_end": dict(self.prev_end)}
+
+    def restore(self, roster: dict, now: float | None) -> None:
+        """Take over a roster written by the worker that held this key before (see :meth:`roster`)."""
+        self.node_ts = {str(n): float(t) for n, t in (roster.get("node_ts") or {}).items()}
+        self.closed_until = float(roster.get("closed_until") or 0.0)
+        self.prev_end = {str(k): float(v) for k, v in (roster.get("prev_end") or {}).items()}
+        if now is not None:
+            self.seen_at = dict.fromkeys(self.node_ts, now)
+            self.cold_until = now  # it knows the nodes: no wait
+
+    @property
+    def watermark(self) -> float | None:
+        """Its next synthetic snapshots are dated after this: the end of the last closed bucket, or, before
+        any closed, the start of the first open one (None while it holds nothing)."""
+        if self.closed_until > 0:
+            return self.closed_until
+        return min(self.buckets) if self.buckets else None
 
     def _close(self, start: float, by_node: dict[str, list[Snapshot]]) -> list[Snapshot]:
         end = start + self.bucket_s
@@ -265,22 +317,51 @@ class ModelStage:
         fleet rules exist)."""
         return model_keys(snapshot, models=bool(self.model_rules.rules), fleet=bool(self.fleet_rules.rules))
 
-    def add(self, key: str, snapshot: Snapshot, causes: tuple[str, ...] = (), store=None) -> list[IncidentEvent]:
-        """Feed one engine snapshot (and the root causes open on its node) to `key`'s aggregator; run
-        the rules on every bucket it closes."""
+    def add(self, key: str, snapshot: Snapshot, causes: tuple[str, ...] = (), store=None,
+            now: float | None = None) -> list[IncidentEvent]:
+        """Feed one engine snapshot (and the root causes open on its node; `now`: its wall-clock arrival in the
+        worker) to `key`'s aggregator; run the rules on every bucket it closes. A worker that takes a key
+        over (a failover, a rebalance) starts from the roster the previous one stored."""
         store = self.store if store is None else store
         agg = self.aggregators.get(key)
         if agg is None:
             peers = None if key == FLEET or not self._peer_histograms else EnginePeerWindows(self._peer_histograms)
             agg = self.aggregators[key] = ModelAggregator(key, peers=peers)
+            roster = store.get(ROSTER_PREFIX + key)
+            if isinstance(roster, dict):
+                agg.restore(roster, now)
+        return self._judge(key, agg, agg.add(snapshot, causes, now), store)
+
+    def tick(self, keys: Iterable[str], now: float, store=None) -> list[IncidentEvent]:
+        """Wall time passed (the worker's tick): close what the aggregators of `keys` can close now."""
+        store = self.store if store is None else store
+        return [ev for k in keys if (agg := self.aggregators.get(k)) is not None
+                for ev in self._judge(k, agg, agg.close_ready(now), store)]
+
+    def _judge(self, key: str, agg: ModelAggregator, closed: list[Snapshot], store) -> list[IncidentEvent]:
+        """Run the rules on the synthetic snapshots of closed buckets; store the key's roster when any closed."""
         events: list[IncidentEvent] = []
         processor = self.fleet_processor if key == FLEET else self.model_processor
-        for synth in agg.add(snapshot, causes):
+        for synth in closed:
             step = processor.step(store.get(synth.node), synth)
             if step.changed:
                 store[synth.node] = step.state
             events.extend(rescope(ev) for ev in step.events)
+        if closed:
+            store[ROSTER_PREFIX + key] = agg.roster()
         return events
+
+    def watermark(self, keys: Iterable[str]) -> float | None:
+        """The oldest :attr:`ModelAggregator.watermark` of `keys`: their next events are dated later (a
+        progress marker for the roll-up's event-time order, :mod:`tailhound.streams.rollup_order`)."""
+        marks = [m for k in keys if (agg := self.aggregators.get(k)) is not None and (m := agg.watermark) is not None]
+        return min(marks) if marks else None
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Drop the aggregators of `keys` (their partition moved to another worker; if it comes back, they
+        start over instead of closing stale buckets)."""
+        for k in keys:
+            self.aggregators.pop(k, None)
 
     def feed(self, snapshot: Snapshot, causes: tuple[str, ...] = ()) -> list[IncidentEvent]:
         """Offline: route one (node-stage) snapshot to every key it feeds."""

@@ -76,11 +76,14 @@ class NodeState(BaseModel):
 
     def sync(self) -> None:
         """Write the decoded windows and baselines back into the stored fields (before a dump)."""
-        if "latency" in self._dirty and self._tracker is not None:
-            self.latency = self._tracker.to_dict()
-        for key in self._dirty - {"latency"}:
-            self.baselines[key] = self._baseline_objs[key].to_dict()
-        self._dirty.clear()
+        private = self.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
+        dirty, objs, tracker = private["_dirty"], private["_baseline_objs"], private["_tracker"]
+        if "latency" in dirty and tracker is not None:
+            self.latency = tracker.to_dict()
+        baselines = self.baselines
+        for key in dirty - {"latency"}:  # (in this order: it is the stored dict's order of new keys)
+            baselines[key] = objs[key].to_dict()
+        dirty.clear()
 
 
 def heal_future(state: NodeState, horizon: float, now: float | None = None) -> bool:

@@ -53,6 +53,8 @@ class LatestValues:
 
     def __init__(self) -> None:
         self._values: dict[str, dict[str, tuple[float, float, float]]] = {}
+        #: (ts, interval_s) of the last snapshot whose window statistics were stored (see SnapshotProcessor)
+        self.stats_at: tuple[float, float | None] | None = None
 
     def update(self, values: SignalValues, ts: float, interval_s: float | None) -> None:
         max_age = max(STALE_INTERVALS * interval_s, MIN_AGE_S) if interval_s else DEFAULT_AGE_S
@@ -215,21 +217,51 @@ class SnapshotScan(NamedTuple):
 
 
 _SKIP = object()  # the metric maps to no signal of the sample's kind
-_BY_LABELS = object()  # the mapping depends on label values (catalog `match`): look it up per sample
+#: plans by label values kept per metric whose mapping depends on them (beyond: a catalog lookup per sample)
+MAX_LABEL_PLANS = 1024
 
 
-def _sample_plan(catalog: Catalog, source: str, kind: str, metric: str) -> object:
-    """How a (source, kind, metric) sample becomes a value: (signal, scale, entity label, spec), where the
-    entity label is "" for node-level signals and None when SignalSpec.entity must join several."""
-    if any(sm.match for _, sm in catalog.by_metric.get((source, metric), ())):
-        return _BY_LABELS
-    found = catalog.lookup(source, metric)
+class _ByLabels:
+    """The plan of a metric whose mapping depends on label values (catalog ``match``, e.g. dcgm's MIG
+    ``GPU_I_ID``): one plan per combination of the values of the labels the mappings match on."""
+
+    __slots__ = ("keys", "plans")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.plans: dict[tuple, object] = {}
+
+
+def _resolved_plan(found: tuple | None, kind: str) -> object:
+    """(signal, scale, entity label, spec) of a catalog answer, where the entity label is "" for node-level
+    signals and None when SignalSpec.entity must join several; _SKIP when it is not of the sample's kind."""
     if found is None or found[0].kind != kind:
         return _SKIP
     spec, scale = found
     per = spec.per
     label = "" if not per or per == ("node",) else (per[0] if len(per) == 1 else None)
     return (spec.name if kind == "gauge" else f"{spec.name}.rate", scale, label, spec)
+
+
+def _sample_plan(catalog: Catalog, source: str, kind: str, metric: str) -> object:
+    """How a (source, kind, metric) sample becomes a value: a plan (:func:`_resolved_plan`), or a
+    :class:`_ByLabels` when the mapping depends on label values."""
+    mappings = catalog.by_metric.get((source, metric), ())
+    if any(sm.match for _, sm in mappings):
+        return _ByLabels(tuple(sorted({k for _, sm in mappings for k, _ in sm.match})))
+    return _resolved_plan(catalog.lookup(source, metric), kind)
+
+
+def _label_plan(plan: _ByLabels, catalog: Catalog, source: str, kind: str, metric: str,
+                labels: dict[str, str]) -> object:
+    """The plan of one sample of a :class:`_ByLabels` metric (what the catalog maps its label values to)."""
+    values = tuple(map(labels.get, plan.keys))
+    found = plan.plans.get(values)
+    if found is None:
+        found = _resolved_plan(catalog.lookup(source, metric, labels), kind)
+        if len(plan.plans) < MAX_LABEL_PLANS:
+            plan.plans[values] = found
+    return found
 
 
 def snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SnapshotScan:
@@ -262,16 +294,11 @@ def snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SnapshotScan:
             plan = _sample_plan(catalog, source, kind, s.name)
             if len(kind_plans) < 65536:  # bounded: metric names come from the wire
                 kind_plans[s.name] = plan
+        if plan.__class__ is _ByLabels:
+            plan = _label_plan(plan, catalog, source, kind, s.name, labels)  # type: ignore[arg-type]
         if plan is _SKIP:
             continue
-        if plan is _BY_LABELS:
-            found = catalog.lookup(source, s.name, labels)
-            if found is None or found[0].kind != kind:
-                continue
-            spec, scale = found
-            name, label = (spec.name if kind == "gauge" else f"{spec.name}.rate"), None
-        else:
-            name, scale, label, spec = plan  # type: ignore[misc]
+        name, scale, label, spec = plan  # type: ignore[misc]
         if label is None:
             entity = spec.entity(labels, common)
             if entity is None:

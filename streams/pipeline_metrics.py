@@ -12,6 +12,11 @@ reloads (:mod:`tailhound.streams.reload`):
 - ``tailhound_incident_events_total{root_cause,event}``: incident events published (opened, updated,
   resolved), after the roll-up: what people see;
 - ``tailhound_incidents_open{root_cause}``: incidents open now;
+- ``tailhound_rollup_order_events_total{how}``: member events the roll-up took in event-time order
+  (``how="ordered"``), released by the wall-clock bound before every partition vouched for them
+  (``"forced"``) or arriving after later ones were released (``"late"``), see
+  :mod:`tailhound.streams.rollup_order` (counted where the roll-up runs);
+- ``tailhound_rollup_order_pending``: events waiting for their turn;
 - ``tailhound_detection_lag_seconds``: wall-clock time from the event time of the snapshot that opened an
   incident to its publication (how far behind the telemetry the worker runs, plus the publish).
 
@@ -20,6 +25,7 @@ Consumer lag is the worker's (:mod:`tailhound.worker_metrics`): it needs the Kaf
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter as _Counter
 from collections.abc import Callable, Iterator
@@ -30,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from tailhound.incident import IncidentEvent
 
+log = logging.getLogger(__name__)
 PROCESSING_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 LAG_BUCKETS = (0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 #: sources are a closed set in practice (the catalog's and the agent's); beyond this many, "other"
@@ -53,6 +60,9 @@ class PipelineMetrics:
         #: filled by the node stage's processor (SnapshotProcessor.timings) and the model agent
         self.stage_seconds: dict[str, float] = {}
         self.model_stage_seconds = 0.0
+        #: the roll-up's order (set by the roll-up agent): ordered / forced / late counts, events pending
+        self.rollup_order: dict[str, int] = {}
+        self.rollup_pending = 0
         self._open: dict[str, str] = {}  # incident id -> root cause
         self._sources: set[str] = set()
         registry.register(_Collected(self))
@@ -75,6 +85,19 @@ class PipelineMetrics:
             self.detection_lag.observe(max(self.clock() - ev.ts, 0.0))
         if ev.incident_id in self._open or len(self._open) < MAX_OPEN:
             self._open[ev.incident_id] = str(ev.root_cause)
+
+    def rollup_order_seen(self, state, released: int) -> None:
+        """The roll-up's order state after a message (:class:`tailhound.streams.rollup_order.OrderState`), and
+        how many member events it released then."""
+        late, forced = self.rollup_order.get("late", 0), self.rollup_order.get("forced", 0)
+        if state.late > late or state.forced > forced:
+            log.info("roll-up order: %d events late, %d released by the wall-clock bound (streams."
+                     "rollup_max_delay_s) since this worker took the roll-up", state.late, state.forced)
+        new_late, new_forced = max(late, state.late), max(forced, state.forced)
+        self.rollup_order["late"], self.rollup_order["forced"] = new_late, new_forced
+        in_order = max(released - (new_late - late) - (new_forced - forced), 0)
+        self.rollup_order["ordered"] = self.rollup_order.get("ordered", 0) + in_order
+        self.rollup_pending = len(state.pending)
 
     def open_by_cause(self) -> dict[str, int]:
         return dict(_Counter(self._open.values()))
@@ -99,3 +122,12 @@ class _Collected(Collector):
         for cause, n in sorted(self.metrics.open_by_cause().items()):
             open_.add_metric([cause], n)
         yield open_
+        order = CounterMetricFamily("tailhound_rollup_order_events", "Member incident events the roll-up took in "
+                                    "event-time order (ordered), released by the wall-clock bound before "
+                                    "every partition passed them (forced), or after later ones (late).",
+                                    labels=["how"])
+        for how, n in sorted(self.metrics.rollup_order.items()):
+            order.add_metric([how], n)
+        yield order
+        yield GaugeMetricFamily("tailhound_rollup_order_pending", "Member incident events waiting for their turn "
+                                "in the roll-up's event-time order.", value=self.metrics.rollup_pending)

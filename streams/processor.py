@@ -27,6 +27,7 @@ from .evaluator import NodeState, evaluate, heal_future, source_key
 from .loadmodel import LoadModel
 from .nodesignals import LatestValues
 from .ruleset import RuleSet
+from .signal_reads import window_stats_read
 
 RawState = dict[str, Any]
 PERSIST_EVERY_S = 60.0
@@ -61,13 +62,16 @@ class SnapshotProcessor:
     persisted state the caller stores."""
 
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
-                 models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None) -> None:
+                 models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
+                 all_stats: bool = False) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
         #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see tailhound.streams.loadmodel
         self.models = models or {}
         #: per-model service levels (settings.streams.ttft_p99_sla_s ...), see tailhound.streams.evaluator
         self.sla = sla
+        #: derive every window statistic into the view, not only those the rules and models read (loadfit)
+        self.all_stats = all_stats
         self._latest: dict[str, LatestValues] = {}
         self._states: dict[str, NodeState] = {}
         #: seconds spent per evaluation stage, added up (None: not measured; the worker sets a dict)
@@ -76,8 +80,20 @@ class SnapshotProcessor:
     def replace_rules(self, rules: RuleSet) -> None:
         """Judge the next snapshots with `rules` (a reload): baselines, windows and open incidents carry over;
         state of rules that are gone is dropped on each node's next snapshot, and their incidents resolve
-        (or take a remaining cause as root)."""
-        self.rules = rules
+        (or take a remaining cause as root). Window statistics the new rules read and the old ones did not are
+        derived for every node in memory as of its last histogram snapshot, so the view reads as if they had
+        always been derived."""
+        before, self.rules = self.rules, rules
+        if self.all_stats:
+            return
+        added = window_stats_read(rules, self.models) - window_stats_read(before, self.models)
+        if not added:
+            return
+        for node, state in self._states.items():
+            latest = self._latest.get(node)
+            if latest is not None and latest.stats_at is not None and state._tracker is not None:
+                ts, interval_s = latest.stats_at
+                latest.update(state._tracker.engine_values(ts, node, added), ts, interval_s)
 
     def open_causes(self, node: str) -> tuple[str, ...]:
         """Root causes of the node's open incidents (the model stage uses them for correlation)."""
@@ -119,7 +135,8 @@ class SnapshotProcessor:
             latest = self._latest[node] = LatestValues()
         try:
             after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                     models=self.models, sla=self.sla, timings=self.timings)
+                                     models=self.models, sla=self.sla, timings=self.timings,
+                                     all_stats=self.all_stats)
         except Exception:
             self._states.pop(node, None)  # possibly half-updated: decode the stored state next time
             raise
@@ -160,6 +177,14 @@ class SnapshotProcessor:
         """Drop what is kept in memory for `node`."""
         self._states.pop(node, None)
         self._latest.pop(node, None)
+
+    def forget_partitions(self, partitions: set[int]) -> list[str]:
+        """Drop what is kept in memory for the nodes of `partitions` (they moved to another worker, which may
+        change their stored state: if they come back, it is decoded again). Returns those nodes."""
+        nodes = [n for n, st in self._states.items() if st.partition in partitions]
+        for node in nodes:
+            self.forget(node)
+        return nodes
 
     def __len__(self) -> int:
         """Nodes held in memory."""

@@ -21,6 +21,7 @@ worker (their incidents resolve, "node gone").
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -38,7 +39,9 @@ from .loadmodel import LoadModel
 from .model_stage import ModelStage, split_rules
 from .processor import MemoryStateStore, SnapshotProcessor
 from .rollup import RollupState, rollup
+from .rollup_order import MODEL_STAGE, NODE_STAGE, EventOrder, OrderState
 from .ruleset import RuleSet
+from .watermarks import PartitionClock
 
 
 @dataclass
@@ -69,12 +72,25 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
     expiry = NodeExpiry(node_expiry_s or None)
     t0 = time.perf_counter()
 
-    def emit(members: Iterable[IncidentEvent]) -> None:
+    # the roll-up takes the events in event-time order, as the worker's does (tailhound.streams.rollup_order):
+    # held back until the stages' watermarks pass them, here without a wall-clock bound
+    order, ordered = EventOrder(math.inf, idle_wall_s=0.0, cold_s=0.0), OrderState()
+    clock = PartitionClock()
+
+    def roll(members: Iterable[IncidentEvent]) -> None:
         for member in members:
             for ev in rollup(rolled, member):
                 result.events.append(ev)
                 if out is not None:
                     out.write(ev.model_dump_json() + "\n")
+
+    def emit(members: Iterable[IncidentEvent]) -> None:
+        for member in members:
+            roll(order.member(ordered, member, 0.0))
+
+    def progress(source: str, mark: float | None) -> None:
+        if mark is not None:
+            roll(order.progress(ordered, source, mark, 0.0))
 
     def snapshots() -> Iterator[Snapshot]:
         for rec in records:
@@ -93,6 +109,10 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
             store[snap.node] = step.state
         model_events = model_stage.feed(snap, processor.open_causes(snap.node)) if model_stage.enabled else []
         emit([*step.events, *model_events])
+        if not step.redelivered:
+            progress(f"{NODE_STAGE}/0", clock.observe(0, snap.node, snap.source, snap.ts))
+        if model_events or model_stage.enabled:
+            progress(f"{MODEL_STAGE}/0", model_stage.watermark(list(model_stage.aggregators)))
         if expiry.tick(0, snap.ts):
             for node, _seen in expiry.gone(0, store.items(), lambda _node: 0):
                 gone = processor.expire(node, store.get(node), snap.ts, node_expiry_s)
@@ -100,6 +120,7 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
                     emit(gone)
                     del store[node]
                     result.nodes_expired += 1
+    roll(order.drain(ordered))
     result.seconds = time.perf_counter() - t0
     return result
 

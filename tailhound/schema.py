@@ -10,10 +10,11 @@ from pydantic import BaseModel
 
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
-from tailhound.snapshot import Snapshot
+from tailhound.snapshot import Snapshot, SnapshotBundle
 
 WIRE_MODELS: dict[str, type[BaseModel]] = {
     "snapshot.schema.json": Snapshot,
+    "snapshot-bundle.schema.json": SnapshotBundle,
     "incident-event.schema.json": IncidentEvent,
     "deadletter.schema.json": DeadLetter,
 }
@@ -22,7 +23,7 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
 def render(model: type[BaseModel]) -> str:
     schema = model.model_json_schema(mode="serialization")
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-              "$id": f"urn:tailhound:schema:{model.__name__}:v1", **schema}
+              "$id": f"urn:tailhound:schema:{model.__name__}:v{model.model_fields['schema_version'].default}", **schema}
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -22,6 +22,12 @@ from tailhound.snapshot import LIMITS
 CONFIG_ENV = "TAILHOUND_CONFIG"
 
 
+#: the shortest rebalance timeout a static member (streams.instance_id) gets: a static member that misses a
+#: rebalance's deadline is not dropped like a dynamic one but starts the next rebalance when it rejoins, so it
+#: needs a deadline a busy worker meets (5 s, the dynamic default, is tight on loaded machines).
+STATIC_REBALANCE_TIMEOUT_S = 20.0
+
+
 class StreamsSettings(BaseModel):
     """Faust worker tuning. The defaults favour fast failover on a small group."""
 
@@ -29,6 +35,10 @@ class StreamsSettings(BaseModel):
 
     app_id: str = "tailhound-streams"
     data_dir: Path = Path(".tailhound/streams")
+    #: where the worker's tables live: "memory" (rebuilt from the changelogs on every start) or "rocksdb"
+    #: (on disk under data_dir, for fleets whose state does not fit in memory; a restart reads the local
+    #: database and only the changelog's tail). rocksdb needs the extra: pip install 'tailhound[rocksdb]'
+    store: Literal["memory", "rocksdb"] = "memory"
     commit_interval_s: float = Field(default=1.0, gt=0)
     session_timeout_s: float = Field(default=10.0, gt=0)
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
@@ -63,6 +73,27 @@ class StreamsSettings(BaseModel):
     #: host:port of the worker's HTTP endpoint (/metrics, /-/healthy, POST /-/reload); "" turns it off,
     #: port 0 takes a free port. Writes need the API token (notifier.api_token / api_token_file).
     web_listen: str = Field(default="127.0.0.1:9096", pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):\d{1,5}$")
+    #: copies of each table partition kept warm on other workers of the group (Faust standby replicas), so
+    #: a failover resumes from a standby instead of replaying the changelog from zero; with one worker
+    #: there is nowhere to keep them and this changes nothing
+    standby_replicas: int = Field(default=1, ge=0, le=3)
+    #: stable identity of this worker in its consumer group (Kafka static membership, KIP-345): a worker
+    #: restarted with the same id within session_timeout_s gets its partitions back without a rebalance
+    #: of the group. Set it from a pod ordinal or host name (the Kubernetes manifests use the pod name of
+    #: a StatefulSet); "" joins as a dynamic member. Unique per worker.
+    instance_id: str = Field(default="", max_length=200, pattern=r"^[A-Za-z0-9._-]*$")
+
+    #: the roll-up publishes incident events in event-time order: an event waits until every telemetry
+    #: and model-stage partition has passed its time (so the incidents do not depend on how partitions
+    #: are spread over workers), but never longer than this many wall seconds. 0: arrival order, no wait
+    rollup_max_delay_s: float = Field(default=10.0, ge=0, le=300)
+
+    @property
+    def effective_rebalance_timeout_s(self) -> float:
+        """rebalance_timeout_s, but at least STATIC_REBALANCE_TIMEOUT_S for a static member (instance_id)."""
+        if self.instance_id:
+            return max(self.rebalance_timeout_s, STATIC_REBALANCE_TIMEOUT_S)
+        return self.rebalance_timeout_s
 
 
 class ConsoleSink(BaseModel):

@@ -18,6 +18,7 @@ while decoding, at no measurable cost); the worker checks the message size befor
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Iterator
@@ -27,6 +28,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SNAPSHOT_SCHEMA_VERSION = 1
+#: A telemetry message of this version is a :class:`SnapshotBundle` (several snapshots of one node); a message
+#: of version 1 (or without ``schema_version``) is one :class:`Snapshot`. Both decode (``tailhound.streams.codec``).
+BUNDLE_SCHEMA_VERSION = 2
 
 #: Sources tailhound knows how to interpret. Others are accepted (the field is an open name) so that
 #: a newer agent can publish a new source before the streams side maps it.
@@ -60,6 +64,8 @@ class SnapshotLimits:
     max_label_value: int = 4096
     #: buckets of one histogram (classic Prometheus histograms have 10-40)
     max_buckets: int = 512
+    #: snapshots in one bundle message (:class:`SnapshotBundle`: the sources of one node published together)
+    max_bundle_snapshots: int = 64
     #: the collection interval: a day at most (values older than a few intervals go stale, so an
     #: absurd interval would keep them forever)
     max_interval_s: float = 86_400.0
@@ -229,3 +235,39 @@ class Snapshot(BaseModel):
         for s in self.samples:
             if s.name == name and (kind is None or s.kind == kind):
                 yield s
+
+
+class SnapshotBundle(BaseModel):
+    """Telemetry message version 2: several snapshots of ONE node in one Kafka message (key = node).
+
+    An agent that publishes a node's sources together (``publish.bundle`` in agent.yaml) sends the
+    snapshots one tick collected as one message instead of one message each: the worker then pays its
+    per-message cost (fetch, stream event, acknowledgement, table read) once per node and tick instead of
+    once per source. Each part is a version-1 :class:`Snapshot` exactly as it would travel alone, and the
+    worker evaluates the parts in order, as if they had come one after another. A bundle is judged whole:
+    one bad part rejects the message (the dead letter names the part, ``snapshots.<i>...``).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    schema_version: Literal[2] = BUNDLE_SCHEMA_VERSION
+    node: Name = Field(description="Host every snapshot of the bundle describes; also the Kafka message key.")
+    snapshots: list[Snapshot] = Field(min_length=1, max_length=LIMITS.max_bundle_snapshots,
+                                      description="The node's snapshots, in the order they were collected.")
+
+    @model_validator(mode="after")
+    def _one_node(self) -> SnapshotBundle:
+        for i, snap in enumerate(self.snapshots):
+            if snap.node != self.node:
+                raise ValueError(f"snapshots.{i} is of node {snap.node!r}, not the bundle's {self.node!r}")
+        return self
+
+    def key(self) -> bytes:
+        """The Kafka message key: the node name."""
+        return self.node.encode()
+
+
+def bundle_bytes(node: str, parts: list[bytes]) -> bytes:
+    """The JSON of a :class:`SnapshotBundle` of `node` from its parts' JSON (each one encoded snapshot, as
+    ``encode_snapshot`` gives it), without decoding them again."""
+    return b'{"schema_version":2,"node":' + json.dumps(node).encode() + b',"snapshots":[' + b",".join(parts) + b"]}"

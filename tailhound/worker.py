@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 _REGISTRIES: weakref.WeakKeyDictionary[faust.App, CollectorRegistry] = weakref.WeakKeyDictionary()
 _RELOADERS: weakref.WeakKeyDictionary[faust.App, RuleReloader] = weakref.WeakKeyDictionary()
 _WEB_PORTS: weakref.WeakKeyDictionary[faust.App, int | None] = weakref.WeakKeyDictionary()
+_ENDPOINT_TASKS: weakref.WeakKeyDictionary[faust.App, asyncio.Future] = weakref.WeakKeyDictionary()
 
 
 def add_notifier(app: faust.App, settings: Settings) -> None:
@@ -149,5 +150,8 @@ def run_worker(settings: Settings, rules: RuleSet) -> None:
     guard_topics(app, settings)
     worker = make_worker(app, settings)
     stop_within(worker)
-    asyncio.ensure_future(run_endpoint(app, settings), loop=worker.loop)  # before table recovery
+    # before table recovery; the loop keeps only a weak reference to a task, and one whose only await is on an
+    # Event nothing else holds is garbage: kept here, or a garbage collection cancels the endpoint (it did)
+    endpoint = asyncio.ensure_future(run_endpoint(app, settings), loop=worker.loop)
+    _ENDPOINT_TASKS[app] = endpoint
     worker.execute_from_commandline()

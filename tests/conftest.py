@@ -25,7 +25,7 @@ def settings(broker, tmp_path) -> Settings:
         topic_prefix=f"t{run}.",
         partitions=2,
         streams={"app_id": f"test-{run}", "data_dir": tmp_path / "streams", "log_level": "info",
-                 "web_listen": "127.0.0.1:0"},
+                 "web_listen": "127.0.0.1:0", "rollup_max_delay_s": 2.0},
         notifier={"api_listen": "127.0.0.1:0"},
     )
 

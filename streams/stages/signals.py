@@ -11,6 +11,7 @@ from tailhound.snapshot import Snapshot
 
 from ..node_state import NodeState
 from ..nodesignals import CurrentValues, snapshot_values
+from ..signal_reads import window_stats_read
 from ..signals import SLA_SIGNALS, SignalValues
 from .step import Step
 
@@ -20,7 +21,11 @@ def stage(step: Step) -> bool:
     scan = snapshot_values(snapshot, step.catalog)
     fresh = scan.values
     if scan.histogram_deltas:
-        fresh.update(_latency_values(state, snapshot, step.catalog))
+        wanted = None if step.all_stats else window_stats_read(step.rules, step.models or ())
+        latency = _latency_values(state, snapshot, step.catalog, wanted)
+        if latency is not None:
+            fresh.update(latency)
+            step.latest.stats_at = (snapshot.ts, snapshot.interval_s)
     step.latest.update(fresh, snapshot.ts, snapshot.interval_s)
     _remember_models(state, scan.models)
     step.fresh = fresh
@@ -73,10 +78,12 @@ def _add_sla(view: CurrentValues | SignalValues, state: NodeState, sla: dict[str
             view[signal] = values
 
 
-def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog) -> SignalValues:
-    """Feed histogram deltas into the node's latency windows; their percentiles per engine."""
+def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog, wanted: frozenset[str] | None
+                    ) -> SignalValues | None:
+    """Feed histogram deltas into the node's latency windows; their percentiles per engine (the `wanted`
+    ones, None: all); None when no window took an interval."""
     tracker = state.tracker(catalog)
     if not tracker.observe(snapshot):
-        return {}
+        return None
     state._dirty.add("latency")
-    return tracker.engine_values(snapshot.ts, snapshot.node)
+    return tracker.engine_values(snapshot.ts, snapshot.node, wanted)

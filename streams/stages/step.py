@@ -30,6 +30,8 @@ class Step:
     stale_after_s: float
     models: dict[str, LoadModel] | None = None
     sla: dict[str, dict[str, float]] | None = None
+    #: derive every window statistic, not only those the rules and models can read (streams/signal_reads.py)
+    all_stats: bool = False
     #: signals: the snapshot's own values, and the node's merged view (computed per signal as rules read it)
     fresh: SignalValues = field(default_factory=dict)
     view: CurrentValues | SignalValues = field(default_factory=dict)

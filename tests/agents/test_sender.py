@@ -143,3 +143,40 @@ async def test_acks_into_a_lost_log_are_not_counted_and_the_batch_goes_again_aft
     assert [json.loads(v)["ts"] for v in producer.log] == [1000.0 + i for i in range(8)], "re-sent in order"
     assert len(declared) == 2 and sender.log_resets == 1
     assert sender.metrics.sent._value.get() == 8, "only what the broker kept counts as sent"
+
+
+def other_node(i: int) -> Snapshot:
+    return Snapshot(ts=1000.0 + i, node="n2", source="dcgm", samples=[GaugeSample(name="g", value=float(i))])
+
+
+async def test_bundling_sends_one_message_per_node_and_tick_that_the_worker_decodes_in_order():
+    from tailhound.streams.codec import decode_message
+
+    producer = FakeProducer()
+    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=50, producer=producer, bundle=True)
+    await sender.start()
+    await asyncio.sleep(0)
+    try:
+        for s in (snap(0), snap(1), other_node(2), snap(3)):
+            sender.enqueue(s)
+        assert await sender.flush(2.0)
+    finally:
+        await sender.stop(flush_timeout_s=0)
+    [request] = producer.requests
+    assert len(request) == 3  # n1 (2 snapshots), n2, n1: runs of one node only, so every node's order is kept
+    decoded = [decode_message(v) for v in request]
+    assert [[(s.node, s.ts) for s in parts] for parts in decoded] == [
+        [("n1", 1000.0), ("n1", 1001.0)], [("n2", 1002.0)], [("n1", 1003.0)]]
+    assert [parts.bundled for parts in decoded] == [True, False, False]  # a run of one stays version 1
+    assert sender.metrics.sent._value.get() == 4  # snapshots, not messages
+
+
+def test_bundle_batch_bounds_parts_and_bytes():
+    from tailhound.agents.buffer import Message
+    from tailhound.agents.sender import bundle_batch
+
+    batch = [Message(key=b"n1", value=snap(i).model_dump_json(exclude_none=True).encode()) for i in range(5)]
+    assert [json.loads(m.value).get("schema_version") for m in bundle_batch(batch, max_parts=2)] == [2, 2, 1]
+    size = len(batch[0].value)
+    assert [len(json.loads(m.value).get("snapshots", [0])) for m in bundle_batch(batch, max_bytes=3 * size)] == [3, 2]
+    assert bundle_batch(batch, max_parts=1) == batch

@@ -53,7 +53,7 @@ def test_bench_sections_can_run_alone():
     assert parse_args(["--only", "streams"]).sections == ["streams"]
     assert parse_args(["--only", "replay,memory"]).sections == ["replay", "memory"]
     assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise",
-                                       "startup", "scenarios"]
+                                       "startup", "scenarios", "table-store", "nodes-per-core", "scale-out"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
 
@@ -90,3 +90,43 @@ def test_report_compares_per_window_and_per_cpu_second():
     assert "per CPU-second (both busy): (c)/(b) = **12%**" in text
     assert "(c)/(b') = **25%**; per CPU-second **25%**" in text
     assert "(c0) the same worker, step replaced by a counter" in text
+
+
+def test_bundled_and_nvml_inputs_keep_every_snapshot_and_count_nodes():
+    from bench import nodes_per_core
+
+    messages = streams_throughput.fleet_messages(2 * 19, nodes=2, nvml=True)
+    assert sum(b'"source":"nvml"' in v for _, v in messages) == 30  # 15 a node per 15 s tick, beside its 4
+    bundles = streams_throughput.bundled(messages)
+    assert len(bundles) == 2 + 28  # the tick's 4 + 1 NVML in one message per node, then NVML alone each second
+    assert sum(streams_throughput.snapshots_in(v) for _, v in bundles) == len(messages)
+    assert nodes_per_core.nodes_per_core(2700.0) == 10_125.0  # 4 snapshots per 15 s per node
+    assert nodes_per_core.nodes_per_core(1900.0, nvml=True) == 1500.0
+
+
+@pytest.mark.broker
+async def test_nodes_per_core_measures_both_shapes():
+    import inspect
+
+    import tailhound.streams.app
+    from bench import nodes_per_core
+
+    if "admit_all" not in inspect.getsource(tailhound.streams.app):
+        pytest.skip("this streams/app.py does not read bundles yet (telemetry version 2)")
+
+    result = await nodes_per_core.run(n=40, reps=1, shapes=("per-source", "bundled"), variants=("wiring",), nodes=2)
+    assert {(s, v) for s, v in result["runs"]} == {("per-source", "wiring"), ("bundled", "wiring")}
+    assert all(r[0]["lag"] == 0 for r in result["runs"].values())
+    assert "nodes per worker core" in nodes_per_core.report(result)
+
+
+def test_scale_out_report_and_cpu_seconds():
+    import os
+
+    from bench import scale_out
+
+    assert scale_out.cpu_seconds(os.getpid()) > 0 and scale_out.cpu_seconds(2**22 + 7) == 0.0
+    run = {"workers": 2, "partitions": 6, "n": 100, "wall_s": 2.0, "rate": 50.0, "cpu_s": 0.5, "cpu_rate": 200.0,
+           "cpu_share": [0.6, 0.4]}
+    text = scale_out.report({"n": 100, "reps": 1, "partitions": 6, "nodes": 24, "runs": {2: [run]}})
+    assert "| 2 | 50 | 50 | 200 | 200 | [0.6, 0.4] |" in text

@@ -116,7 +116,7 @@ def test_images_are_retargeted_by_kustomize(kustomization, applied):
 # --- workloads ---------------------------------------------------------------------------------------
 def test_expected_objects_exist(applied):
     assert by_kind(applied, "Namespace").keys() == {"tailhound"}
-    one(applied, "Deployment", "tailhound-worker")
+    one(applied, "StatefulSet", "tailhound-worker")
     one(applied, "DaemonSet", "tailhound-agent")
     one(applied, "ConfigMap", "tailhound-rules")
     one(applied, "ConfigMap", "tailhound-settings")
@@ -191,14 +191,26 @@ def test_requests_do_not_exceed_limits(applied):
                 assert 0 < req <= lim, f"{w['metadata']['name']}/{c['name']}: {kind} request {req} > limit {lim}"
 
 
-def test_worker_deployment(applied):
-    dep = one(applied, "Deployment", "tailhound-worker")
-    assert dep["spec"]["replicas"] == 2
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
+def test_worker_statefulset(applied):
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    assert sts["spec"]["replicas"] == 2
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
     args = list(c.get("command", [])[1:] if c.get("command") else []) + list(c.get("args", []))
     assert args[0] == "worker"
     assert args[0] in cli_command_names()
     check_cli_args(args)
+    # scaling starts and stops workers together; a rollout replaces one pod at a time, under its own name
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert "strategy" not in sts["spec"], "a Deployment's field: a StatefulSet has updateStrategy"
+    assert not by_kind(applied, "Deployment").get("tailhound-worker"), "the worker is a StatefulSet now"
+    # drains: at least one worker stays up, and a drain can still evict one
+    pdb = one(applied, "PodDisruptionBudget", "tailhound-worker")
+    assert pdb["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+    if "maxUnavailable" in pdb["spec"]:
+        assert 1 <= pdb["spec"]["maxUnavailable"] < sts["spec"]["replicas"]
+    else:
+        assert 1 <= pdb["spec"]["minAvailable"] < sts["spec"]["replicas"]
 
 
 def _ports(c: dict) -> dict[str, int]:
@@ -215,8 +227,8 @@ def test_worker_serves_its_endpoint_on_the_named_port_and_is_probed_there(applie
     startup) on /-/healthy, readiness on /-/ready (tailhound/worker_web.py), all through that name."""
     from tailhound import worker_web
 
-    dep = one(applied, "Deployment", "tailhound-worker")
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
     env = _container_env(applied, c)
     assert "TAILHOUND_STREAMS__WEB_LISTEN" in {e["name"] for e in c["env"]}, "the worker env must name the listen"
     check_settings_env_name("TAILHOUND_STREAMS__WEB_LISTEN")
@@ -235,22 +247,131 @@ def test_worker_serves_its_endpoint_on_the_named_port_and_is_probed_there(applie
     # the endpoint comes up only after the first table recovery (Faust starts app tasks then): the startup
     # probe must allow minutes for it, or a pod with a large changelog would be killed before it serves
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300
-    annotations = dep["spec"]["template"]["metadata"].get("annotations", {})
+    annotations = sts["spec"]["template"]["metadata"].get("annotations", {})
     assert annotations.get("prometheus.io/port") == port and annotations.get("prometheus.io/path") == "/metrics"
 
 
 def test_worker_service_exposes_the_metrics_port_of_every_worker(applied):
     svc = one(applied, "Service", "tailhound-worker")
-    dep = one(applied, "Deployment", "tailhound-worker")
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
-    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
-    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert svc["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
     (port,) = svc["spec"]["ports"]
     assert port["name"] == "metrics" and port["targetPort"] == "metrics" and port["port"] == _ports(c)["metrics"]
     assert svc["spec"].get("clusterIP") == "None", "headless: Prometheus scrapes each worker, nothing balances"
     assert svc["spec"].get("publishNotReadyAddresses") is True, "a recovering (not ready) worker must be scraped"
     labels = svc["metadata"]["labels"]
     assert labels.get("app.kubernetes.io/component") == "worker"  # what the ServiceMonitor selects
+
+
+def test_worker_statefulset_is_governed_by_a_headless_service(applied):
+    """`serviceName` names a headless Service of this namespace that selects the worker pods (it gives each pod
+    its stable DNS name); it is not the Service that Prometheus scrapes through, which stays as it was."""
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    name = sts["spec"].get("serviceName")
+    assert name, "a StatefulSet needs serviceName"
+    svc = one(applied, "Service", name)
+    assert svc["metadata"]["namespace"] == sts["metadata"]["namespace"]
+    assert svc["spec"].get("clusterIP") == "None", f"{name} must be headless"
+    assert svc["spec"].get("publishNotReadyAddresses") is True, "a recovering worker's name must resolve too"
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert name != "tailhound-worker", "keep the metrics Service (the ServiceMonitor's) apart from the governing one"
+    one(applied, "Service", "tailhound-worker")
+
+
+def _worker_env_entries(applied) -> tuple[dict, dict[str, dict]]:
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    return c, {e["name"]: e for e in c.get("env", [])}
+
+
+def test_worker_instance_id_is_the_pod_name(applied):
+    """Static membership: each worker's group.instance.id is its pod name, from the downward API (stable across
+    restarts for a StatefulSet, and unique per pod), never a literal or a ConfigMap value shared by every pod."""
+    c, env = _worker_env_entries(applied)
+    name = "TAILHOUND_STREAMS__INSTANCE_ID"
+    check_settings_env_name(name)
+    assert name in env, "the worker sets no static-membership id"
+    assert "value" not in env[name], "one literal id for every replica: the broker would fence all but one"
+    assert env[name]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert name not in _container_env(applied, c), "the id must not come from a ConfigMap (one value for all pods)"
+
+
+def test_the_instance_ids_the_pods_get_validate(applied, monkeypatch):
+    """The names a StatefulSet gives its pods (<name>-<ordinal>) are valid streams.instance_id values, with the
+    rest of the worker's settings, and distinct."""
+    from tailhound.settings import StreamsSettings
+
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    c, _ = _worker_env_entries(applied)
+    ids = []
+    for ordinal in range(sts["spec"]["replicas"] + 1):  # one more: a scale-out must validate too
+        pod = f"{sts['metadata']['name']}-{ordinal}"
+        assert len(pod) <= 63, f"{pod}: a pod's host name is one DNS label"
+        assert StreamsSettings(instance_id=pod).instance_id == pod
+        for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+            monkeypatch.delenv(key)
+        for k, v in _container_env(applied, c).items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("TAILHOUND_STREAMS__INSTANCE_ID", pod)
+        ids.append(load_settings().streams.instance_id)
+    assert ids[0] == "tailhound-worker-0"
+    assert len(set(ids)) == len(ids)
+
+
+def test_worker_keeps_standby_replicas_and_a_session_timeout_for_static_members(applied, monkeypatch):
+    """At least one standby copy of every table partition (a failover resumes from it), which needs another
+    worker to hold it; no more workers than telemetry partitions (the rest would sit idle); and a session
+    timeout long enough for a restarted pod to rejoin as the member it was."""
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    c, _ = _worker_env_entries(applied)
+    for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
+        monkeypatch.delenv(key)
+    for k, v in _container_env(applied, c).items():
+        monkeypatch.setenv(k, v)
+    settings = load_settings()
+    replicas = sts["spec"]["replicas"]
+    assert settings.streams.standby_replicas >= 1
+    assert replicas >= settings.streams.standby_replicas + 1, "a standby lives on another worker"
+    assert replicas <= settings.partitions, "replicas beyond TAILHOUND_PARTITIONS would process nothing"
+    # a pod's stop, reschedule and start takes well over the 10 s default; a lost worker's partitions wait this long
+    assert 20 <= settings.streams.session_timeout_s <= 120
+    assert settings.streams.heartbeat_interval_s * 3 <= settings.streams.session_timeout_s
+
+
+def _commented_alternative(path: Path) -> dict:
+    """The commented-out block at the end of a manifest, uncommented and parsed."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, ln in enumerate(lines) if re.match(r"\s*# (persistentVolumeClaimRetentionPolicy|"
+                                                             r"volumeClaimTemplates):", ln))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    rest = [ln for ln in lines[start:] if ln.strip()]
+    assert all(ln[:indent + 2] == " " * indent + "# " for ln in rest), "the block must end the file, commented"
+    return yaml.safe_load("\n".join(ln[indent + 2:] for ln in rest))
+
+
+def test_worker_data_dir_volume_claim_alternative_for_rocksdb(applied):
+    """The documented alternative to the emptyDir (streams.store rocksdb): a volumeClaimTemplate that, once
+    uncommented, replaces the `data` volume at the same mount, one ReadWriteOnce volume per worker."""
+    from tailhound.settings import StreamsSettings
+
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    assert "volumeClaimTemplates" not in sts["spec"], "the default keeps the tables in memory, the data dir an emptyDir"
+    alt = _commented_alternative(K8S_DIR / "worker-statefulset.yaml")
+    (claim,) = alt["volumeClaimTemplates"]
+    spec = sts["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    data_dir = PurePosixPath(_container_env(applied, c)["TAILHOUND_STREAMS__DATA_DIR"])
+    mount = next(m for m in c["volumeMounts"] if PurePosixPath(m["mountPath"]) in (data_dir, *data_dir.parents))
+    assert claim["metadata"]["name"] == mount["name"], "the claim must take the data dir's volume's place"
+    assert "emptyDir" in {v["name"]: v for v in spec["volumes"]}[mount["name"]]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert quantity(claim["spec"]["resources"]["requests"]["storage"]) >= quantity("1Gi")
+    policy = alt["persistentVolumeClaimRetentionPolicy"]
+    assert set(policy.values()) <= {"Retain", "Delete"} and set(policy) == {"whenDeleted", "whenScaled"}
+    assert StreamsSettings(store="rocksdb").store == "rocksdb"
 
 
 def test_agent_metrics_port_is_exposed_and_probed(applied):
@@ -279,8 +400,8 @@ def _container_env(applied, c) -> dict[str, str]:
 
 
 def test_worker_mounts_rules_and_writable_data_dir(applied):
-    dep = one(applied, "Deployment", "tailhound-worker")
-    spec = dep["spec"]["template"]["spec"]
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    spec = sts["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     env = _container_env(applied, c)
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -394,8 +515,8 @@ def test_secret_example_holds_placeholders_only(secret_example):
 # --- notifier ----------------------------------------------------------------------------------------
 def _notifier_mount(applied) -> tuple[dict, PurePosixPath, dict]:
     """(the worker container, the config path it reads, the ConfigMap mounted there)."""
-    dep = one(applied, "Deployment", "tailhound-worker")
-    spec = dep["spec"]["template"]["spec"]
+    sts = one(applied, "StatefulSet", "tailhound-worker")
+    spec = sts["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     env = _container_env(applied, c)
     assert "TAILHOUND_NOTIFIER__CONFIG" in env, "the worker does not say where its notifier config is"

@@ -375,7 +375,7 @@ def test_static_scrape_config(tmp_path):
     jobs = {sc["job_name"]: sc for sc in cfg["scrape_configs"]}
     assert set(jobs) == {WORKER_JOB, AGENT_JOB}
     worker_port = int(StreamsSettings().web_listen.rpartition(":")[2])
-    assert worker_port == 9096 == _metrics_port(_k8s("Deployment", "tailhound-worker"))
+    assert worker_port == 9096 == _metrics_port(_k8s("StatefulSet", "tailhound-worker"))
     agent_yaml = _k8s("ConfigMap", "tailhound-agent-config")["data"]["agent.yaml"]
     agent_listen = parse_agent_config(agent_yaml.replace("${NODE_NAME}", "n").replace("${NODE_IP}", "10.0.0.1"),
                                       origin="agent-configmap.yaml").listen
@@ -424,7 +424,7 @@ def test_kubernetes_sd_scrape_config(tmp_path):
     (sc,) = cfg["scrape_configs"]
     (sd,) = sc["kubernetes_sd_configs"]
     assert sd["role"] == "pod" and sd["namespaces"]["names"] == ["tailhound"]
-    worker, agent = _k8s("Deployment", "tailhound-worker"), _k8s("DaemonSet", "tailhound-agent")
+    worker, agent = _k8s("StatefulSet", "tailhound-worker"), _k8s("DaemonSet", "tailhound-agent")
     for workload, job in ((worker, WORKER_JOB), (agent, AGENT_JOB)):
         target = _relabel(sc["relabel_configs"], _pod_target(workload))
         assert target is not None, f"{job}: its pods are not scraped"
@@ -461,6 +461,18 @@ def test_servicemonitor_selects_the_worker_service():
     (ep,) = sm["spec"]["endpoints"]
     assert ep["port"] in {p["name"] for p in svc["spec"]["ports"]} and ep["path"] == "/metrics"
     assert _relabelings_job(ep["relabelings"]) == WORKER_JOB
+
+
+def test_servicemonitor_selects_no_other_service():
+    """Every worker is scraped once: the StatefulSet's governing (headless) Service selects the same pods, so
+    the ServiceMonitor must not select it too."""
+    (sm,) = _load(PROM_DIR / "servicemonitor.yaml")
+    wanted = sm["spec"]["selector"]["matchLabels"].items()
+    services = [d for p in K8S_DIR.glob("*.yaml") for d in _load(p) if d.get("kind") == "Service"]
+    selected = {d["metadata"]["name"] for d in services if wanted <= d["metadata"].get("labels", {}).items()}
+    assert selected == {"tailhound-worker"}, f"the ServiceMonitor selects {sorted(selected)}"
+    governing = _k8s("StatefulSet", "tailhound-worker")["spec"]["serviceName"]
+    assert governing in {d["metadata"]["name"] for d in services} - selected
 
 
 def test_podmonitor_selects_the_agent_pods():

@@ -30,6 +30,7 @@ from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 from tailhound.worker_process import WorkerProcess
 from tests.factories import dcgm_snapshot
+from tests.worker_group import WorkerGroup
 
 TICK_S = 0.25
 STEP_S = 15.0
@@ -57,8 +58,9 @@ class Emitted:
 class Fleet:
     """Feeds the sender like an agent's collectors do (enqueue never waits)."""
 
-    def __init__(self, sender: SnapshotSender) -> None:
+    def __init__(self, sender: SnapshotSender, nodes: tuple[str, ...] = NODES) -> None:
         self.sender = sender
+        self.nodes = nodes
         self.hot = False
         self.emitted: list[Emitted] = []
         self.ticks = 0
@@ -78,7 +80,7 @@ class Fleet:
         t0 = loop.time()
         while True:
             ts = T0 + STEP_S * self.ticks
-            for node in NODES:
+            for node in self.nodes:
                 snap = dcgm_snapshot(ts, node=node, hot=HOT if self.hot and node == "gpu-node-2" else None)
                 self.emitted.append(Emitted(time.monotonic(), node, ts))
                 self.sender.enqueue(snap)
@@ -100,7 +102,8 @@ class Fleet:
 class Rig:
     """Broker, worker, sender and fleet; an async context manager that stops them all."""
 
-    def __init__(self, tmp_path: Path, *, notifier: bool = False, partitions: int = 2, **streams: object) -> None:
+    def __init__(self, tmp_path: Path, *, notifier: bool = False, partitions: int = 2, workers: int = 1,
+                 nodes: tuple[str, ...] = NODES, **streams: object) -> None:
         run = uuid.uuid4().hex[:6]
         self.tmp_path = tmp_path
         self.broker = EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log")
@@ -108,21 +111,29 @@ class Rig:
         notifier_cfg.write_text(NOTIFIER_YAML)
         self.settings = Settings(
             broker=self.broker.url, topic_prefix=f"d{run}.", partitions=partitions,
-            streams={"app_id": f"drill-{run}", "data_dir": tmp_path / "streams", "log_level": "info", **streams},
+            streams={"app_id": f"drill-{run}", "data_dir": tmp_path / "streams", "log_level": "info",
+                     "web_listen": "127.0.0.1:0", "rollup_max_delay_s": 2.0, **streams},
             sinks={"console": {"enabled": False}, "incident_topic": {"enabled": True}},
             notifier={"enabled": notifier, "config": notifier_cfg, "api_listen": "127.0.0.1:0", "tick_s": 0.2},
         )
-        self.worker = WorkerProcess(self.settings, tmp_path / "worker.log", max_restarts=10)
+        if workers == 1:
+            self.workers = [WorkerProcess(self.settings, tmp_path / "worker.log", max_restarts=10)]
+        else:  # a consumer group of several (tests/worker_group.py): own data directories, logs and ports
+            self.group = WorkerGroup(self.settings, tmp_path, workers, max_restarts=10)
+            self.workers = self.group.workers
+        #: workers taken out of the rig (killed for good): not supervised, their logs still read
+        self.retired: list[WorkerProcess] = []
         self.metrics = AgentMetrics()
         self.sender = SnapshotSender(self.settings, Outbox(), self.metrics, linger_ms=20)
-        self.fleet = Fleet(self.sender)
+        self.fleet = Fleet(self.sender, nodes)
         self._supervisor: asyncio.Task | None = None
 
     async def __aenter__(self) -> Rig:
         self.t_start = time.monotonic()
         self.broker.start()
         await ensure_topics(self.settings)
-        self.worker.start()
+        for w in self.workers:
+            w.start()
         self._supervisor = asyncio.create_task(self._supervise(), name="drill-supervisor")
         await self.sender.start()
         self.fleet.start()
@@ -134,12 +145,26 @@ class Rig:
             self._supervisor.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.sender.stop(flush_timeout_s=1.0), 10)
-        self.worker.stop()
+        for w in self.workers:
+            w.terminate()
+        for w in self.workers:
+            w.stop()
         self.broker.stop()
+
+    def retire(self, worker: WorkerProcess) -> None:
+        """Stop supervising `worker` (a drill killed it for good); its log still counts."""
+        self.workers.remove(worker)
+        self.retired.append(worker)
+
+    @property
+    def worker(self) -> WorkerProcess:
+        """The first worker (the only one, unless the rig runs a group)."""
+        return self.workers[0]
 
     async def _supervise(self) -> None:
         while True:
-            self.worker.supervise()
+            for w in self.workers:
+                w.supervise()
             await asyncio.sleep(0.2)
 
     @property
@@ -159,11 +184,13 @@ class Rig:
         return [IncidentEvent.model_validate_json(r.value) for r in records]
 
     def pages(self) -> list[str]:
-        """The notifications the worker's console receiver printed (all workers of the rig: one log)."""
-        with contextlib.suppress(OSError):
-            return [line.strip() for line in self.worker.log_path.read_text(errors="replace").splitlines()
-                    if line.startswith("notify ")]
-        return []
+        """The notifications the workers' console receivers printed (every worker's log, every start)."""
+        out = []
+        for w in [*self.retired, *self.workers]:
+            with contextlib.suppress(OSError):
+                out += [line.strip() for line in w.log_path.read_text(errors="replace").splitlines()
+                        if line.startswith("notify ")]
+        return out
 
     async def wait_for(self, what: str, check, timeout: float, poll_s: float = 0.25) -> float:
         """Await `check()` (sync or async) becoming true; the time it took. Fails naming `what`."""
@@ -178,7 +205,8 @@ class Rig:
             if result:
                 return time.monotonic() - t0
             await asyncio.sleep(poll_s)
-        raise AssertionError(f"{what}: not within {timeout:.0f} s; worker log:\n{self.worker.log_tail(25)}")
+        tails = "\n".join(f"--- {w.log_path.name}\n{w.log_tail(25)}" for w in self.workers)
+        raise AssertionError(f"{what}: not within {timeout:.0f} s; worker logs:\n{tails}")
 
     async def wait_caught_up(self, what: str, timeout: float) -> float:
         """Wait until the worker's group committed everything the telemetry topic held when this was called

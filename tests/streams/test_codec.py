@@ -59,3 +59,44 @@ def test_state_codec_round_trips_what_the_processor_stores():
             assert codecs.loads(STATE_CODEC_NAME, codecs.dumps(STATE_CODEC_NAME, result.state)) == result.state
             stored += 1
     assert stored >= 3
+
+
+def _bundle(*snaps, node="gpu-node-1"):
+    from tailhound.snapshot import bundle_bytes
+
+    return bundle_bytes(node, [s.model_dump_json(exclude_none=True).encode() for s in snaps])
+
+
+def test_both_message_versions_decode_into_their_snapshots_in_order():
+    import json
+
+    from tailhound.streams.codec import decode_message, part_bytes
+
+    a, b = dcgm_snapshot(1.7e9, node="gpu-node-1"), dcgm_snapshot(1.7e9 + 15, node="gpu-node-1")
+    one = a.model_dump_json(exclude_none=True).encode()
+    parts = decode_message(one)
+    assert list(parts) == [a] and not parts.bundled and part_bytes(one, parts, a) is one  # version 1 as before
+    raw = _bundle(a, b)
+    parts = decode_message(raw)
+    assert list(parts) == [a, b] and parts.bundled
+    assert part_bytes(raw, parts, b) == b.model_dump_json(exclude_none=True).encode()  # forwarded alone, as sent
+    # a bundle written by another encoder (keys in another order, spaces) decodes the same
+    other = json.dumps({"node": "gpu-node-1", "snapshots": json.loads(raw)["snapshots"], "schema_version": 2})
+    assert list(decode_message(other.encode())) == [a, b]
+
+
+def test_a_bad_bundle_is_rejected_whole_with_the_part_named():
+    import json
+
+    from tailhound.streams.codec import decode_message
+
+    a = dcgm_snapshot(1.7e9, node="gpu-node-1")
+    mixed = decode_message(_bundle(a, dcgm_snapshot(1.7e9, node="gpu-node-2")))
+    assert isinstance(mixed, Malformed) and "snapshots.1 is of node 'gpu-node-2'" in mixed.reason
+    data = json.loads(_bundle(a, a))
+    data["snapshots"][1]["samples"][0]["value"] = float("nan")
+    bad = decode_message(json.dumps(data).replace(" ", "").encode())
+    assert isinstance(bad, Malformed) and bad.kind == "non_finite" and "snapshots.1.samples.0" in bad.reason
+    assert isinstance(decode_message(b'{"schema_version":2,"node":"x","snapshots":[]}'), Malformed)
+    assert decode_message(_bundle(a), max_bytes=10).kind == "oversized"
+    assert isinstance(decode_snapshot(_bundle(a)), Malformed)  # the model topic takes version 1 only

@@ -280,3 +280,23 @@ def test_counts_are_exported_as_prometheus_counters():
     assert registry.get_sample_value("tailhound_telemetry_redelivered_total") == 2
     assert registry.get_sample_value("tailhound_nodes_expired_total") == 1
     assert "future_ts=2" in stats.describe() and "oversized=1" in stats.describe()
+
+
+def test_a_bundle_is_admitted_as_its_snapshots_or_rejected_whole():
+    from tailhound.snapshot import bundle_bytes
+
+    def part(ts: float, node: str = "gpu-node-1") -> bytes:
+        return Snapshot(ts=ts, node=node, source="dcgm", samples=[GaugeSample(name="g", value=1.0)]
+                        ).model_dump_json(exclude_none=True).encode()
+
+    stats = IntakeStats()
+    gate = Gate(stats=stats)
+    parts = gate.admit_all(bundle_bytes("gpu-node-1", [part(T0), part(T0 + 1)]), b"gpu-node-1", arrival=T0)
+    assert [s.ts for s in parts] == [T0, T0 + 1]
+    assert [s.ts for s in gate.admit_all(part(T0), b"gpu-node-1", arrival=T0)] == [T0]  # version 1 as before
+    wrong_key = gate.admit_all(bundle_bytes("gpu-node-1", [part(T0)]), b"gpu-node-2", arrival=T0)
+    assert wrong_key.kind == "wrong_key"
+    ahead = gate.admit_all(bundle_bytes("gpu-node-1", [part(T0), part(T0 + 10 * 365 * 86400)]), b"gpu-node-1",
+                           arrival=T0)
+    assert ahead.kind == "future_ts"
+    assert stats.as_dict()["rejected"] == {"future_ts": 1, "wrong_key": 1}

@@ -194,7 +194,7 @@ def test_rules_check_docs_and_examples_from_an_empty_directory(installed):
     assert _tailhound(installed, "rules", "doc").stdout.startswith("# Root causes")
     _tailhound(installed, "schema", "--out", "generated/schemas")
     assert sorted(p.name for p in (installed["empty"] / "generated" / "schemas").iterdir()) == [
-        "deadletter.schema.json", "incident-event.schema.json", "snapshot.schema.json"]
+        "deadletter.schema.json", "incident-event.schema.json", "snapshot-bundle.schema.json", "snapshot.schema.json"]
     assert not (installed["empty"] / "docs").exists(), "nothing is written where the user did not say"
 
 

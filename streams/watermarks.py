@@ -1,0 +1,80 @@
+"""Watermarks: per partition, the event time that everything later from that partition will come after.
+
+The roll-up (:mod:`tailhound.streams.rollup_order`) puts the incident events of every worker back in
+event-time order. It can only release an event once no earlier one can still come, and it learns that from
+*progress markers* the stages publish next to their incident events, on the same topic, in order:
+
+- the **node stage**, per telemetry partition: :class:`PartitionClock`, the oldest latest snapshot time of
+  the (node, source) pairs active on the partition. Every source of a node sends in order and the worker
+  ignores a snapshot not newer than its source's last one, so every later event of the partition (dated
+  with the snapshot that caused it) is newer than this watermark;
+- the **model stage**, per model-topic partition: the oldest bucket end its aggregators have closed
+  (:meth:`tailhound.streams.model_stage.ModelStage.watermark`): its next events are dated at a later end.
+
+A pair silent for :data:`IDLE_S` of the partition's event time no longer holds the watermark back (a node
+that stopped, a source that failed), and a worker that just got a partition vouches only for
+:data:`WARMUP_S` of event time before its first snapshot until it has watched it for that long, so it has
+seen every active node of the partition before it vouches for more (the first marker, which also tells the
+roll-up that the partition exists and must be waited for).
+State is memory only: a restarted or rebalanced worker warms up again (until then the roll-up's wall-clock
+bound releases events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: a (node, source) pair silent this long (event time, behind the partition's newest) stops counting
+IDLE_S = 300.0
+#: the watermark is recomputed (and published when it moved) once the partition's newest time moved this far
+EVERY_S = 5.0
+#: event time a partition is observed after its assignment before its watermark is published
+WARMUP_S = 60.0
+
+
+class PartitionClock:
+    """The node stage's per-partition watermarks (see the module docstring)."""
+
+    def __init__(self, idle_s: float = IDLE_S, every_s: float = EVERY_S, warmup_s: float = WARMUP_S) -> None:
+        self.idle_s = idle_s
+        self.every_s = every_s
+        self.warmup_s = warmup_s
+        self._last: dict[int, dict[tuple[str, str], float]] = {}
+        self._newest: dict[int, float] = {}
+        self._first: dict[int, float] = {}
+        self._checked: dict[int, float] = {}
+        self._published: dict[int, float] = {}
+
+    def observe(self, partition: int, node: str, source: str, ts: float) -> float | None:
+        """An accepted snapshot of `node`/`source` at `ts` on `partition`; the partition's new watermark when
+        it is due to be published (it moved forward), else None."""
+        last = self._last.setdefault(partition, {})
+        key = (node, source)
+        if ts > last.get(key, float("-inf")):
+            last[key] = ts
+        newest = self._newest[partition] = max(self._newest.get(partition, ts), ts)
+        first = self._first.get(partition)
+        if first is None:  # the partition's first snapshot here: hold the roll-up back until it warmed up
+            self._first[partition] = ts
+            self._published[partition] = hold = ts - self.warmup_s
+            return hold
+        if newest - first < self.warmup_s or newest - self._checked.get(partition, float("-inf")) < self.every_s:
+            return None
+        self._checked[partition] = newest
+        horizon = newest - self.idle_s
+        for stale in [k for k, t in last.items() if t < horizon]:
+            del last[stale]  # bounded by the active pairs of the partition
+        mark = min(last.values())
+        if mark <= self._published.get(partition, float("-inf")):
+            return None
+        self._published[partition] = mark
+        return mark
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """The partitions left this worker: their watermarks start over (with a warm-up) if they come back."""
+        for p in partitions:
+            for d in (self._last, self._newest, self._first, self._checked, self._published):
+                d.pop(p, None)
+
+    def partitions(self) -> set[int]:
+        return set(self._last)
