@@ -112,6 +112,11 @@ class ModelAggregator:
     peers: EnginePeerWindows | None = None
     #: wall time each node's latest snapshot arrived (the worker's; offline replay has no wall clock)
     seen_at: dict[str, float] = field(default_factory=dict)
+    #: per bucket, each node's open root causes as of its last snapshot in the bucket: what a closed bucket is
+    #: judged with (event time: the same whichever node's worker ran ahead)
+    bucket_causes: dict[float, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    #: each node's causes in the latest closed bucket it was in
+    closed_causes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: a fresh aggregator in a worker closes nothing before this wall time (see COLD_WAIT_S)
     cold_until: float | None = None
 
@@ -126,6 +131,7 @@ class ModelAggregator:
             self.late += 1  # its bucket was closed already (a node that came back late)
         else:
             self.buckets.setdefault(start, {}).setdefault(snapshot.node, []).append(snapshot)
+            self.bucket_causes.setdefault(start, {})[snapshot.node] = causes
         self.node_ts[snapshot.node] = max(snapshot.ts, self.node_ts.get(snapshot.node, 0.0))
         if now is not None and self.cold_until is None and not self.closed_until:
             self.cold_until = now + COLD_WAIT_S
@@ -142,7 +148,7 @@ class ModelAggregator:
             end = b + self.bucket_s
             if end > watermark:
                 break
-            out.extend(self._close(b, self.buckets.pop(b)))
+            out.extend(self._close(b, self.buckets.pop(b), self.bucket_causes.pop(b, {})))
             self.closed_until = end
         return out
 
@@ -176,7 +182,8 @@ class ModelAggregator:
             return self.closed_until
         return min(self.buckets) if self.buckets else None
 
-    def _close(self, start: float, by_node: dict[str, list[Snapshot]]) -> list[Snapshot]:
+    def _close(self, start: float, by_node: dict[str, list[Snapshot]],
+               causes: dict[str, tuple[str, ...]]) -> list[Snapshot]:
         end = start + self.bucket_s
         by_source: dict[str, list[Snapshot]] = {}
         for node in sorted(by_node):
@@ -186,7 +193,7 @@ class ModelAggregator:
                     self.peers.add(snap, self.key)
         node = synthetic_node(self.key)
         explained = sum(1 for n in by_node
-                        if any(c not in _NOT_EXPLAINING for c in self.node_causes.get(n, (0.0, ()))[1]))
+                        if any(c not in _NOT_EXPLAINING for c in causes.get(n, ())))
         out = []
         for source in sorted(by_source):
             samples = merge(by_source[source], None if self.key == FLEET else self.key)
@@ -194,7 +201,7 @@ class ModelAggregator:
                 continue
             samples.append(GaugeSample.trusted(name=NODES_WITH_CAUSE, labels={}, value=float(explained)))
             if self.peers is not None:
-                samples.extend(self.peers.gauges(end, source, self._explained_nodes()))
+                samples.extend(self.peers.gauges(end, source, self._explained_nodes(causes)))
             prev = self.prev_end.get(source)
             self.prev_end[source] = end
             labels = {} if self.key == FLEET else {"model_name": self.key}
@@ -202,9 +209,11 @@ class ModelAggregator:
                                 samples=samples, prev_ts=prev, gap=prev is not None and end - prev > self.bucket_s))
         return out
 
-    def _explained_nodes(self) -> frozenset[str]:
-        return frozenset(n for n, (_, causes) in self.node_causes.items()
-                         if any(c not in PEER_NOT_EXPLAINING for c in causes))
+    def _explained_nodes(self, causes: dict[str, tuple[str, ...]]) -> frozenset[str]:
+        """Nodes with an open cause that explains a slower engine, as of the closed buckets (each node's causes
+        in the latest closed bucket it was in)."""
+        self.closed_causes.update(causes)
+        return frozenset(n for n, cs in self.closed_causes.items() if any(c not in PEER_NOT_EXPLAINING for c in cs))
 
 
 def merge(snapshots: list[Snapshot], model: str | None) -> list:
