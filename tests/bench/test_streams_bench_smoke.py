@@ -106,13 +106,7 @@ def test_bundled_and_nvml_inputs_keep_every_snapshot_and_count_nodes():
 
 @pytest.mark.broker
 async def test_nodes_per_core_measures_both_shapes():
-    import inspect
-
-    import tailhound.streams.app
     from bench import nodes_per_core
-
-    if "admit_all" not in inspect.getsource(tailhound.streams.app):
-        pytest.skip("this streams/app.py does not read bundles yet (telemetry version 2)")
 
     result = await nodes_per_core.run(n=40, reps=1, shapes=("per-source", "bundled"), variants=("wiring",), nodes=2)
     assert {(s, v) for s, v in result["runs"]} == {("per-source", "wiring"), ("bundled", "wiring")}
