@@ -7,7 +7,8 @@
   last deliveries, as a summary: count and sum);
 - ``tailhound_notifier_active``: 1 on the active notifier of the group (the one that sends), 0 on standbys;
 - ``tailhound_notifier_groups``: notification groups held (open incidents and their recent history);
-- ``tailhound_notifier_incidents_ingested_total``: incident events read from the incident topic.
+- ``tailhound_notifier_incidents_ingested_total``: incident events read from the incident topic;
+- ``tailhound_notifier_receiver_disabled{receiver}``: 1 for a receiver disabled at start for a missing secret.
 
 Served by the worker's ``/metrics`` when the notifier runs inside it, and by the notifier API's
 ``/metrics`` (``notifier.api_listen``) when it runs alone.
@@ -46,3 +47,19 @@ class NotifierCollector(Collector):
                                 value=float(len(svc.notifier.groups)))
         yield CounterMetricFamily("tailhound_notifier_incidents_ingested", "Incident events read.",
                                   value=float(svc.ingested))
+
+
+class DisabledReceiversCollector(Collector):
+    """``tailhound_notifier_receiver_disabled{receiver}``: 1 for a receiver disabled for a missing secret."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily("tailhound_notifier_receiver_disabled", "1 for a receiver disabled at start "
+                                  "because a secret it names is missing (its routes go to the fallback), else 0.",
+                                  labels=["receiver"])
+        names = {rc.name for rc in self.service.config.receivers} | set(self.service.disabled)
+        for name in sorted(names):
+            gauge.add_metric([name], 1.0 if name in self.service.disabled else 0.0)
+        yield gauge

@@ -17,13 +17,11 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
 from tailhound.deadletter import DeadLetter
@@ -35,7 +33,7 @@ from tailhound.settings import STATIC_REBALANCE_TIMEOUT_S, Settings
 from .config import NotifierConfig, Route, load_config
 from .deliver import Deliverer
 from .limits import FLUSH_SLICE_S, MAX_SILENCES, STATE_RECORDS_PER_TICK
-from .metrics import NotifierCollector
+from .metrics import DisabledReceiversCollector, NotifierCollector
 from .model import Notification
 from .pipeline import Notifier, Outcome
 from .receivers import Receiver
@@ -123,22 +121,6 @@ def reroute(config: NotifierConfig, disabled: set[str] | dict[str, str], fallbac
     return config.model_copy(update={"route": walk(config.route), "receivers": receivers})
 
 
-class _DisabledReceivers(Collector):
-    """``tailhound_notifier_receiver_disabled{receiver}``: 1 for a receiver disabled for a missing secret."""
-
-    def __init__(self, service: NotifierService) -> None:
-        self.service = service
-
-    def collect(self) -> Iterator[Metric]:
-        gauge = GaugeMetricFamily("tailhound_notifier_receiver_disabled", "1 for a receiver disabled at start "
-                                  "because a secret it names is missing (its routes go to the fallback), else 0.",
-                                  labels=["receiver"])
-        names = {rc.name for rc in self.service.config.receivers} | set(self.service.disabled)
-        for name in sorted(names):
-            gauge.add_metric([name], 1.0 if name in self.service.disabled else 0.0)
-        yield gauge
-
-
 async def read_state(settings: Settings, consumer: AIOKafkaConsumer | None = None) -> tuple[dict[str, Any], dict]:
     """Every key of the state topic with its latest value (None = deleted), and the end offsets read to."""
     own = consumer is None
@@ -219,7 +201,7 @@ class NotifierService:
         #: this service's metrics (tailhound.notifier.metrics); the worker passes its own registry
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(NotifierCollector(self))
-        self.registry.register(_DisabledReceivers(self))
+        self.registry.register(DisabledReceiversCollector(self))
 
     def _make_deliverer(self) -> Deliverer:
         return Deliverer(self.notifier, self.receivers, self.config.delivery, clock=self.clock,
