@@ -24,18 +24,19 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.dev-installed system-deps
 	$(BIN)/python -m pytest
 
-# Real components some tests run (promtool from Debian's `prometheus`, `prometheus-alertmanager`): installed
-# where we can (root on Debian); elsewhere those tests skip and say how to install them (under CI=true they
-# fail instead).
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager
+# Real components some tests run (promtool from Debian's `prometheus`, `prometheus-alertmanager`, and the
+# headless browser of the incident console's tests: `chromium` with `chromium-driver`): installed where we can
+# (root on Debian); elsewhere those tests skip and say how to install them (under CI=true they fail instead).
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager chromium chromium-driver fonts-dejavu-core
 system-deps:
-	@if command -v promtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1; then :; \
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 \
+	  && command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing Debian packages for the tests: $(DEBIAN_PACKAGES)"; \
 	  (apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null 2>&1 || \
 	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null)) \
 	  || echo "could not install $(DEBIAN_PACKAGES): the tests that need them will say so"; \
-	else echo "not root on Debian: tests that need $(DEBIAN_PACKAGES) (promtool, prometheus-alertmanager) will skip"; fi
+	else echo "not root on Debian: tests that need $(DEBIAN_PACKAGES) (promtool, prometheus-alertmanager, chromium) will skip"; fi
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

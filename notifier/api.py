@@ -1,8 +1,12 @@
-"""The notifier's HTTP API (Alertmanager-like, JSON): silences and what was notified.
+"""The notifier's HTTP API (Alertmanager-like, JSON): silences and what was notified, and the incident console.
 
 - ``GET  /api/v1/silences`` (``?all=1`` includes expired), ``POST /api/v1/silences``,
-  ``DELETE /api/v1/silences/{id}`` (expire);
+  ``DELETE /api/v1/silences/{id}`` (expire), ``GET /api/v1/silences/preview?matcher=...`` (what a silence
+  would match);
 - ``GET  /api/v1/groups``: notification groups with their incidents, state and delivery logs;
+- ``GET  /api/v1/incidents``, ``GET /api/v1/incidents/{id}``: open and recent incidents
+  (:mod:`tailhound.notifier.webconsole.routes`);
+- ``GET  /console...``: the incident console's pages, unless ``notifier.console`` is off;
 - ``GET  /-/healthy`` and ``GET /-/ready`` (ready = this instance is the active notifier);
 - ``GET  /metrics``: the notifier's metrics (:mod:`tailhound.notifier.metrics`).
 
@@ -15,7 +19,9 @@ default; port 0 takes any free port).
 never logged). Without a token configured, writes are refused, unless the API listens on loopback only
 and ``notifier.allow_unauthenticated_writes`` is set. Reads are open on loopback; on any other address
 they need the token too. ``/-/healthy``, ``/-/ready`` and ``/metrics`` are always open (probes and
-Prometheus send no token).
+Prometheus send no token). A browser off loopback signs in at ``/console/login``: the session cookie it gets
+lets reads (GET, HEAD) through, never writes (:mod:`tailhound.notifier.webconsole.access`); a refused read of
+a console page redirects there.
 
 **Bounds** (:mod:`tailhound.notifier.limits`): a body of at most 64 KiB, JSON without NaN or infinities
 and not nested beyond the parser's depth (400, never a 500), at most 1000 active or pending silences
@@ -30,7 +36,7 @@ import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -44,6 +50,8 @@ from .limits import MAX_BODY_BYTES, MAX_SILENCES
 from .matchers import MatcherField
 from .pipeline import Notifier
 from .state import Silence
+from .webconsole.access import LOGIN_PATH, ConsoleSessions, add_login_routes, login_redirect
+from .webconsole.routes import add_console_routes, add_incident_routes, add_security_headers, silence_listing
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +111,8 @@ class ApiAccess:
     loopback: bool = True
     #: why the configured token could not be used (writes are then refused, never let through)
     problem: str | None = None
+    #: the console's session cookies (reads only), keyed per process
+    sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
     def __repr__(self) -> str:  # never the token
         return (f"ApiAccess(token={'***' if self.token else None}, loopback={self.loopback}, "
@@ -139,13 +149,13 @@ class ApiAccess:
 
     def refusal(self, request: web.Request) -> web.Response | None:
         """None when `request` may go on, else the 401/403 answer."""
-        if request.path in _OPEN_PATHS:
+        if request.path in _OPEN_PATHS or request.path == LOGIN_PATH:  # the login checks the token itself
             return None
         write = request.method not in _READ_METHODS
         if not write and self.loopback:
             return None
         if self.token is not None:
-            if self._bearer_ok(request):
+            if self._bearer_ok(request) or self.sessions.allows(request, self.token):
                 return None
             return web.json_response({"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
                                      status=401, headers={"WWW-Authenticate": 'Bearer realm="tailhound"'})
@@ -190,7 +200,8 @@ async def _json_body(request: web.Request) -> Any:
         raise ValueError(f"body: invalid JSON ({exc.msg} at {exc.pos})") from None
 
 
-def make_app(service: NotifierControl, access: ApiAccess | None = None) -> web.Application:
+def make_app(service: NotifierControl, access: ApiAccess | None = None, *, console: bool = True) -> web.Application:
+    """The API's routes; with `console`, the incident console's pages and login too."""
     access = access if access is not None else ApiAccess()
 
     @web.middleware
@@ -198,15 +209,12 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None) -> web.A
                     ) -> web.StreamResponse:
         refused = access.refusal(request)
         if refused is not None:
-            return refused
+            return (login_redirect(request) if console else None) or refused
         return await handler(request)
 
     async def list_silences(request: web.Request) -> web.Response:
-        now = service.clock()
         include_all = request.query.get("all") in ("1", "true")
-        out = [dict(s.model_dump(mode="json"), state=s.state(now)) for s in service.notifier.silences.values()
-               if include_all or s.state(now) != "expired"]
-        return web.json_response(sorted(out, key=lambda s: s["starts_at"]))
+        return web.json_response(silence_listing(service.notifier, service.clock(), include_all))
 
     async def add_silence(request: web.Request) -> web.Response:
         now = service.clock()
@@ -262,6 +270,11 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None) -> web.A
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready)
+    add_incident_routes(app, service)
+    if console:
+        add_console_routes(app, service)
+        add_login_routes(app, lambda: access.token if access.problem is None else None, access.sessions)
+    app.on_response_prepare.append(add_security_headers)
     return app
 
 
@@ -296,11 +309,13 @@ async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, 
     return runner, (sockets[0].getsockname()[1] if sockets else None), loopback
 
 
-async def serve(service: NotifierControl, listen: str, access: ApiAccess | None = None) -> web.AppRunner:
+async def serve(service: NotifierControl, listen: str, access: ApiAccess | None = None, *,
+                console: bool = True) -> web.AppRunner:
     """Start the API on ``host:port``; returns the runner (``await runner.cleanup()`` stops it). Port 0
-    takes a free port: the one bound is ``service.api_port``."""
+    takes a free port: the one bound is ``service.api_port``. `console`: serve the incident console too."""
     access = access if access is not None else ApiAccess()
-    runner, service.api_port, access.loopback = await start_site(make_app(service, access), listen)
+    runner, service.api_port, access.loopback = await start_site(make_app(service, access, console=console),
+                                                                 listen)
     if access.problem is not None:
         log.error("notifier API: writes refused: the API token is not usable: %s", access.problem)
     elif access.token is None and access.allow_unauthenticated_writes and not access.loopback:

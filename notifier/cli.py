@@ -26,6 +26,7 @@ from tailhound.durations import parse_duration
 from tailhound.errors import TailhoundError
 from tailhound.settings import Settings, load_settings
 
+from .history import RECENT_PREFIX
 from .matchers import Matcher
 from .state import GroupState, Silence
 
@@ -361,7 +362,9 @@ def incidents_show(incident_id: Annotated[str, typer.Argument(help="Incident id 
     console.print(render_incident(events[-1]))
     for ev in events:
         console.print(f"  #{ev.sequence} {ev.event:8s} {_when(ev.ts)}")
-    groups = [GroupState.model_validate(v) for k, v in _state(settings).items() if k.startswith("group:") and v]
+    # the live groups, and those the notifier is done with (kept for the console: notifier/history.py)
+    groups = [GroupState.model_validate(v) for k, v in _state(settings).items()
+              if k.startswith(("group:", RECENT_PREFIX)) and v]
     for grp in groups:
         if incident_id not in grp.incidents:
             continue
@@ -372,3 +375,8 @@ def incidents_show(incident_id: Annotated[str, typer.Argument(help="Incident id 
             err = f"; last error: {log.last_error}" if log.last_error else ""
             console.print(f"  {name}: delivered up to #{log.delivered} ({log.last_kind or '-'}), "
                           f"pending {pending}{err}")
+            for rec in log.history:
+                at = _when(rec.at) if rec.at else "-"
+                err = f" ({rec.error})" if rec.error else ""
+                console.print(f"    #{rec.sequence} {rec.kind:8s} created {_when(rec.created_at)}  {rec.outcome} {at}"
+                              f"  attempts {rec.attempts}{err}")

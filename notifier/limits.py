@@ -34,6 +34,30 @@ STATE_RECORDS_PER_TICK = 50
 #: the flush stage hands the event loop back after this much work, then goes on with the remaining groups
 FLUSH_SLICE_S = 0.02
 
+# --- what the incident console keeps and serves (notifier/history.py, notifier/webconsole/) -----------------------
+#: notification records kept per group and receiver (DeliveryLog.history); the oldest are dropped first
+MAX_DELIVERY_HISTORY = 20
+#: lifecycle marks kept per incident (GroupState.marks): the first one and the newest
+MAX_MARKS_PER_INCIDENT = 32
+#: chart values (points x (1 + entities + baselines), all series) the incidents of one group keep together. An
+#: incident whose series would pass it is kept without them, so a group's record stays far below a broker's
+#: 1 MB message limit (a full series set of one incident is at most ~16,000 values, ~130 kB of JSON)
+MAX_GROUP_SERIES_VALUES = 24_000
+#: resolved groups kept as history for the console once the pipeline forgets them (Notifier.recent), and how
+#: long; the oldest go first (a tombstone on the state topic)
+MAX_RECENT_GROUPS = 500
+RECENT_RETENTION_S = 7 * 86400.0
+#: incidents one GET /api/v1/incidents answers at most (``limit``), and by default
+MAX_INCIDENTS_LISTED = 500
+DEFAULT_INCIDENTS_LISTED = 100
+#: incidents the console's index page shows (open ones first, then the newest resolved)
+MAX_CONSOLE_INCIDENTS = 200
+#: matches a silence preview reports (with the total count)
+MAX_PREVIEW_MATCHES = 100
+#: body of the console's login form, and how long the session cookie it sets is good for
+MAX_LOGIN_BODY_BYTES = 4096
+CONSOLE_SESSION_S = 12 * 3600.0
+
 
 def text_within(value: str, what: str) -> str:
     """`value` unless its UTF-8 form is longer than MAX_TEXT_BYTES (pydantic AfterValidator)."""

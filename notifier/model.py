@@ -8,13 +8,17 @@ stable across worker restarts and serves as PagerDuty's ``dedup_key`` and as the
 Receivers are stateless: whatever they need to find their earlier message again (Slack's channel and
 message ``ts``) they return as a :data:`Receipt`, which the notification log stores durably and passes
 back on the next send for the same group and receiver.
+
+A notification's incidents never carry their chart data (``IncidentEvent.series``, for the incident
+console): it is dropped when the notification is built, so no receiver (Slack, PagerDuty, webhooks) is
+sent it and the durable pending notifications do not hold it.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound.incident import IncidentEvent
 
@@ -39,6 +43,12 @@ class Notification(BaseModel):
     group_labels: dict[str, str] = Field(default_factory=dict, description="The `group_by` values.")
     flapping: bool = Field(default=False, description="The group changed state too often; not re-paged.")
     links: dict[str, str] = Field(default_factory=dict, description="Named URLs: runbook, console, ...")
+
+    @field_validator("incidents")
+    @classmethod
+    def _without_series(cls, incidents: list[IncidentEvent]) -> list[IncidentEvent]:
+        """The incidents without their chart data (the console's, not the receivers')."""
+        return [ev.model_copy(update={"series": []}) if ev.series else ev for ev in incidents]
 
     @property
     def lead(self) -> IncidentEvent:

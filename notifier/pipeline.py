@@ -8,7 +8,9 @@ The pipeline, assembled here and nowhere else::
     deliver: tailhound.notifier.deliver (retries, backoff, Retry-After, circuit breaker, dead letters)
 
 :class:`Notifier` holds the state in memory and reports which table keys changed (``dirty``), so the
-Faust wiring only persists and the tests drive it with a fake clock, no broker needed.
+Faust wiring only persists and the tests drive it with a fake clock, no broker needed. Groups it is done
+with are kept as read-only history for the incident console (``recent``, :mod:`tailhound.notifier.history`);
+no stage reads them.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import ValidationError
 
 from tailhound.errors import DeliveryError
 from tailhound.incident import IncidentEvent
 
+from . import history
 from .config import NotifierConfig
 from .limits import MAX_EXPIRED_SILENCES, MAX_SILENCES
 from .model import Notification
@@ -60,10 +64,15 @@ class Outcome:
 
 
 class Notifier:
-    def __init__(self, config: NotifierConfig, *, runbook_url: str = DEFAULT_RUNBOOK) -> None:
+    def __init__(self, config: NotifierConfig, *, runbook_url: str = DEFAULT_RUNBOOK,
+                 console_url: str | None = None) -> None:
         self.config = config
         self.runbook_url = runbook_url
+        #: the incident console's external base URL: notifications link to ``<console_url>/incidents/<lead>``
+        self.console_url = console_url.rstrip("/") if console_url else None
         self.groups: dict[str, GroupState] = {}
+        #: groups the pipeline is done with, kept for the console (never read by the stages)
+        self.recent: dict[str, GroupState] = {}
         self.open_groups: dict[str, str] = {}
         self.incident_group: dict[str, str] = {}
         self.seen: dict[str, int] = {}
@@ -78,9 +87,9 @@ class Notifier:
     @classmethod
     def restore(cls, config: NotifierConfig, items: dict[str, Any], *, now: float | None = None,
                 **kw: Any) -> Notifier:
-        """Rebuild from the table's items (``group:<id>`` and ``silence:<id>``). A silence record that breaks
-        the limits (:mod:`tailhound.notifier.limits`) is skipped with a warning, and so is every live one
-        past MAX_SILENCES (`now`, default the wall clock, says which are live)."""
+        """Rebuild from the table's items (``group:<id>``, ``silence:<id>``, ``recent:<id>``). A silence record
+        that breaks the limits (:mod:`tailhound.notifier.limits`) is skipped with a warning, and so is every
+        live one past MAX_SILENCES (`now`, default the wall clock, says which are live)."""
         self = cls(config, **kw)
         now = time.time() if now is None else now
         live = 0
@@ -94,6 +103,8 @@ class Notifier:
                 for iid, ev in grp.incidents.items():
                     self.incident_group[iid] = grp.group_id
                     self.seen[iid] = ev.sequence
+            elif key.startswith(history.RECENT_PREFIX):
+                history.restore_recent(self.recent, key, value)
             elif key.startswith("silence:"):
                 try:
                     s = Silence.model_validate(value)
@@ -124,9 +135,10 @@ class Notifier:
 
     def _outcome(self, ctx: Context, created: list[Notification] | None = None) -> Outcome:
         dirty: dict[str, dict[str, Any] | None] = {}
+        stores: dict[str, dict[str, Any]] = {"group": self.groups, "silence": self.silences, "recent": self.recent}
         for key in ctx.dirty:
             kind, _, ident = key.partition(":")
-            obj = self.groups.get(ident) if kind == "group" else self.silences.get(ident)
+            obj = stores[kind].get(ident)
             dirty[key] = obj.model_dump(mode="json") if obj is not None else None
         return Outcome(dirty=dirty, created=created or [], decisions=ctx.decisions)
 
@@ -136,6 +148,7 @@ class Notifier:
         batch: list[Any] = list(events)
         for stage in INTAKE:
             batch = stage(batch, ctx)
+        history.record_intake(self.groups, self.incident_group, batch)
         return self._outcome(ctx)
 
     def add_silence(self, s: Silence) -> Outcome:
@@ -238,6 +251,8 @@ class Notifier:
         grp = cand.group
         links = dict(self.config.links)
         links.setdefault("runbook", f"{self.runbook_url}#{grp.lead.root_cause}")
+        if self.console_url:
+            links.setdefault("console", f"{self.console_url}/incidents/{quote(grp.lead.incident_id, safe='')}")
         created = []
         for name in cand.receivers:
             log = grp.logs.setdefault(name, DeliveryLog(receiver=name))
@@ -262,6 +277,7 @@ class Notifier:
             n = Notification(group_id=grp.group_id, receiver=name, sequence=seq, kind=kind, ts=now,
                              incidents=incidents, group_labels=grp.labels, flapping=cand.flapping, links=links)
             log.pending.append(n)
+            log.note_created(n)
             created.append(n)
         grp.last_notified_at = now
         if cand.flapping:  # receivers keep the state they were told; this only marks the group
@@ -274,7 +290,8 @@ class Notifier:
         return created
 
     def _collect(self, ctx: Context) -> None:
-        """Forget groups that resolved more than a flap window ago and have nothing left to deliver."""
+        """Forget groups that resolved more than a flap window ago and have nothing left to deliver (kept as
+        history for the console, :mod:`tailhound.notifier.history`), and silences long expired."""
         window = self.config.flap.window
         for gid, grp in list(self.groups.items()):
             if (grp.status == "resolved" and grp.notified_status != "firing" and grp.idle()
@@ -286,6 +303,8 @@ class Notifier:
                     self.incident_group.pop(iid, None)
                     self.seen.pop(iid, None)
                 ctx.dirty.add(f"group:{gid}")
+                history.retire(self.recent, grp, ctx.dirty)
+        history.evict(self.recent, ctx.now, ctx.dirty)
         expired: list[tuple[float, str]] = []
         for sid, s in list(self.silences.items()):
             if s.source != "cli" or s.state(ctx.now) != "expired":
@@ -320,6 +339,7 @@ class Notifier:
             log.delivered = sequence
             if not n.flapping:
                 log.last_kind = n.kind
+            log.note_outcome(sequence, "delivered", at=now, attempts=log.attempts)
             log.receipt.update(receipt)
             log.attempts, log.next_attempt_at, log.last_error = 0, 0.0, None
             ctx.touch(self.groups[group_id])
@@ -342,8 +362,10 @@ class Notifier:
             log.delivered = sequence
             if not n.flapping:
                 log.last_kind = n.kind
+            log.note_outcome(sequence, "gave-up", at=now, attempts=log.attempts, error=error.reason)
             log.attempts, log.next_attempt_at = 0, 0.0
             return self._outcome(ctx), n
+        log.note_outcome(sequence, "retrying", attempts=log.attempts, error=error.reason)
         log.next_attempt_at = now + wait_s
         return self._outcome(ctx), None
 

@@ -3,7 +3,8 @@
 - **In:** incident events from the incidents topic (one partition), read by a consumer group, so of
   several notifier instances exactly one is active and the others stand by.
 - **State:** every change of a group or silence is written to the compacted ``notifier-state`` topic
-  (key ``group:<id>`` / ``silence:<id>``) *before* the incident offsets are committed. An instance that
+  (key ``group:<id>`` / ``silence:<id>``; ``recent:<id>`` for the console's history of groups the pipeline is
+  done with) *before* the incident offsets are committed. An instance that
   gets the partition (a restart, a failover) first reads that topic to its end, so it knows what was
   delivered, what is pending and which silences exist: no duplicate page, and the resolve still goes
   out. Silences created by `tailhound silence add` are written to the same topic; the service tails it.
@@ -32,6 +33,7 @@ from tailhound.settings import STATIC_REBALANCE_TIMEOUT_S, Settings
 
 from .config import NotifierConfig, Route, load_config
 from .deliver import Deliverer
+from .history import mirror
 from .limits import FLUSH_SLICE_S, MAX_SILENCES, STATE_RECORDS_PER_TICK
 from .metrics import DisabledReceiversCollector, NotifierCollector
 from .model import Notification
@@ -187,7 +189,8 @@ class NotifierService:
         self.receivers = receivers
         self.clock = clock
         self.group_id = group_id or f"{settings.streams.app_id}-notifier"
-        self.notifier = Notifier(self.config, runbook_url=settings.notifier.runbook_url)
+        self.notifier = Notifier(self.config, runbook_url=settings.notifier.runbook_url,
+                                 console_url=settings.notifier.console_url)
         self.active = False
         self._takeover_due = False
         self._dirty: dict[str, Any] = {}
@@ -239,16 +242,18 @@ class NotifierService:
         await self._deliverer.stop()
         self._dirty.clear()
         self.notifier = Notifier.restore(self.config, items, now=self.clock(),
-                                         runbook_url=self.settings.notifier.runbook_url)
+                                         runbook_url=self.settings.notifier.runbook_url,
+                                         console_url=self.settings.notifier.console_url)
         self._deliverer = self._make_deliverer()
         self.active = True
         await resume_receivers(self.receivers, self.notifier, self.clock())  # re-posting resumes (alertmanager)
         pending = sum(len(log.pending) for g in self.notifier.groups.values() for log in g.logs.values())
-        log.info("notifier: active with %d groups, %d silences, %d pending notifications",
-                 len(self.notifier.groups), len(self.notifier.silences), pending)
+        log.info("notifier: active with %d groups, %d silences, %d pending notifications, %d recent groups",
+                 len(self.notifier.groups), len(self.notifier.silences), pending, len(self.notifier.recent))
 
-    async def _tail_state(self) -> None:
-        """Pick up silences written by the CLI (our own group writes come back too and are ignored).
+    async def _tail_state(self, standby: bool = False) -> None:
+        """Pick up silences written by the CLI (our own group writes come back too and are ignored); standing
+        by, also the active instance's groups, so this instance's incident console shows what it does.
 
         A bounded number of records per tick (each is validated and its patterns compiled), so a flood
         on the state topic is taken in over several ticks instead of holding the event loop."""
@@ -257,6 +262,8 @@ class NotifierService:
         for records in batch.values():
             for rec in records:
                 key = rec.key.decode(errors="replace") if rec.key else ""
+                if standby and mirror(self.notifier.groups, self.notifier.recent, key, rec.value):
+                    continue
                 if not key.startswith("silence:") or not rec.value:
                     continue
                 try:
@@ -308,7 +315,8 @@ class NotifierService:
         if listen:
             from .api import ApiAccess, serve
             try:
-                api = await serve(self, listen, ApiAccess.from_settings(self.settings.notifier))
+                api = await serve(self, listen, ApiAccess.from_settings(self.settings.notifier),
+                                  console=self.settings.notifier.console)
                 log.info("notifier: API on %s (port %s)", listen, self.api_port)
             except OSError as exc:  # the port is taken: notify anyway, without the API
                 log.error("notifier: cannot serve the API on %s: %s; notifying without it. Another worker on "
@@ -322,6 +330,7 @@ class NotifierService:
                     self._takeover_due = False
                     await self.take_over()
                 if not self.active:
+                    await self._tail_state(standby=True)  # the console of every instance shows the same
                     continue
                 await self._tail_state()
                 events = [ev for records in batch.values() for rec in records if (ev := self._decode(rec)) is not None]

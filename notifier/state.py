@@ -1,9 +1,12 @@
 """The notifier's durable state: incident groups with their per-receiver notification logs, and silences.
 
 Everything here is JSON-able pydantic and lives in the notifier's table (changelogged on the broker),
-keyed ``group:<group_id>`` and ``silence:<silence_id>``. After a worker is killed and restarted the
-state comes back from the changelog: what was delivered (so nothing is paged twice), what is still
-pending (so the resolve still goes out) and what each receiver needs to find its earlier message.
+keyed ``group:<group_id>`` and ``silence:<silence_id>`` (and ``recent:<group_id>``: groups the pipeline is
+done with, kept for the incident console, :mod:`tailhound.notifier.history`). After a worker is killed and
+restarted the state comes back from the changelog: what was delivered (so nothing is paged twice), what is
+still pending (so the resolve still goes out) and what each receiver needs to find its earlier message.
+A group also records, for the console, each notification's outcome (:class:`DeliveryRecord`) and each
+incident's lifecycle (:attr:`GroupState.marks`), both bounded.
 """
 
 from __future__ import annotations
@@ -16,11 +19,40 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from tailhound.incident import IncidentEvent
 
-from .limits import MAX_MATCHER_CHARS, MAX_MATCHERS, MAX_PROGRAM_SIZE, MAX_SILENCE_DURATION_S, text_within
+from .limits import (
+    MAX_DELIVERY_HISTORY,
+    MAX_MARKS_PER_INCIDENT,
+    MAX_MATCHER_CHARS,
+    MAX_MATCHERS,
+    MAX_PROGRAM_SIZE,
+    MAX_SILENCE_DURATION_S,
+    text_within,
+)
 from .matchers import Matcher, MatcherField, matches_all
 from .model import Notification, NotificationKind
 
 GroupStatus = Literal["firing", "resolved"]
+DeliveryOutcome = Literal["pending", "retrying", "delivered", "gave-up"]
+#: one lifecycle event of an incident: (event time, opened | updated | resolved, sequence)
+LifecycleMark = tuple[float, Literal["opened", "updated", "resolved"], int]
+
+
+class DeliveryRecord(BaseModel):
+    """What became of one notification to one receiver (the console's notification history)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sequence: int
+    kind: NotificationKind
+    flapping: bool = False
+    #: when the notifier decided to send it (the Notification's ``ts``)
+    created_at: float
+    #: when it was delivered or given up on (None while pending or retrying)
+    at: float | None = None
+    outcome: DeliveryOutcome = "pending"
+    #: failed attempts so far (retrying) or in all (gave-up)
+    attempts: int = 0
+    error: str | None = None
 
 
 class DeliveryLog(BaseModel):
@@ -43,6 +75,26 @@ class DeliveryLog(BaseModel):
     last_error: str | None = None
     #: kind of the last notification (not counting flapping notices) that reached the receiver
     last_kind: NotificationKind | None = None
+    #: the latest notifications and their outcomes, oldest first (at most MAX_DELIVERY_HISTORY)
+    history: list[DeliveryRecord] = Field(default_factory=list)
+
+    def note_created(self, n: Notification) -> None:
+        """Record `n` as pending; a newer update that took the place of an unsent one replaces its record."""
+        record = DeliveryRecord(sequence=n.sequence, kind=n.kind, flapping=n.flapping, created_at=n.ts)
+        if self.history and self.history[-1].sequence == n.sequence:
+            self.history[-1] = record
+        else:
+            self.history.append(record)
+            del self.history[:-MAX_DELIVERY_HISTORY]
+
+    def note_outcome(self, sequence: int, outcome: DeliveryOutcome, *, at: float | None = None,
+                     attempts: int = 0, error: str | None = None) -> None:
+        """Record how notification `sequence` went (a record dropped by the bound is not brought back)."""
+        for i in range(len(self.history) - 1, -1, -1):
+            if self.history[i].sequence == sequence:
+                self.history[i] = self.history[i].model_copy(
+                    update={"outcome": outcome, "at": at, "attempts": attempts, "error": error})
+                return
 
     def is_open(self) -> bool:
         """The receiver has (or will have) a firing notification of the group that no resolve followed
@@ -77,6 +129,19 @@ class GroupState(BaseModel):
     #: why the last flush sent nothing (silenced by ..., inhibited by ...), for `incidents show`
     suppressed: str | None = None
     logs: dict[str, DeliveryLog] = Field(default_factory=dict)
+    #: incident id -> every event of it taken in (not duplicates), oldest first: the first one and the newest
+    #: MAX_MARKS_PER_INCIDENT - 1 (the console's lifecycle marks)
+    marks: dict[str, list[LifecycleMark]] = Field(default_factory=dict)
+
+    def mark(self, ev: IncidentEvent) -> None:
+        """Record `ev` in its incident's lifecycle marks (an event already recorded is not added again)."""
+        marks = self.marks.setdefault(ev.incident_id, [])
+        if any(seq == ev.sequence for _, _, seq in marks):
+            return
+        marks.append((ev.ts, ev.event, ev.sequence))
+        marks.sort(key=lambda m: (m[2], m[0]))
+        if len(marks) > MAX_MARKS_PER_INCIDENT:
+            del marks[1:len(marks) - MAX_MARKS_PER_INCIDENT + 1]
 
     @property
     def lead(self) -> IncidentEvent:

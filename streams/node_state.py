@@ -15,6 +15,7 @@ from .baseline import RollingBaseline
 from .correlate import Episode
 from .latency import LatencyTracker
 from .nodesignals import LatestValues
+from .series import SeriesTrace
 
 
 class FiringEntity(BaseModel):
@@ -55,6 +56,8 @@ class NodeState(BaseModel):
     #: models served on this node (from engine samples), for the incident scope, and engine -> model
     models: list[str] = Field(default_factory=list)
     engine_models: dict[str, str] = Field(default_factory=dict)
+    #: "rule|signal" -> the recent history of the evidence of pending and firing rules (incident charts)
+    traces: dict[str, SeriesTrace] = Field(default_factory=dict)
     _latest: LatestValues | None = PrivateAttr(default=None)
     # decoded forms of `latency` and `baselines`, written back by sync() before the state is stored
     _tracker: LatencyTracker | None = PrivateAttr(default=None)
@@ -134,6 +137,9 @@ def heal_future(state: NodeState, horizon: float, now: float | None = None) -> b
                 state.history[key] = kept
             else:
                 del state.history[key]
+    for key in [k for k, t in state.traces.items() if t.ts and t.ts[-1] > horizon]:
+        del state.traces[key]  # a chart that ran into the future: started again by the next points
+        healed = True
     return healed
 
 

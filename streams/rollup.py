@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tailhound.incident import IncidentEvent, Scope
+from tailhound.incident import EvidenceSeries, IncidentEvent, Scope
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 
 from .correlate import MAX_EVIDENCE, PATH_CAUSES, RESIDUAL_CAUSES, rank_of
+from .rollup_series import Headline, group_series, keep_headline
 
 #: a node incident joins an open group of its cause if it opens at most this long after the group did
 JOIN_WINDOW_S = 900.0
@@ -56,6 +57,10 @@ class Group(BaseModel):
     #: what the last published event said (cause, severity, scope, rules): an update that changes none
     #: of it is not published
     published: str = ""
+    #: chart data (members are kept without theirs): each member's headline line, and the full series of
+    #: the member whose evidence the group shows, as of its latest event (tailhound.streams.rollup_series)
+    headlines: dict[str, Headline] = Field(default_factory=dict)
+    source_series: dict[str, list[EvidenceSeries]] = Field(default_factory=dict)
 
 
 class RollupState(BaseModel):
@@ -92,12 +97,12 @@ def rollup(state: RollupState, ev: IncidentEvent) -> list[IncidentEvent]:
             group = Group(incident_id=ev.incident_id, key=group_key(ev), opened_at=ev.opened_at)
             state.groups[group.incident_id] = group
             state.member_of[ev.incident_id] = group.incident_id
-            group.members[ev.incident_id] = ev
+            _keep(group, ev)
             group.resolved[ev.incident_id] = False
             group.sequence = ev.sequence
             return [ev]
         state.member_of[ev.incident_id] = group.incident_id
-    group.members[ev.incident_id] = ev
+    _keep(group, ev)
     group.resolved[ev.incident_id] = ev.event == "resolved"
     if len(group.members) == 1:  # still alone: the member's own events are the group's
         group.sequence = ev.sequence
@@ -115,6 +120,15 @@ def rollup(state: RollupState, ev: IncidentEvent) -> list[IncidentEvent]:
     if kind == "resolved":
         _close(state, group)
     return [out]
+
+
+def _keep(group: Group, ev: IncidentEvent) -> None:
+    """Store the member's latest event without its chart series (its headline and, while it may be the
+    group's source, its series are kept apart)."""
+    keep_headline(group.headlines, ev.incident_id, ev)
+    if ev.series:
+        group.source_series[ev.incident_id] = list(ev.series)
+    group.members[ev.incident_id] = ev.model_copy(update={"series": []}) if ev.series else ev
 
 
 def _signature(ev: IncidentEvent) -> str:
@@ -169,6 +183,11 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
     summary = ("resolved: " if kind == "resolved" else "") + f"{ROOT_CAUSES[cause].title} on {scope.describe()}"
     rules = sorted({r for m in members for r in m.labels.get("rules", m.rule).split(",") if r})
     evidence = [e for m in [source, *[m for m in open_members if m is not source]] for e in m.evidence][:MAX_EVIDENCE]
+    for mid in [m for m in group.source_series if m != source.incident_id]:
+        del group.source_series[mid]  # only the source's series is shown
+    open_nodes = {n for m in open_members for n in ([m.scope.node] if m.scope.node else m.scope.nodes)}
+    lines = [group.headlines[m] for m in dict.fromkeys([source.incident_id, *group.headlines]) if m in group.headlines]
+    series = group_series(group.source_series.get(source.incident_id, []), lines, open_nodes)
     return IncidentEvent(
         incident_id=group.incident_id, event=kind, sequence=group.sequence, ts=ts,  # type: ignore[arg-type]
         root_cause=cause, severity=max((m.severity for m in members), key=lambda s: _SEVERITY[s]),
@@ -177,5 +196,5 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
         summary=summary if one_node else summary + f"; {len(nodes)} nodes",
         evidence=evidence, actions=list(source.actions), rule=source.rule,
         rule_origin=source.rule_origin, rules_version=source.rules_version,
-        labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)},
+        labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)}, series=series,
     )

@@ -56,6 +56,10 @@ class DemoOptions:
     faults: list[str] = field(default_factory=lambda: [DEMO_FAULT])
     seed: int = 7
     drain_timeout_s: float = 45.0
+    #: where the notifier serves the incident console (loopback; port 0: any free port; "": no console)
+    console_listen: str = "127.0.0.1:0"
+    #: keep the console (and the notifier) up this long after the fleet ran, seconds (Ctrl-C ends it sooner)
+    hold_s: float = 0.0
 
 
 @dataclass
@@ -66,6 +70,8 @@ class DemoResult:
     events: list[IncidentEvent] = field(default_factory=list)
     notifications: int = 0
     worker_log: str = ""
+    #: the incident console's address, once it serves
+    console_url: str | None = None
 
     @property
     def opened(self) -> list[IncidentEvent]:
@@ -104,7 +110,11 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
             update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams", "log_level": "info"}),
         # the worker publishes to the incident topic; this process runs the notifier on it
         "sinks": SinksSettings(console={"enabled": False}, incident_topic={"enabled": True}),
-        "notifier": settings.notifier.model_copy(update={"enabled": False, "tick_s": 0.2}),
+        # the notifier here serves the incident console on loopback; silences through the page need no token
+        # there (writes stay refused on any other address)
+        "notifier": settings.notifier.model_copy(update={
+            "enabled": False, "tick_s": 0.2, "api_listen": opts.console_listen,
+            "allow_unauthenticated_writes": True}),
     })
     faults = [FaultSpec.parse(f) for f in opts.faults]
     sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed), faults)
@@ -126,9 +136,14 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
         pub = SnapshotPublisher(s)
         try:
             await pub.start()
+            result.console_url = await _console_url(notifier, opts, console)
             await _run_fleet(sim, pub, opts, console, worker, result)
             await _drain(s, worker, opts, console)
             await _settle(result, receiver, opts)
+            if opts.hold_s > 0 and result.console_url:
+                console.print(f"[bold]incident console[/] {result.console_url} stays up for {opts.hold_s:.0f} s "
+                              "(Ctrl-C stops the demo)", soft_wrap=True)
+                await asyncio.sleep(opts.hold_s)
         finally:  # also on Ctrl-C (the task is cancelled): bounded, see _shut_down
             await _shut_down(worker, pub, stop, [watcher, notifying])
     result.notifications = len(receiver.sent)
@@ -163,6 +178,22 @@ async def _shut_down(worker: WorkerProcess, pub: SnapshotPublisher, stop: asynci
         # Ctrl-C: the process exits next. Its final garbage collections walked every object the demo made
         # (0.3 s, ~1 s on a busy machine, of the 5 s a Ctrl-C may take); frozen objects are left out of them.
         gc.freeze()
+
+
+async def _console_url(notifier: NotifierService, opts: DemoOptions, console: Console) -> str | None:
+    """The console's URL once the notifier's API is bound (it starts with the notifier), printed."""
+    if not opts.console_listen:
+        return None
+    deadline = time.monotonic() + 10.0
+    while notifier.api_port is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if notifier.api_port is None:
+        console.print("[yellow]the incident console did not start; the demo goes on without it[/]")
+        return None
+    host = opts.console_listen.rpartition(":")[0].strip("[]") or "127.0.0.1"
+    url = f"http://{host}:{notifier.api_port}/console"
+    console.print(f"[bold]incident console[/]: {url}", soft_wrap=True)
+    return url
 
 
 async def _run_fleet(sim: FleetSimulator, pub: SnapshotPublisher, opts: DemoOptions, console: Console,

@@ -9,9 +9,9 @@ duplicates and re-order with ``(incident_id, sequence)``.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tailhound.vocabulary import RootCause, Severity
 
@@ -89,6 +89,61 @@ class Evidence(BaseModel):
         return f"{self.signal}{where} = {shown}{cmp}{held}"
 
 
+#: bounds of an event's chart data (:class:`EvidenceSeries`): series per event, points per series, entities
+#: (the incident's own and their peers) per series
+MAX_SERIES = 8
+MAX_SERIES_POINTS = 60
+MAX_SERIES_ENTITIES = 16
+
+
+_Points = Annotated[list[float | None], Field(max_length=MAX_SERIES_POINTS)]
+
+
+class EvidenceSeries(BaseModel):
+    """The recent history of one evidence signal of an incident, for charts: the values of the entities the
+    incident is about (``focus``) and of their peers (the node's other GPUs, the model's other engines) at
+    the same times, the baseline where the rule compares with one, and the rule's threshold and ``for``.
+
+    Recorded by the node and model stages from the moment the rule's condition first held (pending) until
+    the incident resolves; older points are thinned (every other one dropped) so at most
+    :data:`MAX_SERIES_POINTS` span the whole incident. Lists in ``values`` and ``baseline`` are aligned
+    with ``ts`` (None: no value at that time)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+    rule: str
+    signal: str = Field(description="The evidence signal as the rule reads it, e.g. gpu.sm_clock_mhz.")
+    unit: str = ""
+    op: str = Field(default="", description="How the rule compares: >=, >, <=, <, ...")
+    threshold: float | None = None
+    for_s: float = Field(default=0.0, description="The rule's `for`: how long the condition must hold.")
+    per: str = Field(default="", description="What an entity is (gpu, engine, node); empty: one value per node.")
+    focus: list[str] = Field(default_factory=list, description="The entities the incident is about.")
+    ts: list[float] = Field(default_factory=list, max_length=MAX_SERIES_POINTS)
+    values: dict[str, _Points] = Field(
+        default_factory=dict, max_length=MAX_SERIES_ENTITIES,
+        description="entity -> value at each `ts`; focus entities first, then peers.")
+    baseline: dict[str, _Points] = Field(
+        default_factory=dict, max_length=MAX_SERIES_ENTITIES,
+        description="entity -> the baseline (or peer median) compared with, at each `ts`.")
+    baseline_of: str = Field(default="", description="What the baseline is: rolling (the entity's usual level), "
+                                                     "load-model, or peers (the median of its peers); empty: none.")
+    #: when the condition first held for the first focus entity (start of the `for` window)
+    pending_since: float | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> EvidenceSeries:
+        n = len(self.ts)
+        for name, series in (("values", self.values), ("baseline", self.baseline)):
+            for entity, points in series.items():
+                if len(points) != n:
+                    raise ValueError(f"{name}[{entity[:40]!r}] has {len(points)} points for {n} times")
+        return self
+
+    def peers(self) -> list[str]:
+        return [e for e in self.values if e not in self.focus]
+
+
 class IncidentEvent(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -113,6 +168,10 @@ class IncidentEvent(BaseModel):
     rules_version: str | None = Field(
         default=None, description="The rule pack's version: `git:<commit>` for a clean checkout, "
                                   "`git:<commit>+dirty.<hash>` with local changes, else `sha256:<hash>` of the files.")
+    series: list[EvidenceSeries] = Field(
+        default_factory=list, max_length=MAX_SERIES,
+        description="Recent history of the evidence signals, for charts (the incident console). Carried on the "
+                    "incidents topic; left out of what receivers (Slack, PagerDuty, webhooks) are sent.")
 
     def key(self) -> bytes:
         """The Kafka message key: the incident id."""

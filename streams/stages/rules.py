@@ -12,6 +12,7 @@ from ..correlate import Firing
 from ..evidence import rule_evidence
 from ..node_state import FiringEntity, RuleState
 from ..rule_plan import RulePlan, entity_order, plans_for
+from ..series import SeriesTrace, record
 from .step import Step
 
 
@@ -27,7 +28,7 @@ def stage(step: Step) -> bool:
         else:
             pending, firing = rs.pending, rs.firing
         if plan.has_absence or any(signal in view for signal in plan.reads):
-            _step_entities(pending, firing, plan, ctx, ts, step.catalog)
+            _step_entities(pending, firing, plan, ctx, ts, step.catalog, state.traces)
         _expire_stale(pending, firing, ts, step.stale_after_s)
         if not (pending or firing):
             if rs is not None:
@@ -49,8 +50,9 @@ def stage(step: Step) -> bool:
 
 
 def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], plan: RulePlan, ctx: EvalContext,
-                   ts: float, catalog: Catalog) -> None:
-    """Step a rule's entity states (its RuleState's `pending` and `firing`) at `ts`."""
+                   ts: float, catalog: Catalog, traces: dict[str, SeriesTrace]) -> None:
+    """Step a rule's entity states (its RuleState's `pending` and `firing`) at `ts`; the evidence of every
+    entity whose condition holds goes into the node's chart traces."""
     rule = plan.rule
     for e in plan.entities(ctx):
         verdict = plan.check(ctx, e)
@@ -59,6 +61,7 @@ def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], p
         if verdict:
             since = pending.setdefault(e, ts)
             evidence = rule_evidence(rule, ctx, e, ts - since, catalog)
+            record(traces, rule.name, rule.for_, rule.scope.value, e, since, evidence, ctx)
             if e in firing:
                 firing[e].last_true = ts
                 firing[e].evidence = evidence
@@ -69,6 +72,9 @@ def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], p
             f = firing.get(e)
             if f is not None and ts - f.last_true >= rule.keep_firing_for:
                 del firing[e]
+            elif f is not None:  # still firing (keep_firing_for): the chart shows the recovery
+                record(traces, rule.name, rule.for_, rule.scope.value, e, f.since,
+                       rule_evidence(rule, ctx, e, ts - f.since, catalog), ctx)
 
 
 def _expire_stale(pending: dict[str, float], firing: dict[str, FiringEntity], ts: float, stale_after_s: float

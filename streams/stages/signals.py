@@ -58,10 +58,14 @@ def _sla_limit(patterns: dict[str, float], model: str) -> float | None:
 
 
 def _add_sla(view: CurrentValues | SignalValues, state: NodeState, sla: dict[str, dict[str, float]] | None) -> None:
-    """``sla.ttft_p99`` per engine from the engine's model (settings.streams.ttft_p99_sla_s); computed when a
-    rule first reads it (nothing it depends on changes later in the step)."""
+    """``sla.ttft_p99`` per engine from the engine's model (settings.streams.ttft_p99_sla_s), and the
+    ``capacity.*`` thresholds of the capacity file (keyed by signal in `sla`); computed when a rule first
+    reads them (nothing they depend on changes later in the step). A limit no setting gives is absent."""
+    given = sla or DEFAULT_SLA
     for signal, field in SLA_SIGNALS.items():
-        patterns = (sla or DEFAULT_SLA).get(field) or DEFAULT_SLA[field]
+        patterns = given.get(signal) or given.get(field) or DEFAULT_SLA.get(field)
+        if not patterns:
+            continue
 
         def limits(patterns: dict[str, float] = patterns) -> dict[str, float]:
             engines = set((view.get("engine.requests_running") or {}).keys()) | set(state.engine_models)

@@ -28,7 +28,10 @@ NOTIFIER_DEV = ROOT / "tailhound" / "examples" / "notifier.yaml"
 NOTIFIER_EXAMPLE = ROOT / "tailhound" / "examples" / "notifier-production.yaml"
 
 #: Credentials: only ever from a Secret (k8s) or the caller's environment (compose), never literal.
-SECRET_ENV = {"TAILHOUND_SLACK_BOT_TOKEN", "TAILHOUND_PAGERDUTY_ROUTING_KEY", "TAILHOUND_WEBHOOK_SECRET"}
+#: the notifier receivers' secrets (the example production notifier config names them) ...
+RECEIVER_SECRET_ENV = {"TAILHOUND_SLACK_BOT_TOKEN", "TAILHOUND_PAGERDUTY_ROUTING_KEY", "TAILHOUND_WEBHOOK_SECRET"}
+#: ... and every secret the worker takes: those and the notifier API's (and incident console's) token
+SECRET_ENV = RECEIVER_SECRET_ENV | {"TAILHOUND_NOTIFIER__API_TOKEN"}
 SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|ROUTING_KEY|API_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 
 

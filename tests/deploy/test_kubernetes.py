@@ -18,6 +18,7 @@ from tailhound.settings import load_settings
 from .helpers import (
     K8S_DIR,
     NOTIFIER_EXAMPLE,
+    RECEIVER_SECRET_ENV,
     ROOT,
     RULES_DIR,
     SECRET_ENV,
@@ -666,12 +667,12 @@ def test_notifier_check_secrets_stays_strict_about_a_missing_secret(applied, tmp
     _, path, cm = _notifier_mount(applied)
     f = tmp_path / path.name
     f.write_text(cm["data"][path.name], encoding="utf-8")
-    env = {k: "" for k in SECRET_ENV} | {
+    env = {k: "" for k in RECEIVER_SECRET_ENV} | {
         "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS": one(applied, "ConfigMap", "tailhound-settings")["data"][
             "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"]}
     result = CliRunner().invoke(app, ["notifier", "check", str(f), "--secrets"], env=env)
     assert result.exit_code == 1, result.output
-    for name in SECRET_ENV:
+    for name in RECEIVER_SECRET_ENV:
         assert f"secret env {name} is not set" in result.output
 
 

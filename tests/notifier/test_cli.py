@@ -76,6 +76,36 @@ def test_incidents_list_and_show(env):
     assert "#1 opened" in shown.output and "#2 resolved" in shown.output and "gpu-node-5" in shown.output
 
 
+@pytest.mark.broker
+def test_incidents_show_lists_a_finished_groups_notification_history(env):
+    from tailhound.kafka import make_producer
+    from tailhound.notifier.state import DeliveryLog, DeliveryRecord, GroupState
+
+    ev = incident_event(incident_id="inc-cli-3", event="resolved", sequence=2, node="gpu-node-6")
+    log = DeliveryLog(receiver="oncall", sequence=2, delivered=2, history=[
+        DeliveryRecord(sequence=1, kind="opened", created_at=ev.opened_at, at=ev.opened_at + 1, outcome="delivered"),
+        DeliveryRecord(sequence=2, kind="resolved", created_at=ev.ts, at=ev.ts + 40, outcome="gave-up", attempts=5,
+                       error="HTTP 503")])
+    grp = GroupState(group_id="inc-cli-3", group_key="k", incidents={"inc-cli-3": ev}, created_at=ev.opened_at,
+                     status="resolved", status_since=ev.ts, logs={"oncall": log})
+
+    async def write() -> None:
+        await publish(env, incident_event(incident_id="inc-cli-3", node="gpu-node-6"), ev)
+        producer = make_producer(env)
+        await producer.start()
+        try:  # a group the notifier is done with, kept for the console (notifier/history.py)
+            await producer.send_and_wait(env.notifier_state_topic, key=b"recent:inc-cli-3",
+                                         value=grp.model_dump_json().encode())
+        finally:
+            await producer.stop()
+
+    asyncio.run(write())
+    shown = cli("incidents", "show", "inc-cli-3").output
+    assert "notification group inc-cli-3" in shown
+    assert re.search(r"#1 opened .* delivered", shown), shown
+    assert re.search(r"#2 resolved .* gave-up .*attempts 5 \(HTTP 503\)", shown), shown
+
+
 def test_notifier_check_names_file_and_line(tmp_path):
     good = tmp_path / "ok.yaml"
     good.write_text("route: {receiver: c}\nreceivers: [{type: console, name: c}]\n")

@@ -98,7 +98,9 @@ def test_state_is_serialisable_and_small():
     dumped = state.model_dump_json()
     # an 8-GPU node: rule states, one open incident, and the rolling baseline of each GPU's SM clock
     # (gpu-thermal-throttle compares a hot GPU's clock with its own usual clock on dcgm-exporter defaults)
-    assert len(dumped) < 10_000
+    assert len(state.model_dump_json(exclude={"traces"})) < 10_000
+    # and the incident's chart traces (bounded in points whatever the incident's length: tests/streams/test_series.py)
+    assert 0 < len(dumped) - len(state.model_dump_json(exclude={"traces"})) < 6_000
     assert type(state).model_validate_json(dumped).model_dump() == state.model_dump()
 
 

@@ -1,0 +1,298 @@
+"""The console's HTML pages (pure: views in, one ``<!doctype html>`` string out): the incident list, the
+incident page and the silences page, each a complete document with its CSS and script inline and nothing
+fetched (no CDN, font or image), so the same markup serves the notifier's console and the offline replay
+report (:mod:`.report`).
+
+``live`` says which: live pages link to ``{base}/incidents/{id}`` and ``{base}/silences`` and offer to
+silence an incident; the report (``live=False``) links to ``#<id>`` anchors in the same file. Times are
+UTC. Everything that comes from outside (summaries, scope, labels, evidence, silences) is escaped.
+
+The tests and the browser tests find elements by ``data-testid``: ``incident-filters`` (with ``filter-text``,
+``filter-state``, ``filter-cause``, ``filter-severity``), ``incident-count``, ``incident-table``,
+``incident-row``, ``incident``, ``evidence``, ``series``, ``actions``, ``notifications``, ``notification-row``,
+``suppressed``, ``silence-incident``, and the silences page's hooks (:func:`silences_page`).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, urlencode
+
+from tailhound.notifier.webconsole.assets import FILTER_SCRIPT, SILENCES_SCRIPT, STYLE
+from tailhound.notifier.webconsole.charts import peer_svg, timeline_svg
+from tailhound.notifier.webconsole.formatting import format_span, format_time, format_value, safe_text
+from tailhound.notifier.webconsole.view import IncidentView
+from tailhound.vocabulary import ROOT_CAUSES, Severity
+
+BRAND = "tailhound incident console"
+#: the charts' width on the incident page (CSS shrinks them to narrower screens)
+CHART_WIDTH = 960
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def index_page(views: list[IncidentView], now: float, *, live: bool, base: str = "/console") -> str:
+    """Open and recent incidents in one filterable table."""
+    return layout("Incidents", incident_list(views, now, live=live, base=base), now=now, live=live, base=base,
+                  current="incidents", script=FILTER_SCRIPT)
+
+
+def incident_page(view: IncidentView, now: float, *, live: bool, base: str = "/console") -> str:
+    """One incident: what, where and since when, its evidence and charts, what to do, what was notified."""
+    body = ""
+    if live:
+        body += f'<p class="small"><a href="{safe_text(base or "/")}">&larr; all incidents</a></p>'
+    body += incident_detail(view, now, live=live, base=base, heading=1)
+    return layout(cause_title(view), body, now=now, live=live, base=base, current="incidents")
+
+
+def silences_page(silences: list[dict], now: float, *, base: str = "/console", api: str = "",
+                  prefill: list[str] | None = None) -> str:
+    """The silences as the API lists them (expire buttons on active and pending CLI/API silences) and a form
+    that previews and creates one (hooks ``silence-form``, ``silence-matchers``, ``silence-duration``,
+    ``silence-author``, ``silence-comment``, ``silence-token``, ``silence-preview-button``, ``silence-create-button``,
+    ``silence-preview``, ``silence-error``, ``silence-status``, ``silence-table``, ``silence-row``,
+    ``silence-expire``). `api` is the API's base URL (empty: the page's own origin); `prefill` fills the
+    matchers box (e.g. from ``?matcher=`` of the incident page's "Silence this incident" link)."""
+    matchers = "\n".join(prefill or [])
+    form = (
+        f'<section class="card"><h2>New silence</h2>'
+        f'<form class="form-grid" data-testid="silence-form" data-api="{safe_text(api)}" autocomplete="off">'
+        '<label for="silence-matchers">Matchers</label>'
+        '<textarea id="silence-matchers" name="matchers" rows="4" required data-testid="silence-matchers" '
+        f'placeholder="node=&quot;gpu-node-2&quot;">{safe_text(matchers)}</textarea>'
+        '<span class="hint muted small">One per line, as Alertmanager writes them: <code>node="gpu-node-2"</code>, '
+        '<code>root_cause=~"gpu-.*"</code>, <code>severity!="info"</code>. An incident is silenced when every '
+        'matcher matches.</span>'
+        '<label for="silence-duration">Duration</label><input id="silence-duration" name="duration" value="2h" '
+        'required size="8" data-testid="silence-duration">'
+        '<label for="silence-author">Author</label><input id="silence-author" name="author" required '
+        'data-testid="silence-author">'
+        '<label for="silence-comment">Comment</label><input id="silence-comment" name="comment" required '
+        'data-testid="silence-comment" placeholder="why, and a ticket">'
+        '<label for="silence-token">API token</label><input id="silence-token" name="token" type="password" '
+        'data-testid="silence-token" placeholder="optional">'
+        '<span class="hint muted small">Sent as <code>Authorization: Bearer</code> with each call; kept in this '
+        'browser tab only (sessionStorage).</span>'
+        '<span></span><div class="actions-row">'
+        '<button type="button" data-testid="silence-preview-button">Preview</button>'
+        '<button type="submit" class="primary" data-testid="silence-create-button">Create</button></div></form>'
+        '<noscript><p class="notice">Creating and expiring silences needs JavaScript here; '
+        '<code>tailhound silence add</code> does it from a terminal.</p></noscript>'
+        '<div class="error" role="alert" data-testid="silence-error" hidden></div>'
+        '<div class="notice" role="status" data-testid="silence-status" hidden></div>'
+        '<div class="preview" data-testid="silence-preview" aria-live="polite" hidden></div></section>')
+    order = {"active": 0, "pending": 1}
+    ordered = sorted(silences, key=lambda s: (order.get(str(s.get("state")), 2), _number(s.get("starts_at")) or 0))
+    rows = "".join(_silence_row(s, now) for s in ordered) or (
+        '<tr><td colspan="8" class="muted">No silences.</td></tr>')
+    table = ('<h2>Silences</h2><table data-testid="silence-table"><thead><tr><th>State</th><th>Matchers</th>'
+             '<th>Starts</th><th>Ends</th><th>Author</th><th>Comment</th><th>Created</th><th></th></tr></thead>'
+             f'<tbody>{rows}</tbody></table>')
+    return layout("Silences", "<h1>Silences</h1>" + form + table, now=now, live=True, base=base, current="silences",
+                  script=SILENCES_SCRIPT)
+
+
+# --- building blocks (the report uses them too) --------------------------------------------------------------------
+def layout(title: str, body: str, *, now: float, live: bool, base: str = "/console", current: str = "",
+           script: str = "") -> str:
+    """A complete page: doctype, inline style, the console's header (with navigation when `live`), `body`
+    (already HTML) and an inline `script`."""
+    nav = ""
+    if live:
+        links = [("incidents", base or "/", "Incidents"), ("silences", f"{base}/silences", "Silences"),
+                 ("capacity", f"{base}/capacity", "Capacity")]
+        nav = "<nav>" + "".join(
+            f'<a href="{safe_text(href)}"{" aria-current=page" if key == current else ""}>{label}</a>'
+            for key, href, label in links) + "</nav>"
+    script_tag = f"<script>{script}</script>" if script else ""
+    return ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+            f'<title>{safe_text(title)} · tailhound</title><style>{STYLE}</style></head><body>'
+            f'<header class="top"><span class="brand">{BRAND}</span>{nav}'
+            f'<span class="clock">as of {format_time(now)}</span></header>'
+            f'<main>{body}</main>{script_tag}</body></html>')
+
+
+def cause_title(view: IncidentView) -> str:
+    info = ROOT_CAUSES.get(view.event.root_cause)
+    return info.title if info else str(view.event.root_cause)
+
+
+def incident_href(view: IncidentView, *, live: bool, base: str) -> str:
+    iid = quote(view.incident_id, safe="")
+    return f"{base}/incidents/{iid}" if live else f"#{iid}"
+
+
+def incident_list(views: list[IncidentView], now: float, *, live: bool, base: str = "/console") -> str:
+    """The incident table with its filters (a ``<section id="incidents">``): open ones first, newest first."""
+    ordered = sorted(views, key=lambda v: (not v.open, -_ended(v) if not v.open else -v.event.opened_at))
+    causes = sorted({str(v.event.root_cause) for v in views})
+    cause_options = "".join(
+        f'<option value="{safe_text(c)}">{safe_text(ROOT_CAUSES[c].title if c in ROOT_CAUSES else c)}</option>'
+        for c in causes)
+    severity_options = "".join(f'<option value="{s}">{s}</option>' for s in reversed(Severity))
+    n_open = sum(1 for v in views if v.open)
+    filters = (
+        '<form class="filters" role="search" data-testid="incident-filters">'
+        '<input type="search" name="q" placeholder="Filter by node, model, summary…" aria-label="Filter incidents" '
+        'data-testid="filter-text">'
+        '<label>State <select name="state" data-testid="filter-state"><option value="all">all</option>'
+        '<option value="open">open</option><option value="resolved">resolved</option></select></label>'
+        f'<label>Cause <select name="cause" data-testid="filter-cause"><option value="">all causes</option>'
+        f'{cause_options}</select></label>'
+        f'<label>Severity <select name="severity" data-testid="filter-severity"><option value="">all</option>'
+        f'{severity_options}</select></label></form>')
+    rows = "".join(_incident_row(v, now, live=live, base=base) for v in ordered) or (
+        '<tr><td colspan="7" class="muted">No incidents.</td></tr>')
+    return (f'<section id="incidents"><h1>Incidents</h1><p class="muted"><span data-testid="incident-count">'
+            f'{len(views)} incidents</span> · {n_open} open</p>{filters}'
+            '<table data-testid="incident-table"><thead><tr><th>Cause</th><th>Severity</th><th>Scope</th>'
+            '<th>Age</th><th>Kind</th><th>State</th><th>Opened</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table></section>')
+
+
+def incident_detail(view: IncidentView, now: float, *, live: bool, base: str = "/console", heading: int = 1) -> str:
+    """One incident as an ``<article id="<incident id>">``; `heading` is the level of its title (1 on its own
+    page, 2 in the report)."""
+    ev = view.event
+    h, sub = f"h{heading}", f"h{heading + 1}"
+    state = "open" if view.open else "resolved"
+    facts = [("Scope", safe_text(ev.scope.describe())), ("Opened", format_time(ev.opened_at))]
+    if ev.resolved_at is not None:
+        facts += [("Resolved", format_time(ev.resolved_at)), ("Duration", format_span(view.age_s(now)))]
+    else:
+        facts.append(("Open for", format_span(view.age_s(now))))
+    facts += [("Incident", f"<code>{safe_text(ev.incident_id)}</code> · event #{ev.sequence} ({safe_text(ev.event)})"),
+              ("Rule", f"<code>{safe_text(ev.rule)}</code>"
+                       + (f' <span class="muted small">{safe_text(ev.rule_origin)}</span>' if ev.rule_origin else "")),
+              ("Rules version", f"<code>{safe_text(ev.rules_version)}</code>" if ev.rules_version else "—")]
+    if view.group_id:
+        facts.append(("Notification group", f"<code>{safe_text(view.group_id)}</code>"))
+    if ev.labels:
+        facts.append(("Labels", " ".join(f"<code>{safe_text(k)}={safe_text(v)}</code>"
+                                         for k, v in sorted(ev.labels.items()))))
+    silence = ""
+    if live:
+        href = f"{base}/silences?" + urlencode([("matcher", m) for m in silence_matchers(view)])
+        silence = (f'<p><a class="button silence" data-testid="silence-incident" href="{safe_text(href)}">'
+                   "Silence this incident</a></p>")
+    head = (f'<header class="incident-head"><{h}>{safe_text(cause_title(view))}</{h}><div class="badges">'
+            f'{_badge("sev-" + ev.severity, ev.severity)}{_badge("state-" + state, state)}'
+            f'{_badge("kind-tag", "transient" if ev.transient else "persistent")}</div>'
+            f'<p class="summary">{safe_text(ev.summary)}</p><dl class="facts">'
+            + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + f"</dl>{silence}</header>")
+    evidence = "".join(f"<li><code>{safe_text(e.describe())}</code></li>" for e in ev.evidence)
+    parts = [head, f'<{sub}>Evidence</{sub}>',
+             f'<ul data-testid="evidence">{evidence}</ul>' if evidence else '<p class="muted">No evidence.</p>',
+             f'<{sub}>Charts</{sub}>', _charts(view)]
+    actions = "".join(f"<li>{_code_spans(a)}</li>" for a in ev.actions)
+    parts += [f'<{sub}>Suggested actions</{sub}>',
+              f'<ol data-testid="actions">{actions}</ol>' if actions else '<p class="muted">None.</p>']
+    parts += [f'<{sub}>Notifications</{sub}>', _notifications(view, live=live)]
+    return (f'<article class="incident" id="{safe_text(ev.incident_id)}" data-testid="incident" '
+            f'data-incident="{safe_text(ev.incident_id)}">' + "".join(parts) + "</article>")
+
+
+def silence_matchers(view: IncidentView) -> list[str]:
+    """Matchers that silence this incident and its recurrences: its node and model (or endpoint, or else its
+    rule) and its root cause, in the silences' syntax (``node="gpu-node-2"``)."""
+    ev = view.event
+    pairs = [(k, v) for k, v in (("node", ev.scope.node), ("model", ev.scope.model)) if v]
+    if not pairs:
+        pairs = [("endpoint", ev.scope.endpoint)] if ev.scope.endpoint else [("rule", ev.rule)]
+    pairs.append(("root_cause", str(ev.root_cause)))
+    return [f'{k}="{_quoted(v)}"' for k, v in pairs]
+
+
+# --- internals -----------------------------------------------------------------------------------------------------
+def _badge(cls: str, text: str) -> str:
+    return f'<span class="badge {safe_text(cls)}">{safe_text(text)}</span>'
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _code_spans(text: str) -> str:
+    """`text` escaped, with `backquoted` spans as code (the rules write commands that way)."""
+    return _CODE.sub(r"<code>\1</code>", safe_text(text))
+
+
+def _number(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _ended(view: IncidentView) -> float:
+    ev = view.event
+    return ev.resolved_at if ev.resolved_at is not None else ev.ts
+
+
+def _incident_row(view: IncidentView, now: float, *, live: bool, base: str) -> str:
+    ev = view.event
+    state = "open" if view.open else "resolved"
+    return (f'<tr data-testid="incident-row" data-incident="{safe_text(ev.incident_id)}" data-state="{state}" '
+            f'data-cause="{safe_text(ev.root_cause)}" data-severity="{safe_text(ev.severity)}">'
+            f'<td><a href="{safe_text(incident_href(view, live=live, base=base))}">{safe_text(cause_title(view))}</a>'
+            f'<div class="muted small">{safe_text(ev.summary)}</div></td>'
+            f'<td>{_badge("sev-" + ev.severity, ev.severity)}</td><td>{safe_text(ev.scope.describe())}</td>'
+            f'<td class="nowrap">{format_span(view.age_s(now))}</td>'
+            f'<td>{"transient" if ev.transient else "persistent"}</td><td>{_badge("state-" + state, state)}</td>'
+            f'<td class="nowrap small">{format_time(ev.opened_at)}</td></tr>')
+
+
+def _charts(view: IncidentView) -> str:
+    if not view.event.series:
+        return '<p class="muted">No chart data was recorded for this incident.</p>'
+    out = []
+    for s in view.event.series:
+        ref = f", threshold {s.op} {format_value(s.threshold, s.unit)}" if s.threshold is not None else ""
+        held = f", for {format_span(s.for_s)}" if s.for_s else ""
+        peers = s.peers()
+        out.append(f'<figure class="series" data-testid="series" data-signal="{safe_text(s.signal)}">'
+                   f'<figcaption><code>{safe_text(s.signal)}</code> <span class="muted small">rule '
+                   f'{safe_text(s.rule)}{safe_text(ref)}{safe_text(held)}</span></figcaption>'
+                   + timeline_svg(s, view.marks, width=CHART_WIDTH)
+                   + (f'<p class="muted small">Against {len(peers)} peers:</p>' + peer_svg(s, width=CHART_WIDTH)
+                      if peers else "")
+                   + "</figure>")
+    return "".join(out)
+
+
+def _notifications(view: IncidentView, *, live: bool) -> str:
+    out = ""
+    if view.suppressed:
+        out += f'<p class="notice" data-testid="suppressed">Held back: {safe_text(view.suppressed)}</p>'
+    if not view.deliveries:
+        what = "No notifications recorded." if live else "A replay sends no notifications."
+        return out + f'<p class="muted">{what}</p>'
+    rows = "".join(
+        f'<tr data-testid="notification-row" data-receiver="{safe_text(d.receiver)}" '
+        f'data-outcome="{safe_text(d.outcome)}"><td>{safe_text(d.receiver)}</td><td>{safe_text(d.kind)}'
+        f'{" " + _badge("kind-tag", "flapping") if d.flapping else ""}</td><td>#{d.sequence}</td>'
+        f'<td class="nowrap small">{format_time(d.created_at)}</td><td class="nowrap small">{format_time(d.at)}</td>'
+        f'<td>{_badge("outcome-" + d.outcome, d.outcome)}</td><td>{d.attempts}</td>'
+        f'<td class="small">{safe_text(d.error or "")}</td></tr>' for d in view.deliveries)
+    return (out + '<table data-testid="notifications"><thead><tr><th>Receiver</th><th>Kind</th><th>Sequence</th>'
+            '<th>Created</th><th>Delivered</th><th>Outcome</th><th>Attempts</th><th>Error</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _silence_row(s: dict, now: float) -> str:
+    sid, state, source = str(s.get("id", "")), str(s.get("state", "")), str(s.get("source", "cli"))
+    matchers = s.get("matchers") if isinstance(s.get("matchers"), list) else []
+    ends = _number(s.get("ends_at"))
+    left = f' <span class="muted small">(in {format_span(ends - now)})</span>' if ends and state != "expired" else ""
+    if state in ("active", "pending") and source == "cli":
+        action = (f'<button type="button" class="danger" data-testid="silence-expire" data-silence="{safe_text(sid)}">'
+                  "Expire</button>")
+    elif source != "cli":
+        action = _badge("kind-tag", "config") + ' <span class="muted small">maintenance window</span>'
+    else:
+        action = ""
+    return (f'<tr data-testid="silence-row" data-silence="{safe_text(sid)}" data-state="{safe_text(state)}">'
+            f'<td>{_badge("state-" + state, state)}</td>'
+            f'<td class="matchers">{"<br>".join(f"<code>{safe_text(m)}</code>" for m in matchers)}</td>'
+            f'<td class="nowrap small">{format_time(_number(s.get("starts_at")))}</td>'
+            f'<td class="nowrap small">{format_time(ends)}{left}</td><td>{safe_text(s.get("author", ""))}</td>'
+            f'<td>{safe_text(s.get("comment", ""))}</td>'
+            f'<td class="nowrap small">{format_time(_number(s.get("created_at")))}</td><td>{action}</td></tr>')
