@@ -38,6 +38,7 @@ import faust
 from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client import CollectorRegistry
 
+from tailhound.capacity_file import capacity_limits
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.console import ConsoleReceiver
 from tailhound.settings import Settings
@@ -117,7 +118,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     state = _state_table(app, STATE_TABLE, settings.partitions)
     node_rules, model_rules = split_rules(rules)
     load = load_models(settings.streams.load_models)
-    sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s}
+    # service levels, and the load-tested thresholds of the capacity file (a bad file stops the start, naming it)
+    sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s, **capacity_limits(settings.streams.capacity_file)}
     processor = SnapshotProcessor(node_rules, catalog, load, sla=sla)
     metrics = PipelineMetrics(registry) if registry is not None else None  # tailhound.streams.pipeline_metrics
     if metrics is not None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, Literal
 
+from tailhound.capacity_file import CAPACITY_SIGNALS
+from tailhound.capacity_file import SETTING as CAPACITY_SETTING
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.catalog.fixes import Fix, fixes_for, signal_note
 
@@ -50,8 +52,11 @@ Alternatives = tuple[frozenset[str], ...]
 COMPUTED_SIGNALS: dict[str, str] = {
     "model.nodes_with_cause": "the model stage counts the nodes with an open root-cause incident",
     PEER_NODE_EXPLAINED: "the model stage flags the nodes with an open root cause that explains a slower engine",
-    **{name: f"settings streams.{setting}" for name, setting in SLA_SIGNALS.items()},
+    **{name: f"settings streams.{setting}" for name, setting in SLA_SIGNALS.items() if setting != CAPACITY_SETTING},
 }
+#: Signals only a configuration file gives (the capacity file's): present when the worker (or doctor) has one,
+#: else missing, with the fix saying how to make one (tailhound/catalog/fixes.py)
+CONFIGURED_SIGNALS = frozenset(CAPACITY_SIGNALS)
 
 #: Signals the worker computes from other signals (besides ratios, flags, rates and window statistics).
 COMPUTED_FROM: dict[str, tuple[str, ...]] = {
@@ -63,6 +68,9 @@ COMPUTED_FROM: dict[str, tuple[str, ...]] = {
 #: blackbox_exporter, and why: that data cannot show the fault. The acceptance test
 #: (tests/streams/test_coverage.py) allows these and nothing else; docs/doctor.md lists them.
 BLIND_ON_DEFAULT_EXPORTERS: dict[str, str] = {
+    "load-above-tested-capacity": (
+        "a warning; it compares the load with what a load test measured (the capacity file, settings "
+        "streams.capacity_file, from `tailhound capacity`): no exporter sends that, so it needs the file"),
     "pcie-link-downgraded": (
         "a warning; dcgm-exporter's default counters have no PCIe link generation or width, and the catalog "
         "takes the maximum generation and width the rule compares with from the nvml collector only"),

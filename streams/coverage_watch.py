@@ -18,7 +18,7 @@ No series exist before the first judgement (coverage is unknown until telemetry 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -45,7 +45,7 @@ LogRecord = tuple[int, str]
 class CoverageWatch:
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None, window_s: float = WINDOW_S,
                  rescan_s: float = RESCAN_S, registry: CollectorRegistry | None = None,
-                 emit: Callable[[int, str], None] | None = None) -> None:
+                 emit: Callable[[int, str], None] | None = None, configured: Iterable[str] = ()) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
         self.window_s, self.rescan_s = window_s, rescan_s
@@ -58,7 +58,7 @@ class CoverageWatch:
         self._present_count = Gauge("tailhound_signals_present", "Catalog signals seen in telemetry.",
                                     registry=self.registry)
         #: signals seen, and the sources that sent them (they order the fixes)
-        self.present: set[str] = set()
+        self.present: set[str] = set(configured)  # and what the configuration gives (the capacity file)
         self.sources: set[str] = set()
         self.report: list[RuleCoverage] | None = None
         self._mapped: set[tuple[str, str]] = set()  # (source, metric) pairs seen that the catalog maps

@@ -15,6 +15,8 @@ whole GPUs; anything else from an instance line is dropped.
 
 from __future__ import annotations
 
+from tailhound.capacity_file import CAPACITY_SIGNALS
+from tailhound.capacity_file import SETTING as CAPACITY_SETTING
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.catalog.clock_events import CLOCK_EVENT_REASONS, THERMAL_REASONS_MASK  # noqa: F401
 from tailhound.snapshot import Snapshot
@@ -29,8 +31,9 @@ DERIVED_SIGNALS: dict[str, tuple[str, tuple[str, str]]] = {
 }
 
 
-#: Per-engine service levels from the settings (by the engine's model): signal -> settings field
-SLA_SIGNALS = {"sla.ttft_p99": "ttft_p99_sla_s"}
+#: Per-engine limits from the settings, by the engine's model: signal -> the setting that gives them (the
+#: service levels, and the thresholds of the capacity file: tailhound/capacity_file.py)
+SLA_SIGNALS = {"sla.ttft_p99": "ttft_p99_sla_s", **{signal: CAPACITY_SETTING for signal in CAPACITY_SIGNALS}}
 #: Per-engine demand computed from finished requests and in-flight history (see streams/demand.py)
 DEMAND_SIGNALS = frozenset({"engine.arrival_rate"})
 

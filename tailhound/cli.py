@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from tailhound import __version__
+from tailhound.capacity_file import capacity_limits
 from tailhound.errors import TailhoundError
 from tailhound.settings import Settings, load_settings
 
@@ -73,12 +74,17 @@ def demo(
         list[str] | None,
         typer.Option(help="Fault to inject (repeatable), e.g. thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"),
     ] = None,
+    console_listen: Annotated[str, typer.Option(
+        "--console", help="Where the incident console listens (loopback host:port; port 0: any free one; '': off).")
+    ] = "127.0.0.1:0",
+    hold: Annotated[float, typer.Option(
+        min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran.")] = 0.0,
 ) -> None:
     """Run the demo: embedded broker, streams worker and a simulated fleet that overheats."""
     from tailhound.demo import DemoOptions, run_demo
 
     settings = _settings(config)
-    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed)
+    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold)
     if fault:
         opts.faults = list(fault)
     result = asyncio.run(run_demo(settings, opts, console))
@@ -245,6 +251,16 @@ def replay(
                                             "them) or table (for people: times from the recording start, evidence). "
                                             "Default: a summary and one line per event."),
     ] = None,
+    html_report: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write an incident report: one self-contained HTML file (the incident "
+                                    "list, then each incident with its evidence and charts), to open from disk."),
+    ] = None,
+    capacity: Annotated[
+        Path | None,
+        typer.Option("--capacity", help="Capacity file (`tailhound capacity --out`): the capacity.* thresholds "
+                                        "(default: settings streams.capacity_file)."),
+    ] = None,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic); .gz and .zst
     recordings are read too, and a cut-off last line is a warning."""
@@ -258,16 +274,20 @@ def replay(
     settings = _settings(None)
     rs = load_rules(rules or settings.rules_dir)
     first: list[float] = []
+    last: list[float] = []
 
-    def records():  # noqa: ANN202 - the recordings' records, noting the first event time
+    def records():  # noqa: ANN202 - the recordings' records, noting the first and the latest event time
         for rec in iter_recordings(recordings, lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
                                                                              highlight=False)):
             if not first:
                 first.append(rec.ts)
+            if not last or rec.ts > last[0]:
+                last[:] = [rec.ts]
             yield rec
 
     kwargs = dict(models=load_models(list(model or settings.streams.load_models)),
-                  sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s},
+                  sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s,
+                       **capacity_limits(capacity or settings.streams.capacity_file)},
                   max_future_skew_s=settings.streams.max_future_skew_s, node_expiry_s=settings.streams.node_expiry_s)
     if out is None:
         result = replay_records(records(), rs, **kwargs)
@@ -280,6 +300,19 @@ def replay(
                f"events ({opened} opened)" + (f" -> {out}" if out else ""))
     if result.rejected:
         summary += "; skipped " + ", ".join(f"{n} {why}" for why, n in sorted(result.rejected.items()))
+    if html_report is not None:
+        import time
+
+        from tailhound.notifier.webconsole.report import render_report, report_title
+        from tailhound.notifier.webconsole.view import views_from_events
+
+        views = views_from_events(result.events)
+        # ages as of the recording's end (its latest event time): the same recording gives the same file
+        end = max([*last, *(e.ts for e in result.events)], default=None) or time.time()
+        html_report.parent.mkdir(parents=True, exist_ok=True)
+        html_report.write_text(render_report(views, title=report_title([p.name for p in recordings]),
+                                             generated_at=end), encoding="utf-8")
+        summary += f"; incident report ({len(views)} incidents) -> {html_report}"
     if fmt == "json":
         err_console.print(summary, highlight=False)
         for ev in result.events:
@@ -465,7 +498,8 @@ def rules_backtest(
         raise TailhoundError(f"--format {fmt!r}: use table or json")
     settings = _settings(config)
     report = run_backtest(recordings, rules or settings.rules_dir, truth=truth, against=against,
-                          sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s},
+                          sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s,
+                               **capacity_limits(settings.streams.capacity_file)},
                           progress=progress, warn=lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
                                                                                 highlight=False))
     sys.stdout.write(render_backtest_json(report) if fmt == "json" else render_backtest_table(report))
@@ -533,9 +567,21 @@ def doctor(
         from tailhound.catalog import default_catalog
 
         observed.merge(scrape_targets(list(target), timeout, default_catalog()))
-    report = diagnose(rs, observed)
+    capacity_file = _settings(config).streams.capacity_file  # its capacity.* signals count as present
+    report = diagnose(rs, observed, configured=capacity_limits(capacity_file).keys() if capacity_file else ())
     sys.stdout.write(render_json(report) if fmt == "json" else render_table(report))
     raise typer.Exit(report.exit_code)
+
+
+def _add_capacity_commands() -> None:
+    """`tailhound loadtest` and `tailhound capacity` (tailhound/capacity/: locust and matplotlib load lazily)."""
+    from tailhound.capacity import capacity_cli, loadtest_cli
+
+    loadtest_cli.register(app)
+    capacity_cli.register(app)
+
+
+_add_capacity_commands()
 
 
 def main() -> None:

@@ -170,10 +170,13 @@ class DoctorReport:
         return 1 if blind_critical(self.rules) else 0
 
 
-def diagnose(rules: RuleSet, observed: Observed, catalog: Catalog | None = None) -> DoctorReport:
+def diagnose(rules: RuleSet, observed: Observed, catalog: Catalog | None = None,
+             configured: Iterable[str] = ()) -> DoctorReport:
+    """`configured`: signals the configuration gives (the capacity file's ``capacity.*``)."""
     catalog = catalog or default_catalog()
     sources = {job for job in observed.metrics if observed.mapped(job, catalog)}
-    return DoctorReport(observed=observed, rules=coverage(rules, observed.signals(catalog), catalog, sources))
+    present = observed.signals(catalog) | frozenset(configured)
+    return DoctorReport(observed=observed, rules=coverage(rules, present, catalog, sources))
 
 
 def render_table(report: DoctorReport, catalog: Catalog | None = None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -52,6 +53,9 @@ class StreamsSettings(BaseModel):
     #: TTFT P99 service level per model (fnmatch patterns, first match wins): the `sla.ttft_p99` signal
     #: rules compare with. 1.5 s is where chat users notice (playbook); batch models can allow more.
     ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: {"*": 1.5})
+    #: the capacity file (`tailhound capacity --out`): per model, the thresholds a load test measured, as the
+    #: `capacity.*` signals rules compare with (tailhound/capacity_file.py). Read at start; None: no such signals
+    capacity_file: Path | None = None
     #: a snapshot dated more than this after its arrival (the wall clock when the worker takes it) is
     #: rejected (dead letter): one message from a clock years ahead must not move a node's clock
     max_future_skew_s: float = Field(default=300.0, ge=0)
@@ -144,6 +148,11 @@ class NotifierSettings(BaseModel):
     #: with no token configured, allow writes anyway, but only while the API listens on loopback
     allow_unauthenticated_writes: bool = False
     runbook_url: str = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
+    #: serve the incident console (``/console``: incidents with charts, notifications, silences) on the API
+    console: bool = True
+    #: the console's external base URL (``https://tailhound.example/console``); when set, every notification
+    #: links to ``<console_url>/incidents/<lead incident id>`` (its ``console`` link)
+    console_url: str | None = None
 
     @field_validator("api_listen")
     @classmethod
@@ -151,6 +160,18 @@ class NotifierSettings(BaseModel):
         if v and int(v.rpartition(":")[2]) > 65535:
             raise ValueError(f"port of {v!r} is above 65535")
         return v
+
+    @field_validator("console_url")
+    @classmethod
+    def _check_console_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        parsed = urlsplit(v.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or any(c.isspace() for c in v.strip()):
+            raise ValueError(f"console_url {v[:200]!r} is not an http(s) URL with a host")
+        if parsed.query or parsed.fragment:
+            raise ValueError("console_url is a base URL: no query or fragment (/incidents/<id> is appended)")
+        return v.strip().rstrip("/")
 
 
 class Settings(BaseSettings):

@@ -16,6 +16,7 @@ import faust
 from prometheus_client import CollectorRegistry
 
 from tailhound import worker_web
+from tailhound.capacity_file import CAPACITY_SIGNALS
 from tailhound.errors import ConfigError
 from tailhound.notifier.api import ApiAccess
 from tailhound.notifier.service import NotifierService, build_receivers, notifier_config
@@ -54,7 +55,8 @@ def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
     (:mod:`tailhound.streams.coverage_watch`) watches the telemetry: rules that cannot fire with what the
     fleet sends are logged after WINDOW_S of telemetry, and exported in :func:`metrics_registry`."""
     prepare_data_dir(settings)
-    watch = CoverageWatch(rules)
+    # the capacity file's signals are there when the worker has one (else the rules reading them are blind)
+    watch = CoverageWatch(rules, configured=CAPACITY_SIGNALS if settings.streams.capacity_file else ())
     app = create_app(settings, rules, on_snapshot=watch.observe, registry=watch.registry)
     watch.registry.register(ConsumerLagCollector(app, settings.telemetry_topic))
     _REGISTRIES[app] = watch.registry

@@ -15,6 +15,7 @@ from importlib import resources
 
 import yaml
 
+from tailhound.capacity_file import CAPACITY_SIGNALS
 from tailhound.errors import ConfigError
 
 from . import Catalog, SignalSpec
@@ -85,6 +86,10 @@ def fixes_for(signal: str, catalog: Catalog, seen: Collection[str] = (), book: F
     seen source of the same group that maps nothing to it (TGI for a vLLM-only counter, dcgm-exporter for
     an NVML-only field), an ``unavailable`` entry saying so. Never empty."""
     book = book or default_fixbook()
+    if signal in CAPACITY_SIGNALS:
+        return [Fix(source="capacity file", action="measure it: `tailhound loadtest` against a replica, then "
+                    "`tailhound capacity RESULT.json --out capacity.yaml`, and set streams.capacity_file "
+                    "(TAILHOUND_STREAMS__CAPACITY_FILE) to that file")]
     spec = catalog.spec(signal)
     if spec is None or not spec.sources:
         return [Fix(source="", action=f"no known source sends {signal}", unavailable=True)]

@@ -257,6 +257,7 @@ Rules may also name these; their entity is the one of the signal they come from.
 | `engine.http_rejection_ratio` | `engine.http_rejections.rate` / `engine.http_requests.rate` (vLLM: 4xx/5xx answers over all answers) |
 | `engine.request_failure_ratio` | `engine.http_rejections.rate` / `engine.requests_received.rate` (TGI: failed requests over arrivals; TGI has no HTTP status counter) |
 | `sla.ttft_p99` | the engine's model's TTFT P99 service level (settings `streams.ttft_p99_sla_s`, fnmatch patterns; default 1.5 s) |
+| `capacity.safe_request_rate`, `capacity.queue_scale_out`, `capacity.max_num_seqs`, `capacity.ttft_knee_s`, `capacity.tpot_knee_s` | the engine's model's load-tested thresholds (settings `streams.capacity_file`, written by `tailhound capacity`; fnmatch patterns): requests/s one engine serves before TTFT or TPOT bends, requests waiting at that rate (scale out), the batch size where TPOT outgrows throughput, the latencies at the knees. Absent without a capacity file |
 | `engine.arrival_rate` | requests arriving per second over the 5-minute window: `latency.e2e.window_count` plus the growth of in-flight (`engine.requests_running` + `engine.requests_waiting`), divided by 300 s (`streams/demand.py`): demand, which a supply drop or a draining backlog does not move |
 """
 

@@ -133,7 +133,8 @@ def _derived_hint(name: str) -> str | None:
         num, den = RATE_RATIOS[name]
         return f"{name} is derived ({num} / {den}): give those counters (or their .rate)"
     if name in SLA_SIGNALS:
-        return f"{name} comes from the test file's ttft_p99_sla_s (by the engine's model), not from a series"
+        given = "capacity" if SLA_SIGNALS[name] == "capacity_file" else SLA_SIGNALS[name]
+        return f"{name} comes from the test file's {given} (by the engine's model), not from a series"
     if name in DEMAND_SIGNALS:
         return (f"{name} is computed from latency.e2e's window count and the in-flight gauges "
                 "(engine.requests_running + engine.requests_waiting): give those")

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tailhound.capacity_file import CapacityFile, CapacityThresholds
 from tailhound.catalog import default_catalog
 from tailhound.durations import Duration
 from tailhound.errors import ConfigFileError, RuleFileError
@@ -147,6 +148,9 @@ class RuleTestFile(_Strict):
     evaluation_interval: Duration = Field(default=DEFAULT_INTERVAL_S, gt=0)
     start: float | dt.datetime = Field(default=DEFAULT_START, description="Event time of the first sample.")
     ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLA))
+    capacity: dict[str, CapacityThresholds] = Field(
+        default_factory=dict, description="As a capacity file's `models` (settings streams.capacity_file): model "
+                                          "pattern -> thresholds, the `capacity.*` signals. Omitted: none.")
     tests: list[RuleTest] = Field(min_length=1)
 
     @property
@@ -388,7 +392,8 @@ def run_test(test: RuleTest, tf: RuleTestFile, ruleset, renderer_errors: Callabl
             renderer.add(entry)
         except InputError as exc:
             raise renderer_errors(i, exc) from None
-    result = replay_records(renderer.records(), ruleset, sla={"ttft_p99_sla_s": dict(tf.ttft_p99_sla_s)})
+    limits = CapacityFile(generated_at=0, source="test file", models=tf.capacity).limits() if tf.capacity else {}
+    result = replay_records(renderer.records(), ruleset, sla={"ttft_p99_sla_s": dict(tf.ttft_p99_sla_s), **limits})
     failed = []
     for ci, check in enumerate(test.expect):
         got = open_at(result.events, start + check.eval_time)

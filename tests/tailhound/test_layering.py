@@ -9,7 +9,7 @@ Floors, lowest first (what each may import besides itself):
 - ``tailhound.streams``: core, and ``tailhound.agents.pipeline``'s family (offline replay and load fitting
   rebuild snapshots from recordings through the agent's own pipeline, so replay sees what an agent sends);
 - the applications (``cli``, ``demo``, ``worker``, ``worker_process``, ``worker_web``, ``worker_metrics``, ``__main__``,
-  ``rulestest``):
+  ``rulestest``, ``capacity``):
   everything.
 
 Imports inside functions and ``TYPE_CHECKING`` blocks count: a lazy import is still a dependency.
@@ -29,6 +29,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 APPS = {"tailhound.cli", "tailhound.demo", "tailhound.doctor", "tailhound.worker", "tailhound.worker_process",
         "tailhound.worker_web", "tailhound.worker_metrics", "tailhound.__main__"}
+#: packages of the applications floor: rule tests and backtests, capacity planning (load tests, knees)
+APP_PACKAGES = ("tailhound.rulestest", "tailhound.capacity")
 ALLOWED = {
     "core": {"core"},
     "agents": {"core", "agents"},
@@ -58,8 +60,8 @@ MODULES = modules()
 
 
 def floor(module: str) -> str:
-    if module in APPS or module == "tailhound.rulestest" or module.startswith("tailhound.rulestest."):
-        return "apps"  # rule tests and backtests replay through streams and build inputs like the agents
+    if module in APPS or any(module == p or module.startswith(f"{p}.") for p in APP_PACKAGES):
+        return "apps"  # rule tests, backtests, capacity planning: replay through streams, inputs built as agents do
     for pkg in ("agents", "streams", "notifier"):
         if module == f"tailhound.{pkg}" or module.startswith(f"tailhound.{pkg}."):
             return pkg

@@ -1,0 +1,370 @@
+"""What runs inside locust: the child process of ``tailhound loadtest`` that sends the load.
+
+``python -m tailhound.capacity.locust_driver '<json plan>'`` (see :func:`tailhound.capacity.loadtest.driver_plan`
+for the keys). Locust imports gevent, which monkey-patches the interpreter (sockets, time, threading,
+queue become cooperative), so it runs here and never in the asyncio process that started it. The API key
+comes from the environment (``TAILHOUND_LOADTEST_API_KEY``), never from the plan.
+
+The load: a locust :class:`~locust.HttpUser` subclass built at run time, driven headless from code
+(:class:`locust.env.Environment` and its local runner), one streamed completion per task.
+
+- mode ``concurrency``: the step's count of users, each in a closed loop (a new request as soon as the
+  last one ended);
+- mode ``rate``: an open-loop arrival process (Poisson or constant gaps at the step's rate) from a
+  dispatcher; a pool of ``max_concurrency`` users takes the arrivals from a queue. An arrival no user was
+  free for waits (``late`` counts those that waited over 100 ms); more than ``max_concurrency`` waiting
+  are dropped (``missed``).
+
+What it writes on standard output, one JSON object a line (anything else the process prints goes to
+standard error):
+
+- ``{"k": "ready", "users": N}`` once the users are spawned;
+- ``{"k": "step", "i": i, "offered": x, "at": unix}`` when step i starts;
+- ``{"k": "r", "s": step, "t0": unix, "t1": unix, "ttft": s, "tpot": s, "tok": n, "err": null|"..."}`` per request
+  (the step it started in);
+- ``{"k": "step_end", "i": i, "at": unix, "started": n, "late": n, "missed": n}``;
+- ``{"k": "end", "stopped": null|"reason"}`` last, after the requests in flight finished (or timed out).
+
+Client-side timing: TTFT = first content chunk - request start; TPOT = (last content chunk - first) /
+(tokens - 1), tokens from the ``usage`` chunk when the server sends one, else the content chunks counted.
+A request fails on an HTTP status other than 200, a connection error or timeout, a stream that ends
+without ``data: [DONE]`` (or a finish reason), an error object in the stream, or no content at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import random
+import re
+import signal
+import sys
+import threading
+import time
+
+if __name__ != "__main__":  # locust's import monkey-patches the whole interpreter (gevent): a process of its own
+    raise ImportError("tailhound.capacity.locust_driver runs as its own process: "
+                      "python -m tailhound.capacity.locust_driver '<json plan>'")
+
+from locust import HttpUser, constant, task  # noqa: E402
+from locust.env import Environment  # noqa: E402
+from locust.exception import StopUser  # noqa: E402
+
+from tailhound.agents.collectors.sse import SSEEvent, SSEParser, SSEProtocolError, delta_content  # noqa: E402
+from tailhound.capacity.token_mix import TokenMix  # noqa: E402
+
+API_KEY_ENV = "TAILHOUND_LOADTEST_API_KEY"
+LATE_S = 0.1
+READ_BYTES = 65536
+#: a step's error rate is judged once this many of its requests ended
+MIN_FOR_ERROR_RATE = 10
+_FINISH = re.compile(r'"finish_reason"\s*:\s*"')  # a chunk with a finish reason (not null)
+_USAGE = re.compile(r'"usage"\s*:\s*\{')  # the usage chunk (not "usage": null)
+_VOCAB = ("time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
+          "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
+          "company", "system", "program", "question", "work", "number", "night", "point", "home", "water",
+          "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye",
+          "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father",
+          "power", "hour", "game", "line", "end", "member", "law", "car", "city", "name")
+
+
+class Driver:
+    def __init__(self, plan: dict, out) -> None:  # noqa: ANN001 - a text file
+        self.plan = plan
+        self.out = out
+        self.mode: str = plan["mode"]
+        self.loads: list[float] = [float(x) for x in plan["loads"]]
+        self.step_s: float = float(plan["step_s"])
+        self.max_requests: int = int(plan["max_requests"])
+        self.max_duration_s: float = float(plan["max_duration_s"])
+        self.max_error_rate: float = float(plan["max_error_rate"])
+        self.timeout_s: float = float(plan["request_timeout_s"])
+        self.pool: int = int(plan["max_concurrency"])
+        self.mix = TokenMix.from_dict(plan["token_mix"])
+        self.sampler = self.mix.sampler(int(plan["seed"]))
+        self.prompt_rng = random.Random(int(plan["seed"]) + 1)
+        self.arrival_rng = random.Random(int(plan["seed"]) + 2)
+        self.poisson = plan.get("arrivals", "poisson") == "poisson"
+        self.step = -1
+        self.rate = 0.0
+        self.stopping = False
+        self.stopped: str | None = None
+        self.sent = 0
+        self.inflight = 0
+        self.arrivals: queue.Queue[float] = queue.Queue()
+        self.tally: dict[int, list[int]] = {}  # step -> [started, ended, errors, late, missed]
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+                   "Accept-Encoding": "identity"}
+        if key := os.environ.get(API_KEY_ENV):
+            headers["Authorization"] = f"Bearer {key}"
+        self.headers = headers
+
+    # -- output ---------------------------------------------------------------------------------------------
+
+    def emit(self, **obj: object) -> None:
+        try:
+            self.out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):  # the parent is gone: nobody reads the results
+            self.stop("the parent process went away")
+
+    def stop(self, reason: str) -> None:
+        if self.stopped is None:
+            self.stopped = reason
+        self.stopping = True
+
+    # -- one request ----------------------------------------------------------------------------------------
+
+    def _prompt(self, n: int) -> str:
+        start = self.prompt_rng.randrange(len(_VOCAB))  # prompts differ from their first word: no prefix cache
+        return " ".join(_VOCAB[(start + i * 7) % len(_VOCAB)] for i in range(n))
+
+    def _body(self, prompt_tokens: int, output_tokens: int) -> bytes:
+        plan = self.plan
+        body: dict = {"model": plan["model"], "max_tokens": output_tokens, "stream": True,
+                      "stream_options": {"include_usage": True}, "temperature": 0}
+        text = self._prompt(prompt_tokens)
+        if plan["api"] == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        if plan.get("ignore_eos"):
+            body["ignore_eos"] = True
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def request(self, client) -> None:  # noqa: ANN001 - locust's HttpSession
+        if self.sent >= self.max_requests:
+            self.stop(f"max-requests: {self.max_requests} requests sent")
+            return
+        self.sent += 1
+        step = self.step
+        tally = self.tally.setdefault(step, [0, 0, 0, 0, 0])
+        tally[0] += 1
+        prompt_tokens, output_tokens = self.sampler.next()
+        data = self._body(prompt_tokens, output_tokens)
+        self.inflight += 1
+        t0_wall, t0 = time.time(), time.perf_counter()
+        first = last = None
+        chunks, usage_tokens, err, finished, eof = 0, None, None, False, False
+        resp = None
+        try:
+            resp = client.post(self.plan["path"], data=data, headers=self.headers, stream=True,
+                               timeout=(min(10.0, self.timeout_s), self.timeout_s), name="completion")
+            if resp.status_code != 200:
+                err = f"HTTP {resp.status_code}" if resp.status_code else _describe(getattr(resp, "error", None))
+            else:
+                parser = SSEParser()
+                deadline = t0 + self.timeout_s
+                done = False
+                while True:  # bounded: each pass reads from the socket (read timeout); the deadline ends a trickle
+                    raw = resp.raw.read1(READ_BYTES)
+                    now = time.perf_counter()
+                    if not raw:
+                        eof = True
+                        break
+                    for ev in parser.feed(raw):
+                        if done or ev.is_done:
+                            done = True
+                            continue
+                        if delta_content(ev):
+                            chunks += 1
+                            first = now if first is None else first
+                            last = now
+                        if _FINISH.search(ev.data):
+                            finished = True
+                        if _USAGE.search(ev.data) and (n := _completion_tokens(ev)) is not None:
+                            usage_tokens = n
+                    if now > deadline:
+                        if not done:
+                            err = f"timeout: over {self.timeout_s:g} s"
+                        break
+                    if done:
+                        deadline = min(deadline, now + 1.0)  # the end of the body should follow [DONE]
+                if err is None and not (done or finished):
+                    err = "stream ended without [DONE]"
+                if err is None and chunks == 0:
+                    err = "no tokens in the stream"
+        except SSEProtocolError as exc:
+            err = f"protocol: {exc}"
+        except Exception as exc:  # noqa: BLE001 - every failure of a request is one error of its step
+            err = _describe(exc)
+        finally:
+            if resp is not None and resp.raw is not None:  # (no raw: the request failed before a response)
+                try:
+                    if eof and err is None:
+                        resp.raw.release_conn()  # read to its end: the connection goes back to the pool
+                    else:
+                        resp.close()
+                except Exception:  # noqa: BLE001 - closing a broken connection may fail too; it is dropped
+                    pass
+        t1 = time.perf_counter()
+        tokens = usage_tokens or chunks
+        rec: dict = {"k": "r", "s": step, "t0": round(t0_wall, 6), "t1": round(t0_wall + (t1 - t0), 6),
+                     "ttft": None, "tpot": None, "tok": tokens, "err": err}
+        if err is None:
+            rec["ttft"] = round(first - t0, 6)
+            if tokens >= 2 and last > first:
+                rec["tpot"] = round((last - first) / (tokens - 1), 7)
+        end_step = self.tally.setdefault(step, [0, 0, 0, 0, 0])
+        end_step[1] += 1
+        if err is not None:
+            end_step[2] += 1
+        self.emit(**rec)
+        self.inflight -= 1  # after its record: the drain waits for the records of the requests in flight
+
+    # -- pacing ---------------------------------------------------------------------------------------------
+
+    def _gap(self) -> float | None:
+        rate = self.rate
+        if rate <= 0:
+            return None
+        return self.arrival_rng.expovariate(rate) if self.poisson else 1.0 / rate
+
+    def dispatch(self) -> None:
+        """Rate mode: put arrival times on the queue at the step's rate (a greenlet: threading is patched)."""
+        step, t = None, None
+        while not self.stopping:  # bounded by the end of the test; at most 0.2 s a pass
+            now = time.monotonic()
+            if self.step != step:  # a new step: its first arrival one gap after its start
+                step = self.step
+                gap = self._gap()
+                t = None if gap is None else now + gap
+            if t is None:
+                time.sleep(0.05)
+                continue
+            if now < t:
+                time.sleep(min(0.2, t - now))
+                continue
+            if t < now - 1.0:
+                t = now  # fell behind by over a second (a busy process): go on from now, no burst
+            if self.arrivals.qsize() >= self.pool:
+                self.tally.setdefault(self.step, [0, 0, 0, 0, 0])[4] += 1
+            else:
+                self.arrivals.put(t)
+            gap = self._gap()
+            t = None if gap is None else t + gap
+
+    def take_arrival(self) -> bool:
+        try:
+            t = self.arrivals.get(timeout=0.2)
+        except queue.Empty:
+            return False
+        if self.stopping:
+            return False
+        if time.monotonic() - t > LATE_S:
+            self.tally.setdefault(self.step, [0, 0, 0, 0, 0])[3] += 1
+        return True
+
+    # -- the run --------------------------------------------------------------------------------------------
+
+    def user_class(self) -> type[HttpUser]:
+        driver = self
+        parts = self.plan["base"]
+
+        class LoadUser(HttpUser):
+            host = parts
+            wait_time = constant(0)
+
+            @task
+            def completion(self) -> None:
+                if driver.stopping:
+                    raise StopUser()
+                if driver.mode == "rate" and not driver.take_arrival():
+                    return
+                if driver.stopping:
+                    raise StopUser()
+                driver.request(self.client)
+
+        return LoadUser
+
+    def _step_errors(self, i: int) -> str | None:
+        started, ended, errors, _late, _missed = self.tally.get(i, [0, 0, 0, 0, 0])
+        if ended >= MIN_FOR_ERROR_RATE and errors / ended > self.max_error_rate:
+            return (f"error-rate: {errors} of {ended} requests of step {i + 1} failed "
+                    f"(over {self.max_error_rate:.0%})")
+        return None
+
+    def run(self) -> None:
+        env = Environment(user_classes=[self.user_class()], host=self.plan["base"])
+        runner = env.create_local_runner()
+        t_start = time.monotonic()
+        deadline = t_start + self.max_duration_s
+        if self.mode == "rate":
+            runner.start(self.pool, spawn_rate=max(100, self.pool * 4))
+            spawn_deadline = time.monotonic() + 60
+            while runner.user_count < self.pool and time.monotonic() < spawn_deadline:
+                time.sleep(0.05)
+            threading.Thread(target=self.dispatch, name="dispatch", daemon=True).start()
+        self.emit(k="ready", users=runner.user_count)
+        for i, load in enumerate(self.loads):
+            if self.stopping:
+                break
+            self.step, self.rate = i, (load if self.mode == "rate" else 0.0)
+            self.tally.setdefault(i, [0, 0, 0, 0, 0])
+            self.emit(k="step", i=i, offered=load, at=round(time.time(), 6))
+            if self.mode == "concurrency":
+                users = max(1, round(load))
+                runner.start(users, spawn_rate=max(100, users * 4))
+            step_end = time.monotonic() + self.step_s
+            while not self.stopping:  # bounded: step_s, and max_duration
+                now = time.monotonic()
+                if now >= deadline:
+                    self.stop(f"max-duration: {self.max_duration_s:g} s reached")
+                    break
+                if now >= step_end:
+                    break
+                if (reason := self._step_errors(i)) is not None:
+                    self.stop(reason)
+                    break
+                time.sleep(min(0.1, step_end - now, max(0.0, deadline - now)))
+            started, _ended, _errors, late, missed = self.tally[i]
+            self.emit(k="step_end", i=i, at=round(time.time(), 6), started=started, late=late, missed=missed,
+                      cpu_warning=bool(getattr(runner, "cpu_warning_emitted", False)))
+            if not self.stopping and (reason := self._step_errors(i)) is not None:
+                self.stop(reason)
+        self.stopping = True
+        self.rate = 0.0
+        drain_deadline = time.monotonic() + self.timeout_s + 5.0
+        while self.inflight > 0 and time.monotonic() < drain_deadline:  # bounded: the request timeout
+            time.sleep(0.05)
+        self.emit(k="end", stopped=self.stopped, inflight=self.inflight)
+        runner.quit()
+
+
+def _completion_tokens(ev: SSEEvent) -> int | None:
+    try:
+        usage = json.loads(ev.data).get("usage")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        return usage["completion_tokens"]
+    return None
+
+
+def _describe(exc: object) -> str:
+    if exc is None:
+        return "no response"
+    text = str(exc).split("\n")[0][:160]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m tailhound.capacity.locust_driver '<json plan>'", file=sys.stderr)
+        return 2
+    plan = json.loads(argv[1])
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)  # whatever else prints (locust) goes to standard error: standard output is the protocol
+    logging.getLogger("locust").setLevel(logging.ERROR)  # its spawn-rate and ramping notes are not ours
+    driver = Driver(plan, out)
+    signal.signal(signal.SIGTERM, lambda *_: driver.stop("interrupted"))
+    signal.signal(signal.SIGINT, lambda *_: driver.stop("interrupted"))
+    driver.run()
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
