@@ -8,6 +8,8 @@ Floors, lowest first (what each may import besides itself):
 - ``tailhound.notifier``: core;
 - ``tailhound.streams``: core, and ``tailhound.agents.pipeline``'s family (offline replay and load fitting
   rebuild snapshots from recordings through the agent's own pipeline, so replay sees what an agent sends);
+- ``tailhound.ingest`` (Prometheus remote write into snapshots): core and ``tailhound.agents`` (the agent's
+  snapshot pipeline builds the snapshots, so the streams side cannot tell them from an agent's);
 - the applications (``cli``, ``demo``, ``worker``, ``worker_process``, ``worker_web``, ``worker_metrics``, ``__main__``,
   ``rulestest``, ``capacity``):
   everything.
@@ -36,7 +38,9 @@ ALLOWED = {
     "agents": {"core", "agents"},
     "notifier": {"core", "notifier"},
     "streams": {"core", "agents", "streams"},
-    "apps": {"core", "agents", "notifier", "streams", "apps"},
+    # the remote-write ingest rebuilds snapshots from Prometheus' samples through the agent's own pipeline
+    "ingest": {"core", "agents", "ingest"},
+    "apps": {"core", "agents", "notifier", "streams", "ingest", "apps"},
 }
 BARE = re.compile(r"^\s*(?:from|import)\s+(agents|streams|notifier)(?:\.|\s|$)", re.M)
 
@@ -62,7 +66,7 @@ MODULES = modules()
 def floor(module: str) -> str:
     if module in APPS or any(module == p or module.startswith(f"{p}.") for p in APP_PACKAGES):
         return "apps"  # rule tests, backtests, capacity planning: replay through streams, inputs built as agents do
-    for pkg in ("agents", "streams", "notifier"):
+    for pkg in ("agents", "streams", "notifier", "ingest"):
         if module == f"tailhound.{pkg}" or module.startswith(f"tailhound.{pkg}."):
             return pkg
     return "core"

@@ -1,0 +1,20 @@
+"""Telemetry from a Prometheus that already runs: its remote-write requests become tailhound snapshots.
+
+Teams that already scrape vLLM, dcgm-exporter, node_exporter and blackbox_exporter with Prometheus can point
+a ``remote_write`` at tailhound instead of deploying agents. This package is the pure core of that path
+(no sockets, no Kafka):
+
+- :mod:`tailhound.ingest.remote_write`: the remote-write 1.0 wire format: snappy (block format) around a
+  protobuf ``prometheus.WriteRequest``, decoded by a small hand-written protobuf reader within explicit
+  bounds (:class:`~tailhound.ingest.remote_write.DecodeLimits`), and encoded back (tests, federation).
+- :mod:`tailhound.ingest.grouping`: samples -> one group per scrape: (node, source, target labels,
+  timestamp), the node taken from a configurable label, the source from ``job``; each group becomes the
+  :class:`~tailhound.recording.ScrapeRecord` the agent would have made of the same page, so that the agent's
+  :class:`~tailhound.agents.pipeline.SnapshotBuilder` computes deltas, resets and histograms exactly as it
+  does for the agent. Memory is bounded (open groups, pending samples, sources remembered).
+- :mod:`tailhound.ingest.receiver`: :class:`~tailhound.ingest.receiver.RemoteWriteIngest`, one request in,
+  an HTTP status (204, 400/413/415 for a payload Prometheus must not resend, 401, 503/429 with Retry-After
+  when the publisher is behind), the snapshots to publish and the rejects to dead-letter out.
+
+The HTTP server, the Kafka publisher, the worker/CLI wiring and federation pull are built on top of it.
+"""
