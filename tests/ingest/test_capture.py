@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
+from tests.conftest import require_tool
 
 SCRIPT = Path(__file__).parent / "capture_fixture.py"
 
 
 @pytest.mark.slow
 def test_the_capture_script_records_what_prometheus_sends(tmp_path):
-    if shutil.which("prometheus") is None:
-        pytest.skip("needs Prometheus on PATH (Debian: apt-get install prometheus)")
+    require_tool("prometheus", "apt-get install prometheus (Debian; `make test` does it as root)")  # CI: fails
     run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--timeout", "60"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
