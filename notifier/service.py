@@ -46,6 +46,9 @@ from .state import Silence
 
 log = logging.getLogger(__name__)
 
+#: the longest a notifier waits on its state-topic reader in one tick (it never blocks the loop)
+STATE_TAIL_WAIT_S = 0.5
+
 FETCH_WAIT_MS = 100
 
 
@@ -258,7 +261,13 @@ class NotifierService:
         A bounded number of records per tick (each is validated and its patterns compiled), so a flood
         on the state topic is taken in over several ticks instead of holding the event loop."""
         assert self._state_tail is not None
-        batch = await self._state_tail.getmany(timeout_ms=0, max_records=STATE_RECORDS_PER_TICK)
+        if standby and not await self._state_tail_assigned():
+            return
+        try:  # never held up here: a standby must see its takeover on time
+            batch = await asyncio.wait_for(
+                self._state_tail.getmany(timeout_ms=0, max_records=STATE_RECORDS_PER_TICK), STATE_TAIL_WAIT_S)
+        except TimeoutError:
+            return
         for records in batch.values():
             for rec in records:
                 key = rec.key.decode(errors="replace") if rec.key else ""
@@ -279,6 +288,23 @@ class NotifierService:
                 if known is None or known.model_dump() != s.model_dump():
                     self.notifier.silences[s.id] = s
                     log.info("notifier: silence %s %s (%s)", s.id, s.state(self.clock()), s.comment[:200])
+
+    async def _state_tail_assigned(self) -> bool:
+        """The state-topic reader has its partitions (a takeover assigns them; an instance that has only stood
+        by assigns them here, from the start of the topic); False while the broker does not name them yet."""
+        assert self._state_tail is not None
+        if self._state_tail.assignment():
+            return True
+        topic = self.settings.notifier_state_topic
+        parts = self._state_tail.partitions_for_topic(topic)
+        if not parts:
+            with contextlib.suppress(Exception):  # the topic's metadata, for the next tick (bounded: one request)
+                await asyncio.wait_for(self._state_tail.topics(), STATE_TAIL_WAIT_S)
+            return False
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        self._state_tail.assign(tps)
+        await self._state_tail.seek_to_beginning(*tps)
+        return True
 
     async def write_silence(self, silence: Silence) -> None:
         """Store a silence on the state topic (the active instance, maybe this one, picks it up)."""

@@ -57,7 +57,7 @@ from .intake import (
 from .model_stage import ModelStage, split_rules
 from .pipeline_metrics import PipelineMetrics
 from .processor import SnapshotProcessor, load_models
-from .rollup_agent import ProgressMarks, add_rollup
+from .rollup_agent import ProgressMarks, add_rollup, send_tick
 from .rollup_order import TICK_KEY, EventOrder
 from .ruleset import RuleSet
 
@@ -288,8 +288,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
         @app.timer(interval=1.0)
         async def model_tick() -> None:
             """Wall time for the model stage, on every partition (whichever worker holds it)."""
-            for p in all_partitions:
-                await model_topic.send(key=TICK_KEY, value=b"", partition=p)
+            for p in all_partitions:  # (a tick that cannot be sent is skipped: the timer outlives broker trouble)
+                await send_tick(model_topic.send(key=TICK_KEY, value=b"", partition=p), "model stage")
 
     @app.on_partitions_assigned.connect
     async def forget_moved(_app: faust.App, assigned: set, **_kw: Any) -> None:

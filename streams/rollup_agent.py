@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -150,5 +151,19 @@ def add_rollup(app: faust.App, topic: faust.TopicT, table: Any, order: EventOrde
     if order.enabled:
         @app.timer(interval=min(1.0, max(0.1, order.max_delay_s / 5)))
         async def rollup_tick() -> None:
-            """Wall time for the roll-up's bound on how long an event waits (whichever worker holds it)."""
-            await topic.send(key=TICK_KEY, value=b"")
+            """Wall time for the roll-up's bound on how long an event waits (whichever worker holds it). A tick
+            that cannot be sent (the broker away or restarting) is skipped: the timer must outlive it, or events
+            waiting for their turn would wait for the next member event (none, once a fleet goes quiet)."""
+            await send_tick(topic.send(key=TICK_KEY, value=b""), "roll-up")
+
+
+#: the longest one tick may take to be handed to the producer (a broker outage must not stall the timer)
+TICK_SEND_S = 5.0
+
+
+async def send_tick(sending: Awaitable[Any], what: str) -> None:
+    """Await one tick's send; a failure or a send that takes more than TICK_SEND_S is logged and skipped."""
+    try:
+        await asyncio.wait_for(sending, TICK_SEND_S)
+    except Exception as exc:  # noqa: BLE001 - the next tick follows within a second
+        log.debug("%s tick not sent: %r", what, exc)
