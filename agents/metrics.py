@@ -14,9 +14,35 @@ from prometheus_client.registry import Collector
 log = logging.getLogger("tailhound.agent")
 
 
-class AgentMetrics:
+class PublishMetrics:
+    """What a snapshot publisher (:class:`tailhound.agents.sender.SnapshotSender`) counts, named
+    ``<prefix>_snapshots_sent_total`` ...: the agent's (``tailhound_agent``) and the remote-write ingest's
+    (``tailhound_ingest``)."""
+
+    def __init__(self, prefix: str = "tailhound_agent", registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.prefix = prefix
+        self.enqueued = Counter(f"{prefix}_snapshots_enqueued", "Snapshots put in the outbox.", registry=r)
+        self.sent = Counter(f"{prefix}_snapshots_sent", "Snapshots the broker acknowledged.", registry=r)
+        self.dropped = Counter(f"{prefix}_snapshots_dropped", "Snapshots dropped because the outbox was full.",
+                               registry=r)
+        self.send_errors = Counter(f"{prefix}_send_errors", "Failed send attempts (retried).", registry=r)
+        self.outbox_messages = Gauge(f"{prefix}_outbox_messages", "Snapshots waiting for the broker.",
+                                     registry=r)
+        self.outbox_fill = Gauge(f"{prefix}_outbox_fill_ratio", "Memory outbox fill (0..1).", registry=r)
+        self.send_latency = Histogram(f"{prefix}_send_latency_seconds",
+                                      "Collection to broker acknowledgement, per snapshot.", registry=r,
+                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+        self.broker_up = Gauge(f"{prefix}_broker_up", "1 while the last send succeeded.", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class AgentMetrics(PublishMetrics):
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
+        super().__init__("tailhound_agent")
+        r = self.registry
         self.collections = Counter("tailhound_agent_collections", "Collections run, by job.", ["job"], registry=r)
         self.collect_errors = Counter("tailhound_agent_collect_errors", "Failed collections (published as gaps).",
                                       ["job"], registry=r)
@@ -25,18 +51,6 @@ class AgentMetrics:
                                          buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
         self.collectors_off = Gauge("tailhound_agent_collectors_disabled", "Collectors turned off on this host.",
                                     registry=r)
-        self.enqueued = Counter("tailhound_agent_snapshots_enqueued", "Snapshots put in the outbox.", registry=r)
-        self.sent = Counter("tailhound_agent_snapshots_sent", "Snapshots the broker acknowledged.", registry=r)
-        self.dropped = Counter("tailhound_agent_snapshots_dropped", "Snapshots dropped because the outbox was full.",
-                               registry=r)
-        self.send_errors = Counter("tailhound_agent_send_errors", "Failed send attempts (retried).", registry=r)
-        self.outbox_messages = Gauge("tailhound_agent_outbox_messages", "Snapshots waiting for the broker.",
-                                     registry=r)
-        self.outbox_fill = Gauge("tailhound_agent_outbox_fill_ratio", "Memory outbox fill (0..1).", registry=r)
-        self.send_latency = Histogram("tailhound_agent_send_latency_seconds",
-                                      "Collection to broker acknowledgement, per snapshot.", registry=r,
-                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
-        self.broker_up = Gauge("tailhound_agent_broker_up", "1 while the last send succeeded.", registry=r)
         #: exposition lines the parser left out, by reason (the SnapshotBuilder's counts, read at scrape time)
         self.rejected: dict[str, int] = {}
         r.register(_RejectedCollector(self))
@@ -44,9 +58,6 @@ class AgentMetrics:
     def track_rejections(self, counts: dict[str, int]) -> None:
         """Export `counts` (a SnapshotBuilder's ``rejected``) as tailhound_agent_exposition_rejected_total."""
         self.rejected = counts
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 async def serve_metrics(metrics: AgentMetrics, listen: str) -> web.AppRunner:

@@ -38,7 +38,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from tailhound.agents.buffer import Message, Outbox
-from tailhound.agents.metrics import AgentMetrics
+from tailhound.agents.metrics import PublishMetrics
 from tailhound.agents.wire import encode_snapshot
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
@@ -127,7 +127,7 @@ def bundle_batch(batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_sn
 
 
 class SnapshotSender:
-    def __init__(self, settings: Settings, outbox: Outbox, metrics: AgentMetrics, *, batch_max: int = 500,
+    def __init__(self, settings: Settings, outbox: Outbox, metrics: PublishMetrics, *, batch_max: int = 500,
                  linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
                  producer: AIOKafkaProducer | None = None,
                  declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,

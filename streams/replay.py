@@ -63,12 +63,29 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
                    max_future_skew_s: float = 300.0, node_expiry_s: float = 3600.0) -> ReplayResult:
     """`max_future_skew_s` and `node_expiry_s` as settings.streams has them (0: no expiry)."""
     builder = SnapshotBuilder()
+    result = ReplayResult()
+
+    def snapshots() -> Iterator[Snapshot]:
+        for rec in records:
+            result.records += 1
+            yield builder.build(rec)
+
+    return replay_snapshots(snapshots(), rules, out, models, sla, max_future_skew_s, node_expiry_s, result=result)
+
+
+def replay_snapshots(snapshots: Iterable[Snapshot], rules: RuleSet, out: IO[str] | None = None,
+                     models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
+                     max_future_skew_s: float = 300.0, node_expiry_s: float = 3600.0,
+                     result: ReplayResult | None = None) -> ReplayResult:
+    """The events of `snapshots` (in the order given, as the worker would take them from one partition):
+    what :func:`replay_records` does after building the snapshots (the remote-write ingest's are replayed
+    so, to compare them with the agent's)."""
     node_rules, model_rules = split_rules(rules)
     processor = SnapshotProcessor(node_rules, models=models, sla=sla)
     model_stage = ModelStage(model_rules, models=models, sla=sla)
     store = MemoryStateStore()
     rolled = RollupState()
-    result = ReplayResult()
+    result = result if result is not None else ReplayResult()
     expiry = NodeExpiry(node_expiry_s or None)
     t0 = time.perf_counter()
 
@@ -92,13 +109,8 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
         if mark is not None:
             roll(order.progress(ordered, source, mark, 0.0))
 
-    def snapshots() -> Iterator[Snapshot]:
-        for rec in records:
-            result.records += 1
-            yield builder.build(rec)
-
     progression = Progression(TimeBounds(max_future_skew_s))
-    for snap, rejected in progression.judge(snapshots(), lambda s: s.ts):
+    for snap, rejected in progression.judge(snapshots, lambda s: s.ts):
         result.snapshots += 1
         if rejected is not None:
             result.rejected[rejected.kind] += 1

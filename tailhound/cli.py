@@ -548,25 +548,47 @@ def doctor(
     rules: Annotated[
         Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")
     ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", help="Base URL of a Prometheus: read what it has of the catalog's metrics "
+                                          "through /federate, grouped as the federation ingest does."),
+    ] = None,
+    job_source: Annotated[
+        list[str] | None,
+        typer.Option("--job-source", help="JOB=SOURCE: a Prometheus job that is a catalog source under another "
+                                          "name, e.g. dcgm-exporter=dcgm (repeatable; with --prometheus)."),
+    ] = None,
+    node_label: Annotated[
+        list[str] | None,
+        typer.Option("--node-label", help="Labels naming the node, tried in order (repeatable; with --prometheus; "
+                                          "default: node, Hostname, instance)."),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     timeout: Annotated[float, typer.Option(min=0.1, max=60, help="Seconds per scrape.")] = 5.0,
     config: ConfigOpt = None,
 ) -> None:
-    """Which rules can fire with the signals a recording or live targets carry; for each blind rule, what is
-    missing and the fix. Exits 1 when a critical rule is blind."""
+    """Which rules can fire with the signals a recording, live targets or a Prometheus carry; for each blind
+    rule, what is missing and the fix. Exits 1 when a critical rule is blind."""
+    from tailhound.catalog import default_catalog
     from tailhound.doctor import diagnose, read_recordings, render_json, render_table, scrape_targets
     from tailhound.streams.ruleset import load_rules
 
     if fmt not in ("table", "json"):
         raise TailhoundError(f"--format {fmt!r}: use table or json")
-    if not recordings and not target:
-        raise TailhoundError("tailhound doctor needs a recording (RECORDING...) or live targets (--target [JOB=]URL)")
+    if (job_source or node_label) and not prometheus:
+        raise TailhoundError("--job-source and --node-label go with --prometheus URL")
+    if not recordings and not target and not prometheus:
+        raise TailhoundError("tailhound doctor needs a recording (RECORDING...), live targets (--target [JOB=]URL) "
+                             "or a Prometheus (--prometheus URL)")
     rs = load_rules(rules or _settings(config).rules_dir)
     observed = read_recordings(recordings or [])
     if target:
-        from tailhound.catalog import default_catalog
-
         observed.merge(scrape_targets(list(target), timeout, default_catalog()))
+    if prometheus:
+        from tailhound.doctor_prometheus import parse_job_sources, read_prometheus
+
+        observed.merge(read_prometheus(prometheus, job_sources=parse_job_sources(job_source or ()),
+                                       node_labels=node_label, timeout_s=timeout, catalog=default_catalog()))
     capacity_file = _settings(config).streams.capacity_file  # its capacity.* signals count as present
     report = diagnose(rs, observed, configured=capacity_limits(capacity_file).keys() if capacity_file else ())
     sys.stdout.write(render_json(report) if fmt == "json" else render_table(report))
@@ -582,6 +604,16 @@ def _add_capacity_commands() -> None:
 
 
 _add_capacity_commands()
+
+
+def _add_ingest_command() -> None:
+    """`tailhound ingest` (tailhound/ingest_cli.py): Prometheus remote write and federation in."""
+    from tailhound import ingest_cli
+
+    ingest_cli.register(app, lambda: _settings(None))
+
+
+_add_ingest_command()
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""``tailhound doctor``: which rules can fire with the signals a recording, or live targets, carry.
+"""``tailhound doctor``: which rules can fire with the signals a recording, live targets or a Prometheus carry
+(``--prometheus``: :mod:`tailhound.doctor_prometheus`, read as the federation ingest reads it).
 
 What a source sends is read the way the agent reads it: each recorded (or scraped) collection becomes
 a snapshot through :mod:`tailhound.agents.pipeline` (dcgm-exporter's NOT_SUPPORTED values dropped), and
@@ -49,6 +50,10 @@ class Observed:
     nodes: dict[str, set[str]] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     records: int = 0
+    #: job -> the catalog source its metric names are (a job named otherwise: map it)
+    hints: dict[str, str] = field(default_factory=dict)
+    #: what else the input told (series left out, an empty answer)
+    notes: list[str] = field(default_factory=list)
 
     def add(self, job: str, node: str, names: Iterable[str]) -> None:
         self.metrics.setdefault(job, set()).update(names)
@@ -62,6 +67,8 @@ class Observed:
         for job, n in other.failed.items():
             self.failed[job] = self.failed.get(job, 0) + n
         self.records += other.records
+        self.hints.update(other.hints)
+        self.notes += other.notes
 
     def signals(self, catalog: Catalog) -> frozenset[str]:
         return signals_of_metrics(self.metrics, catalog)
@@ -98,6 +105,12 @@ def parse_target(spec: str) -> tuple[str | None, str]:
         raise TailhoundError(f"--target {spec!r}: expected [JOB=]http(s)://host:port/path, e.g. "
                              "dcgm=http://10.0.0.5:9400/metrics")
     return m.group(1), m.group(2)
+
+
+def hint_text(job: str, source: str) -> str:
+    """The fix for a job whose metric names are those of catalog source `source`."""
+    return (f"job {job!r} carries {source} metrics: map it: sources: {{{job}: {source}}} "
+            f"(doctor: --job-source {job}={source})")
 
 
 def guess_job(names: Iterable[str], catalog: Catalog) -> str | None:
@@ -186,7 +199,10 @@ def render_table(report: DoctorReport, catalog: Catalog | None = None) -> str:
     lines = ["sources: " + (", ".join(
         f"{job} ({len(seen.nodes.get(job, ()))} node(s), {seen.mapped(job, catalog)} mapped metrics"
         + (f", {seen.failed[job]} failed collections" if seen.failed.get(job) else "") + ")"
-        for job in sorted(set(seen.metrics) | set(seen.failed))) or "none"), ""]
+        for job in sorted(set(seen.metrics) | set(seen.failed))) or "none")]
+    lines += [f"hint: {hint_text(job, source)}" for job, source in sorted(seen.hints.items())]
+    lines += [f"note: {note}" for note in seen.notes]
+    lines.append("")
     rows = [("RULE", "SEVERITY", "STATUS", "ROOT CAUSE", "MISSING")]
     rows += [(c.rule, c.severity, c.status, c.root_cause, ", ".join(c.missing) or "-") for c in report.rules]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -216,6 +232,9 @@ def render_json(report: DoctorReport, catalog: Catalog | None = None) -> str:
         "sources": {job: {"nodes": sorted(seen.nodes.get(job, ())), "mapped_metrics": seen.mapped(job, catalog),
                           "failed_collections": seen.failed.get(job, 0)}
                     for job in sorted(set(seen.metrics) | set(seen.failed))},
+        "job_hints": [{"job": job, "source": source, "fix": hint_text(job, source)}
+                      for job, source in sorted(seen.hints.items())],
+        "notes": list(seen.notes),
         "signals": sorted(seen.signals(catalog)),
         "rules": [c.to_dict() for c in report.rules],
         "summary": summary(report.rules),

@@ -174,6 +174,16 @@ class NotifierSettings(BaseModel):
         return v.strip().rstrip("/")
 
 
+class IngestSettings(BaseModel):
+    """Prometheus' samples in, inside the worker (``tailhound ingest`` runs the same on its own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: ingest.yaml (remote-write receiver and/or federation pull, docs/prometheus.md); None: the worker does
+    #: not ingest (TAILHOUND_INGEST__CONFIG)
+    config: Path | None = None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="TAILHOUND_",
@@ -194,6 +204,7 @@ class Settings(BaseSettings):
     streams: StreamsSettings = Field(default_factory=StreamsSettings)
     sinks: SinksSettings = Field(default_factory=SinksSettings)
     notifier: NotifierSettings = Field(default_factory=NotifierSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
 
     @field_validator("broker")
     @classmethod

@@ -1,5 +1,6 @@
 """The streams worker as ``tailhound worker`` runs it: the Faust app of :mod:`tailhound.streams.app` plus
-the notifier as a task (:mod:`tailhound.notifier.service`) unless ``notifier.enabled`` is false.
+the notifier as a task (:mod:`tailhound.notifier.service`) unless ``notifier.enabled`` is false, and the
+Prometheus ingest (:mod:`tailhound.ingest.service`) when ``ingest.config`` names an ingest.yaml.
 
 This is the one place where streams and the notifier meet, so neither package imports the other.
 """
@@ -50,6 +51,22 @@ def add_notifier(app: faust.App, settings: Settings) -> None:
         await NotifierService(settings, config, receivers, registry=registry).run(asyncio.Event())
 
 
+def add_ingest(app: faust.App, settings: Settings) -> None:
+    """Take Prometheus' samples in this worker (``ingest.config``): remote write and/or federation, published
+    to the telemetry topic like the agents' snapshots (:mod:`tailhound.ingest.service`). The file is checked
+    now, so a bad one stops the worker at start with a message naming the line."""
+    from tailhound.ingest.config import load_ingest_config
+    from tailhound.ingest.service import IngestService
+
+    assert settings.ingest.config is not None
+    config = load_ingest_config(settings.ingest.config)
+    config.receiver_config()  # the token files are readable
+
+    @app.task
+    async def ingest() -> None:
+        await IngestService(settings, config).run(asyncio.Event())
+
+
 def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
     """The worker's Faust app: the streams agents, and the notifier task when it is enabled. Rule coverage
     (:mod:`tailhound.streams.coverage_watch`) watches the telemetry: rules that cannot fire with what the
@@ -66,6 +83,8 @@ def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
     add_rule_reload(app, settings, rules, watch)
     if settings.notifier.enabled:
         add_notifier(app, settings)
+    if settings.ingest.config is not None:
+        add_ingest(app, settings)
     return app
 
 

@@ -6,12 +6,19 @@ a ``remote_write`` at tailhound instead of deploying agents. This package is the
 
 - :mod:`tailhound.ingest.remote_write`: the remote-write 1.0 wire format: snappy (block format) around a
   protobuf ``prometheus.WriteRequest``, decoded by a small hand-written protobuf reader within explicit
-  bounds (:class:`~tailhound.ingest.remote_write.DecodeLimits`), and encoded back (tests, federation).
+  bounds (:class:`~tailhound.ingest.remote_write.DecodeLimits`); it re-exports the two modules beside it:
+  :mod:`tailhound.ingest.remote_write_messages` (the request's types ``Series``, ``Metadata``,
+  ``WriteRequest``, the stale marker, the limits and ``RemoteWriteError``) and
+  :mod:`tailhound.ingest.remote_write_encode` (encoded back, and a scrape as Prometheus sends it: tests,
+  federation).
 - :mod:`tailhound.ingest.grouping`: samples -> one group per scrape: (node, source, target labels,
-  timestamp), the node taken from a configurable label, the source from ``job``; each group becomes the
-  :class:`~tailhound.recording.ScrapeRecord` the agent would have made of the same page, so that the agent's
-  :class:`~tailhound.agents.pipeline.SnapshotBuilder` computes deltas, resets and histograms exactly as it
-  does for the agent. Memory is bounded (open groups, pending samples, sources remembered).
+  timestamp); each group becomes the :class:`~tailhound.recording.ScrapeRecord` the agent would have made of
+  the same page, so that the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` computes deltas,
+  resets and histograms exactly as it does for the agent. Memory is bounded (open groups, pending samples,
+  sources remembered). It re-exports the two modules beside it: :mod:`tailhound.ingest.series_labels`
+  (``GroupingConfig``; a series' labels -> its node, taken from a configurable label, its source, from
+  ``job``, and its common labels) and :mod:`tailhound.ingest.exposition_render` (a group's samples -> the
+  exposition text of the record, a ``# TYPE`` per family).
 - :mod:`tailhound.ingest.receiver`: :class:`~tailhound.ingest.receiver.RemoteWriteIngest`, one request in,
   an HTTP status (204, 400/413/415 for a payload Prometheus must not resend, 401, 503/429 with Retry-After
   when the publisher is behind), the snapshots to publish and the rejects to dead-letter out.

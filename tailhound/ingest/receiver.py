@@ -52,6 +52,7 @@ from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog
 from tailhound.deadletter import DeadLetter
 from tailhound.ingest.grouping import DEFAULT_GROUPING, Forget, Grouper, GroupingConfig, SeriesReject
+from tailhound.ingest.ha_dedup import HaTracker
 from tailhound.ingest.remote_write import DEFAULT_DECODE_LIMITS, DecodeLimits, RemoteWriteError, decode_write_request
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import LIMITS, Snapshot
@@ -154,8 +155,9 @@ class RemoteWriteIngest:
 
     def __init__(self, config: IngestConfig | None = None, *, builder: SnapshotBuilder | None = None,
                  catalog: Catalog | None = None, backlog: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, ha: HaTracker | None = None) -> None:
         self.config = config or DEFAULT_INGEST
+        self.ha = ha
         self.builder = builder or SnapshotBuilder(catalog)
         self.grouper = Grouper(self.config.grouping, self.builder.catalog)
         self.backlog = backlog
@@ -240,7 +242,8 @@ class RemoteWriteIngest:
         now = self.clock() if now is None else now
         grouper = self.grouper
         grouper.add_metadata(request.metadata)
-        rejects = [self._series_reject(r) for r in grouper.add(request.series, now)]
+        series = request.series if self.ha is None else self.ha.filter(request.series, now)
+        rejects = [self._series_reject(r) for r in grouper.add(series, now)]
         for kind, n in request.skipped.items():
             self._count(f"skipped_{kind}", n)
         self._count("series", len(request.series))

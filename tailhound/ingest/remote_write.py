@@ -1,128 +1,40 @@
-"""Prometheus remote write 1.0: a snappy-compressed protobuf ``prometheus.WriteRequest``, decoded and encoded.
+"""Prometheus remote write 1.0: a snappy-compressed protobuf ``prometheus.WriteRequest``, decoded.
 
-The request body is the snappy *block* format (no framing) of::
+The request body is the snappy *block* format (no framing) of a ``WriteRequest`` (the messages and the
+Python values they decode to: :mod:`tailhound.ingest.remote_write_messages`). A small protobuf reader decodes
+it (varints, length-delimited fields, fixed64 doubles, unknown fields skipped by their wire type): no protobuf
+dependency, and every loop is bounded by the body's length and by :class:`DecodeLimits`. Exemplars are
+skipped; native histograms (field 4, sent only with ``send_native_histograms``) are skipped and counted
+(:attr:`WriteRequest.skipped`). A stale marker is filed under :attr:`Series.stale`, never under
+:attr:`Series.samples`.
 
-    message WriteRequest  { repeated TimeSeries timeseries = 1; repeated MetricMetadata metadata = 3; }
-    message TimeSeries    { repeated Label labels = 1; repeated Sample samples = 2;
-                            repeated Exemplar exemplars = 3; repeated Histogram histograms = 4; }
-    message Label         { string name = 1; string value = 2; }
-    message Sample        { double value = 1; int64 timestamp = 2; }   // timestamp: unix milliseconds
-    message MetricMetadata { MetricType type = 1; string metric_family_name = 2; string help = 4; string unit = 5; }
+Anything malformed raises :class:`RemoteWriteError` (400, or 413 for what is too large): the payload is
+permanently bad, Prometheus must not send it again.
 
-A small protobuf reader decodes it (varints, length-delimited fields, fixed64 doubles, unknown fields
-skipped by their wire type): no protobuf dependency, and every loop is bounded by the body's length and by
-:class:`DecodeLimits`. Exemplars are skipped; native histograms (field 4, sent only with
-``send_native_histograms``) are skipped and counted (:attr:`WriteRequest.skipped`).
-
-Prometheus marks the end of a series (a target gone, a series no longer exposed, a failed scrape) with a
-*stale marker*: the NaN whose bits are ``0x7ff0000000000002``. It is not a value: :func:`decode_write_request`
-files it under :attr:`Series.stale`, never under :attr:`Series.samples`; an ordinary NaN stays a value.
-
-Anything malformed raises :class:`RemoteWriteError` with a reason code (``truncated``, ``bad_snappy``,
-``too_many_series`` ...) and the HTTP status a receiver answers (400, or 413 for what is too large): the
-payload is permanently bad, Prometheus must not send it again.
+Encoding (tests, federation) lives in :mod:`tailhound.ingest.remote_write_encode`; this module re-exports it
+and the message types, so that everything remote-write is importable from here.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
-
 import cramjam
 
-#: The bits of Prometheus' stale marker (value.StaleNaN), and the marker as the 8 bytes a Sample carries.
-STALE_NAN_BITS = 0x7FF0000000000002
-_STALE_BYTES = struct.pack("<Q", STALE_NAN_BITS)
-#: The stale marker as a float (a NaN; compare bits with :func:`is_stale`, never values).
-STALE_NAN: float = struct.unpack("<d", _STALE_BYTES)[0]
-
-#: MetricMetadata.MetricType -> the exposition TYPE it stands for.
-METRIC_TYPES = ("unknown", "counter", "gauge", "histogram", "gaugehistogram", "summary", "info", "stateset")
-
-_DOUBLE = struct.Struct("<d")
-_MASK64 = (1 << 64) - 1
-
-
-def is_stale(value: float) -> bool:
-    """True for Prometheus' stale marker (a NaN with a particular payload), False for any other value."""
-    return value != value and struct.pack("<d", value) == _STALE_BYTES
-
-
-class RemoteWriteError(ValueError):
-    """A request body that is not a valid remote-write 1.0 request (or over a limit): why, in a countable
-    ``reason``, and the HTTP ``status`` to answer (400, 413 for a body or a message too large)."""
-
-    def __init__(self, reason: str, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.reason, self.message, self.status = reason, message, status
-
-
-@dataclass(frozen=True)
-class DecodeLimits:
-    """What one request may hold; over a limit the request is refused whole (400/413: Prometheus drops it).
-
-    Far above what Prometheus sends (``queue_config.max_samples_per_send``: 500 in 2.x before 2.45, 2000
-    since; a batch of a few hundred series is 10-40 KB compressed). The per-label limits are those of the
-    agent's exposition parser (:class:`tailhound.agents.exposition_lines.Limits`); the tighter snapshot limits
-    (label name 256 characters, metric name 200) drop single series later (:mod:`tailhound.ingest.grouping`).
-    """
-
-    max_body_bytes: int = 8 << 20  # compressed request body
-    max_decoded_bytes: int = 64 << 20  # the snappy preamble's length, checked before decompressing
-    max_series: int = 100_000  # TimeSeries in one request
-    max_samples: int = 500_000  # samples (stale markers included) in one request
-    max_samples_per_series: int = 10_000
-    max_labels: int = 64  # labels of one series, __name__ included
-    max_label_name: int = 1024  # bytes (UTF-8)
-    max_label_value: int = 4096  # bytes (UTF-8)
-    max_metadata: int = 100_000  # MetricMetadata entries in one request
-    max_metadata_text: int = 16384  # bytes of one help or unit text
-
-
-DEFAULT_DECODE_LIMITS = DecodeLimits()
-
-Labels = tuple[tuple[str, str], ...]
-
-
-class Series(NamedTuple):
-    """One TimeSeries: its labels in the order sent (Prometheus sorts them by name), its samples as
-    (timestamp in unix ms, value) and the timestamps of its stale markers."""
-
-    labels: Labels
-    samples: tuple[tuple[int, float], ...] = ()
-    stale: tuple[int, ...] = ()
-
-    @property
-    def name(self) -> str | None:
-        for k, v in self.labels:
-            if k == "__name__":
-                return v
-        return None
-
-
-class Metadata(NamedTuple):
-    """One MetricMetadata: the TYPE (``counter``, ``gauge`` ... see :data:`METRIC_TYPES`) of a metric family."""
-
-    family: str
-    type: str = "unknown"
-    help: str = ""
-    unit: str = ""
-
-
-class WriteRequest(NamedTuple):
-    series: list[Series]
-    metadata: list[Metadata]
-    #: what was left out on purpose, by kind: ``native_histograms`` (series' histogram samples), ``exemplars``
-    skipped: dict[str, int]
-
-    @property
-    def sample_count(self) -> int:
-        return sum(len(s.samples) for s in self.series)
-
-
-# -- reading ------------------------------------------------------------------------------------------------
+from tailhound.ingest.remote_write_encode import ScrapeSeries as ScrapeSeries
+from tailhound.ingest.remote_write_encode import encode_proto as encode_proto
+from tailhound.ingest.remote_write_encode import encode_write_request as encode_write_request
+from tailhound.ingest.remote_write_encode import series_from_exposition as series_from_exposition
+from tailhound.ingest.remote_write_messages import _DOUBLE, _MASK64, _STALE_BYTES
+from tailhound.ingest.remote_write_messages import DEFAULT_DECODE_LIMITS as DEFAULT_DECODE_LIMITS
+from tailhound.ingest.remote_write_messages import METRIC_TYPES as METRIC_TYPES
+from tailhound.ingest.remote_write_messages import STALE_NAN as STALE_NAN
+from tailhound.ingest.remote_write_messages import STALE_NAN_BITS as STALE_NAN_BITS
+from tailhound.ingest.remote_write_messages import DecodeLimits as DecodeLimits
+from tailhound.ingest.remote_write_messages import Labels as Labels
+from tailhound.ingest.remote_write_messages import Metadata as Metadata
+from tailhound.ingest.remote_write_messages import RemoteWriteError as RemoteWriteError
+from tailhound.ingest.remote_write_messages import Series as Series
+from tailhound.ingest.remote_write_messages import WriteRequest as WriteRequest
+from tailhound.ingest.remote_write_messages import is_stale as is_stale
 
 
 def _truncated(what: str) -> RemoteWriteError:
@@ -267,8 +179,6 @@ class _Counts:
 
     def __init__(self) -> None:
         self.samples = self.native_histograms = self.exemplars = 0
-
-
 
 
 def _labels_at(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[Labels, int]:
@@ -461,106 +371,3 @@ def decode_write_request(body: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMI
     """A remote-write 1.0 request body (snappy + protobuf) -> :class:`WriteRequest`; raises
     :class:`RemoteWriteError` for anything malformed or over `limits`."""
     return decode_proto(decompress(body, limits), limits)
-
-
-# -- writing ------------------------------------------------------------------------------------------------
-
-
-def _put_varint(out: bytearray, n: int) -> None:
-    n &= _MASK64
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _put_bytes(out: bytearray, field_no: int, data: bytes) -> None:
-    _put_varint(out, field_no << 3 | 2)
-    _put_varint(out, len(data))
-    out += data
-
-
-_ZERO = bytes(8)
-
-
-def _sample_bytes(ts: int, value: float | None) -> bytes:
-    """A Sample; like Prometheus (gogo-protobuf, proto3) without the fields that hold their zero value."""
-    msg = bytearray()
-    bits = _STALE_BYTES if value is None else _DOUBLE.pack(value)
-    if bits != _ZERO:
-        msg.append(0x09)  # field 1, fixed64
-        msg += bits
-    if ts:
-        msg.append(0x10)  # field 2, varint
-        _put_varint(msg, ts)
-    return bytes(msg)
-
-
-def _series_bytes(s: Series) -> bytes:
-    msg = bytearray()
-    for name, value in s.labels:
-        label = bytearray()
-        _put_bytes(label, 1, name.encode())
-        _put_bytes(label, 2, value.encode())
-        _put_bytes(msg, 1, bytes(label))
-    points: list[tuple[int, float | None]] = [*s.samples, *((ts, None) for ts in s.stale)]
-    points.sort(key=lambda p: p[0])
-    for ts, value in points:
-        _put_bytes(msg, 2, _sample_bytes(ts, value))
-    return bytes(msg)
-
-
-def encode_proto(series: Iterable[Series], metadata: Iterable[Metadata] = ()) -> bytes:
-    """The ``WriteRequest`` protobuf message (uncompressed) of `series` and `metadata`."""
-    out = bytearray()
-    for s in series:
-        _put_bytes(out, 1, _series_bytes(s))
-    for m in metadata:
-        msg = bytearray()
-        type_no = METRIC_TYPES.index(m.type) if m.type in METRIC_TYPES else 0
-        if type_no:
-            msg.append(0x08)
-            _put_varint(msg, type_no)
-        for field_no, text in ((2, m.family), (4, m.help), (5, m.unit)):
-            if text:
-                _put_bytes(msg, field_no, text.encode())
-        _put_bytes(out, 3, bytes(msg))
-    return bytes(out)
-
-
-def encode_write_request(series: Iterable[Series], metadata: Iterable[Metadata] = ()) -> bytes:
-    """A remote-write 1.0 request body (protobuf, snappy block format), as Prometheus sends it."""
-    return bytes(cramjam.snappy.compress_raw(encode_proto(series, metadata)))
-
-
-# -- what Prometheus makes of a scrape ----------------------------------------------------------------------
-
-
-@dataclass
-class ScrapeSeries:
-    """The series and metadata Prometheus stores for one scrape of a page (its remote write sends them)."""
-
-    series: list[Series] = field(default_factory=list)
-    metadata: list[Metadata] = field(default_factory=list)
-
-
-def series_from_exposition(text: str, target: Mapping[str, str], ts_ms: int, *, up: bool = True,
-                           stale: Sequence[Series] = ()) -> ScrapeSeries:
-    """What a Prometheus scrape of the exposition `text` stores, as remote write sends it: every sample line a
-    series with the target labels (``job``, ``instance`` ...; a label of the page wins over a target label of
-    the same name, as with ``honor_labels: true``, else Prometheus renames it ``exported_<name>``), the labels
-    sorted by name, value and timestamp `ts_ms`; ``up`` and the TYPE of each family as metadata. `stale`:
-    series of an earlier scrape that this one lacks, sent with a stale marker at `ts_ms`. For tests and for
-    federation (the /federate endpoint serves the same exposition text)."""
-    from tailhound.agents.exposition import parse_exposition
-
-    out = ScrapeSeries()
-    for fam in parse_exposition(text):
-        out.metadata.append(Metadata(fam.name, fam.type if fam.type in METRIC_TYPES else "unknown", fam.help))
-        for name, labels, value in fam.samples:
-            merged = {**target, **labels, "__name__": name}
-            out.series.append(Series(tuple(sorted(merged.items())), ((ts_ms, float(value)),)))
-    up_labels = tuple(sorted({**target, "__name__": "up"}.items()))
-    out.series.append(Series(up_labels, ((ts_ms, 1.0 if up else 0.0),)))
-    out.series.extend(Series(s.labels, (), (ts_ms,)) for s in stale)
-    return out

@@ -11,6 +11,7 @@ import cramjam
 import pytest
 
 from tailhound.ingest import remote_write as rw
+from tailhound.ingest import remote_write_encode
 from tailhound.ingest.remote_write import (
     STALE_NAN,
     DecodeLimits,
@@ -41,7 +42,7 @@ def snappy(raw: bytes) -> bytes:
 
 def varint(n: int) -> bytes:
     out = bytearray()
-    rw._put_varint(out, n)
+    remote_write_encode._put_varint(out, n)
     return bytes(out)
 
 

@@ -10,7 +10,8 @@ Floors, lowest first (what each may import besides itself):
   rebuild snapshots from recordings through the agent's own pipeline, so replay sees what an agent sends);
 - ``tailhound.ingest`` (Prometheus remote write into snapshots): core and ``tailhound.agents`` (the agent's
   snapshot pipeline builds the snapshots, so the streams side cannot tell them from an agent's);
-- the applications (``cli``, ``demo``, ``worker``, ``worker_process``, ``worker_web``, ``worker_metrics``, ``__main__``,
+- the applications (``cli``, ``ingest_cli``, ``demo``, ``worker``, ``worker_process``, ``worker_web``,
+  ``worker_metrics``, ``__main__``,
   ``rulestest``, ``capacity``):
   everything.
 
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 APPS = {"tailhound.cli", "tailhound.demo", "tailhound.doctor", "tailhound.worker", "tailhound.worker_process",
-        "tailhound.worker_web", "tailhound.worker_metrics", "tailhound.__main__"}
+        "tailhound.worker_web", "tailhound.worker_metrics", "tailhound.__main__", "tailhound.ingest_cli",
+        "tailhound.doctor_prometheus"}
 #: packages of the applications floor: rule tests and backtests, capacity planning (load tests, knees)
 APP_PACKAGES = ("tailhound.rulestest", "tailhound.capacity")
 ALLOWED = {

@@ -1,0 +1,88 @@
+"""``tailhound ingest``: take the samples a Prometheus already has (docs/prometheus.md).
+
+``tailhound ingest -c ingest.yaml``: run the remote-write receiver and/or the federation pull, publishing
+snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM.
+``tailhound ingest -c ingest.yaml --check``: check the file (and read the token files) and say what would run.
+``tailhound ingest --prometheus-config [--url URL]``: print the ``remote_write`` block for prometheus.yml, whose
+``write_relabel_configs`` keep only the series tailhound reads (derived from the signal catalog).
+:func:`register` adds the command to an app (``tailhound/cli.py`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tailhound.errors import TailhoundError
+from tailhound.settings import Settings
+
+console = Console()
+
+
+def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
+    @app.command()
+    def ingest(
+        config: Annotated[Path | None, typer.Option("--config", "-c", help="ingest.yaml: listen, grouping, "
+                                                    "auth, federation, publish.")] = None,
+        check: Annotated[bool, typer.Option("--check", help="Check the file and say what would run.")] = False,
+        prometheus_config: Annotated[bool, typer.Option(
+            "--prometheus-config", help="Print the remote_write block for prometheus.yml and exit.")] = False,
+        url: Annotated[str, typer.Option(help="With --prometheus-config: the URL Prometheus reaches tailhound "
+                                         "at.")] = "http://tailhound-ingest:9097/api/v1/write",
+        duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+        log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    ) -> None:
+        """Take samples from Prometheus (remote write, federation) and publish them as snapshots."""
+        from tailhound.ingest.config import IngestServiceConfig, load_ingest_config
+        from tailhound.ingest.prometheus_snippet import remote_write_snippet
+
+        cfg = load_ingest_config(config) if config is not None else None
+        if prometheus_config:
+            sys.stdout.write(remote_write_snippet(url, cfg or IngestServiceConfig()))
+            return
+        if cfg is None:
+            raise TailhoundError("tailhound ingest needs --config ingest.yaml (docs/prometheus.md has one)")
+        receiver = cfg.receiver_config()  # reads the token files: a missing one is an error now
+        if check:
+            console.print(describe(cfg, len(receiver.bearer_tokens) + len(receiver.basic_auth)), highlight=False)
+            return
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=fmt)
+        settings = settings_of()
+        if not settings.broker:
+            raise TailhoundError("tailhound ingest publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092")
+        asyncio.run(run(settings, cfg, duration))
+
+
+def describe(cfg, credentials: int) -> str:
+    lines = []
+    if cfg.listen:
+        lines.append(f"remote write: POST http://{cfg.listen}{cfg.path} "
+                     f"({f'{credentials} credential(s)' if credentials else 'no authentication'})")
+        g = cfg.remote_write.grouping
+        lines.append(f"  node from {', '.join(g.node_labels)}; source from {g.source_label}"
+                     + (f" (mapped: {', '.join(f'{k}->{v}' for k, v in g.sources.items())})" if g.sources else "")
+                     + f"; a scrape is complete {g.settle_s:g} s after its last sample")
+        if cfg.ha is not None:
+            lines.append(f"  HA pairs: one replica per {cfg.ha.cluster_label} (label {cfg.ha.replica_label}), "
+                         f"fail-over after {cfg.ha.failover_s:g} s")
+    if cfg.federation is not None:
+        lines.append(f"federation: GET {cfg.federation.url}/federate every {cfg.federation.interval_s:g} s")
+    return "ok: " + "\n".join(lines)
+
+
+async def run(settings: Settings, cfg, duration: float | None) -> None:
+    from tailhound.ingest.service import IngestService, stop_on_signals
+
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    if duration is not None:
+        asyncio.get_running_loop().call_later(duration, stop.set)
+    await IngestService(settings, cfg).run(stop)
