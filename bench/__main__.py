@@ -2,7 +2,7 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out),
+notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -16,7 +16,7 @@ import platform
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
 SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios",
-            "table-store", "nodes-per-core", "scale-out")
+            "table-store", "nodes-per-core", "scale-out", "ingest")
 
 
 def machine() -> str:
@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> None:
 
         print("\n## Scale out: 1, 2 and 3 workers (issue 16)\n")
         print(scale_out.report(asyncio.run(scale_out.run(n=512 if quick else 4096, reps=1 if quick else 3))))
+    if "ingest" in args.sections:
+        from bench import ingest_speed
+
+        print("\n## Prometheus ingest: remote write and federation vs the agent path (issue 19)\n")
+        print(ingest_speed.report(ingest_speed.run(nodes=5 if quick else 20, reps=1 if quick else 5)))
 
 
 if __name__ == "__main__":

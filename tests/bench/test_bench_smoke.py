@@ -35,3 +35,12 @@ def test_worker_start_bench_runs_and_the_worker_loads_no_sklearn():
     assert result["now"]["loaded"] == []
     assert set(result["eager-sklearn"]["loaded"]) == {"numpy", "sklearn", "scipy"}
     assert "now / eager-sklearn" in worker_start.report(result)
+
+
+def test_ingest_speed_smoke():
+    from bench import ingest_speed
+
+    rows = ingest_speed.run(nodes=2, rounds=3, reps=1)
+    assert [r["path"] for r in rows] == ["agent (baseline)", "remote write", "federation"]
+    assert len({r["samples"] for r in rows}) == 1 and rows[0]["samples"] > 0  # every path makes every sample
+    assert "nodes per core" in ingest_speed.report(rows)

@@ -53,7 +53,8 @@ def test_bench_sections_can_run_alone():
     assert parse_args(["--only", "streams"]).sections == ["streams"]
     assert parse_args(["--only", "replay,memory"]).sections == ["replay", "memory"]
     assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise",
-                                       "startup", "scenarios", "table-store", "nodes-per-core", "scale-out"]
+                                       "startup", "scenarios", "table-store", "nodes-per-core", "scale-out",
+                                       "ingest"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
 

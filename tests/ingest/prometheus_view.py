@@ -3,6 +3,7 @@ requests and as /federate pages (tests compare the ingest paths with the agent p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 from tailhound.ingest.remote_write import Metadata, Series, encode_write_request, series_from_exposition
@@ -66,13 +67,41 @@ class PrometheusView:
         return encode_write_request(series)
 
 
-def federate_page(records: list[ScrapeRecord]) -> str:
-    """What /federate answers after the scrapes of `records`: every series with its timestamp, untyped, the
-    series of one name together (Prometheus sorts them by name)."""
+def selected(labels: dict[str, str], selectors: Iterable[str]) -> bool:
+    """Whether a series with `labels` matches one of `selectors` (``name{l=~"re",l="v"}``, the forms that
+    :func:`tailhound.ingest.federation.match_selectors` writes; regexes anchored, as PromQL's)."""
+    for sel in selectors:
+        head, _, rest = sel.partition("{")
+        if head and labels.get("__name__") != head:
+            continue
+        matchers = re.findall(r'(\w+)(=~|=)"((?:[^"\\]|\\.)*)"', rest)
+        if all(re.fullmatch(_unquote(v), labels.get(k, "")) if op == "=~" else labels.get(k, "") == _unquote(v)
+               for k, op, v in matchers):
+            return True
+    return False
+
+
+def _unquote(s: str) -> str:
+    return re.sub(r"\\(.)", r"\1", s)
+
+
+def federate_page(records: Iterable[ScrapeRecord], selectors: Iterable[str] | None = None) -> str:
+    """What /federate answers when the latest scrapes of its targets are `records` (one per target): every
+    series with its timestamp, untyped, the series of one name together (Prometheus sorts them by name). A
+    failed scrape is `up 0` alone (Prometheus marked the target's other series stale: /federate leaves stale
+    series out). `selectors`: the ``match[]`` of the request (default: every series)."""
     rows: list[tuple[str, str, float, int]] = []
+    picked: dict[tuple[str | None, str], bool] = {}  # (name, job) -> selected: the selectors use no other label
+    sel = None if selectors is None else list(selectors)
     for rec in records:
         text = "" if rec.error is not None else rec.body
         for s in series_from_exposition(text, target_of(rec), round(rec.ts * 1000), up=rec.error is None).series:
+            if sel is not None:
+                k = (s.name, rec.job)
+                if k not in picked:
+                    picked[k] = selected(dict(s.labels), sel)
+                if not picked[k]:
+                    continue
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels if k != "__name__")
             ts, value = s.samples[0]
             rows.append((s.name or "", labels, value, ts))

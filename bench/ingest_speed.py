@@ -1,0 +1,104 @@
+"""Prometheus ingest speed: remote write and federation vs the agent's own path, on the same scrapes.
+
+Input: `nodes` simulated nodes (vLLM, dcgm-exporter, node_exporter and blackbox pages, as the simulator renders
+them) over `rounds` collection rounds. The same scrapes go three ways, side by side in one process:
+
+- **agent**: each record through the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` (parse the
+  page, deltas, snapshot): the baseline;
+- **remote write**: each round as the remote-write request a Prometheus that scraped those pages sends (every
+  series with its target labels; encoded beforehand, as Prometheus' work) through
+  :meth:`RemoteWriteIngest.accept` (snappy, protobuf, grouping, rendering, the same builder) and ``poll``;
+- **federation**: each round as the /federate answer through :meth:`FederationPuller.ingest` (text parse,
+  grouping, builder).
+
+Each figure is the median of `reps` runs over all rounds; throughput counts samples (series values). The
+"nodes per core" column is how many nodes one core keeps up with at a 15 s scrape interval.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.simulator import FleetSimulator, SimConfig
+from tailhound.agents.simulator.recording import iter_records
+from tailhound.ingest.federation import FederationConfig, FederationPuller
+from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
+from tests.ingest.prometheus_view import HEADERS, PrometheusView, federate_page, ticks
+
+INTERVAL_S = 15.0
+
+
+def workload(nodes: int, rounds: int) -> tuple[list[list], list[bytes], list[str]]:
+    sim = FleetSimulator(SimConfig(nodes=nodes, seed=3))
+    records = list(iter_records(sim, rounds * INTERVAL_S / 60))
+    batches = [batch for _ts, batch in ticks(records)]
+    view = PrometheusView()
+    bodies = [view.metadata_request(records[:8 * nodes])] + [view.request(b) for b in batches]
+    pages = [federate_page(b) for b in batches]
+    return batches, bodies, pages
+
+
+def _grouping(batches: list[list]) -> dict:
+    common = tuple(sorted({k for b in batches for r in b for k in r.labels}))
+    return {"node_labels": ("node",), "common_labels": common, "drop_labels": ("instance", "node"),
+            "interval_s": {"vllm": INTERVAL_S, "dcgm": INTERVAL_S, "node": INTERVAL_S, "blackbox": INTERVAL_S}}
+
+
+def run_agent(batches: list[list]) -> tuple[float, int]:
+    builder = SnapshotBuilder()
+    t0 = time.perf_counter()
+    n = sum(len(builder.build(r).samples) for b in batches for r in b)
+    return time.perf_counter() - t0, n
+
+
+def run_remote_write(batches: list[list], bodies: list[bytes]) -> tuple[float, int]:
+    ingest = RemoteWriteIngest(IngestConfig(grouping=_grouping(batches)))
+    t0 = time.perf_counter()
+    n = 0
+    for i, body in enumerate(bodies):
+        n += sum(len(s.samples) for s in ingest.accept(body, HEADERS, now=i * INTERVAL_S).snapshots)
+    n += sum(len(s.samples) for s in ingest.close().snapshots)
+    return time.perf_counter() - t0, n
+
+
+def run_federation(batches: list[list], pages: list[str]) -> tuple[float, int]:
+    puller = FederationPuller(FederationConfig(url="http://127.0.0.1:9", grouping=_grouping(batches)))
+    t0 = time.perf_counter()
+    n = 0
+    for i, page in enumerate(pages):
+        n += sum(len(s.samples) for s in puller.ingest(page, now=i * INTERVAL_S).snapshots)
+    return time.perf_counter() - t0, n
+
+
+def run(nodes: int = 20, rounds: int = 8, reps: int = 5) -> list[dict]:
+    batches, bodies, pages = workload(nodes, rounds)
+    out = []
+    for name, fn in (("agent (baseline)", lambda: run_agent(batches)),
+                     ("remote write", lambda: run_remote_write(batches, bodies)),
+                     ("federation", lambda: run_federation(batches, pages))):
+        runs = [fn() for _ in range(reps)]
+        seconds = statistics.median(r[0] for r in runs)
+        samples = runs[0][1]
+        out.append({"path": name, "samples": samples, "seconds": seconds, "samples_per_s": samples / seconds,
+                    "nodes_per_core": nodes * rounds * INTERVAL_S / seconds / rounds,
+                    "request_bytes": sum(len(b) for b in bodies) // max(1, len(bodies)) if name == "remote write"
+                    else None})
+    return out
+
+
+def report(rows: list[dict]) -> str:
+    base = rows[0]["seconds"]
+    lines = ["| path | samples | seconds (median) | samples/s | cost vs agent | nodes per core at 15 s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['path']} | {r['samples']:,} | {r['seconds']:.3f} | {r['samples_per_s']:,.0f} | "
+                     f"{r['seconds'] / base:.2f}x | {r['nodes_per_core']:,.0f} |")
+    rw = next(r for r in rows if r["request_bytes"])
+    lines.append(f"\nremote-write request (one round of every node, snappy): {rw['request_bytes']:,} bytes on average")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report(run()))
