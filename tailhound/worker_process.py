@@ -50,7 +50,8 @@ class WorkerProcess:
             "TAILHOUND_SINKS__CONSOLE__ENABLED": str(s.sinks.console.enabled).lower(),
             "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
         })
-        for section, values in (("STREAMS", s.streams.model_dump()), ("NOTIFIER", s.notifier.model_dump())):
+        for section, values in (("STREAMS", s.streams.model_dump()), ("NOTIFIER", s.notifier.model_dump()),
+                                ("INGEST", s.ingest.model_dump())):
             for name, value in values.items():
                 if value is None:
                     continue

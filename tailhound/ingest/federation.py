@@ -38,7 +38,7 @@ from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog
@@ -93,7 +93,16 @@ class FederationConfig(BaseModel):
                                          description="Environment variable holding the bearer token.")
     ca_file: Path | None = Field(default=None, description="CA bundle for an https URL (default: the system's).")
     grouping: GroupingConfig = Field(default=FEDERATION_GROUPING,
-                                     description="Series -> scrapes, as for remote write (jobs -> sources ...).")
+                                     description="Series -> scrapes, as for remote write (jobs -> sources ...); "
+                                     "close_on_newer is on unless set.")
+
+    @field_validator("grouping", mode="before")
+    @classmethod
+    def _whole_scrapes(cls, value: object) -> object:
+        """/federate answers whole scrapes in order: a grouping given in the file keeps close_on_newer on."""
+        if isinstance(value, dict) and "close_on_newer" not in value:
+            return {**value, "close_on_newer": True}
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> FederationConfig:
@@ -282,6 +291,9 @@ class FederationPuller:
             labels = ("{" + ",".join(f'{k}="{v}"' for k, v in r.example) + "}").encode("utf-8", "replace")
             rejects.append(Reject(r.kind, r.reason, "series", r.count, payload=labels))
         snapshots, more = self._build(grouper.drain())
+        # one pull holds every target's latest scrape, taken at different moments: hand them out in event-time
+        # order (as scrapes arrive from agents), not in the /federate answer's name order
+        snapshots.sort(key=lambda s: s.ts)
         return Emitted(snapshots, rejects + more)
 
     def _record(self, rec: ScrapeRecord) -> ScrapeRecord:
@@ -299,7 +311,6 @@ class FederationPuller:
         for item in items:
             if isinstance(item, Forget):
                 builder._sources.pop((item.node, item.source, tuple(sorted(item.labels.items()))), None)
-                self._count("sources_forgotten")
                 continue
             rec = self._record(item)
             try:

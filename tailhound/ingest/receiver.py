@@ -269,7 +269,6 @@ class RemoteWriteIngest:
             if isinstance(item, Forget):
                 # the builder keeps a source's state under (node, job, record labels); drop that one only
                 builder._sources.pop((item.node, item.source, tuple(sorted(item.labels.items()))), None)
-                self._count("sources_forgotten")
                 continue
             try:
                 snap = builder.build(item)

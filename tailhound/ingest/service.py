@@ -91,8 +91,10 @@ class IngestService:
 
     def stats(self) -> dict[str, int]:
         out = dict(self.receiver.stats)
-        for part in (self.receiver.grouper.stats, self.ha.stats if self.ha else {},
-                     self.puller.stats if self.puller else {}):
+        parts = [self.receiver.grouper.stats, self.ha.stats if self.ha else {}]
+        if self.puller is not None:
+            parts += [self.puller.stats, self.puller.grouper.stats]
+        for part in parts:
             for k, v in part.items():
                 out[k] = out.get(k, 0) + v
         return out

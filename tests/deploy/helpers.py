@@ -32,6 +32,9 @@ NOTIFIER_EXAMPLE = ROOT / "tailhound" / "examples" / "notifier-production.yaml"
 RECEIVER_SECRET_ENV = {"TAILHOUND_SLACK_BOT_TOKEN", "TAILHOUND_PAGERDUTY_ROUTING_KEY", "TAILHOUND_WEBHOOK_SECRET"}
 #: ... and every secret the worker takes: those and the notifier API's (and incident console's) token
 SECRET_ENV = RECEIVER_SECRET_ENV | {"TAILHOUND_NOTIFIER__API_TOKEN"}
+#: ... and the Prometheus ingest's: the bearer token Prometheus sends (ingest.yaml auth.bearer_token_env; not a
+#: setting: the ingest reads it itself, compose passes it through from the shell)
+INGEST_SECRET_ENV = {"TAILHOUND_INGEST_TOKEN"}
 SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|ROUTING_KEY|API_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 
 

@@ -21,6 +21,7 @@ from tailhound.settings import bootstrap_servers, load_settings
 from .helpers import (
     COMPOSE_FILE,
     DOCKERFILE,
+    INGEST_SECRET_ENV,
     NOTIFIER_DEV,
     NOTIFIER_EXAMPLE,
     ROOT,
@@ -35,7 +36,7 @@ from .helpers import (
     parse_dockerfile,
 )
 
-TAILHOUND_SERVICES = ("worker", "simulator")
+TAILHOUND_SERVICES = ("worker", "simulator", "ingest")
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def test_env_names_are_settings_and_values_validate(services, name, monkeypatch)
     for key in [k for k in os.environ if k.startswith("TAILHOUND_")]:
         monkeypatch.delenv(key)
     for key, value in env.items():
-        if not key.startswith("TAILHOUND_") or key in SECRET_ENV:
+        if not key.startswith("TAILHOUND_") or key in SECRET_ENV | INGEST_SECRET_ENV:
             continue
         check_settings_env_name(key)
         assert value is not None, f"{key} has no value"

@@ -3,8 +3,9 @@ requests and as /federate pages (tests compare the ingest paths with the agent p
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from tailhound.ingest.remote_write import Metadata, Series, encode_write_request, series_from_exposition
 from tailhound.recording import ScrapeRecord
@@ -70,36 +71,40 @@ class PrometheusView:
 def selected(labels: dict[str, str], selectors: Iterable[str]) -> bool:
     """Whether a series with `labels` matches one of `selectors` (``name{l=~"re",l="v"}``, the forms that
     :func:`tailhound.ingest.federation.match_selectors` writes; regexes anchored, as PromQL's)."""
+    return any(all(test(labels.get(k, "")) for k, test in matchers) for matchers in _compiled(tuple(selectors)))
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(selectors: tuple[str, ...]) -> list[list[tuple[str, Callable[[str], bool]]]]:
+    out = []
     for sel in selectors:
         head, _, rest = sel.partition("{")
-        if head and labels.get("__name__") != head:
-            continue
-        matchers = re.findall(r'(\w+)(=~|=)"((?:[^"\\]|\\.)*)"', rest)
-        if all(re.fullmatch(_unquote(v), labels.get(k, "")) if op == "=~" else labels.get(k, "") == _unquote(v)
-               for k, op, v in matchers):
-            return True
-    return False
-
-
-def _unquote(s: str) -> str:
-    return re.sub(r"\\(.)", r"\1", s)
+        matchers: list[tuple[str, Callable[[str], bool]]] = [("__name__", head.__eq__)] if head else []
+        for k, op, v in re.findall(r'(\w+)(=~|=)"((?:[^"\\]|\\.)*)"', rest):
+            v = re.sub(r"\\(.)", r"\1", v)
+            matchers.append((k, re.compile(v).fullmatch if op == "=~" else v.__eq__))
+        out.append(matchers)
+    return out
 
 
 def federate_page(records: Iterable[ScrapeRecord], selectors: Iterable[str] | None = None) -> str:
     """What /federate answers when the latest scrapes of its targets are `records` (one per target): every
     series with its timestamp, untyped, the series of one name together (Prometheus sorts them by name). A
     failed scrape is `up 0` alone (Prometheus marked the target's other series stale: /federate leaves stale
-    series out). `selectors`: the ``match[]`` of the request (default: every series)."""
+    series out). `selectors`: the ``match[]`` of the request (default: every series); they may test only
+    ``__name__`` and ``job``, as the derived ones do."""
+    sel = None if selectors is None else tuple(selectors)
+    if sel is not None:
+        assert all(k in ("__name__", "job") for m in _compiled(sel) for k, _ in m), sel
+        picked = _picked(sel)
     rows: list[tuple[str, str, float, int]] = []
-    picked: dict[tuple[str | None, str], bool] = {}  # (name, job) -> selected: the selectors use no other label
-    sel = None if selectors is None else list(selectors)
     for rec in records:
         text = "" if rec.error is not None else rec.body
         for s in series_from_exposition(text, target_of(rec), round(rec.ts * 1000), up=rec.error is None).series:
             if sel is not None:
                 k = (s.name, rec.job)
                 if k not in picked:
-                    picked[k] = selected(dict(s.labels), sel)
+                    picked[k] = selected({"__name__": s.name or "", "job": rec.job}, sel)
                 if not picked[k]:
                     continue
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels if k != "__name__")
@@ -114,6 +119,12 @@ def federate_page(records: Iterable[ScrapeRecord], selectors: Iterable[str] | No
             lines.append(f"# TYPE {name} untyped")
         lines.append(f"{name}{{{labels}}} {_number(value)} {ts}")
     return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=16)
+def _picked(selectors: tuple[str, ...]) -> dict[tuple[str | None, str], bool]:
+    """(name, job) -> whether `selectors` pick its series (remembered: pages repeat the same names)."""
+    return {}
 
 
 def _escape(v: str) -> str:

@@ -561,3 +561,9 @@ async def test_a_real_prometheus_federate_gives_the_agents_snapshots(tmp_path):
     # Prometheus' own format: the target labels sorted, then the external labels; Go's floats
     assert re.search(rb'\nup\{instance="127.0.0.1:\d+",job="vllm",node="gpu-node-2",cluster="lab"\} 1 \d{13}\n', body)
     assert re.search(rb'\nvllm:prompt_tokens_total\{[^}]+\} \d\.\d+e\+06 \d{13}\n', body)
+
+
+def test_a_grouping_given_in_the_file_keeps_whole_scrapes_on():
+    # /federate answers whole scrapes in order: close_on_newer stays on unless the file turns it off
+    assert FederationConfig(url="http://127.0.0.1:9090", grouping={"sources": {"gpu": "dcgm"}}).grouping.close_on_newer
+    assert not FederationConfig(url="http://127.0.0.1:9090", grouping={"close_on_newer": False}).grouping.close_on_newer

@@ -333,7 +333,7 @@ def test_a_gone_target_drops_the_builders_state():
     assert len(ingest.builder._sources) == 1
     gone = [Series(s.labels, (), (T0 + 1000,)) for s in first.series]  # the target left the config
     result = ingest.accept(encode_write_request(gone), HEADERS, now=1)
-    assert result.snapshots == [] and ingest.builder._sources == {} and ingest.stats["sources_forgotten"] == 1
+    assert result.snapshots == [] and ingest.builder._sources == {} and ingest.grouper.stats["sources_gone"] == 1
     again = series_from_exposition("c_total 7\n", target, T0 + 2000)
     snap, = ingest.accept(encode_write_request(again.series), HEADERS, now=2).snapshots
     assert snap.prev_ts is None and snap.samples[0].delta is None  # started over

@@ -1,0 +1,161 @@
+"""``tailhound ingest``: the remote_write block it prints passes ``promtool check config`` and keeps exactly the
+catalog's metrics; ``--check`` says what would run; bad files are errors naming the file, the line or the token
+file (exit code 2 through ``tailhound.cli.main``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tailhound import cli
+from tailhound.cli import app
+from tailhound.errors import ConfigError, TailhoundError
+from tailhound.ingest.prometheus_snippet import kept_names
+from tests.conftest import require_tool
+
+runner = CliRunner()
+URL = "http://tailhound-ingest.monitoring:9097/api/v1/write"
+MINIMAL = """global:
+  scrape_interval: 15s
+  external_labels:
+    cluster: lab
+scrape_configs:
+  - job_name: dcgm
+    static_configs:
+      - targets: ['10.0.0.7:9400']
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_token_in_env(monkeypatch):
+    monkeypatch.delenv("TAILHOUND_INGEST_TOKEN", raising=False)
+
+
+def run_main(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """`tailhound ARGV` through the console script's entry point: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["tailhound", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    out = capsys.readouterr()
+    code = exit_.value.code
+    return (0 if code is None else code if isinstance(code, int) else 1), out.out, " ".join(out.err.split())
+
+
+def snippet(*args: str) -> str:
+    result = runner.invoke(app, ["ingest", "--prometheus-config", "--url", URL, *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def promtool_check(tmp_path: Path, block: str) -> subprocess.CompletedProcess:
+    promtool = require_tool("promtool", "apt-get install prometheus")
+    path = tmp_path / "prometheus.yml"
+    path.write_text(MINIMAL + block)
+    return subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_printed_remote_write_block_passes_promtool(tmp_path):
+    block = snippet()
+    check = promtool_check(tmp_path, block)
+    assert check.returncode == 0, check.stdout + check.stderr
+    rw, = yaml.safe_load(MINIMAL + block)["remote_write"]
+    assert rw["url"] == URL and "authorization" not in rw
+    assert rw["metadata_config"]["send"] is True
+
+
+def test_the_keep_regex_keeps_every_catalog_metric_and_nothing_else():
+    rw, = yaml.safe_load(snippet())["remote_write"]
+    relabel, = rw["write_relabel_configs"]
+    assert (relabel["source_labels"], relabel["action"]) == (["__name__"], "keep")
+    keep = re.compile(relabel["regex"])  # Prometheus anchors a relabel regex: ^(?:regex)$
+    names = kept_names()
+    assert "up" in names and "DCGM_FI_DEV_GPU_TEMP" in names and "vllm:time_to_first_token_seconds_bucket" in names
+    missed = [n for n in names if not keep.fullmatch(n)]
+    assert missed == []
+    for other in ("node_cpu_seconds_total", "go_goroutines", "scrape_duration_seconds", "DCGM_FI_DEV_GPU_TEMPX",
+                  "xup", "up_total", "vllm:num_requests_running_created", "DCGM_FI_DEV"):
+        assert not keep.fullmatch(other), other
+    assert keep.search("node_cpu_seconds_total_up")  # unanchored it would keep this: the anchors matter
+
+
+def test_with_a_token_configured_the_block_sends_a_credentials_file(tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    config = tmp_path / "ingest.yaml"
+    config.write_text(f"listen: 0.0.0.0:9097\nauth:\n  bearer_token_file: {tmp_path / 'token'}\n")
+    block = snippet("-c", str(config))
+    assert "s3cret" not in block
+    rw, = yaml.safe_load(block)["remote_write"]
+    assert rw["authorization"]["type"] == "Bearer" and rw["authorization"]["credentials_file"]
+    check = promtool_check(tmp_path, block)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_check_says_what_would_run_and_exits_0(tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    config = tmp_path / "ingest.yaml"
+    config.write_text(f"""listen: 127.0.0.1:19097
+remote_write:
+  grouping:
+    node_labels: [node, instance]
+    sources: {{dcgm-exporter: dcgm}}
+    settle_s: 3
+ha:
+  failover_s: 20
+auth:
+  bearer_token_file: {tmp_path / 'token'}
+federation:
+  url: http://prometheus:9090
+  interval_s: 30
+""")
+    result = runner.invoke(app, ["ingest", "-c", str(config), "--check"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert out.startswith("ok: remote write: POST http://127.0.0.1:19097/api/v1/write (1 credential(s))")
+    assert "node from node, instance; source from job (mapped: dcgm-exporter->dcgm)" in out
+    assert "complete 3 s after its last sample" in out
+    assert "HA pairs: one replica per cluster (label replica), fail-over after 20 s" in out
+    assert "federation: GET http://prometheus:9090/federate every 30 s" in out
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("listen: 127.0.0.1:19098\n")
+    result = runner.invoke(app, ["ingest", "-c", str(plain), "--check"])
+    assert result.exit_code == 0 and "(no authentication)" in result.stdout and "federation" not in result.stdout
+
+
+def test_a_missing_token_file_is_an_error_naming_it(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "nope" / "token"
+    config = tmp_path / "ingest.yaml"
+    config.write_text(f"auth:\n  bearer_token_file: {missing}\n")
+    result = runner.invoke(app, ["ingest", "-c", str(config), "--check"])
+    assert isinstance(result.exception, ConfigError) and str(missing) in str(result.exception)
+    code, out, err = run_main(["ingest", "-c", str(config), "--check"], monkeypatch, capsys)
+    assert code == 2 and out == ""
+    assert f"error: auth.bearer_token_file: cannot read {missing}: No such file or directory" in err
+    # not checking does not skip it: the service would refuse every request
+    code, _out, err = run_main(["ingest", "-c", str(config), "--duration", "0.1"], monkeypatch, capsys)
+    assert code == 2 and str(missing) in err
+
+
+def test_tokens_in_the_yaml_are_refused_naming_the_line(tmp_path, monkeypatch, capsys):
+    config = tmp_path / "ingest.yaml"
+    config.write_text("listen: 127.0.0.1:9097\n# a comment\nremote_write:\n  bearer_tokens: [s3cret]\n")
+    code, out, err = run_main(["ingest", "-c", str(config), "--check"], monkeypatch, capsys)
+    assert code == 2 and out == ""
+    # the line of the remote_write block (the check is the block's), the key named in the message
+    assert f"error: {config}:3: remote_write:" in err and "remote_write.bearer_tokens" in err and "under auth:" in err
+    assert "s3cret" not in err
+    config.write_text("listen: 127.0.0.1:9097\nremote_write:\n  basic_auth: {prom: pw}\n")
+    code, _out, err = run_main(["ingest", "-c", str(config), "--check"], monkeypatch, capsys)
+    assert code == 2 and f"{config}:2:" in err and "remote_write.basic_auth" in err
+
+
+def test_ingest_without_a_config_is_an_error(monkeypatch, capsys):
+    result = runner.invoke(app, ["ingest"])
+    assert isinstance(result.exception, TailhoundError) and "--config" in str(result.exception)
+    code, out, err = run_main(["ingest", "--check"], monkeypatch, capsys)
+    assert code == 2 and "tailhound ingest needs --config ingest.yaml" in err
