@@ -7,6 +7,11 @@
   rejoins the broker's new group and reads the new topics from their start. The worker keeps the table state
   it holds in memory (its open incidents), but the new changelogs hold only what changed after that: were the
   worker restarted too, it would recover only that part (see the README, "Broker restarts").
+- **Offsets past the log.** The same loss leaves the worker's group with offsets it committed into the lost
+  logs (a commit pending while the broker was away lands in the new, empty group): rejoining, the consumer
+  would seek there and skip the recreated topic's first messages (measured: partition end 19, committed 66).
+  :func:`reset_offsets_past_log_end` makes every seek to committed offsets check the partitions' log ends: a
+  committed offset beyond its log end means that log was lost, and the partition is read from its beginning.
 - **Commit errors.** aiokafka retries a failed offset commit for as long as the error is retriable (an unknown
   topic, no coordinator): a worker whose topics never came back stalled, logging about seven errors a second.
   :func:`bound_commit_retries` makes a commit that has not gone through after :data:`COMMIT_RETRY_S` raise:
@@ -115,6 +120,39 @@ def bound_commit_retries(limit_s: float = COMMIT_RETRY_S) -> None:
 
     commit_offsets.tailhound_bounded = True  # type: ignore[attr-defined]
     GroupCoordinator.commit_offsets = commit_offsets  # type: ignore[method-assign]
+
+
+def reset_offsets_past_log_end() -> None:
+    """Make aiokafka's ``seek_to_committed`` (what Faust calls after every assignment) read a partition whose
+    committed offset lies beyond its log end from the beginning instead (module docstring). Idempotent."""
+    from aiokafka import AIOKafkaConsumer
+
+    original = AIOKafkaConsumer.seek_to_committed
+    if getattr(original, "tailhound_checked", False):
+        return
+
+    async def seek_to_committed(self: AIOKafkaConsumer, *partitions: Any) -> dict:
+        committed = await original(self, *partitions)
+        ahead = [tp for tp, offset in committed.items() if offset is not None and offset > 0]
+        if not ahead:
+            return committed
+        try:
+            ends = await self.end_offsets(ahead)
+            lost = [tp for tp in ahead if committed[tp] > ends.get(tp, committed[tp])]
+            starts = await self.beginning_offsets(lost) if lost else {}
+        except KafkaError as exc:  # the broker did not answer: keep the committed offsets (as before)
+            log.debug("could not check the committed offsets against the log ends: %r", exc)
+            return committed
+        for tp in lost:
+            log.warning("%s: committed offset %d is beyond the log end %d (the broker lost the log: restarted "
+                        "without its data, or the topic was recreated); reading it from offset %d",
+                        tp, committed[tp], ends[tp], starts.get(tp, 0))
+            self.seek(tp, starts.get(tp, 0))
+            committed[tp] = starts.get(tp, 0)
+        return committed
+
+    seek_to_committed.tailhound_checked = True  # type: ignore[attr-defined]
+    AIOKafkaConsumer.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
 
 
 def _exit_now(grace_s: float) -> None:

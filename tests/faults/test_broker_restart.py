@@ -27,15 +27,17 @@ DOWN_S = scale(2, 15)  # how long the broker stays down
 HOT_TICKS = 10  # 2.5 min of fleet time: the thermal rule fires after 1 min
 
 
-# Known defect, diagnosed 2026-12-01 (see the issue notes): after the bundled broker restarts empty, the worker's
-# consumer commits its pre-restart offsets into the new group before its topic guard notices the loss, and the
-# rejoin seeks there (measured: telemetry partition 1 end 19, committed 66; node-incidents end 2, committed 32),
-# so the first messages of the recreated topics are skipped and, depending on timing, the fault that starts
-# right after the restart is never seen. Passes when the commit lands after the rejoin (alone: 2 of 3 runs; in
-# the full suite: 0 of 4). The fix (reset positions and committed offsets of the recreated topics when the loss
-# is detected) is next; until then the drill reports, and a pass is welcome (not strict).
-@pytest.mark.xfail(reason="the worker skips the recreated topics' first messages after a broker restart (committed "
-                          "pre-restart offsets); fix pending", strict=False)
+# Known defects after the bundled broker restarts empty (diagnosed 2026-12-01, see the issue notes):
+# - fixed: the worker's pending commit carried its pre-restart offsets into the new group and the rejoin sought
+#   there, skipping the recreated topics' first messages (telemetry partition 1 end 19, committed 66);
+#   worker_guard.reset_offsets_past_log_end reads such a partition from its start
+#   (tests/integration/test_worker_recovery.py). Alone, the drill then passed 4 of 5 runs (was 2 of 3).
+# - open: what the worker publishes to its own topics (node-incidents, model-telemetry) between the restart and
+#   its topic guard declaring them again (up to 2 s) fails with UnknownError and Faust drops it (no retry), so an
+#   incident event of that moment can be lost and the fault that starts right after the restart is not seen
+#   within the drill's 60 s (the 5th run). Until that is fixed the drill reports, and a pass is welcome.
+@pytest.mark.xfail(reason="the worker's own sends in the seconds before it declares its lost topics again are dropped "
+                          "(UnknownError, no retry); fix pending", strict=False)
 async def test_broker_restart_loses_nothing_after_the_kill_and_both_recover(tmp_path, drill_report):
     async with asyncio.timeout(scale(120, 300)):
         async with Rig(tmp_path) as rig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ SCRIPT = Path(__file__).parent / "capture_fixture.py"
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TAILHOUND_LONG_DRILLS", "") in ("", "0", "false"),
+                    reason="re-captures the fixtures (20 s): TAILHOUND_LONG_DRILLS=1 pytest tests/ingest; the real "
+                    "Prometheus remote-writes in test_prometheus_end_to_end.py and test_restarts.py on every run")
 def test_the_capture_script_records_what_prometheus_sends(tmp_path):
     require_tool("prometheus", "apt-get install prometheus (Debian; `make test` does it as root)")  # CI: fails
     run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--timeout", "60"],

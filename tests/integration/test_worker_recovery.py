@@ -64,3 +64,46 @@ def test_supervise_gives_up_after_max_restarts(monkeypatch, tmp_path):
     worker.start()
     with pytest.raises(TailhoundError, match="failed 3 times"):
         _supervise_until_settled(worker)
+
+
+@pytest.mark.broker
+async def test_a_committed_offset_beyond_the_log_end_reads_the_partition_from_its_start(settings: Settings):
+    # what a broker restart leaves: the group's committed offset (66) points past the recreated log's end (5)
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    from tailhound.kafka import ensure_topics, make_consumer, make_producer
+    from tailhound.worker_guard import reset_offsets_past_log_end
+
+    await ensure_topics(settings)
+    topic = settings.telemetry_topic
+    producer = make_producer(settings)
+    await producer.start()
+    try:
+        for i in range(5):
+            await producer.send_and_wait(topic, value=b"%d" % i, key=b"k", partition=0)
+    finally:
+        await producer.stop()
+    tp = TopicPartition(topic, 0)
+    group = f"{settings.streams.app_id}-offsets"
+    committer = make_consumer(settings, group_id=group, enable_auto_commit=False)
+    await committer.start()
+    committer.assign([tp])
+    await committer.commit({tp: OffsetAndMetadata(66, "")})
+    await committer.stop()
+
+    original = AIOKafkaConsumer.seek_to_committed
+    reset_offsets_past_log_end()
+    reset_offsets_past_log_end()  # idempotent
+    try:
+        consumer = make_consumer(settings, group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        consumer.assign([tp])
+        try:
+            assert await consumer.seek_to_committed() == {tp: 0}
+            batch = await consumer.getmany(tp, timeout_ms=5000)
+            assert [m.value for m in batch.get(tp, [])][:1] == [b"0"]  # nothing skipped
+        finally:
+            await consumer.stop()
+    finally:
+        AIOKafkaConsumer.seek_to_committed = original
