@@ -1,4 +1,5 @@
-"""A tiny /metrics server on 127.0.0.1 for agent tests: serves a fake vLLM whose counters grow."""
+"""Loopback HTTP servers for tests: any aiohttp app on a free port (:func:`serve_app`), and a tiny /metrics server
+that serves a fake vLLM whose counters grow (:func:`serve_metrics`)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,19 @@ class FakeVllm:
 
 
 @asynccontextmanager
+async def serve_app(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on a free 127.0.0.1 port; yields its base URL (``http://127.0.0.1:PORT``)."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
 async def serve_metrics(source: FakeVllm | Callable[[], str], path: str = "/metrics") -> AsyncIterator[str]:
     """Serve `source` on a free loopback port; yields the URL."""
 
@@ -50,12 +64,5 @@ async def serve_metrics(source: FakeVllm | Callable[[], str], path: str = "/metr
 
     app = web.Application()
     app.router.add_get(path, handle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}{path}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as base:
+        yield base + path

@@ -52,10 +52,10 @@ from tailhound.ingest.federation_text import (  # noqa: F401 (the selectors: re-
     source_metrics,
 )
 from tailhound.ingest.grouping import Forget, Grouper, GroupingConfig
-from tailhound.ingest.receiver import Emitted, Reject
+from tailhound.ingest.receiver import Emitted, Reject, build_snapshots
 from tailhound.ingest.remote_write import Labels
 from tailhound.recording import ScrapeRecord
-from tailhound.snapshot import LIMITS, Snapshot
+from tailhound.snapshot import Snapshot
 
 log = logging.getLogger("tailhound.ingest.federation")
 
@@ -305,27 +305,7 @@ class FederationPuller:
 
     def _build(self, items: list[ScrapeRecord | Forget]) -> tuple[list[Snapshot], list[Reject]]:
         """As :class:`~tailhound.ingest.receiver.RemoteWriteIngest` builds: one bad scrape is a reject."""
-        snapshots: list[Snapshot] = []
-        rejects: list[Reject] = []
-        builder = self.builder
-        for item in items:
-            if isinstance(item, Forget):
-                builder._sources.pop((item.node, item.source, tuple(sorted(item.labels.items()))), None)
-                continue
-            rec = self._record(item)
-            try:
-                snap = builder.build(rec)
-            except Exception as exc:
-                log.exception("%s/%s: no snapshot", rec.node, rec.job)
-                rejects.append(Reject("build_failed", f"{type(exc).__name__}: {str(exc)[:300]}", "build",
-                                      node=rec.node, payload=rec.to_line().encode()))
-                continue
-            if len(snap.samples) > LIMITS.max_samples:
-                rejects.append(Reject("too_many_samples", f"a snapshot of {snap.source} with {len(snap.samples)} "
-                                      f"samples (at most {LIMITS.max_samples})", "limits", node=snap.node,
-                                      payload=rec.to_line().encode()))
-                continue
-            snapshots.append(snap)
+        snapshots, rejects = build_snapshots(self.builder, items, self._record)
         self._count("snapshots", len(snapshots))
         return snapshots, rejects
 

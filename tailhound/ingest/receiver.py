@@ -262,26 +262,37 @@ class RemoteWriteIngest:
         return Reject(r.kind, r.reason, "series", r.count, payload=_labels_text(r.example))
 
     def _build(self, items: list[ScrapeRecord | Forget]) -> tuple[list[Snapshot], list[Reject]]:
-        snapshots: list[Snapshot] = []
-        rejects: list[Reject] = []
-        builder = self.builder
-        for item in items:
-            if isinstance(item, Forget):
-                # the builder keeps a source's state under (node, job, record labels); drop that one only
-                builder._sources.pop((item.node, item.source, tuple(sorted(item.labels.items()))), None)
-                continue
-            try:
-                snap = builder.build(item)
-            except Exception as exc:  # one scrape must not fail the request (Prometheus would resend it forever)
-                log.exception("%s/%s: no snapshot", item.node, item.job)
-                rejects.append(Reject("build_failed", f"{type(exc).__name__}: {str(exc)[:300]}", "build",
-                                      node=item.node, payload=item.to_line().encode()))
-                continue
-            if len(snap.samples) > LIMITS.max_samples:
-                rejects.append(Reject("too_many_samples", f"a snapshot of {snap.source} with {len(snap.samples)} "
-                                      f"samples (at most {LIMITS.max_samples})", "limits", node=snap.node,
-                                      payload=item.to_line().encode()))
-                continue
-            snapshots.append(snap)
+        snapshots, rejects = build_snapshots(self.builder, items)
         self._count("snapshots", len(snapshots))
         return snapshots, rejects
+
+
+def build_snapshots(builder: SnapshotBuilder, items: Iterable[ScrapeRecord | Forget],
+                    prepare: Callable[[ScrapeRecord], ScrapeRecord] | None = None
+                    ) -> tuple[list[Snapshot], list[Reject]]:
+    """The grouping's records through the agent's builder (`prepare` first, when given), in order: a
+    :class:`Forget` drops that source's builder state; a scrape that cannot make a snapshot, or one over the
+    snapshot's sample limit, is a reject (one bad scrape must not fail the rest: Prometheus would resend it
+    forever). Shared by remote write and federation."""
+    snapshots: list[Snapshot] = []
+    rejects: list[Reject] = []
+    for item in items:
+        if isinstance(item, Forget):
+            # the builder keeps a source's state under (node, job, record labels); drop that one only
+            builder._sources.pop((item.node, item.source, tuple(sorted(item.labels.items()))), None)
+            continue
+        rec = item if prepare is None else prepare(item)
+        try:
+            snap = builder.build(rec)
+        except Exception as exc:
+            log.exception("%s/%s: no snapshot", rec.node, rec.job)
+            rejects.append(Reject("build_failed", f"{type(exc).__name__}: {str(exc)[:300]}", "build",
+                                  node=rec.node, payload=rec.to_line().encode()))
+            continue
+        if len(snap.samples) > LIMITS.max_samples:
+            rejects.append(Reject("too_many_samples", f"a snapshot of {snap.source} with {len(snap.samples)} "
+                                  f"samples (at most {LIMITS.max_samples})", "limits", node=snap.node,
+                                  payload=rec.to_line().encode()))
+            continue
+        snapshots.append(snap)
+    return snapshots, rejects

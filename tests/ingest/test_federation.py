@@ -39,6 +39,7 @@ from tailhound.ingest.remote_write import Series, series_from_exposition
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
 from tests.conftest import require_tool
+from tests.http_helpers import serve_app
 
 from .capture_fixture import grow
 
@@ -362,15 +363,8 @@ def test_series_left_out_by_the_grouping_are_rejects():
 async def fake_prometheus(handler):
     app = web.Application()
     app.router.add_get("/{prefix:.*}federate", handler)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as base:
+        yield base
 
 
 async def test_pull_once_sends_the_selectors_and_the_token_and_reads_the_body(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from tailhound.doctor import Observed, diagnose, render_table
 from tailhound.doctor_prometheus import job_hints, observe_prometheus, parse_job_sources
 from tailhound.errors import TailhoundError
 from tailhound.streams.ruleset import load_rules
+from tests.http_helpers import serve_app
 from tests.ingest.test_federation import PAGES, T0, federate_body
 from tests.tailhound.test_doctor import THERMAL_RULE
 
@@ -57,15 +58,8 @@ async def fake_prometheus(status: int = 200):
 
     server = web.Application()
     server.router.add_get("/federate", federate)
-    runner = web.AppRunner(server, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", requests
-    finally:
-        await runner.cleanup()
+    async with serve_app(server) as base:
+        yield base, requests
 
 
 async def doctor(*args: str):
