@@ -27,7 +27,13 @@ from tailhound.streams.coverage_watch import WINDOW_S, CoverageWatch
 from tailhound.streams.intake import StatsCollector
 from tailhound.streams.reload import RuleReloader
 from tailhound.streams.ruleset import RuleSet
-from tailhound.worker_guard import bound_commit_retries, guard_topics, reset_offsets_past_log_end, stop_within
+from tailhound.worker_guard import (
+    bound_commit_retries,
+    guard_topics,
+    reset_offsets_past_log_end,
+    retry_unknown_produce_errors,
+    stop_within,
+)
 from tailhound.worker_metrics import ConsumerLagCollector, readiness
 
 log = logging.getLogger(__name__)
@@ -165,6 +171,7 @@ def run_worker(settings: Settings, rules: RuleSet) -> None:
     Does not return (raises SystemExit)."""
     bound_commit_retries()
     reset_offsets_past_log_end()
+    retry_unknown_produce_errors()
     with contextlib.suppress(ValueError, AttributeError):  # SIGHUP reloads the rules (a task installs it)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     app = create_worker_app(settings, rules)

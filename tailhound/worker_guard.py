@@ -12,6 +12,11 @@
   would seek there and skip the recreated topic's first messages (measured: partition end 19, committed 66).
   :func:`reset_offsets_past_log_end` makes every seek to committed offsets check the partitions' log ends: a
   committed offset beyond its log end means that log was lost, and the partition is read from its beginning.
+- **Sends into lost topics.** Until the guard has declared them again, the bundled broker answers the worker's
+  sends to its own topics (node-incidents, model-telemetry, changelogs) with error -1 (UNKNOWN), which aiokafka
+  does not retry, and Faust drops the message: an incident event of that moment was lost.
+  :func:`retry_unknown_produce_errors` has aiokafka retry such a send (with a metadata refresh) like an unknown
+  topic, until the topic is back or the producer's request timeout expires the batch.
 - **Commit errors.** aiokafka retries a failed offset commit for as long as the error is retriable (an unknown
   topic, no coordinator): a worker whose topics never came back stalled, logging about seven errors a second.
   :func:`bound_commit_retries` makes a commit that has not gone through after :data:`COMMIT_RETRY_S` raise:
@@ -153,6 +158,16 @@ def reset_offsets_past_log_end() -> None:
 
     seek_to_committed.tailhound_checked = True  # type: ignore[attr-defined]
     AIOKafkaConsumer.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+
+
+def retry_unknown_produce_errors() -> None:
+    """Make aiokafka retry a send answered with error -1 (UNKNOWN), after refreshing its metadata, as it does for
+    an unknown topic (module docstring); bounded by the batch's expiry (the producer's request timeout). For the
+    worker process only: it flips the class attributes of ``aiokafka.errors.UnknownError``. Idempotent."""
+    from aiokafka.errors import UnknownError
+
+    UnknownError.retriable = True
+    UnknownError.invalid_metadata = True
 
 
 def _exit_now(grace_s: float) -> None:

@@ -32,12 +32,14 @@ HOT_TICKS = 10  # 2.5 min of fleet time: the thermal rule fires after 1 min
 #   there, skipping the recreated topics' first messages (telemetry partition 1 end 19, committed 66);
 #   worker_guard.reset_offsets_past_log_end reads such a partition from its start
 #   (tests/integration/test_worker_recovery.py). Alone, the drill then passed 4 of 5 runs (was 2 of 3).
-# - open: what the worker publishes to its own topics (node-incidents, model-telemetry) between the restart and
-#   its topic guard declaring them again (up to 2 s) fails with UnknownError and Faust drops it (no retry), so an
-#   incident event of that moment can be lost and the fault that starts right after the restart is not seen
-#   within the drill's 60 s (the 5th run). Until that is fixed the drill reports, and a pass is welcome.
-@pytest.mark.xfail(reason="the worker's own sends in the seconds before it declares its lost topics again are dropped "
-                          "(UnknownError, no retry); fix pending", strict=False)
+# - fixed: what the worker published to its own topics (node-incidents, model-telemetry) before its topic guard
+#   declared them again failed with error -1 and Faust dropped it; worker_guard.retry_unknown_produce_errors
+#   has aiokafka retry it. With both: 5 of 6 runs passed.
+# - open: the failed run accepted every snapshot (484, nothing rejected, no send dropped) and still opened no
+#   incident for the fault that starts after the restart within the drill's 60 s; not diagnosed yet. Until then
+#   the drill reports, and a pass is welcome.
+@pytest.mark.xfail(reason="now and then no incident for the fault that starts right after a broker restart "
+                          "(undiagnosed; see the comment)", strict=False)
 async def test_broker_restart_loses_nothing_after_the_kill_and_both_recover(tmp_path, drill_report):
     async with asyncio.timeout(scale(120, 300)):
         async with Rig(tmp_path) as rig:

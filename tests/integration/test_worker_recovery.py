@@ -107,3 +107,17 @@ async def test_a_committed_offset_beyond_the_log_end_reads_the_partition_from_it
             await consumer.stop()
     finally:
         AIOKafkaConsumer.seek_to_committed = original
+
+
+def test_the_worker_retries_a_send_answered_unknown_as_an_unknown_topic(monkeypatch):
+    # the bundled broker answers a send into a topic it lost with error -1; aiokafka then retries it (refreshing
+    # its metadata) until the topic guard has declared the topic again, instead of Faust dropping the message
+    from aiokafka.errors import UnknownError, UnknownTopicOrPartitionError
+
+    from tailhound.worker_guard import retry_unknown_produce_errors
+
+    monkeypatch.setattr(UnknownError, "retriable", False)
+    monkeypatch.setattr(UnknownError, "invalid_metadata", False, raising=False)
+    retry_unknown_produce_errors()
+    assert UnknownError.retriable and UnknownError.invalid_metadata
+    assert UnknownError.retriable == UnknownTopicOrPartitionError.retriable
