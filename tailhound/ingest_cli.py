@@ -15,13 +15,16 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from tailhound.errors import TailhoundError
 from tailhound.settings import Settings
+
+if TYPE_CHECKING:  # loaded by the command itself (the CLI starts fast)
+    from tailhound.ingest.config import IngestServiceConfig
 
 console = Console()
 
@@ -61,7 +64,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         asyncio.run(run(settings, cfg, duration))
 
 
-def describe(cfg, credentials: int) -> str:
+def describe(cfg: IngestServiceConfig, credentials: int) -> str:
     lines = []
     if cfg.listen:
         lines.append(f"remote write: POST http://{cfg.listen}{cfg.path} "
@@ -78,7 +81,7 @@ def describe(cfg, credentials: int) -> str:
     return "ok: " + "\n".join(lines)
 
 
-async def run(settings: Settings, cfg, duration: float | None) -> None:
+async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | None) -> None:
     from tailhound.ingest.service import IngestService, stop_on_signals
 
     stop = asyncio.Event()

@@ -14,7 +14,6 @@ The body is read in chunks and refused (413) as soon as it exceeds the receiver'
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import time
@@ -24,6 +23,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.receiver import IngestResult
 
 log = logging.getLogger("tailhound.ingest")
@@ -108,7 +108,7 @@ def _answer(result: IngestResult) -> tuple[int, dict[str, str], str]:
 class IngestServer:
     """What the handlers need to know about the service (counts, limits, readiness)."""
 
-    def __init__(self, metrics, *, max_body_bytes: int, max_in_flight: int, retry_after_s: int,
+    def __init__(self, metrics: IngestMetrics, *, max_body_bytes: int, max_in_flight: int, retry_after_s: int,
                  readiness: Callable[[], tuple[bool, str]]) -> None:
         self.metrics = metrics
         self.max_body_bytes, self.max_in_flight, self.retry_after_s = max_body_bytes, max_in_flight, retry_after_s
@@ -150,17 +150,3 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
-
-
-async def wait_for_port(port: int, host: str = "127.0.0.1", timeout_s: float = 10.0) -> None:
-    """Tests and the demo: wait until something listens on `port`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            _reader, writer = await asyncio.open_connection(host, port)
-            writer.close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
