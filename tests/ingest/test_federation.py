@@ -11,11 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import re
-import signal
 import socket
-import tempfile
 import time
 from collections.abc import Iterable
 from decimal import Decimal
@@ -38,8 +35,8 @@ from tailhound.ingest.grouping import TARGET_DOWN
 from tailhound.ingest.remote_write import Series, series_from_exposition
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
-from tests.conftest import require_tool
 from tests.http_helpers import serve_app
+from tests.ingest.prometheus_proc import Prometheus
 
 from .capture_fixture import grow
 
@@ -472,15 +469,8 @@ def test_parse_time_of_a_10k_series_body():
 # -- Debian's real Prometheus -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 async def test_a_real_prometheus_federate_gives_the_agents_snapshots(tmp_path):
-    prometheus = require_tool("prometheus", "apt-get install prometheus (Debian; `make test` does it as root)")
     served: dict[str, list[tuple[float, str]]] = {job: [] for job in PAGES}
 
     async def page(request: web.Request) -> web.Response:
@@ -491,30 +481,20 @@ async def test_a_real_prometheus_federate_gives_the_agents_snapshots(tmp_path):
 
     app = web.Application()
     app.router.add_get("/{job}", page)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    pages_port = site._server.sockets[0].getsockname()[1]
-    prom_port = _free_port()
-    jobs = "".join(f"""
+    async with serve_app(app) as pages:
+        jobs = "".join(f"""
   - job_name: {job}
     metrics_path: /{job}
     static_configs:
-      - targets: ["127.0.0.1:{pages_port}"]
+      - targets: ["{pages.removeprefix('http://')}"]
         labels:
           node: {NODE}
 """ for job in PAGES)
-    config = f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  external_labels:\n    cluster: lab\n" \
-             f"scrape_configs:{jobs}"
-    with tempfile.TemporaryDirectory(prefix="th-fed-") as tmp:
-        (Path(tmp) / "prometheus.yml").write_text(config)
-        proc = await asyncio.create_subprocess_exec(
-            prometheus, f"--config.file={tmp}/prometheus.yml", f"--storage.tsdb.path={tmp}/data",
-            f"--web.listen-address=127.0.0.1:{prom_port}", stdout=asyncio.subprocess.DEVNULL,
-            stderr=(tmp_path / "prometheus.log").open("wb"), start_new_session=True)
-        p = FederationPuller(FederationConfig(url=f"http://127.0.0.1:{prom_port}", timeout_s=5, interval_s=2,
-                                              grouping=GROUPING))
+        config = f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  external_labels:\n    cluster: lab\n" \
+                 f"scrape_configs:{jobs}"
+        prometheus = Prometheus(tmp_path / "prometheus", config)
+        await prometheus.start()
+        p = FederationPuller(FederationConfig(url=prometheus.url, timeout_s=5, interval_s=2, grouping=GROUPING))
         try:
             got: list[Snapshot] = []
             deadline = time.monotonic() + 60
@@ -529,18 +509,11 @@ async def test_a_real_prometheus_federate_gives_the_agents_snapshots(tmp_path):
             (tmp_path / "federate.txt").write_bytes(body)
         finally:
             await p.close()
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), 10)
-                except TimeoutError:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    await proc.wait()
-            await runner.cleanup()
+            await prometheus.stop()
     assert parse_federate(body, 1).problems == [] and b"# TYPE up untyped\n" in body
     for job in PAGES:
         snaps = [s for s in got if s.source == job]
-        assert len(snaps) >= 3, (job, p.stats, (tmp_path / "prometheus.log").read_text()[-2000:])
+        assert len(snaps) >= 3, (job, p.stats, prometheus.log_tail())
         assert len({s.ts for s in snaps}) == len(snaps)  # no duplicates
         builder = SnapshotBuilder()
         for k, snap in enumerate(snaps):
