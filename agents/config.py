@@ -20,6 +20,7 @@ from tailhound.agents.collectors.procnet import ProcNetConfig
 from tailhound.agents.collectors.scrape import ScrapeTarget
 from tailhound.agents.collectors.streamprobe import StreamProbeConfig
 from tailhound.agents.collectors.tcpconnect import TcpConnectConfig
+from tailhound.durations import Duration, Milliseconds
 from tailhound.yamlfile import load_yaml_model, parse_yaml_model
 
 
@@ -38,10 +39,11 @@ class PublishConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     batch_max: int = Field(default=500, ge=1, description="Snapshots per send.")
-    linger_ms: int = Field(default=100, ge=0, description="Wait this long to batch snapshots into one request.")
+    linger_ms: Milliseconds = Field(default=100, ge=0,
+                                    description="Wait this long to batch snapshots into one request.")
     compression: Literal["lz4", "zstd", "gzip", "none"] = Field(
         default="lz4", description="Kafka batch compression (lz4: ~10x cheaper in CPU than gzip, similar size).")
-    request_timeout_s: float = Field(default=120.0, gt=0,
+    request_timeout_s: Duration = Field(default=120.0, gt=0,
                                      description="How long one send may wait for the broker before it is retried.")
     bundle: bool = Field(default=False, description=(
         "Publish the snapshots of one tick as one message per node (telemetry version 2, a bundle): the worker "

@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tailhound.durations import Duration
 from tailhound.yamlfile import load_yaml_model
 
 #: signal -> the field of :class:`CapacityThresholds` it carries
@@ -47,8 +48,8 @@ class CapacityThresholds(BaseModel):
     safe_request_rate: float = Field(gt=0)
     queue_scale_out: float = Field(ge=0)
     max_num_seqs: int = Field(gt=0)
-    ttft_knee_s: float | None = Field(default=None, ge=0)
-    tpot_knee_s: float | None = Field(default=None, ge=0)
+    ttft_knee_s: Duration | None = Field(default=None, ge=0)
+    tpot_knee_s: Duration | None = Field(default=None, ge=0)
 
 
 class CapacityFile(BaseModel):

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from tailhound.durations import Duration
 from tailhound.errors import ConfigError
 from tailhound.resources import default_rules_dir
 from tailhound.snapshot import LIMITS
@@ -40,40 +41,40 @@ class StreamsSettings(BaseModel):
     #: (on disk under data_dir, for fleets whose state does not fit in memory; a restart reads the local
     #: database and only the changelog's tail). rocksdb needs the extra: pip install 'tailhound[rocksdb]'
     store: Literal["memory", "rocksdb"] = "memory"
-    commit_interval_s: float = Field(default=1.0, gt=0)
-    session_timeout_s: float = Field(default=10.0, gt=0)
-    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    commit_interval_s: Duration = Field(default=1.0, gt=0)
+    session_timeout_s: Duration = Field(default=10.0, gt=0)
+    heartbeat_interval_s: Duration = Field(default=1.0, gt=0)
     #: How long the group coordinator waits for members on a rebalance. Faust's default (60 s)
     #: makes a fresh worker wait ~30 s before it gets partitions; 5 s joins in ~3 s.
-    rebalance_timeout_s: float = Field(default=5.0, gt=0)
+    rebalance_timeout_s: Duration = Field(default=5.0, gt=0)
     log_level: str = "warning"
     #: load-aware baseline artifacts (`tailhound baseline fit`); rules comparing a signal with its
     #: baseline use the model for that signal when it covers the current load
     load_models: list[Path] = Field(default_factory=list)
     #: TTFT P99 service level per model (fnmatch patterns, first match wins): the `sla.ttft_p99` signal
     #: rules compare with. 1.5 s is where chat users notice (playbook); batch models can allow more.
-    ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: {"*": 1.5})
+    ttft_p99_sla_s: dict[str, Duration] = Field(default_factory=lambda: {"*": 1.5})
     #: the capacity file (`tailhound capacity --out`): per model, the thresholds a load test measured, as the
     #: `capacity.*` signals rules compare with (tailhound/capacity_file.py). Read at start; None: no such signals
     capacity_file: Path | None = None
     #: a snapshot dated more than this after its arrival (the wall clock when the worker takes it) is
     #: rejected (dead letter): one message from a clock years ahead must not move a node's clock
-    max_future_skew_s: float = Field(default=300.0, ge=0)
+    max_future_skew_s: Duration = Field(default=300.0, ge=0)
     #: a snapshot dated more than this before it was sent (Kafka message timestamp) is rejected. Off by
     #: default: the simulator, the demo and `agent --from-recording` publish past event time on purpose
-    max_age_s: float | None = Field(default=None, gt=0)
+    max_age_s: Duration | None = Field(default=None, gt=0)
     #: a node that sent nothing for this long (event time) is expired: its incidents resolve ("node gone")
     #: and its state is deleted. 0: never
-    node_expiry_s: float = Field(default=3600.0, ge=0)
+    node_expiry_s: Duration = Field(default=3600.0, ge=0)
     #: telemetry messages over this size are rejected before they are decoded (other limits:
     #: tailhound.snapshot.LIMITS)
     max_message_bytes: int = Field(default=LIMITS.max_message_bytes, gt=0)
     #: how often the worker logs its intake counts (accepted, rejected by reason ...) at INFO when they
     #: changed. 0: never
-    stats_interval_s: float = Field(default=60.0, ge=0)
+    stats_interval_s: Duration = Field(default=60.0, ge=0)
     #: rule files are looked at this often and reloaded when they changed (0: no file watch; SIGHUP and
     #: POST /-/reload still reload), see tailhound.streams.reload
-    rules_watch_s: float = Field(default=10.0, ge=0)
+    rules_watch_s: Duration = Field(default=10.0, ge=0)
     #: host:port of the worker's HTTP endpoint (/metrics, /-/healthy, POST /-/reload); "" turns it off,
     #: port 0 takes a free port. Writes need the API token (notifier.api_token / api_token_file).
     web_listen: str = Field(default="127.0.0.1:9096", pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):\d{1,5}$")
@@ -90,7 +91,7 @@ class StreamsSettings(BaseModel):
     #: the roll-up publishes incident events in event-time order: an event waits until every telemetry
     #: and model-stage partition has passed its time (so the incidents do not depend on how partitions
     #: are spread over workers), but never longer than this many wall seconds. 0: arrival order, no wait
-    rollup_max_delay_s: float = Field(default=10.0, ge=0, le=300)
+    rollup_max_delay_s: Duration = Field(default=10.0, ge=0, le=300)
 
     @property
     def effective_rebalance_timeout_s(self) -> float:
@@ -136,7 +137,7 @@ class NotifierSettings(BaseModel):
     #: not on this list is refused at start, so no rule or routing file alone can send data elsewhere
     webhook_allowed_hosts: list[str] = Field(default_factory=list)
     #: how often due groups are flushed and due deliveries attempted
-    tick_s: float = Field(default=0.2, gt=0, le=10)
+    tick_s: Duration = Field(default=0.2, gt=0, le=10)
     #: ``host:port`` of the notifier's HTTP API (silences, groups, health; see notifier/api.py); ``[::1]:9095``
     #: for IPv6, port 0 for any free port (a second worker on the host). Empty: off.
     api_listen: str = Field(default="127.0.0.1:9095", pattern=r"^$|^([^\s:\[\]]*|\[[0-9A-Fa-f:.]+\]):\d{1,5}$")

@@ -35,6 +35,7 @@ from tailhound.agents.collectors import CollectError, CollectorUnavailable, loca
 from tailhound.agents.collectors.hop import Hop
 from tailhound.agents.collectors.traceroute import trace
 from tailhound.agents.render import ExpositionWriter
+from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
 
 JOB = "netprobe"
@@ -56,10 +57,10 @@ class HopsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     targets: list[HopTarget] = Field(min_length=1)
-    interval_s: float = Field(default=60.0, gt=0)
+    interval_s: Duration = Field(default=60.0, gt=0)
     cycles: int = Field(default=10, ge=1, le=1000, description="Probes per hop (mtr -c).")
     mtr_path: str = "mtr"
-    timeout_s: float = Field(default=30.0, gt=0, le=600, description="Kill mtr after this long.")
+    timeout_s: Duration = Field(default=30.0, gt=0, le=600, description="Kill mtr after this long.")
 
     @field_validator("targets")
     @classmethod

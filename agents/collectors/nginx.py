@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tailhound.agents.collected import CollectedRecord
 from tailhound.agents.collectors import CollectError, now
 from tailhound.agents.render import ExpositionWriter
+from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
 
 JOB = "netprobe"
@@ -46,8 +47,8 @@ class NginxConfig(BaseModel):
 
     url: str = Field(description="stub_status URL, e.g. http://127.0.0.1:8080/nginx_status")
     worker_connections: int = Field(gt=0, description="Total capacity: worker_connections x worker_processes.")
-    interval_s: float = Field(default=5.0, gt=0)
-    timeout_s: float = Field(default=2.0, gt=0, le=60)
+    interval_s: Duration = Field(default=5.0, gt=0)
+    timeout_s: Duration = Field(default=2.0, gt=0, le=60)
     labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("url")

@@ -52,6 +52,7 @@ from tailhound.agents.collectors.nvml_fields import (
     text,
 )
 from tailhound.agents.render import ExpositionWriter
+from tailhound.durations import Duration
 
 log = logging.getLogger("tailhound.agent.nvml")
 
@@ -66,7 +67,7 @@ class NvmlConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    interval_s: float = Field(default=1.0, gt=0)
+    interval_s: Duration = Field(default=1.0, gt=0)
     gpus: list[int] | None = Field(default=None, description="GPU indices to read; None: all.")
     nvlink: bool = True
     gpm: bool = True

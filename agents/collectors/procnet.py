@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tailhound.agents.collected import CollectedRecord
 from tailhound.agents.collectors import CollectError, CollectorUnavailable, local_node, now
 from tailhound.agents.render import ExpositionWriter
+from tailhound.durations import Duration
 
 JOB = "node"
 #: (protocol, field) pairs exported from /proc/net/netstat.
@@ -41,7 +42,7 @@ SOCKSTAT_FIELDS = tuple(("TCP", f) for f in ("inuse", "orphan", "tw", "alloc"))
 class ProcNetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    interval_s: float = Field(default=5.0, gt=0)
+    interval_s: Duration = Field(default=5.0, gt=0)
     proc_root: Path = Field(default=Path("/proc"), description="procfs mount; tests point it at fixtures.")
 
 

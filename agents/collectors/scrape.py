@@ -18,6 +18,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from tailhound.agents.collectors import CollectError, local_node
+from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
 
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
@@ -30,8 +31,8 @@ class ScrapeTarget(BaseModel):
     job: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$",
                      description="Mapping to use: vllm, tgi, nim, dcgm, node, blackbox (or a new source name).")
     url: str = Field(pattern=r"^https?://", description="The /metrics (or blackbox /probe?target=...) URL.")
-    interval_s: float = Field(default=5.0, gt=0)
-    timeout_s: float = Field(default=2.0, gt=0)
+    interval_s: Duration = Field(default=5.0, gt=0)
+    timeout_s: Duration = Field(default=2.0, gt=0)
     node: str | None = Field(default=None, description="Node the metrics describe (default: the agent's node; "
                                                        "blackbox: the probed target's host).")
     labels: dict[str, str] = Field(default_factory=dict)

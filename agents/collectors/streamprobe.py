@@ -39,6 +39,7 @@ from tailhound.agents.collectors.sse import (
     percentile,
 )
 from tailhound.agents.render import ExpositionWriter
+from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
 
 log = logging.getLogger(__name__)
@@ -68,15 +69,15 @@ class StreamProbeConfig(BaseModel):
     model: str = Field(min_length=1)
     prompt: str = "Count from 1 to 20, one number per line."
     max_tokens: int = Field(default=32, ge=1, le=4096)
-    interval_s: float = Field(default=30.0, gt=0)
-    timeout_s: float = Field(default=30.0, gt=0, description="Limit for the whole streamed request.")
+    interval_s: Duration = Field(default=30.0, gt=0)
+    timeout_s: Duration = Field(default=30.0, gt=0, description="Limit for the whole streamed request.")
     headers_from_env: dict[str, str] = Field(default_factory=dict, description="Header name -> env var name.")
     health_path: str | None = "/health"
     health_samples: int = Field(default=5, ge=1, le=100, description="/health calls per collection.")
     health_window: int = Field(default=100, ge=MIN_HEALTH_SAMPLES, description="Rolling window of the P95.")
-    health_timeout_s: float | None = Field(default=None, gt=0, description="Per /health call; default timeout_s.")
-    lb_health_timeout_s: float | None = Field(default=None, gt=0, description="The load balancer's check timeout.")
-    burst_gap_s: float = Field(default=0.005, gt=0, description="A longer gap between events starts a new burst.")
+    health_timeout_s: Duration | None = Field(default=None, gt=0, description="Per /health call; default timeout_s.")
+    lb_health_timeout_s: Duration | None = Field(default=None, gt=0, description="The load balancer's check timeout.")
+    burst_gap_s: Duration = Field(default=0.005, gt=0, description="A longer gap between events starts a new burst.")
     labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("endpoint")

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tailhound.agents.collected import CollectedRecord
 from tailhound.agents.collectors import literal_address, local_node, now, unique_names
 from tailhound.agents.render import ExpositionWriter
+from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
 
 JOB = "netprobe"
@@ -61,9 +62,9 @@ class TcpConnectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     targets: list[TcpTarget] = Field(min_length=1)
-    interval_s: float = Field(default=5.0, gt=0)
+    interval_s: Duration = Field(default=5.0, gt=0)
     attempts: int = Field(default=3, ge=1, le=100, description="Connects per target per collection.")
-    timeout_s: float = Field(default=1.0, gt=0, le=60)
+    timeout_s: Duration = Field(default=1.0, gt=0, le=60)
 
     @field_validator("targets")
     @classmethod

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tailhound.durations import Duration
+from tailhound.durations import Duration, parse_duration
 from tailhound.incident import IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
 from tailhound.notifier.receivers import truncate
@@ -32,6 +32,8 @@ MAX_ALERTS_PER_NOTIFICATION = 100
 #: alerts per request (Prometheus sends at most 64 per batch too)
 BATCH_SIZE = 64
 MAX_URLS = 8
+#: the request limit when timeout_s is not set (shortened to half of a repost_interval under 20 s)
+DEFAULT_TIMEOUT_S = 10.0
 ANNOTATION_LIMIT = 4000
 #: the labels the receiver sets itself (static ``labels`` may not use them)
 CORE_LABELS = ("alertname", "root_cause", "severity", "incident_id", "rule",
@@ -64,7 +66,8 @@ class AlertmanagerConfig(BaseModel):
     name: str = Field(min_length=1)
     urls: list[str] = Field(min_length=1, max_length=MAX_URLS,
                             description="Alertmanager base URLs (http://am-0:9093); each gets every post.")
-    timeout_s: float = Field(default=10, gt=0, le=60)
+    timeout_s: Duration = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=60,
+                                description="Limit for one request; default 10 s, at most half of repost_interval.")
     repost_interval: Duration = Field(default=60.0, ge=1, le=3600,
                                       description="Open alerts are re-posted this often; endsAt is 3x ahead.")
     alertname: str = Field(default=DEFAULT_ALERTNAME, min_length=1,
@@ -114,12 +117,25 @@ class AlertmanagerConfig(BaseModel):
             raise ValueError("console_url must be an http(s) URL")
         return url
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_timeout(cls, data: object) -> object:
+        # an unset timeout_s fits the repost interval (10 s, at most half of it): `repost_interval: 10s`
+        # alone is valid; a timeout_s written in the file is compared as written
+        if isinstance(data, dict) and "timeout_s" not in data:
+            try:
+                interval = parse_duration(data.get("repost_interval", 60.0))
+            except ValueError:
+                return data  # the field's own check reports it
+            return {**data, "timeout_s": min(DEFAULT_TIMEOUT_S, interval / 2) if interval > 0 else DEFAULT_TIMEOUT_S}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> AlertmanagerConfig:
         if self.basic_auth is not None and self.bearer_token is not None:
             raise ValueError("use at most one of `basic_auth` and `bearer_token`")
         if self.timeout_s >= self.repost_interval:
-            raise ValueError(f"timeout_s ({self.timeout_s:g}) must be shorter than repost_interval "
+            raise ValueError(f"timeout_s ({self.timeout_s:g}s) must be shorter than repost_interval "
                              f"({self.repost_interval:g}s): a re-post must end before the next one")
         return self
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tailhound.durations import Duration
 from tailhound.errors import DeliveryError
 from tailhound.incident import Evidence, IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
@@ -51,7 +52,7 @@ class PagerDutyConfig(BaseModel):
     name: str = Field(min_length=1)
     routing_key: SecretRef = Field(description="The service's Events API v2 integration key, from env or file.")
     url: str = Field(default=EVENTS_V2_URL, description="Events API endpoint (EU: events.eu.pagerduty.com).")
-    timeout_s: float = Field(default=10, gt=0)
+    timeout_s: Duration = Field(default=10, gt=0)
     severity_map: dict[Severity, PagerDutySeverity] = Field(
         default_factory=lambda: dict(_IDENTITY),
         description="tailhound severity -> PagerDuty severity; unlisted ones map to themselves.")

@@ -32,6 +32,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from tailhound.durations import Duration
 from tailhound.errors import DeliveryError
 from tailhound.notifier.model import Notification, Receipt
 from tailhound.notifier.receivers import truncate
@@ -58,8 +59,8 @@ class SlackConfig(BaseModel):
     webhook_url: SecretRef | None = Field(default=None, description="Incoming-webhook URL; it is a secret.")
     channel: str | None = Field(default=None, description="Channel id or #name; required with `token`.")
     base_url: str | None = Field(default=None, description="Slack Web API base URL (tests, proxies).")
-    timeout_s: float = Field(default=10, gt=0)
-    min_interval_s: float = Field(default=1.0, ge=0, description="Least time between two messages to a channel.")
+    timeout_s: Duration = Field(default=10, gt=0)
+    min_interval_s: Duration = Field(default=1.0, ge=0, description="Least time between two messages to a channel.")
     mention_on_critical: str | None = Field(default=None, description='E.g. "<!here>", on critical groups.')
     console_url: str | None = Field(default=None, description="Linked from every message.")
 

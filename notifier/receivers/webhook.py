@@ -31,6 +31,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound import __version__
+from tailhound.durations import Duration
 from tailhound.errors import DeliveryError
 from tailhound.incident import IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
@@ -75,7 +76,7 @@ class WebhookConfig(BaseModel):
     secret: SecretRef = Field(description="The HMAC signing secret, from env or a file.")
     previous_secret: SecretRef | None = Field(
         default=None, description="During a rotation: requests are signed with this one too.")
-    timeout_s: float = Field(default=5, gt=0)
+    timeout_s: Duration = Field(default=5, gt=0)
     headers: dict[str, str] = Field(default_factory=dict, description="Extra non-secret request headers.")
 
     @field_validator("headers")

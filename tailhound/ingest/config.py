@@ -28,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from tailhound.agents.config import PublishConfig
+from tailhound.durations import Duration
 from tailhound.errors import ConfigError
 from tailhound.ingest.federation import FederationConfig
 from tailhound.ingest.ha_dedup import HaConfig
@@ -92,7 +93,7 @@ class IngestServiceConfig(BaseModel):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     federation: FederationConfig | None = None
     publish: PublishConfig = Field(default_factory=PublishConfig)
-    poll_s: float = Field(default=1.0, gt=0, le=60, description="How often settled scrapes are published.")
+    poll_s: Duration = Field(default=1.0, gt=0, le=60, description="How often settled scrapes are published.")
     max_concurrent_requests: int = Field(default=8, ge=1, le=1024,
                                          description="Requests decoded at once; more wait (then 503).")
 

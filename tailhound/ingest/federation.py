@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog
+from tailhound.durations import Duration
 from tailhound.ingest.federation_text import (  # noqa: F401 (the selectors: re-exported)
     MAX_SELECTOR,
     FederateParser,
@@ -77,8 +78,8 @@ class FederationConfig(BaseModel):
 
     url: str = Field(pattern=r"^https?://[^\s?#]+$",
                      description="The Prometheus base URL (with its route prefix, if any); /federate is appended.")
-    interval_s: float = Field(default=15.0, gt=0, le=3600, description="Seconds between pulls: the rules' interval.")
-    timeout_s: float = Field(default=10.0, gt=0, le=300, description="Seconds one pull may take, whole.")
+    interval_s: Duration = Field(default=15.0, gt=0, le=3600, description="Seconds between pulls: the rules' interval.")
+    timeout_s: Duration = Field(default=10.0, gt=0, le=300, description="Seconds one pull may take, whole.")
     match: tuple[str, ...] = Field(default=(), description="match[] selectors added to the derived ones.")
     derive_match: bool = Field(default=True, description="Derive match[] from the catalog (off: `match` only).")
     by_job: bool = Field(default=True, description="Select each source's metrics only from its jobs (the source's "

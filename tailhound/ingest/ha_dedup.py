@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tailhound.durations import Duration
 from tailhound.ingest.remote_write import Series
 
 log = logging.getLogger("tailhound.ingest")
@@ -33,7 +34,7 @@ class HaConfig(BaseModel):
                                description="The external label naming the replica (dropped from the series).")
     cluster_label: str = Field(default="cluster", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
                                description="The external label naming the pair (kept).")
-    failover_s: float = Field(default=30.0, gt=0, le=3600,
+    failover_s: Duration = Field(default=30.0, gt=0, le=3600,
                               description="Accept another replica when the accepted one sent nothing this long.")
     max_clusters: int = Field(default=10_000, ge=1)
 

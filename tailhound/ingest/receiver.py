@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog
 from tailhound.deadletter import DeadLetter
+from tailhound.durations import WholeSeconds
 from tailhound.ingest.grouping import DEFAULT_GROUPING, Forget, Grouper, GroupingConfig, SeriesReject
 from tailhound.ingest.ha_dedup import HaTracker
 from tailhound.ingest.remote_write import DEFAULT_DECODE_LIMITS, DecodeLimits, RemoteWriteError, decode_write_request
@@ -79,7 +80,7 @@ class IngestConfig(BaseModel):
     busy_status: Literal[429, 503] = Field(
         default=503, description="Status when busy: Prometheus 2.x retries 503, and 429 only with "
         "queue_config.retry_on_http_429 (which then honours Retry-After).")
-    retry_after_s: int = Field(default=5, ge=1, le=3600, description="Retry-After when busy.")
+    retry_after_s: WholeSeconds = Field(default=5, ge=1, le=3600, description="Retry-After when busy.")
     require_version: bool = Field(default=False,
                                   description="Refuse requests without X-Prometheus-Remote-Write-Version.")
 

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from tailhound.catalog import Catalog
+from tailhound.durations import Duration
 from tailhound.ingest.exposition_render import HIST_PARTS
 from tailhound.ingest.remote_write_messages import Labels
 from tailhound.snapshot import LIMITS
@@ -54,9 +55,9 @@ class GroupingConfig(BaseModel):
     drop_labels: tuple[str, ...] = Field(default=(), description="Labels removed from the samples.")
     known_only: bool = Field(default=False, description="Drop series the catalog does not map, before grouping.")
     keep_synthetic: bool = Field(default=False, description="Keep scrape_duration_seconds & co. as samples.")
-    interval_s: dict[str, float] = Field(
+    interval_s: dict[str, Duration] = Field(
         default_factory=dict, description="Source -> scrape interval; others are estimated from the timestamps.")
-    settle_s: float = Field(default=5.0, ge=0, le=600,
+    settle_s: Duration = Field(default=5.0, ge=0, le=600,
                             description="A scrape is complete when nothing came for it for this long.")
     close_on_newer: bool = Field(default=False, description="A newer scrape of a source closes the older ones "
                                  "at once (one shard, or federation: scrapes arrive whole and in order).")
