@@ -12,14 +12,21 @@ class ConfigError(TailhoundError):
 
 
 class ConfigFileError(ConfigError):
-    """A YAML file (rules, agent config) that does not parse or validate; names the file and line."""
+    """A YAML file (settings, rules, agent, notifier, ingest, capacity) that does not parse or validate:
+    ``FILE:LINE:COL: path.to.key: message (hint)`` for the first problem; ``problems`` holds them all
+    (:class:`tailhound.config_errors.Problem`)."""
 
-    def __init__(self, path: str, line: int | None, message: str) -> None:
+    def __init__(self, path: str, line: int | None, message: str, *, column: int | None = None, hint: str = "",
+                 problems: tuple = ()) -> None:
         self.path = path
         self.line = line
+        self.column = column
         self.detail = message
-        where = f"{path}:{line}" if line else path
-        super().__init__(f"{where}: {message}")
+        self.hint = hint
+        self.problems = tuple(problems)
+        where = ":".join(str(x) for x in (path, line, column if line else None) if x)
+        more = f" (and {len(self.problems) - 1} more: tailhound check {path})" if len(self.problems) > 1 else ""
+        super().__init__(f"{where}: {message}" + (f" ({hint})" if hint else "") + more)
 
 
 class RuleFileError(ConfigFileError):

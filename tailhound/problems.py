@@ -1,40 +1,17 @@
-"""A problem found in a file people write (rules, notifier config, tests), at its line and column, with a
-hint; printed as ``path:line:col: message (hint)`` or as a GitHub Actions annotation. The checkers
-(``tailhound rules check``, ``tailhound notifier check``) report every problem they find at once."""
+"""Problems found in a file people write (rules, notifier config, tests), at their line and column, with a
+hint (:class:`~tailhound.config_errors.Problem`, re-exported here); printed as ``path:line:col: message (hint)``
+or as a GitHub Actions annotation. The checkers report every problem they find at once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from tailhound.config_errors import Problem
 from tailhound.yamlfile import compose_with_duplicates
 
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    line: int | None
-    column: int | None
-    message: str
-    hint: str = ""
-
-    def text(self) -> str:
-        where = ":".join(str(x) for x in (self.path, self.line, self.column) if x is not None)
-        return f"{where}: {self.message}" + (f" ({self.hint})" if self.hint else "")
-
-    def github(self, title: str = "tailhound") -> str:
-        """A GitHub Actions workflow command: an annotation on the file and line (`title`: the checker)."""
-        props = ",".join(f"{k}={_gh(str(v), prop=True)}" for k, v in
-                         (("file", self.path), ("line", self.line), ("col", self.column)) if v is not None)
-        msg = self.message + (f" ({self.hint})" if self.hint else "")
-        return f"::error {props},title={_gh(title, prop=True)}::{_gh(msg)}"
-
-
-def _gh(text: str, prop: bool = False) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+__all__ = ["Problem", "at", "compose_for_check"]
 
 
 def at(origin: str, node: yaml.Node, message: str, hint: str = "") -> Problem:

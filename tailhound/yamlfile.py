@@ -1,6 +1,7 @@
 """Strict YAML files -> pydantic models, with errors that name the file and line.
 
-Used by every YAML file an operator writes (rules, agent config). ``${VAR}`` and ``${VAR:-default}``
+Every YAML file an operator writes goes through here (settings, rules, agent.yaml, notifier.yaml, ingest.yaml,
+the capacity file), so limits on what is read belong in this one place. ``${VAR}`` and ``${VAR:-default}``
 are expanded from the environment when asked (agent configs use the pod's NODE_NAME / NODE_IP);
 an unset variable without a default is an error, never an empty string; ``$${VAR}`` is a literal and
 comment lines are not expanded.
@@ -17,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.constructor import SafeConstructor
 
+from tailhound.config_errors import Problem, validation_problems
 from tailhound.errors import ConfigFileError
 
 M = TypeVar("M", bound=BaseModel)
@@ -134,17 +136,26 @@ def expand_env(text: str, origin: str, env: dict[str, str] | None = None) -> str
 
 
 def parse_yaml_model(text: str, model: type[M], origin: str, *, env: bool = False) -> M:
+    """`text` validated as `model`; a :class:`ConfigFileError` with every problem at its line and column."""
     if env:
         text = expand_env(text, origin)
     node, data = compose_strict(text, origin)
+    return validate_node(model, data, node, origin)
+
+
+def validate_node(model: type[M], data: Any, node: yaml.Node | None, origin: str) -> M:
+    """`data` (composed from `node`) validated as `model`; errors through the one config error formatter."""
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        msg = f"{where}: {err['msg']}" if where else err["msg"].removeprefix("Value error, ")
-        raise ConfigFileError(origin, line_of(node, list(err["loc"])), f"{msg}{more}") from exc
+        raise file_error(origin, validation_problems(exc, node, origin, model)) from exc
+
+
+def file_error(origin: str, problems: list[Problem]) -> ConfigFileError:
+    """The error for `problems` (at least one) of the file `origin`: the first in its text, all attached."""
+    first = problems[0]
+    return ConfigFileError(first.path or origin, first.line, first.message, column=first.column, hint=first.hint,
+                           problems=tuple(problems))
 
 
 def load_yaml_model(path: str | Path, model: type[M], *, env: bool = False) -> M:

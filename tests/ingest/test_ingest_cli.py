@@ -147,7 +147,7 @@ def test_tokens_in_the_yaml_are_refused_naming_the_line(tmp_path, monkeypatch, c
     code, out, err = run_main(["ingest", "-c", str(config), "--check"], monkeypatch, capsys)
     assert code == 2 and out == ""
     # the line of the remote_write block (the check is the block's), the key named in the message
-    assert f"error: {config}:3: remote_write:" in err and "remote_write.bearer_tokens" in err and "under auth:" in err
+    assert f"error: {config}:3:1: remote_write:" in err and "remote_write.bearer_tokens" in err and "under auth:" in err
     assert "s3cret" not in err
     config.write_text("listen: 127.0.0.1:9097\nremote_write:\n  basic_auth: {prom: pw}\n")
     code, _out, err = run_main(["ingest", "-c", str(config), "--check"], monkeypatch, capsys)
