@@ -29,22 +29,20 @@ from __future__ import annotations
 
 import difflib
 import re
-import types
-import typing
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from tailhound.config_errors import locate, validation_problem
 from tailhound.errors import ConfigError
 from tailhound.incident import IncidentEvent, Scope
 from tailhound.problems import Problem, compose_for_check
 from tailhound.vocabulary import RootCause, Severity
 from tailhound.yamlfile import mapping_key as _key
-from tailhound.yamlfile import mapping_pair as _pair
 from tailhound.yamlfile import mapping_value as _value
 
 from .config import NotifierConfig
@@ -308,105 +306,20 @@ def check_secrets(checked: CheckedFile, allowed_hosts: list[str], environ: dict[
     return out
 
 
-# --- structure: pydantic's errors at their nodes ----------------------------------------------------------
+# --- structure: pydantic's errors at their nodes (the one config error formatter) ---------------------------
 def _validation_problem(err: Any, node: yaml.Node | None, origin: str) -> Problem:
-    loc = list(err["loc"])
-    target, key_node, where = _locate(node, loc)
-    msg = err["msg"].removeprefix("Value error, ")
-    hint = ""
-    last = str(loc[-1]) if loc else ""
+    problem = validation_problem(err, node, origin, NotifierConfig)
     kind = err["type"]
-    at = target
-    if kind == "extra_forbidden":
-        hint = _nearest(last, _keys_at(loc[:-1]), "valid keys here")
-        msg, where, at = f"unknown key {last!r}", _parent(where), key_node or target
-    elif kind == "missing":
-        msg, where = f"missing key {last!r}", _parent(where)
-    elif kind == "union_tag_invalid":
-        tag = _value(target, "type")
-        at = tag if tag is not None else target
-        msg = f"unknown receiver type {err.get('ctx', {}).get('tag')!r}"
-        hint = _nearest(str(err.get("ctx", {}).get("tag")), _RECEIVER_TYPES, "receiver types")
-    elif kind == "union_tag_not_found":
-        msg, hint = "missing key 'type'", f"receiver types: {', '.join(_RECEIVER_TYPES)}"
-    elif msg.startswith("ends_at must be after") and _value(target, "ends_at") is not None:
-        at = _value(target, "ends_at")
-    if at is None:
-        return Problem(origin, 1, 1, f"{where + ': ' if where else ''}{msg}", hint)
-    return _at(origin, at, f"{where + ': ' if where else ''}{msg}", hint)
-
-
-def _parent(where: str) -> str:
-    return re.sub(r"(\.[^.\[\]]+|\[\d+\])$", "", where) if where else where
-
-
-def _locate(node: yaml.Node | None, loc: list[Any]) -> tuple[yaml.Node | None, yaml.Node | None, str]:
-    """The deepest node a pydantic error location reaches, its key node, and the location as people write
-    it (``route.routes[0].matchers[1]``; the receiver union's tags dropped)."""
-    where = ""
-    key_node = None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            match = _pair(node, part)
-            if match is None:
-                tag = _value(node, "type")
-                if not (isinstance(tag, yaml.ScalarNode) and tag.value == part):  # a missing key, not a union tag
-                    where = f"{where}.{part}" if where else part
-                continue
-            key_node, node = match
-            where = f"{where}.{part}" if where else part
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node, key_node = node.value[part], None
-            where = f"{where}[{part}]"
-        elif isinstance(part, int):
-            where = f"{where}[{part}]"
-    return node, key_node, where
-
-
-def _keys_at(loc: list[Any]) -> list[str]:
-    """The keys the config model allows at `loc` (a pydantic location; union tags pick the member)."""
-    tp: Any = NotifierConfig
-    for part in loc:
-        tp = _unwrap(tp)
-        origin = typing.get_origin(tp)
-        if isinstance(part, int) and origin is list:
-            tp = typing.get_args(tp)[0]
-        elif isinstance(part, str) and _is_model(tp):
-            fld = next((f for n, f in tp.model_fields.items() if (f.alias or n) == part), None)
-            if fld is None:
-                return []
-            tp = fld.annotation
-        elif isinstance(part, str) and origin in (typing.Union, types.UnionType):
-            tp = next((m for m in typing.get_args(tp) if _is_model(m) and part in _literals(m, "type")), None)
-            if tp is None:
-                return []
-        elif origin is dict:
-            tp = typing.get_args(tp)[1]
-        else:
-            return []
-    tp = _unwrap(tp)
-    return sorted(f.alias or n for n, f in tp.model_fields.items()) if _is_model(tp) else []
-
-
-def _unwrap(tp: Any) -> Any:
-    while True:
-        origin = typing.get_origin(tp)
-        args = typing.get_args(tp)
-        if origin is typing.Annotated:
-            tp = args[0]
-        elif origin in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
-            tp = next(a for a in args if a is not type(None))
-        else:
-            return tp
-
-
-def _is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
-
-
-def _literals(model: type[BaseModel], name: str) -> tuple[Any, ...]:
-    fld = model.model_fields.get(name)
-    return typing.get_args(fld.annotation) if fld is not None else ()
+    if kind == "union_tag_invalid":
+        return replace(problem, message=problem.message.replace("unknown type", "unknown receiver type"),
+                       hint=problem.hint.replace("types:", "receiver types:"))
+    if kind == "union_tag_not_found":
+        return replace(problem, hint=f"receiver types: {', '.join(_RECEIVER_TYPES)}")
+    target, _, _ = locate(node, list(err["loc"]))
+    ends = _value(target, "ends_at")
+    if problem.message.endswith("ends_at must be after starts_at") and ends is not None:
+        return replace(problem, line=ends.start_mark.line + 1, column=ends.start_mark.column + 1)
+    return problem
 
 
 # --- meaning: labels, values, receivers, reachability ---------------------------------------------------

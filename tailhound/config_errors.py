@@ -113,7 +113,6 @@ def clean_message(err: Any) -> str:
     msg = str(err.get("msg", ""))
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
-    msg = msg.replace("Input should be", "should be")
     if err.get("type") in ("float_parsing", "float_type", "int_parsing", "int_type", "bool_parsing") and \
             isinstance(err.get("input"), str):
         msg = f"{msg} (got {err['input'][:40]!r})"
