@@ -76,7 +76,8 @@ def validation_problem(err: Any, node: yaml.Node | None, origin: str, model: typ
         if env_prefix is not None:
             keys = [env_var(env_prefix, [*loc[:-1], k]) for k in keys]
             last = env_var(env_prefix, loc)
-        msg, hint = f"unknown key {last!r}", nearest(last, keys, "valid keys here")
+        msg = f"unknown variable {last}" if env_prefix is not None else f"unknown key {last!r}"
+        hint = nearest(last, keys, "valid keys here")
     elif kind == "missing":
         msg, where = f"missing key {last!r}", parent(where)
     elif kind == "union_tag_invalid":

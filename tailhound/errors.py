@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class TailhoundError(Exception):
     """Base of every error tailhound raises on purpose."""
@@ -25,7 +27,9 @@ class ConfigFileError(ConfigError):
         self.hint = hint
         self.problems = tuple(problems)
         where = ":".join(str(x) for x in (path, line, column if line else None) if x)
-        more = f" (and {len(self.problems) - 1} more: tailhound check {path})" if len(self.problems) > 1 else ""
+        more = f" (and {len(self.problems) - 1} more" if len(self.problems) > 1 else ""
+        if more:
+            more += f": tailhound check {path})" if os.path.isfile(path) else ")"
         super().__init__(f"{where}: {message}" + (f" ({hint})" if hint else "") + more)
 
 

@@ -16,12 +16,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from tailhound.config_errors import validation_problem
 from tailhound.durations import Duration
-from tailhound.errors import ConfigError
+from tailhound.errors import ConfigFileError
 from tailhound.resources import default_rules_dir
 from tailhound.snapshot import LIMITS
+from tailhound.yamlfile import compose_strict, file_error, mapping_key, mapping_value
 
 CONFIG_ENV = "TAILHOUND_CONFIG"
+ENV_PREFIX = "TAILHOUND_"
 
 
 #: the shortest rebalance timeout a static member (streams.instance_id) gets: a static member that misses a
@@ -280,32 +283,61 @@ def bootstrap_servers(url: str) -> list[str]:
 
 
 def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
-    """Build settings from (highest first) `overrides`, env, the YAML config file, defaults."""
+    """Build settings from (highest first) `overrides`, env, the YAML config file, defaults. Errors name the
+    file, line and key (``FILE:LINE:COL: streams.app_idd: unknown key (did you mean 'app_id'?)``) or the
+    environment variable (``TAILHOUND_STREAMS__APP_IDD``)."""
     path = config_file or os.environ.get(CONFIG_ENV)
-    file_values: dict[str, Any] = {}
-    if path:
-        p = Path(path)
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"{p}: cannot read settings file: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{p}:{mark.line + 1}" if mark else str(p)
-            raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: settings file must be a mapping of settings")
-        file_values = loaded or {}
-        if isinstance(file_values.get("notifier"), dict) and "api_token" in file_values["notifier"]:
-            raise ConfigError(f"{p}: notifier.api_token is never read from a settings file; set "
-                              "TAILHOUND_NOTIFIER__API_TOKEN or notifier.api_token_file")
+    file_values, node, origin = read_settings_file(path) if path else ({}, None, "")
     try:
         env_values = Settings().model_dump(exclude_unset=True)  # only what TAILHOUND_* env set
-        merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
+    except ValidationError as exc:
+        problems = [validation_problem(err, None, "environment", Settings, env_prefix=ENV_PREFIX)
+                    for err in exc.errors()]
+        raise file_error("environment", problems) from exc
+    merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
+    try:
         return Settings(**merged)
     except ValidationError as exc:
-        origin = f"{path} / TAILHOUND_* env" if path else "TAILHOUND_* env"
-        raise ConfigError(f"invalid settings ({origin}): {_first_errors(exc)}") from exc
+        problems = [validation_problem(err, node, origin or "environment", Settings,
+                                       env_prefix=ENV_PREFIX if _has(env_values, err["loc"]) or not origin else None)
+                    for err in exc.errors()]
+        raise file_error(origin or "environment", problems) from exc
+
+
+def read_settings_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], yaml.Node | None, str]:
+    """(values, YAML node tree, origin) of a settings file; ConfigFileError when it cannot be used."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigFileError(str(p), None, f"cannot read settings file: {exc.strerror}") from exc
+    node, loaded = compose_strict(text, str(p))
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigFileError(str(p), 1, "a settings file is a mapping of settings (broker, streams, notifier, ...)")
+    token = mapping_key(mapping_value(node, "notifier"), "api_token")
+    if token is not None:
+        raise ConfigFileError(str(p), token.start_mark.line + 1, "notifier.api_token is never read from a settings "
+                              "file; set TAILHOUND_NOTIFIER__API_TOKEN or notifier.api_token_file",
+                              column=token.start_mark.column + 1)
+    return loaded or {}, node, str(p)
+
+
+def check_settings_file(path: str | os.PathLike[str]) -> Settings:
+    """What ``tailhound check`` runs on a settings file: the file alone, without the environment."""
+    values, node, origin = read_settings_file(path)
+    try:  # model_validate reads no environment: the checking shell's is not the process's
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise file_error(origin, [validation_problem(err, node, origin, Settings) for err in exc.errors()]) from exc
+
+
+def _has(values: dict[str, Any], loc: tuple[Any, ...]) -> bool:
+    """Whether the location `loc` was set in `values` (the environment's)."""
+    for part in loc:
+        if not isinstance(values, dict) or part not in values:
+            return False
+        values = values[part]
+    return bool(loc)
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -313,11 +345,3 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for k, v in over.items():
         out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
-
-
-def _first_errors(exc: ValidationError, limit: int = 3) -> str:
-    parts = []
-    for err in exc.errors()[:limit]:
-        loc = ".".join(str(x) for x in err["loc"])
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)

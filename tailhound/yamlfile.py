@@ -153,6 +153,7 @@ def validate_node(model: type[M], data: Any, node: yaml.Node | None, origin: str
 
 def file_error(origin: str, problems: list[Problem]) -> ConfigFileError:
     """The error for `problems` (at least one) of the file `origin`: the first in its text, all attached."""
+    problems = sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
     first = problems[0]
     return ConfigFileError(first.path or origin, first.line, first.message, column=first.column, hint=first.hint,
                            problems=tuple(problems))

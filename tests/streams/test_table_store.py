@@ -33,7 +33,7 @@ def test_store_defaults_to_memory_and_takes_rocksdb_from_env(monkeypatch):
 @pytest.mark.parametrize("value", ["RocksDB", "disk", "rocksdb://", "", "memory "])
 def test_store_accepts_only_memory_or_rocksdb(monkeypatch, value):
     monkeypatch.setenv("TAILHOUND_STREAMS__STORE", value)
-    with pytest.raises(ConfigError, match="streams.store"):
+    with pytest.raises(ConfigError, match="TAILHOUND_STREAMS__STORE: Input should be .memory. or .rocksdb."):
         load_settings()
 
 
