@@ -101,6 +101,57 @@ class Route(_Strict):
     continue_: bool = Field(default=False, alias="continue")
     routes: list[Route] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _alertmanager_keys(cls, data: object) -> object:
+        # Alertmanager's keys that mean something else here are refused with what to write instead; grouping
+        # happens before routing, so its keys are only read on the top-level route (NotifierConfig)
+        if isinstance(data, dict):
+            for key, instead in _REFUSED_ROUTE_KEYS.items():
+                if key in data:
+                    raise ValueError(f"{key}: {instead}")
+            for key in ROUTE_GROUPING_KEYS:  # the top-level route's were moved under grouping: already
+                if key in data:
+                    raise ValueError(f"{key}: {_PER_ROUTE}")
+        return data
+
+
+#: Alertmanager's top-level route keys -> the ``grouping`` key that means the same here
+ROUTE_GROUPING_KEYS = {"group_by": "by", "group_wait": "wait", "group_interval": "interval",
+                       "repeat_interval": "repeat"}
+_PER_ROUTE = ("groups are formed before routing, so grouping is one setting for every route: write it on the "
+              "top-level route or under `grouping:`")
+#: Alertmanager route keys refused on a route, with what to use instead
+_REFUSED_ROUTE_KEYS = {
+    "match": "deprecated in Alertmanager and not read here: use `matchers: ['label=\"value\"']`",
+    "match_re": "deprecated in Alertmanager and not read here: use `matchers: ['label=~\"regex\"']`",
+    "mute_time_intervals": "time intervals are not supported: declare a `maintenance:` window (or a silence)",
+    "active_time_intervals": "time intervals are not supported: declare a `maintenance:` window (or a silence)",
+}
+
+
+def _grouping_from_route(data: object) -> object:
+    """The top-level route's Alertmanager grouping keys (``group_wait: 30s``) moved under ``grouping:``;
+    ``group_by: ['...']`` or both spellings of one setting are errors (a child route's: :class:`Route`)."""
+    if not isinstance(data, dict) or not isinstance(data.get("route"), dict):
+        return data
+    route = dict(data["route"])
+    taken = {ours: route.pop(theirs) for theirs, ours in ROUTE_GROUPING_KEYS.items() if theirs in route}
+    if not taken:
+        return data
+    grouping = dict(data.get("grouping") or {}) if isinstance(data.get("grouping") or {}, dict) else None
+    if grouping is None:
+        return data  # the structure check reports the bad `grouping:`
+    if taken.get("by") == ["..."] or taken.get("by") == "...":
+        raise ValueError("route.group_by: ['...'] (every label) is `grouping.by: [incident]` here: one group per "
+                         "incident")
+    for ours, value in taken.items():
+        theirs = next(k for k, v in ROUTE_GROUPING_KEYS.items() if v == ours)
+        if ours in grouping and grouping[ours] != value:
+            raise ValueError(f"route.{theirs} and grouping.{ours} are the same setting: write one of them")
+        grouping[ours] = value
+    return {**data, "route": route, "grouping": grouping}
+
 
 class InhibitRule(_Strict):
     """While an incident matching ``source_matchers`` fires, incidents matching ``target_matchers``
@@ -141,6 +192,11 @@ class NotifierConfig(_Strict):
     maintenance: list[MaintenanceWindow] = Field(default_factory=list)
     #: links every notification carries (runbook pages per root cause are added by the notifier)
     links: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _alertmanager_grouping(cls, data: object) -> object:
+        return _grouping_from_route(data)
 
     @model_validator(mode="after")
     def _receivers_exist(self) -> NotifierConfig:
