@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -100,6 +100,8 @@ class Route(_Strict):
     matchers: list[MatcherField] = Field(default_factory=list)
     continue_: bool = Field(default=False, alias="continue")
     routes: list[Route] = Field(default_factory=list)
+    #: Alertmanager's grouping keys, read on the top-level route (as ``grouping:``)
+    KEY_ALIASES: ClassVar[tuple[str, ...]] = ("group_by", "group_wait", "group_interval", "repeat_interval")
 
     @model_validator(mode="before")
     @classmethod

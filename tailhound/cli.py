@@ -629,3 +629,30 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@app.command("check")
+def check(
+    paths: Annotated[list[Path], typer.Argument(help="Config files: agent, notifier, ingest, settings, rules, "
+                                                 "capacity.")],
+    kind: Annotated[str | None, typer.Option(help="The kind of every file (default: read from its keys): "
+                                             "agent, notifier, ingest, settings, rules, capacity.")] = None,
+) -> None:
+    """Check config files with the loaders their processes use: FILE: OK, or every problem at its line.
+
+    Exit status: 0 every file is valid (warnings alone included), 1 a problem in any file."""
+    from tailhound.check import KINDS, check_file
+
+    if kind is not None and kind not in KINDS:
+        raise TailhoundError(f"--kind {kind!r}: use one of {', '.join(KINDS)}")
+    failed = False
+    for path in paths:
+        checked = check_file(path, kind)
+        for p in sorted(checked.problems + checked.warnings, key=lambda p: (p.line or 0, p.column or 0)):
+            print(p.text())
+        if checked.problems:
+            failed = True
+        else:
+            console.print(f"{path}: OK ({checked.kind})", highlight=False)
+    if failed:
+        raise typer.Exit(1)

@@ -175,7 +175,10 @@ def keys_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
         else:
             return []
     tp = _unwrap(tp)
-    return sorted(f.alias or n for n, f in tp.model_fields.items()) if _is_model(tp) else []
+    if not _is_model(tp):
+        return []
+    # a model may accept keys that are not its fields (Alertmanager's names for ours): KEY_ALIASES
+    return sorted({f.alias or n for n, f in tp.model_fields.items()} | set(getattr(tp, "KEY_ALIASES", ())))
 
 
 def _unwrap(tp: Any) -> Any:

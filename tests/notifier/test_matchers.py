@@ -68,8 +68,9 @@ def test_a_matcher_given_as_an_object_is_checked_too():
 
 
 def test_bad_regex_in_the_notifier_config_names_file_line_and_matcher():
-    with pytest.raises(ConfigError, match=r"n\.yaml:5:18: route\.routes\[0\]\.matchers\[0\]: .*invalid regular expression in "
-                                          r"matcher node=~\"x\(\?=y\)\": invalid perl operator"):
+    with pytest.raises(ConfigError, match=r"n\.yaml:5:18: route\.routes\[0\]\.matchers\[0\]: "
+                                          r".*invalid regular expression in matcher "
+                                          r"node=~\"x\(\?=y\)\": invalid perl operator"):
         parse_config("route:\n  receiver: c\n  routes:\n    - receiver: c\n"
                      "      matchers: ['node=~\"x(?=y)\"']\nreceivers: [{type: console, name: c}]\n", "n.yaml")
 

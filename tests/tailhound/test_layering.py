@@ -32,7 +32,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 APPS = {"tailhound.cli", "tailhound.demo", "tailhound.doctor", "tailhound.worker", "tailhound.worker_process",
         "tailhound.worker_web", "tailhound.worker_metrics", "tailhound.__main__", "tailhound.ingest_cli",
-        "tailhound.doctor_prometheus"}
+        "tailhound.doctor_prometheus", "tailhound.check"}
 #: packages of the applications floor: rule tests and backtests, capacity planning (load tests, knees)
 APP_PACKAGES = ("tailhound.rulestest", "tailhound.capacity")
 ALLOWED = {
