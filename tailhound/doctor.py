@@ -225,22 +225,60 @@ class SourceGroup:
     source: str
     name: str
     seen: bool
+    #: signal -> the rules that need it (empty: no rule reads it yet)
     signals: dict[str, set[str]] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
+    #: where verbatim lines go (a counters file, a command line) -> (remark, line) in order
+    verbatim: dict[str, list[tuple[str | None, str]]] = field(default_factory=dict)
     also: set[str] = field(default_factory=set)
     sends: list[str] = field(default_factory=list)
+    #: a sending source: the metrics it did not send (each with the versions that have it)
+    unsent: list[str] = field(default_factory=list)
 
     def add_line(self, line: str) -> None:
         if line not in self.lines:
             self.lines.append(line)
 
+    def add_fix(self, fix: Fix) -> None:
+        if fix.line and fix.into:
+            entries = self.verbatim.setdefault(fix.into, [])
+            if all(line != fix.line for _, line in entries):
+                entries.append((fix.remark, fix.line))
+        elif self.seen and fix.action.startswith(prefix := f"{self.name} sent no "):
+            self.unsent.append(fix.action[len(prefix):])  # one line for all of them
+        else:
+            self.add_line(fix.text)
+
     @property
     def rules(self) -> set[str]:
         return set().union(*self.signals.values()) if self.signals else set()
 
+    def render(self) -> list[str]:
+        needed = sorted(s for s, r in self.signals.items() if r)
+        extra = sorted(s for s, r in self.signals.items() if not r)
+        head = f"{self.name}{' (sending)' if self.seen else ''}: "
+        if needed:
+            head += f"{', '.join(needed)} ({_rules_text(self.rules)})"
+        if extra:
+            them = "it" if len(extra) == 1 else "them"
+            head += ("; also " if needed else "") + f"{', '.join(extra)} (no rule reads {them} yet)"
+        if self.also:
+            head += f"; or from {', '.join(sorted(self.also))}"
+        out = [head] + ([f"    it sent none of: {'; '.join(self.unsent)}"] if self.unsent else [])
+        out += [f"    {line}" for line in self.lines]
+        for into, entries in self.verbatim.items():
+            out.append(f"    add to {into}:")
+            for remark, line in entries:
+                out += ([f"        # {remark}"] if remark else []) + [f"        {line}"]
+        if self.sends:
+            out.append(f"    it sends {', '.join(self.sends)}")
+        return out
+
     def to_dict(self) -> dict:
         return {"source": self.source, "name": self.name, "sending": self.seen,
                 "signals": {s: sorted(r) for s, r in sorted(self.signals.items())}, "do": list(self.lines),
+                "add": {into: [line for _, line in entries] for into, entries in self.verbatim.items()},
+                "unsent": list(self.unsent),
                 "sends": list(self.sends), "or_from": sorted(self.also)}
 
 
@@ -272,7 +310,7 @@ def fix_groups(report: DoctorReport, catalog: Catalog | None = None) -> list[Sou
         if own is not None and own.line:  # a sending exporter leaves it out by default: the flag or line to add
             wanted[spec.name], fixes[spec.name] = set(), found
     groups: dict[str, SourceGroup] = {}
-    for signal in sorted(wanted):
+    for signal in sorted(wanted, key=lambda s: (not wanted[s], s)):  # what rules need first
         best = _best(fixes[signal])
         key = best.source if best else ""
         group = groups.get(key)
@@ -282,13 +320,15 @@ def fix_groups(report: DoctorReport, catalog: Catalog | None = None) -> list[Sou
         group.signals[signal] = wanted[signal]
         if best is not None:
             spec = catalog.spec(signal)
-            if group.seen or best.line or spec is None or key not in spec.sources:
-                group.add_line(best.text)
-            else:  # a source to add: how once, then what it would send
+            if group.seen or spec is None or key not in spec.sources:
+                group.add_fix(best)
+            else:  # a source to add: how once, then what it would send (and any verbatim line)
                 group.add_line(book.source(key).how(report.path, key))
-                for m in dict.fromkeys(m.metric for m in spec.sources[key]):
-                    if m not in group.sends:
-                        group.sends.append(m)
+                if best.line:
+                    group.add_fix(best)
+                else:
+                    group.sends += [m for m in dict.fromkeys(m.metric for m in spec.sources[key])
+                                    if m not in group.sends]
         group.also.update(book.source(f.source).name for f in fixes[signal]
                           if f is not best and not f.unavailable and f.source and f.source != key)
         if (note := signal_note(signal)) is not None:
@@ -297,11 +337,9 @@ def fix_groups(report: DoctorReport, catalog: Catalog | None = None) -> list[Sou
 
 
 def _rules_text(rules: set[str]) -> str:
-    if not rules:
-        return "no rule reads them yet"
     named = sorted(rules)
     more = f", +{len(named) - MAX_RULES_NAMED} more" if len(named) > MAX_RULES_NAMED else ""
-    return f"{len(named)} rule(s): {', '.join(named[:MAX_RULES_NAMED])}{more}"
+    return f"for {', '.join(named[:MAX_RULES_NAMED])}{more}"
 
 
 _PATH_TERMS = {"agent": "the agent's path: agent.yaml and the exporters it scrapes",
@@ -327,13 +365,7 @@ def render_table(report: DoctorReport, catalog: Catalog | None = None) -> str:
     if groups:
         lines += ["", f"to do, per source ({_PATH_TERMS.get(report.path, report.path)}):"]
     for g in groups:
-        head = f"{g.name}{' (sending)' if g.seen else ''}: {', '.join(sorted(g.signals))} ({_rules_text(g.rules)})"
-        if g.also:
-            head += f"; or from {', '.join(sorted(g.also))}"
-        lines.append(head)
-        lines += [f"    {line}" for line in g.lines]
-        if g.sends:
-            lines.append(f"    it sends {', '.join(g.sends)}")
+        lines += g.render()
     lines += ["", summary(report.rules)]
     return "\n".join(lines) + "\n"
 

@@ -36,6 +36,9 @@ class Fix:
     line: str | None = None
     #: the source is there and has nothing that carries the signal (the data cannot show it)
     unavailable: bool = False
+    #: where `line` goes (a counters file, an exporter's command line), and a remark on it
+    into: str | None = None
+    remark: str | None = None
 
     @property
     def text(self) -> str:
@@ -174,13 +177,16 @@ def _dcgm_fix(spec: SignalSpec, seen: bool, book: FixBook, path: str = "agent") 
         return Fix(source="dcgm", action=f"{book.source('dcgm').how(path, 'dcgm')} (its default counters "
                    f"include {field})")
     line = counter_line(field) or f"{field}, {_kind(spec)}, {spec.description.replace(',', ';')}"
-    where = f"add this line to dcgm-exporter's counters file ({COUNTERS_FILE_OPTION}){also}"
+    into = f"dcgm-exporter's counters file ({COUNTERS_FILE_OPTION})"
+    where = f"add this line to {into}{also}"
     if not seen:
         where += (", and scrape dcgm-exporter as job `dcgm`" if path == "agent"
                   else ", and scrape dcgm-exporter in prometheus.yml as job `dcgm`")
+    remark = also.strip(" ()") or None
     if field.startswith("DCGM_FI_PROF_"):
         where += " (a profiling field: datacenter GPUs with DCGM's profiling module)"
-    return Fix(source="dcgm", action=where, line=line)
+        remark = "a profiling field: datacenter GPUs with DCGM's profiling module"
+    return Fix(source="dcgm", action=where, line=line, into=into, remark=remark)
 
 
 def _kind(spec: SignalSpec) -> str:
@@ -198,7 +204,8 @@ def _metric_fix(spec: SignalSpec, job: str, seen: bool, book: FixBook, path: str
         if not seen:
             action = f"{advice.how(path, job)}; {advice.name} needs this flag (its default {flag.flag} leaves out " \
                      f"{left_out})"
-        return Fix(source=job, action=action, line=flag.line)
+        return Fix(source=job, action=action, line=flag.line, into=f"{advice.name}'s command line",
+                   remark=f"its default {flag.flag} leaves out {left_out}")
     alts = " or ".join(f"{m} ({book.metrics[(job, m)]})" if (job, m) in book.metrics else m for m in metrics)
     if seen:
         return Fix(source=job, action=f"{advice.name} sent no {alts}")
