@@ -77,7 +77,7 @@ async def observe_prometheus(url: str, *, job_sources: Mapping[str, str] | None 
     failed = [r for r in emitted.rejects if r.kind == "federate_failed"]
     if failed:
         raise TailhoundError(f"--prometheus: {failed[0].reason}")
-    seen = Observed()
+    seen = Observed(path="prometheus")
     for snap in emitted.snapshots:
         seen.records += 1
         if snap.error is not None:

@@ -1,10 +1,13 @@
 """The ``remote_write`` block of prometheus.yml that sends tailhound what it reads, and nothing else.
 
 ``write_relabel_configs`` keeps the series whose name the signal catalog maps (a histogram's ``_bucket``,
-``_sum`` and ``_count`` included) and ``up`` (a failed scrape is a gap, not silence): derived from the
-catalog (:func:`tailhound.ingest.federation.source_metrics`), so a new signal in signals.yaml is in the
-next printed snippet. On a Prometheus that scrapes much more than GPU nodes, this is what keeps the
-remote-write queue small: the series are dropped before they are queued.
+``_sum`` and ``_count`` included), and ``up`` only of the jobs that are catalog sources (a failed scrape is
+a gap, not silence; the ``up`` of any other job would be an empty snapshot on every scrape): the catalog's
+source names and the jobs ingest.yaml maps to them (``remote_write.grouping.sources``), the same jobs whose
+``up`` federation selects (:func:`tailhound.ingest.federation.match_selectors`). Derived from the catalog
+(:func:`tailhound.ingest.federation.source_metrics`), so a new signal in signals.yaml is in the next
+printed snippet. On a Prometheus that scrapes much more than GPU nodes, this is what keeps the remote-write
+queue small: the series are dropped before they are queued.
 
 ``tailhound ingest --prometheus-config --url URL`` prints it; ``tests/ingest/test_prometheus_snippet.py``
 loads it into the real Prometheus (``promtool check config``).
@@ -18,9 +21,11 @@ from tailhound.catalog import Catalog, default_catalog
 from tailhound.ingest.config import IngestServiceConfig
 from tailhound.ingest.federation import name_regex, source_metrics
 
+_RE2_META = frozenset("\\.+*?()|[]{}^$")
+
 
 def kept_names(catalog: Catalog | None = None) -> list[str]:
-    """Every sample name tailhound reads, and ``up``."""
+    """Every sample name tailhound reads, and ``up`` (kept only for :func:`kept_jobs`)."""
     catalog = catalog or default_catalog()
     names = {"up"}
     for source in catalog.sources():
@@ -28,8 +33,32 @@ def kept_names(catalog: Catalog | None = None) -> list[str]:
     return sorted(names)
 
 
-def keep_regex(catalog: Catalog | None = None) -> str:
-    return name_regex(kept_names(catalog))
+def kept_jobs(config: IngestServiceConfig | None = None, catalog: Catalog | None = None) -> list[str]:
+    """The jobs whose ``up`` is kept: every catalog source's name and each job ingest.yaml maps to one."""
+    catalog = catalog or default_catalog()
+    sources = set(catalog.sources())
+    mapped = (config or IngestServiceConfig()).remote_write.grouping.sources
+    return sorted(sources | {job for job, source in mapped.items() if source in sources})
+
+
+def keep_regex(config: IngestServiceConfig | None = None, catalog: Catalog | None = None) -> str:
+    """The keep regex over ``__name__;job``: a catalog name from any job, ``up`` from :func:`kept_jobs` only."""
+    names = name_regex(n for n in kept_names(catalog) if n != "up")
+    jobs = "|".join(_re_escape(j) for j in kept_jobs(config, catalog))
+    return f"(?:{names});.*|up;(?:{jobs})"
+
+
+def write_relabel_configs(config: IngestServiceConfig | None = None,
+                          catalog: Catalog | None = None) -> list[dict[str, object]]:
+    """The ``write_relabel_configs`` of the printed block, as Prometheus reads them."""
+    job_label = (config or IngestServiceConfig()).remote_write.grouping.source_label
+    return [{"source_labels": ["__name__", job_label], "separator": ";", "action": "keep",
+             "regex": keep_regex(config, catalog)}]
+
+
+def _re_escape(text: str) -> str:
+    """`text` as an RE2 literal (a job name may hold any character)."""
+    return "".join("\\" + c if c in _RE2_META else c for c in text)
 
 
 def _quoted(text: str) -> str:
@@ -65,10 +94,14 @@ def remote_write_snippet(url: str, config: IngestServiceConfig | None = None, ca
         "    metadata_config:",
         "      send: true   # the TYPE of each family (counters and histograms need it)",
         "    write_relabel_configs:",
-        "      - source_labels: [__name__]",
-        "        action: keep",
-        f"        regex: {_quoted(keep_regex(catalog))}",
+        "      # the catalog's metric names from any job; `up` only of the jobs that are sources (the catalog's",
+        "      # and those ingest.yaml maps in remote_write.grouping.sources): other jobs send nothing",
     ]
+    for relabel in write_relabel_configs(config, catalog):
+        lines += [f"      - source_labels: [{', '.join(relabel['source_labels'])}]",
+                  f"        separator: {_quoted(str(relabel['separator']))}",
+                  f"        action: {relabel['action']}",
+                  f"        regex: {_quoted(str(relabel['regex']))}"]
     g = config.remote_write.grouping
     if "node" in g.node_labels:
         lines += ["# the node: a target label `node` (kubernetes_sd: relabel __meta_kubernetes_pod_node_name to node),",

@@ -217,13 +217,16 @@ def test_the_remote_write_block_keeps_what_tailhound_reads_and_asks_for_the_toke
     batch = float(rw["queue_config"]["batch_send_deadline"].removesuffix("s"))
     assert batch <= config.remote_write.grouping.settle_s / 2
     (keep,) = rw["write_relabel_configs"]
-    assert keep["source_labels"] == ["__name__"] and keep["action"] == "keep"
-    regex = re.compile(keep["regex"])
+    assert keep["source_labels"] == ["__name__", "job"] and keep["action"] == "keep"
+    regex, sep = re.compile(keep["regex"]), keep["separator"]
     names = kept_names()
     assert "up" in names and "DCGM_FI_DEV_GPU_TEMP" in names and "vllm:num_requests_waiting" in names
-    assert all(regex.fullmatch(n) for n in names)
+    assert all(regex.fullmatch(f"{n}{sep}dcgm-exporter") for n in names)
     for other in ("go_goroutines", "node_cpu_seconds_total", "DCGM_FI_DEV_GPU_TEMP_extra", "process_cpu_seconds_total"):
-        assert not regex.fullmatch(other), other
+        assert not regex.fullmatch(f"{other}{sep}dcgm"), other
+    # `up` of the ConfigMap's mapped jobs and the catalog's sources only, not of every job Prometheus scrapes
+    assert all(regex.fullmatch(f"up{sep}{job}") for job in config.remote_write.grouping.sources)
+    assert not regex.fullmatch(f"up{sep}kubernetes-pods")
 
 
 def test_promtool_accepts_a_prometheus_yml_with_the_block(tmp_path):

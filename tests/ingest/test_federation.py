@@ -534,3 +534,39 @@ def test_a_grouping_given_in_the_file_keeps_whole_scrapes_on():
     # /federate answers whole scrapes in order: close_on_newer stays on unless the file turns it off
     assert FederationConfig(url="http://127.0.0.1:9090", grouping={"sources": {"gpu": "dcgm"}}).grouping.close_on_newer
     assert not FederationConfig(url="http://127.0.0.1:9090", grouping={"close_on_newer": False}).grouping.close_on_newer
+
+
+async def test_a_body_sent_in_pieces_is_read_whole_and_a_cut_body_is_a_failed_pull():
+    """The pull reads the whole body however it arrives (a single read returns only what has arrived), and a body
+    shorter than its Content-Length (the server died mid-answer) fails the pull instead of making part scrapes."""
+    lines = [f'up{{job="vllm",instance="h{i}:1"}} 1 5\n'.encode() for i in range(50)]
+    body = b"".join(lines)
+    mode = {"cut": False}
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        cut = mode["cut"]
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        for i in range(0, len(lines) // 2 if cut else len(lines), 10):  # in pieces, with pauses in between
+            writer.write(b"".join(lines[i:i + 10]))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    puller = FederationPuller(FederationConfig(url=f"http://127.0.0.1:{port}", timeout_s=5))
+    try:
+        whole = await asyncio.wait_for(puller.pull_once(), 10)
+        mode["cut"] = True
+        cut = await asyncio.wait_for(puller.pull_once(), 10)
+    finally:
+        await puller.close()
+        server.close()
+        await server.wait_closed()
+    assert whole.rejects == [] and len(whole.snapshots) == 50  # every target's `up`: the body read whole
+    assert puller.stats["bytes"] == len(body)
+    (r,) = cut.rejects
+    assert (r.kind, r.stage, cut.snapshots) == ("federate_failed", "fetch", [])
+    assert "RemoteProtocolError" in r.reason or "incomplete" in r.reason.lower(), r.reason

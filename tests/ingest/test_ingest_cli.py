@@ -14,9 +14,10 @@ import yaml
 from typer.testing import CliRunner
 
 from tailhound import cli
+from tailhound.catalog import default_catalog
 from tailhound.cli import app
 from tailhound.errors import ConfigError, TailhoundError
-from tailhound.ingest.prometheus_snippet import kept_names
+from tailhound.ingest.prometheus_snippet import kept_jobs, kept_names
 from tests.conftest import require_tool
 
 runner = CliRunner()
@@ -69,19 +70,46 @@ def test_the_printed_remote_write_block_passes_promtool(tmp_path):
     assert rw["metadata_config"]["send"] is True
 
 
-def test_the_keep_regex_keeps_every_catalog_metric_and_nothing_else():
-    rw, = yaml.safe_load(snippet())["remote_write"]
+def keep_rule(block: str) -> tuple[re.Pattern, str]:
+    """The one keep rule of a printed block: its regex (anchored as Prometheus anchors it) and separator."""
+    rw, = yaml.safe_load(block)["remote_write"]
     relabel, = rw["write_relabel_configs"]
-    assert (relabel["source_labels"], relabel["action"]) == (["__name__"], "keep")
-    keep = re.compile(relabel["regex"])  # Prometheus anchors a relabel regex: ^(?:regex)$
+    assert (relabel["source_labels"], relabel["action"]) == (["__name__", "job"], "keep")
+    return re.compile(relabel["regex"]), relabel["separator"]
+
+
+def test_the_keep_regex_keeps_every_catalog_metric_and_nothing_else():
+    keep, sep = keep_rule(snippet())  # Prometheus anchors a relabel regex: ^(?:regex)$
     names = kept_names()
     assert "up" in names and "DCGM_FI_DEV_GPU_TEMP" in names and "vllm:time_to_first_token_seconds_bucket" in names
-    missed = [n for n in names if not keep.fullmatch(n)]
+    missed = [n for n in names if n != "up" and not keep.fullmatch(f"{n}{sep}kubernetes-pods")]
     assert missed == []
     for other in ("node_cpu_seconds_total", "go_goroutines", "scrape_duration_seconds", "DCGM_FI_DEV_GPU_TEMPX",
                   "xup", "up_total", "vllm:num_requests_running_created", "DCGM_FI_DEV"):
-        assert not keep.fullmatch(other), other
-    assert keep.search("node_cpu_seconds_total_up")  # unanchored it would keep this: the anchors matter
+        assert not keep.fullmatch(f"{other}{sep}dcgm"), other
+    assert keep.search(f"node_cpu_seconds_total_up{sep}dcgm")  # unanchored it would keep this: the anchors matter
+
+
+def test_up_is_kept_only_for_the_jobs_that_are_catalog_sources():
+    """`up` of every other job would be an empty snapshot on every scrape: only the catalog's sources keep it."""
+    keep, sep = keep_rule(snippet())
+    assert kept_jobs() == sorted(default_catalog().sources())
+    for job in kept_jobs():
+        assert keep.fullmatch(f"up{sep}{job}"), job
+    for job in ("prometheus", "kubernetes-pods", "node-exporter", "dcgmx", "xdcgm", "", "dcgm;x"):
+        assert not keep.fullmatch(f"up{sep}{job}"), job
+
+
+def test_up_is_kept_for_the_jobs_ingest_yaml_maps_to_a_source(tmp_path):
+    config = tmp_path / "ingest.yaml"
+    config.write_text("remote_write:\n  grouping:\n    sources: {dcgm-exporter: dcgm, node.exporter+1: node, "
+                      "my-app: my-app}\n")
+    keep, sep = keep_rule(snippet("-c", str(config)))
+    assert keep.fullmatch(f"up{sep}dcgm-exporter") and keep.fullmatch(f"up{sep}node.exporter+1")
+    assert not keep.fullmatch(f"up{sep}nodexexporter+1")  # the job is a literal, not a regex
+    assert not keep.fullmatch(f"up{sep}my-app")  # mapped to no catalog source
+    check = promtool_check(tmp_path, snippet("-c", str(config)))
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_with_a_token_configured_the_block_sends_a_credentials_file(tmp_path):

@@ -52,7 +52,7 @@ remote_write:
     queue_config: {{batch_send_deadline: 1s, min_backoff: 100ms, max_backoff: 1s}}
     metadata_config: {{send: true, send_interval: 5s}}
     write_relabel_configs:
-      - source_labels: [__name__]
+      - source_labels: [__name__, job]
         action: keep
         regex: '{keep_regex()}'
       - source_labels: [node]

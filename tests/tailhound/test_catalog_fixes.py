@@ -71,3 +71,25 @@ def test_fixes_for_orders_seen_sources_first_and_says_what_cannot_work():
     reasons = fixes_for("gpu.clock_event_reasons", CATALOG, seen={"dcgm"})[0]
     assert "older releases name it DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" in reasons.action
     assert fixes_for("no.such", CATALOG)[0].unavailable
+
+
+def test_on_the_prometheus_path_fixes_name_prometheus_yml_and_agent_only_sources_last():
+    clock = fixes_for("gpu.sm_clock_max", CATALOG, path="prometheus")
+    assert [f.source for f in clock] == ["dcgm", "nvml"]
+    assert "in prometheus.yml as job `dcgm`" in clock[0].action and clock[0].line
+    assert clock[1].action.startswith("no exporter sends this; only the tailhound agent does")
+    (waiting, *_) = fixes_for("engine.requests_waiting", CATALOG, path="prometheus")
+    assert "in prometheus.yml as job `vllm`" in waiting.action and "agent.yaml" not in waiting.action
+    assert "remote_write.grouping.sources: {<job>: vllm}" in waiting.action
+    agent = fixes_for("engine.requests_waiting", CATALOG)[0]
+    assert "agent.yaml" in agent.action and "prometheus.yml" not in agent.action
+
+
+def test_a_flag_the_exporter_needs_is_the_fix_on_both_paths():
+    book = default_fixbook()
+    (netstat,) = book.flags["node"]
+    for path in ("agent", "prometheus"):
+        seen = fixes_for("net.tcp_attempt_fails", CATALOG, seen={"node"}, path=path)[0]
+        assert seen.line == netstat.line and seen.into == "node_exporter's command line"
+        assert "AttemptFails" in netstat.value and "AttemptFails" not in netstat.default
+    assert book.flag_for("node", "node_netstat_Tcp_RetransSegs") is None  # in the default regexp

@@ -91,11 +91,17 @@ def test_doctor_on_a_recording_names_the_blind_rule_and_the_exact_counters_line(
                           "vllm (1 node(s), 6 mapped metrics, 1 failed collections)")
     assert re.search(r"^hot-and-slow\s+critical\s+blind\s+gpu-thermal-throttle\s+gpu.sm_clock_max$", out, re.M)
     assert re.search(r"^queue\s+warning\s+ok\s+symptom\s+-$", out, re.M)
-    assert ("hot-and-slow (critical) blind: gpu.sm_clock_max missing (for gpu.sm_clock_ratio): add this line to "
-            "dcgm-exporter's counters file (-f / DCGM_EXPORTER_COLLECTORS): DCGM_FI_DEV_MAX_SM_CLOCK, gauge, "
-            "Maximum supported SM clock for the device (in MHz).\n"
-            "    or: enable the nvml collector in agent.yaml (`nvml: {enabled: true}`): it sends "
-            "tailhound_gpu_sm_clock_max_mhz\n") in out
+    # what to do, per source, in agent.yaml terms: the rule's signal first, then what the sending exporters leave
+    # out by default (dcgm-exporter's counters file, node_exporter's netstat fields)
+    todo = out[out.index("to do, per source (the agent's path"):]
+    assert todo.splitlines()[1].startswith("dcgm-exporter (sending): gpu.sm_clock_max (for hot-and-slow); also "
+                                           "gpu.clock_event_reasons, ")
+    assert todo.splitlines()[1].endswith("(no rule reads them yet); or from the nvml collector")
+    assert ("    add to dcgm-exporter's counters file (-f / DCGM_EXPORTER_COLLECTORS):\n"
+            "        DCGM_FI_DEV_MAX_SM_CLOCK, gauge, Maximum supported SM clock for the device (in MHz).\n") in todo
+    assert ("node_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
+            "    add to node_exporter's command line:\n") in todo
+    assert "prometheus.yml" not in out and out.count("\n") < 45
     assert out.endswith("2 rules: 1 ok, 0 partial, 1 blind (1 critical)\n")
 
 
@@ -170,7 +176,8 @@ async def test_doctor_scrapes_live_targets_once(thermal_rules):
         seen = await collect_targets([dcgm_url, f"vllm={vllm_url}"], 5.0, cat)
         assert set(seen.metrics) == {"dcgm", "vllm"}  # dcgm told from its metric names
         report = diagnose(load_rules(thermal_rules), seen)
-        assert report.exit_code == 1 and "gpu.sm_clock_max missing" in render_table(report)
+        assert report.exit_code == 1 and "\ndcgm-exporter (sending): gpu.sm_clock_max (for hot-and-slow)" in (
+            render_table(report))
         with pytest.raises(TailhoundError, match="HTTP 404"):
             await collect_targets([f"dcgm={dcgm_url}/nothing"], 5.0, cat)
         with pytest.raises(TailhoundError, match="cannot tell which source this is; name it: --target JOB="):

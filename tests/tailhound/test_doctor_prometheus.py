@@ -135,3 +135,26 @@ def test_hints_name_the_jobs_mapped_to_a_misnamed_source_and_never_a_source_that
     assert seen.hints == {"gpus": "dcgm"}
     table = render_table(diagnose(load_rules(thermal_rules), seen))
     assert "\nhint: job 'gpus' carries dcgm metrics: map it: sources: {gpus: dcgm}" in table
+
+
+async def test_on_the_prometheus_path_the_fixes_are_in_prometheus_yml_terms_and_grouped_per_source():
+    """The default pack: one group per source to add or change, each saying what to put in prometheus.yml or
+    ingest.yaml; agent.yaml only for what no exporter sends (the agent's own collectors), said so."""
+    async with fake_prometheus() as (url, _):
+        result = await doctor("--prometheus", url)
+        data = json.loads((await doctor("--prometheus", url, "--format", "json")).output)
+    out = result.output
+    todo = out[out.index("to do, per source (the Prometheus path: prometheus.yml, ingest.yaml and the exporters):"):]
+    assert ("    scrape dcgm-exporter (<node>:9400, /metrics) in prometheus.yml as job `dcgm` (a job of another "
+            "name: map it in ingest.yaml, remote_write.grouping.sources: {<job>: dcgm})") in todo
+    assert "\nvLLM (sending): " in todo and "\ndcgm-exporter: " in todo
+    heads = [line for line in todo.splitlines()[1:] if line and not line.startswith(" ")][:-1]
+    assert len(heads) == len({h.split(":")[0] for h in heads}) == len(data["to_do"])  # one group per source
+    for group in data["to_do"]:
+        text = " ".join(group["do"])
+        if group["source"] in ("nvml", "netprobe", "streamprobe"):
+            assert text.startswith("no exporter sends this; only the tailhound agent does"), group
+        elif group["source"] != "capacity file":
+            assert "agent.yaml" not in text, group
+    assert data["path"] == "prometheus"
+    assert len(out.splitlines()) < 60  # was one line per rule and signal, with every alternative: 135+
