@@ -22,6 +22,7 @@ from tailhound.recording import read_records
 from tests.exporters import running, start_blackbox_exporter, start_nginx, start_node_exporter
 from tests.exporters_real.drill import (
     DRILL_S,
+    NOT_IN_NODE_EXPORTER_DEFAULTS,
     SecondClient,
     catalog_metrics,
     complete,
@@ -30,10 +31,6 @@ from tests.exporters_real.drill import (
 )
 
 NODE = "drill-node"
-#: Catalog metrics node_exporter 1.5 does not give with its default flags: the default
-#: --collector.netstat.fields regexp leaves out Tcp_AttemptFails and Tcp_EstabResets
-#: (test_node_exporter_flags.py adds them with the flag; procnet sends them without one).
-NOT_IN_NODE_EXPORTER_DEFAULTS = frozenset({"node_netstat_Tcp_AttemptFails", "node_netstat_Tcp_EstabResets"})
 #: blackbox_exporter's default http_2xx module gives every catalog metric of the blackbox source.
 NOT_IN_BLACKBOX_DEFAULTS: frozenset[str] = frozenset()
 
