@@ -24,19 +24,26 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.dev-installed system-deps
 	$(BIN)/python -m pytest
 
-# Real components some tests run (promtool from Debian's `prometheus`, `prometheus-alertmanager`, and the
-# headless browser of the incident console's tests: `chromium` with `chromium-driver`): installed where we can
-# (root on Debian); elsewhere those tests skip and say how to install them (under CI=true they fail instead).
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager chromium chromium-driver fonts-dejavu-core
+# Real components some tests run (promtool and prometheus from Debian's `prometheus`, `prometheus-alertmanager`,
+# the exporters the agent's real-exporter tests scrape: `prometheus-node-exporter`, `prometheus-blackbox-exporter`
+# and `nginx` with stub_status, and the headless browser of the incident console's tests: `chromium` with
+# `chromium-driver`): installed where we can (root on Debian); elsewhere those tests skip and say how to install
+# them (under CI=true they fail instead). "Already installed" means every binary below is found (nginx lives in
+# /usr/sbin, outside an ordinary user's PATH).
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter prometheus-blackbox-exporter nginx \
+  chromium chromium-driver fonts-dejavu-core
+SYSTEM_BINARIES := promtool prometheus prometheus-alertmanager prometheus-node-exporter prometheus-blackbox-exporter \
+  nginx chromium chromedriver
 system-deps:
-	@if command -v promtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 \
-	  && command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	@missing=""; for b in $(SYSTEM_BINARIES); do \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing Debian packages for the tests: $(DEBIAN_PACKAGES)"; \
+	  echo "installing Debian packages for the tests (missing:$$missing): $(DEBIAN_PACKAGES)"; \
 	  (apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null 2>&1 || \
 	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null)) \
 	  || echo "could not install $(DEBIAN_PACKAGES): the tests that need them will say so"; \
-	else echo "not root on Debian: tests that need $(DEBIAN_PACKAGES) (promtool, prometheus-alertmanager, chromium) will skip"; fi
+	else echo "not root on Debian: tests that need$$missing will skip (apt-get install $(DEBIAN_PACKAGES))"; fi
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

@@ -56,8 +56,9 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
         out.append(TcpConnectCollector(config.tcp_connect, node=node))
     if config.hops is not None and config.hops.targets:
         out.append(HopsCollector(config.hops, node=node))
-    out.extend(NginxCollector(c) for c in config.nginx)
-    out.extend(StreamProbeCollector(c) for c in config.stream_probe)
+    # node: probes of this machine (a loopback URL) describe the agent's own node
+    out.extend(NginxCollector(c, node=node) for c in config.nginx)
+    out.extend(StreamProbeCollector(c, node=node) for c in config.stream_probe)
     return out
 
 

@@ -53,10 +53,13 @@ _DETAIL = {"gpu.clock_event_reasons": _clock_event_detail}
 
 #: ``{node}``, ``{latency.tpot.p95}``, and reduced evidence such as ``{max(gpu.dram_bw_util)}``
 _PLACEHOLDER = re.compile(r"\{((?:[a-z]+\()?[a-z_][a-z0-9_.]*\)?)\}")
+#: what an action shows for a placeholder whose signal did not arrive (e.g. no procnet on that node)
+MISSING_VALUE = "n/a"
 
 
 def render_action(template: str, scope: Scope, evidence: list[Evidence]) -> str:
-    """Fill ``{node}``, ``{gpus}``, ``{model}``, ``{engine}`` and ``{<signal>}`` (max over evidence)."""
+    """Fill ``{node}``, ``{gpus}``, ``{model}``, ``{engine}`` and ``{<signal>}`` (max over evidence); a signal
+    the incident has no value for reads ``n/a``: text for people never carries a raw placeholder."""
     values: dict[str, str] = {
         "node": scope.node or "?",
         "gpus": ",".join(scope.gpus) or "?",
@@ -67,5 +70,5 @@ def render_action(template: str, scope: Scope, evidence: list[Evidence]) -> str:
         cur = values.get(ev.signal)
         if cur is None or float(cur) < ev.value:
             values[ev.signal] = f"{ev.value:g}"
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), MISSING_VALUE), template)
 

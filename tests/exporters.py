@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,10 +65,9 @@ def _wait_http(exporter: Exporter, path: str, timeout_s: float = 20.0) -> None:
     while time.monotonic() < deadline:  # bounded by timeout_s
         if exporter.proc.poll() is not None:
             break
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(exporter.url + path, timeout=2) as r:
-                if r.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(exporter.url + path, timeout=2) as r:
+            if r.status == 200:
+                return
         time.sleep(0.1)
     exporter.stop()
     raise RuntimeError(f"{exporter.name} did not answer {path}:\n{exporter.log_tail()}")
@@ -123,9 +123,15 @@ http {{
 """
 
 
+def _sbin_tool(name: str, install: str) -> str:
+    """`name` from PATH or from /usr/sbin and /sbin, where Debian puts daemons and a user's PATH does not look."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    return shutil.which(name, path=path) or require_tool(name, install)
+
+
 def start_nginx(workdir: Path) -> Exporter:
     """nginx serving `stub_status` at /nginx_status (the documented location) and 200 elsewhere."""
-    binary = require_tool("nginx", NGINX_INSTALL)
+    binary = _sbin_tool("nginx", NGINX_INSTALL)
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tmp").mkdir(exist_ok=True)

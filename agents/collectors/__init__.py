@@ -14,6 +14,7 @@ records into snapshots through :mod:`tailhound.agents.pipeline`, the same path a
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import time
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -68,6 +69,28 @@ def literal_address(host: str) -> tuple[int, str] | None:
 def local_node() -> str:
     """This host's short name, the default `node` of what a collector measures locally."""
     return socket.gethostname().split(".")[0] or "localhost"
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 (also IPv4-mapped, ``::ffff:127.0.0.1``), ``localhost`` and ``*.localhost``."""
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def probe_node(host: str | None, own: str) -> str:
+    """The node a probe of `host` describes: that host, or `own` (the agent's node) when the host is this
+    machine (a loopback address or name), so a local nginx or engine meets the node's other signals."""
+    if not host or is_loopback(host):
+        return own
+    return host
 
 
 def now() -> float:

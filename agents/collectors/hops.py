@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound.agents.collected import CollectedRecord
-from tailhound.agents.collectors import CollectError, CollectorUnavailable, local_node, now, unique_names
+from tailhound.agents.collectors import CollectError, CollectorUnavailable, local_node, now, probe_node, unique_names
 from tailhound.agents.collectors.hop import Hop
 from tailhound.agents.collectors.traceroute import trace
 from tailhound.agents.render import ExpositionWriter
@@ -51,6 +51,8 @@ class HopTarget(BaseModel):
     name: str = Field(min_length=1, max_length=100)
     host: str = Field(min_length=1, max_length=200, pattern=r"^[^\s-]\S*$",
                       description="Hostname or IP; never starts with '-' (it is passed to mtr as an argument).")
+    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
+        "Node the probe describes (default: host; a loopback host: the agent's node)."))
 
 
 class HopsConfig(BaseModel):
@@ -189,7 +191,8 @@ async def run_mtr(mtr: str, host: str, cycles: int, timeout_s: float) -> str:
 
 
 class HopsCollector:
-    """Runs mtr to each target; one record per target, ``node`` = the target host."""
+    """Runs mtr to each target; one record per target, ``node`` = the target's ``node:``, else its host (the
+    agent's own node for a loopback host)."""
 
     job = JOB
 
@@ -201,6 +204,7 @@ class HopsCollector:
         self._chosen = False  # find_mtr ran; _mtr None then means the built-in tracer
         self._signatures: dict[str, str] = {}
         self._route_changes: dict[str, int] = {t.name: 0 for t in config.targets}
+        self._nodes = {t.name: t.node or probe_node(t.host, self.source) for t in config.targets}
 
     async def _measure(self, host: str, mtr: str | None) -> list[Hop]:
         """Hops from mtr, or from the built-in raw-socket tracer when mtr is None."""
@@ -226,12 +230,12 @@ class HopsCollector:
             self._route_changes[target.name] += 1
         self._signatures[target.name] = signature
         writer = write_hops(target, hops, self._route_changes[target.name])
-        return CollectedRecord(ts=now(), node=target.host, job=self.job, writer=writer, interval_s=self.interval_s,
-                               labels={"target": target.name, "source": self.source})
+        return CollectedRecord(ts=now(), node=self._nodes[target.name], job=self.job, writer=writer,
+                               interval_s=self.interval_s, labels={"target": target.name, "source": self.source})
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         """The whole collection failed: one gap per target, on the same source as its data."""
-        return [ScrapeRecord(ts=ts, node=t.host, job=self.job, error=reason, interval_s=self.interval_s,
+        return [ScrapeRecord(ts=ts, node=self._nodes[t.name], job=self.job, error=reason, interval_s=self.interval_s,
                              labels={"target": t.name, "source": self.source}) for t in self.config.targets]
 
     async def collect(self) -> list[ScrapeRecord | CollectedRecord]:
@@ -248,7 +252,7 @@ class HopsCollector:
                 raise result
             if isinstance(result, CollectError):
                 errors.append(result)
-                records.append(ScrapeRecord(ts=now(), node=target.host, job=self.job, error=str(result),
+                records.append(ScrapeRecord(ts=now(), node=self._nodes[target.name], job=self.job, error=str(result),
                                             interval_s=self.interval_s,
                                             labels={"target": target.name, "source": self.source}))
             elif isinstance(result, BaseException):

@@ -30,7 +30,8 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound.agents.collected import CollectedRecord
-from tailhound.agents.collectors import CollectError, now
+from tailhound.agents.collectors import CollectError, local_node, now, probe_node
+from tailhound.agents.collectors.httpbody import read_body
 from tailhound.agents.render import ExpositionWriter
 from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
@@ -39,6 +40,8 @@ JOB = "netprobe"
 _ACTIVE = re.compile(r"^Active connections:\s*(\d+)\s*$")
 _HEADER = re.compile(r"^server accepts handled requests\s*$")
 _TOTALS = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s*$")
+#: stub_status is four short lines; anything much longer is not that page
+MAX_PAGE_BYTES = 64 * 1024
 _STATES = re.compile(r"^Reading:\s*(\d+)\s+Writing:\s*(\d+)\s+Waiting:\s*(\d+)\s*$")
 
 
@@ -50,6 +53,8 @@ class NginxConfig(BaseModel):
     interval_s: Duration = Field(default=5.0, gt=0)
     timeout_s: Duration = Field(default=2.0, gt=0, le=60)
     labels: dict[str, str] = Field(default_factory=dict)
+    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
+        "Node the page describes (default: the URL's host; a loopback URL: the agent's node)."))
 
     @field_validator("url")
     @classmethod
@@ -113,14 +118,15 @@ def write_stub_status(status: StubStatus, worker_connections: int) -> Exposition
 
 
 class NginxCollector:
-    """Scrapes one nginx stub_status page; ``node`` defaults to the URL's host."""
+    """Scrapes one nginx stub_status page; its node is ``node:``, else the URL's host (the agent's own node
+    for a loopback URL: nginx on this machine, next to its procnet and engine signals)."""
 
     job = JOB
 
     def __init__(self, config: NginxConfig, node: str | None = None) -> None:
         self.config = config
         self.interval_s = config.interval_s
-        self.node = node or urlsplit(config.url).hostname or "unknown"
+        self.node = config.node or probe_node(urlsplit(config.url).hostname, node or local_node())
         self._client: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -137,7 +143,8 @@ class NginxCollector:
         url = self.config.url
         try:
             async with self._http().get(url, allow_redirects=False) as response:
-                text = await response.text(errors="replace")
+                raw = await read_body(response, MAX_PAGE_BYTES, f"nginx stub_status {url}", lines=True)
+                text = raw.decode("utf-8", errors="replace")
         except TimeoutError:
             raise CollectError(f"nginx stub_status {url}: timed out after {self.config.timeout_s:g}s") from None
         except aiohttp.ClientError as exc:

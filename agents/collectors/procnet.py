@@ -10,8 +10,8 @@ collector and a scraped node_exporter: netstat/snmp values are ``untyped`` (HELP
 <Proto><Field>.``) although they are cumulative kernel counters, sockstat values are gauges. The parser
 turns ``untyped`` into gauge samples, so whatever computes rates must treat ``node_netstat_*`` (except
 ``Tcp_CurrEstab``) as counters by name. Stock node_exporter's default ``--collector.netstat.fields``
-does not include ``TcpExt_TCPTimeouts``, ``Tcp_AttemptFails`` or ``Tcp_EstabResets``; this collector
-always exports them.
+(1.5) does not include ``Tcp_AttemptFails`` or ``Tcp_EstabResets`` (tests/exporters_real checks it against
+the real exporter); this collector always exports them.
 
 All three files are per network namespace: inside a container they describe the container's netns.
 """

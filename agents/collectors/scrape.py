@@ -3,7 +3,8 @@
 One target per collector. The record's ``job`` selects the mapping (tailhound/catalog/signals.yaml);
 ``instance`` (host:port of the URL) is added to the record labels so two servers of one job on one
 node stay apart. For blackbox_exporter the record's node is the probed target's host (the ``target``
-query parameter), so the client-side view meets the target node's own metrics.
+query parameter), so the client-side view meets the target node's own metrics; a loopback target
+(127.0.0.0/8, ::1, localhost) is the agent's own node. ``node:`` overrides both.
 
 The text format 0.0.4 is requested (OpenMetrics is parsed too, when a server insists).
 """
@@ -17,7 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from tailhound.agents.collectors import CollectError, local_node
+from tailhound.agents.collectors import CollectError, local_node, probe_node
+from tailhound.agents.collectors.httpbody import read_body
 from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
 
@@ -34,7 +36,8 @@ class ScrapeTarget(BaseModel):
     interval_s: Duration = Field(default=5.0, gt=0)
     timeout_s: Duration = Field(default=2.0, gt=0)
     node: str | None = Field(default=None, description="Node the metrics describe (default: the agent's node; "
-                                                       "blackbox: the probed target's host).")
+                                                       "blackbox: the probed target's host, the agent's "
+                                                       "node for a loopback target).")
     labels: dict[str, str] = Field(default_factory=dict)
     headers_from_env: dict[str, str] = Field(
         default_factory=dict, description="Header name -> env var holding its value (e.g. a bearer token)."
@@ -46,9 +49,7 @@ def target_node(target: ScrapeTarget, default: str) -> str:
         return target.node
     if target.job == "blackbox":
         probed = parse_qs(urlsplit(target.url).query).get("target", [""])[0]
-        host = urlsplit(probed if "://" in probed else f"//{probed}").hostname
-        if host:
-            return host
+        return probe_node(urlsplit(probed if "://" in probed else f"//{probed}").hostname, default)
     return default
 
 
@@ -81,9 +82,7 @@ class ScrapeCollector:
             async with self._session.get(url, headers=self._headers()) as resp:
                 if resp.status != 200:
                     raise CollectError(f"{url}: HTTP {resp.status}")
-                raw = await resp.content.read(MAX_BODY_BYTES + 1)
-                if len(raw) > MAX_BODY_BYTES:
-                    raise CollectError(f"{url}: body is over the {MAX_BODY_BYTES >> 20} MiB limit")
+                raw = await read_body(resp, MAX_BODY_BYTES, url, lines=True)
                 body = raw.decode(resp.get_encoding() if resp.charset else "utf-8", errors="replace")
         except TimeoutError:
             raise CollectError(f"{url}: timed out after {self.target.timeout_s:g} s") from None

@@ -29,7 +29,8 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound.agents.collected import CollectedRecord
-from tailhound.agents.collectors import CollectError, now
+from tailhound.agents.collectors import CollectError, local_node, now, probe_node
+from tailhound.agents.collectors.httpbody import read_body
 from tailhound.agents.collectors.sse import (
     SSEParser,
     SSEProtocolError,
@@ -55,6 +56,8 @@ HEALTH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 MIN_HEALTH_SAMPLES = 5
 #: The probe asks for a few dozen tokens; a longer body is not what it asked for.
 MAX_STREAM_BYTES = 1 << 20
+#: A /health answer is a few bytes; it is read whole (its time counts) but never kept.
+MAX_HEALTH_BYTES = 64 * 1024
 _RESERVED_LABELS = frozenset({"endpoint", "model", "outcome", "le"})
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -79,6 +82,8 @@ class StreamProbeConfig(BaseModel):
     lb_health_timeout_s: Duration | None = Field(default=None, gt=0, description="The load balancer's check timeout.")
     burst_gap_s: Duration = Field(default=0.005, gt=0, description="A longer gap between events starts a new burst.")
     labels: dict[str, str] = Field(default_factory=dict)
+    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
+        "Node the probe describes (default: the endpoint's host; a loopback endpoint: the agent's node)."))
 
     @field_validator("endpoint")
     @classmethod
@@ -176,7 +181,7 @@ class StreamProbeCollector:
     def __init__(self, config: StreamProbeConfig, node: str | None = None) -> None:
         self.config = config
         self.interval_s = config.interval_s
-        self.node = node or urlsplit(config.endpoint).hostname or "unknown"
+        self.node = config.node or probe_node(urlsplit(config.endpoint).hostname, node or local_node())
         self._client: aiohttp.ClientSession | None = None
         self._ttft = LatencyHistogram(TTFT_BUCKETS)
         self._tpot = LatencyHistogram(TPOT_BUCKETS)
@@ -286,7 +291,7 @@ class StreamProbeCollector:
             try:
                 async with asyncio.timeout(limit), self._http().get(url, headers=headers,
                                                                      allow_redirects=False) as resp:
-                    await resp.read()
+                    await read_body(resp, MAX_HEALTH_BYTES, url)
                 latency = time.perf_counter() - start
                 ok = 200 <= resp.status < 300
                 checks.append(HealthCheck("ok", latency) if ok else HealthCheck("error"))
@@ -295,7 +300,7 @@ class StreamProbeCollector:
                 break  # a hanging /health would only repeat the same timeout; keep the collection bounded
             except aiohttp.ClientConnectorError:
                 checks.append(HealthCheck("error", connect_failed=True))
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, CollectError):  # CollectError: an oversized or cut /health answer
                 checks.append(HealthCheck("error"))
         return checks
 

@@ -6,8 +6,9 @@ duration is SYN -> SYN/ACK plus the kernel's accept-queue admission, without DNS
 on the server (``ListenOverflows``) shows up here as timeouts: the server drops the SYN and the client
 waits for its retransmission.
 
-Each target gets its own record with ``node = target host``, so the client-side view of a server meets
-that server's own metrics (``node_netstat_TcpExt_ListenOverflows``, nginx ``stub_status``). The record
+Each target gets its own record with ``node = target host`` (its ``node:`` when set; the agent's own node
+for a loopback host), so the client-side view of a server meets that server's own metrics
+(``node_netstat_TcpExt_ListenOverflows``, nginx ``stub_status``). The record
 labels carry ``source`` (the probing host) so probes of one target from several hosts stay apart.
 """
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound.agents.collected import CollectedRecord
-from tailhound.agents.collectors import literal_address, local_node, now, unique_names
+from tailhound.agents.collectors import literal_address, local_node, now, probe_node, unique_names
 from tailhound.agents.render import ExpositionWriter
 from tailhound.durations import Duration
 from tailhound.recording import ScrapeRecord
@@ -48,6 +49,8 @@ class TcpTarget(BaseModel):
     host: str = Field(min_length=1, max_length=200, pattern=r"^\S+$")
     port: int = Field(ge=1, le=65535)
     labels: dict[str, str] = Field(default_factory=dict)
+    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
+        "Node the probe describes (default: host; a loopback host: the agent's node)."))
 
     @field_validator("labels")
     @classmethod
@@ -207,6 +210,7 @@ class TcpConnectCollector:
         self.interval_s = config.interval_s
         self.source = node or local_node()
         self._totals: dict[str, ConnectTotals] = {t.name: ConnectTotals() for t in config.targets}
+        self._nodes = {t.name: t.node or probe_node(t.host, self.source) for t in config.targets}
 
     async def _probe(self, target: TcpTarget, limit: asyncio.Semaphore) -> CollectedRecord:
         async with limit:
@@ -214,7 +218,8 @@ class TcpConnectCollector:
         totals = self._totals[target.name]
         for outcome in outcomes:
             totals.add(outcome)
-        return CollectedRecord(ts=now(), node=target.host, job=self.job, writer=write_target(target, totals, outcomes),
+        return CollectedRecord(ts=now(), node=self._nodes[target.name], job=self.job,
+                               writer=write_target(target, totals, outcomes),
                                labels=self._labels(target), interval_s=self.interval_s)
 
     def _labels(self, target: TcpTarget) -> dict[str, str]:
@@ -222,7 +227,8 @@ class TcpConnectCollector:
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         """The whole collection failed: one gap per target, on the same source as its data."""
-        return [ScrapeRecord(ts=ts, node=t.host, job=self.job, labels=self._labels(t), interval_s=self.interval_s,
+        return [ScrapeRecord(ts=ts, node=self._nodes[t.name], job=self.job, labels=self._labels(t),
+                             interval_s=self.interval_s,
                              error=reason) for t in self.config.targets]
 
     async def collect(self) -> list[CollectedRecord]:

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from tailhound.agents.collectors.httpbody import read_body
 from tailhound.capacity.model import LoadTestResult, Percentiles, StepResult
 from tailhound.capacity.token_mix import ENGINE_JOBS, TokenMix
 from tailhound.errors import TailhoundError
@@ -226,9 +227,7 @@ async def _fetch_text(session: aiohttp.ClientSession, url: str, headers: dict[st
     async with session.get(url, headers=headers) as resp:
         if resp.status != 200:
             raise TailhoundError(f"{url}: HTTP {resp.status}")
-        raw = await resp.content.read(MAX_METRICS_BYTES + 1)
-        if len(raw) > MAX_METRICS_BYTES:
-            raise TailhoundError(f"{url}: over {MAX_METRICS_BYTES >> 20} MiB")
+        raw = await read_body(resp, MAX_METRICS_BYTES, url)  # whole, or a CollectError (a TailhoundError)
         return raw.decode("utf-8", errors="replace")
 
 

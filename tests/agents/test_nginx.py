@@ -106,7 +106,7 @@ def test_config():
 async def test_collect_from_test_server_reuses_one_client(nginx_url):
     base, requests = nginx_url
     cfg = NginxConfig(url=f"{base}/nginx_status", worker_connections=2048, labels={"role": "ingress"})
-    collector = NginxCollector(cfg)
+    collector = NginxCollector(cfg, node="gpu-1")
     assert isinstance(collector, Collector)
     [first] = await collector.collect()
     client = collector._client
@@ -114,7 +114,7 @@ async def test_collect_from_test_server_reuses_one_client(nginx_url):
     assert collector._client is client and requests["count"] == 2
     await collector.close()
     assert collector._client is None
-    assert first.job == "netprobe" and first.node == "127.0.0.1" and first.labels == {"role": "ingress"}
+    assert first.job == "netprobe" and first.node == "gpu-1" and first.labels == {"role": "ingress"}
     assert first.interval_s == 5.0
     samples = by_name(second.body)
     assert samples["nginx_connections_active"].value == 291

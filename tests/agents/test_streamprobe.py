@@ -8,7 +8,7 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from tailhound.agents.collectors import CollectError
+from tailhound.agents.collectors import CollectError, local_node
 from tailhound.agents.collectors.sse import SSEParser, SSEProtocolError, analyse_stream, delta_content, percentile
 from tailhound.agents.collectors.streamprobe import StreamProbeCollector, StreamProbeConfig
 from tailhound.agents.exposition import parse_exposition, to_samples
@@ -105,8 +105,11 @@ def test_percentile_interpolates() -> None:
 def test_config_validation() -> None:
     cfg = config("http://127.0.0.1:8000/")
     assert cfg.endpoint == "http://127.0.0.1:8000" and cfg.interval_s == 30 and cfg.health_path == "/health"
-    assert StreamProbeCollector(cfg).node == "127.0.0.1"
-    assert StreamProbeCollector(cfg, node="lb-1").node == "lb-1"
+    assert StreamProbeCollector(cfg).node == local_node()  # a loopback endpoint is the agent's own node
+    assert StreamProbeCollector(cfg, node="gpu-1").node == "gpu-1"
+    public = config("https://llm.example.com")
+    assert StreamProbeCollector(public, node="gpu-1").node == "llm.example.com"
+    assert StreamProbeCollector(config("https://llm.example.com", node="lb-1"), node="gpu-1").node == "lb-1"
     for url in ("ftp://x", "https://user:pw@x", "http://x/?q=1", "no-scheme"):
         with pytest.raises(ValidationError):
             config(url)
@@ -123,7 +126,7 @@ async def test_streaming_server_is_not_buffered() -> None:
     async with serve(ServerSpec(mode="stream", tokens=12, first_token_delay_s=0.1, token_gap_s=0.02,
                                 headers={"X-Accel-Buffering": "no"})) as srv:
         (rec,) = await collect_once(config(srv.url, labels={"cluster": "eu"}))
-    assert rec.job == "streamprobe" and rec.node == "127.0.0.1" and rec.interval_s == 30
+    assert rec.job == "streamprobe" and rec.node == local_node() and rec.interval_s == 30
     assert rec.labels == {"endpoint": "public", "cluster": "eu"} and rec.error is None
     sl = {"endpoint": "public", "model": "test-model"}
     assert value(rec, "tailhound_stream_requests_total", outcome="ok", **sl) == 1

@@ -115,7 +115,7 @@ async def test_successful_connects_grow_across_collections(server_port):
     [first] = await collector.collect()
     [second] = await collector.collect()
     await collector.close()
-    assert first.job == "netprobe" and first.node == "127.0.0.1"
+    assert first.job == "netprobe" and first.node == "prober-1"  # a loopback target is the prober's own node
     assert first.labels == {"target": "local", "role": "ingress", "source": "prober-1"}
     assert first.interval_s == 5.0
     labels = {"target": "local", "address": f"127.0.0.1:{server_port}"}

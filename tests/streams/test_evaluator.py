@@ -107,7 +107,8 @@ def test_state_is_serialisable_and_small():
 @pytest.mark.parametrize(("template", "expected"), [
     ("drain {node} GPUs {gpus}", "drain n1 GPUs 3,5"),
     ("temp {gpu.temperature} C", "temp 91 C"),
-    ("unknown {nope} stays", "unknown {nope} stays"),
+    ("unknown {nope} is n/a", "unknown n/a is n/a"),
+    ("TIME-WAIT ({net.time_wait} now), max {max(gpu.temperature)}", "TIME-WAIT (n/a now), max n/a"),
 ])
 def test_render_action(template, expected):
     evidence = [Evidence(signal="gpu.temperature", value=88, op=">="),
