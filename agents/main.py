@@ -16,7 +16,7 @@ from tailhound.agents.runtime import Agent, replay
 from tailhound.agents.sender import SnapshotSender
 from tailhound.errors import TailhoundError
 from tailhound.kafka import ensure_topics
-from tailhound.recording import read_records
+from tailhound.recording import open_for_writing, read_records, require_records
 from tailhound.settings import Settings
 
 log = logging.getLogger("tailhound.agent")
@@ -84,8 +84,7 @@ async def run_record(config: AgentConfig, out: Path, duration_s: float | None = 
     """Collect like the agent, but write a scrape recording instead of publishing."""
     stop = stop or asyncio.Event()
     _stop_on_signals(stop)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
+    with open_for_writing(out) as fh:
         agent = Agent(config, None, recorder=fh)
         await agent.run(stop, duration_s)
         return agent.records
@@ -101,6 +100,7 @@ async def run_replay(settings: Settings, recording: Path, speed: float, config: 
     await sender.start()
     try:
         n = await replay(read_records(recording), sender.enqueue, speed)
+        require_records(n, [recording])
         if not await sender.flush(timeout_s=120):
             raise TailhoundError(f"the broker did not take {len(sender.outbox)} snapshot(s) within 120 s")
         return n

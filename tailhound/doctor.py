@@ -25,7 +25,7 @@ from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.errors import TailhoundError
-from tailhound.recording import ScrapeRecord, read_records
+from tailhound.recording import ScrapeRecord, read_records, require_records
 from tailhound.streams.coverage import (
     RuleCoverage,
     best_fix,
@@ -82,6 +82,7 @@ def read_recordings(paths: Iterable[Path]) -> Observed:
     seen = Observed()
     builder = SnapshotBuilder()
     last: dict[tuple, float] = {}
+    paths = list(paths)
     for path in paths:
         for rec in read_records(path):
             seen.records += 1
@@ -95,6 +96,8 @@ def read_recordings(paths: Iterable[Path]) -> Observed:
             snap = builder.build(rec)
             if snap.error is None:
                 seen.add(rec.job, rec.node, (s.name for s in snap.samples))
+    if paths:
+        require_records(seen.records, paths)
     return seen
 
 
