@@ -215,7 +215,7 @@ def agent(
         return
     if config is None:
         raise TailhoundError("tailhound agent needs --config agent.yaml (or --from-recording FILE)")
-    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration))
+    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration, config_path=config))
 
 
 @app.command()
