@@ -59,6 +59,8 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --rules rules --against main"): "a git checkout",
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --against /tmp/old-rules"): "an older rule pack",
     ("docs/notifier.md", "tailhound silence expire sil-"): "the id of a silence made elsewhere",
+    ("docs/notifier.md", "tailhound silence add -m 'root_cause=\"network-path\"'"):
+        "a fixed end date; a silence may end at most 30 days ahead of the day the test runs",
     ("docs/notifier.md", "tailhound incidents show inc-"): "the id of an incident from a running fleet",
     ("docs/notifier.md", "tailhound notifier routes test --config notifier.yaml --incident"): "an incidents file",
 }
