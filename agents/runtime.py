@@ -76,6 +76,7 @@ class Agent:
         self.records = 0
         self._warned: set[str] = set()
         self._children: dict[str, tuple] = {}
+        self._tasks: list[asyncio.Task] = []
 
     def emit(self, rec: ScrapeRecord | CollectedRecord) -> None:
         if self.config.labels:
@@ -149,24 +150,43 @@ class Agent:
             # the next tick after now: a collection that overran skips the missed ticks (gap flag shows them)
             await _sleep_until(loop, (now // interval + 1) * interval)
 
-    async def run(self, stop: asyncio.Event | None = None, duration_s: float | None = None) -> None:
-        stop = stop or asyncio.Event()
+    def _start(self) -> None:
         if not self.collectors:
             log.warning("no collectors are enabled in the agent config")
-        tasks = [asyncio.create_task(self._loop(c), name=f"collect-{c.job}") for c in self.collectors]
+        self._tasks = [asyncio.create_task(self._loop(c), name=f"collect-{c.job}") for c in self.collectors]
+
+    async def _stop_collectors(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        with contextlib.suppress(Exception):  # bounded: SIGINT/SIGTERM stop the agent within a few seconds
+            await asyncio.wait_for(asyncio.gather(*(c.close() for c in self.collectors), return_exceptions=True),
+                                   CLOSE_TIMEOUT_S)
+
+    async def reconfigure(self, config: AgentConfig) -> None:
+        """Swap in the collectors, node and labels of `config` (a reload); the sink and its outbox stay.
+        The new collectors are built before the old ones stop, so a config they refuse changes nothing."""
+        collectors = build_collectors(config)
+        running = bool(self._tasks)
+        await self._stop_collectors()
+        self.config, self.node, self.collectors = config, config.node or local_node(), collectors
+        self._warned.clear()
+        self.metrics.collectors_off.set(0)
+        if running:
+            self._start()
+
+    async def run(self, stop: asyncio.Event | None = None, duration_s: float | None = None) -> None:
+        stop = stop or asyncio.Event()
+        self._start()
         try:
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait([waiter], timeout=duration_s)
             waiter.cancel()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
-            with contextlib.suppress(Exception):  # bounded: SIGINT/SIGTERM stop the agent within a few seconds
-                await asyncio.wait_for(asyncio.gather(*(c.close() for c in self.collectors), return_exceptions=True),
-                                       CLOSE_TIMEOUT_S)
+            await self._stop_collectors()
 
 
 def _wake(fut: asyncio.Future) -> None:

@@ -83,7 +83,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
         s.app_id,
         broker=settings.broker,
         store=_store_url(settings),
-        datadir=str(s.data_dir),
+        datadir=str(s.effective_data_dir),
         autodiscover=False,
         web_enabled=False,
         topic_partitions=settings.partitions,

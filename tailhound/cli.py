@@ -215,7 +215,7 @@ def agent(
         return
     if config is None:
         raise TailhoundError("tailhound agent needs --config agent.yaml (or --from-recording FILE)")
-    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration))
+    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration, config_path=config))
 
 
 @app.command()
@@ -264,6 +264,7 @@ def replay(
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic); .gz and .zst
     recordings are read too, and a cut-off last line is a warning."""
+    from tailhound.recording import require_records
     from tailhound.rulestest.recordings import iter_recordings
     from tailhound.streams.processor import load_models
     from tailhound.streams.replay import replay_records
@@ -295,6 +296,7 @@ def replay(
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("w", encoding="utf-8") as fh:
             result = replay_records(records(), rs, fh, **kwargs)
+    require_records(result.records, recordings)
     opened = sum(1 for e in result.events if e.event == "opened")
     summary = (f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
                f"events ({opened} opened)" + (f" -> {out}" if out else ""))

@@ -33,7 +33,7 @@ from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.catalog.fixes import Fix, default_fixbook, fixes_for, signal_note
 from tailhound.errors import TailhoundError
-from tailhound.recording import ScrapeRecord, read_records
+from tailhound.recording import ScrapeRecord, read_records, require_records
 from tailhound.streams.coverage import (
     RuleCoverage,
     blind_critical,
@@ -93,6 +93,7 @@ def read_recordings(paths: Iterable[Path]) -> Observed:
     seen = Observed()
     builder = SnapshotBuilder()
     last: dict[tuple, float] = {}
+    paths = list(paths)
     for path in paths:
         for rec in read_records(path):
             seen.records += 1
@@ -106,6 +107,8 @@ def read_recordings(paths: Iterable[Path]) -> Observed:
             snap = builder.build(rec)
             if snap.error is None:
                 seen.add(rec.job, rec.node, (s.name for s in snap.samples))
+    if paths:
+        require_records(seen.records, paths)
     return seen
 
 

@@ -1,7 +1,7 @@
 """``tailhound ingest``: take the samples a Prometheus already has (docs/prometheus.md).
 
 ``tailhound ingest -c ingest.yaml``: run the remote-write receiver and/or the federation pull, publishing
-snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM.
+snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM; SIGHUP reloads ingest.yaml.
 ``tailhound ingest -c ingest.yaml --check``: check the file (and read the token files) and say what would run.
 ``tailhound ingest --prometheus-config [--url URL]``: print the ``remote_write`` block for prometheus.yml, whose
 ``write_relabel_configs`` keep only the series tailhound reads (derived from the signal catalog).
@@ -61,7 +61,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         settings = settings_of()
         if not settings.broker:
             raise TailhoundError("tailhound ingest publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092")
-        asyncio.run(run(settings, cfg, duration))
+        asyncio.run(run(settings, cfg, duration, config))
 
 
 def describe(cfg: IngestServiceConfig, credentials: int) -> str:
@@ -81,11 +81,19 @@ def describe(cfg: IngestServiceConfig, credentials: int) -> str:
     return "ok: " + "\n".join(lines)
 
 
-async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | None) -> None:
+async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | None,
+              path: Path | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or `duration`); SIGHUP reloads `path` (the ingest.yaml `cfg` came from)."""
+    from tailhound.config_reload import ConfigReloader
+    from tailhound.ingest.config import load_ingest_config
     from tailhound.ingest.service import IngestService, stop_on_signals
 
     stop = asyncio.Event()
     stop_on_signals(stop)
     if duration is not None:
         asyncio.get_running_loop().call_later(duration, stop.set)
-    await IngestService(settings, cfg).run(stop)
+    service = IngestService(settings, cfg)
+    if path is not None:
+        ConfigReloader(path, load_ingest_config, service.reconfigure, prefix="tailhound_ingest",
+                       registry=service.metrics.registry, what="ingest config").on_sighup()
+    await service.run(stop)

@@ -13,10 +13,14 @@ Optional keys (readers ignore keys they do not know):
 
 The same parsing and mapping code (:mod:`tailhound.agents.pipeline`) turns live scrapes and recorded lines
 into snapshots, so record -> replay gives identical snapshots.
+
+Compression: a file whose name ends in ``.gz`` is written gzip-compressed (:func:`open_for_writing`); readers
+tell gzip and zstd by the file's first bytes, not its name (:func:`compression_of`), so a renamed file reads.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -25,6 +29,9 @@ from typing import IO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tailhound.errors import TailhoundError
+
+#: the first bytes of each compressed format readers recognise
+MAGIC: dict[str, bytes] = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd"}
 
 #: Jobs the project knows (others are accepted so that new sources can be recorded first).
 JOBS = ("vllm", "tgi", "nim", "dcgm", "node", "blackbox", "nvml", "netprobe", "streamprobe")
@@ -66,13 +73,61 @@ def write_records(out: IO[str], records: Iterable[ScrapeRecord]) -> int:
     return n
 
 
+class EmptyRecordingError(TailhoundError):
+    """A command that reads recordings read no record at all (an empty, wrong or unreadable file)."""
+
+
+def require_records(count: int, paths: Iterable[str | Path]) -> None:
+    """Raise when `count` records were read from `paths`: nothing to replay is an error, not a success."""
+    if count == 0:
+        names = ", ".join(str(p) for p in paths) or "(no file given)"
+        raise EmptyRecordingError(f"read no records from {names}: is it a recording (JSON lines, "
+                                  "docs/recording-format.md; plain, gzip or zstd)?")
+
+
+def compression_of(path: str | Path) -> str | None:
+    """``gzip``, ``zstd`` or None (plain text), from the file's first bytes."""
+    with Path(path).open("rb") as fh:
+        head = fh.read(4)
+    return next((kind for kind, magic in MAGIC.items() if head.startswith(magic)), None)
+
+
+def open_for_writing(path: str | Path) -> IO[str]:
+    """A text stream writing the recording `path`: gzip-compressed when the name ends in ``.gz``."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in (".zst", ".zstd"):
+        # writing zstd would need an optional package; plain text under a .zst name would not read back
+        raise TailhoundError(f"{p}: recordings are written plain or gzip (.gz); compress with `zstd` afterwards")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".gz":
+        return gzip.open(p, "wt", encoding="utf-8")
+    return p.open("w", encoding="utf-8")
+
+
+def _open_text(p: Path) -> IO[str]:
+    kind = compression_of(p)
+    if kind == "gzip":
+        return gzip.open(p, "rt", encoding="utf-8")
+    if kind == "zstd":
+        import io
+
+        import cramjam
+
+        return io.TextIOWrapper(io.BytesIO(bytes(cramjam.zstd.decompress(p.read_bytes()))), encoding="utf-8")
+    return p.open(encoding="utf-8")
+
+
 def read_records(path: str | Path) -> Iterator[ScrapeRecord]:
-    """Yield the records of a recording in file order; a bad line raises naming the file and line."""
+    """Yield the records of a recording (plain, gzip or zstd) in file order; a bad line raises naming the
+    file and line."""
     p = Path(path)
     try:
-        fh = p.open(encoding="utf-8")
+        fh = _open_text(p)
     except OSError as exc:
         raise RecordingError(str(p), 0, f"cannot open: {exc.strerror}") from None
+    except Exception as exc:  # a corrupt zstd frame (cramjam raises plain errors)
+        raise RecordingError(str(p), 0, f"cannot decompress: {exc}") from None
     with fh:
         for line_no, line in enumerate(fh, 1):
             if not line.strip():

@@ -22,6 +22,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
         "notifier config with Slack, PagerDuty and a signed remediation webhook (secrets from env)",
     ),
     "agent": ("agent.yaml", "node agent config: NVML, engine and dcgm-exporter scrapes, network probes"),
+    "ingest": ("ingest.yaml", "Prometheus ingest config: remote write on loopback, optional federation"),
 }
 
 

@@ -33,13 +33,32 @@ ENV_PREFIX = "TAILHOUND_"
 STATIC_REBALANCE_TIMEOUT_S = 20.0
 
 
+_TEMP_DIRS: list[Path] = []
+
+
+def _temporary_data_dir() -> Path:
+    """One temporary directory per process for workers without streams.data_dir, removed at exit."""
+    if not _TEMP_DIRS:
+        import atexit
+        import shutil
+        import tempfile
+
+        path = Path(tempfile.mkdtemp(prefix="tailhound-worker-"))
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        _TEMP_DIRS.append(path)
+    return _TEMP_DIRS[0]
+
+
 class StreamsSettings(BaseModel):
     """Faust worker tuning. The defaults favour fast failover on a small group."""
 
     model_config = ConfigDict(extra="forbid")
 
     app_id: str = "tailhound-streams"
-    data_dir: Path = Path(".tailhound/streams")
+    #: where Faust keeps its files (and the rocksdb store its tables). Unset: a temporary directory per worker
+    #: process, removed at exit (the memory store rebuilds from the changelogs anyway); rocksdb needs it set.
+    #: Never the working directory: nothing is written where the user did not name.
+    data_dir: Path | None = None
     #: where the worker's tables live: "memory" (rebuilt from the changelogs on every start) or "rocksdb"
     #: (on disk under data_dir, for fleets whose state does not fit in memory; a restart reads the local
     #: database and only the changelog's tail). rocksdb needs the extra: pip install 'tailhound[rocksdb]'
@@ -95,6 +114,16 @@ class StreamsSettings(BaseModel):
     #: and model-stage partition has passed its time (so the incidents do not depend on how partitions
     #: are spread over workers), but never longer than this many wall seconds. 0: arrival order, no wait
     rollup_max_delay_s: Duration = Field(default=10.0, ge=0, le=300)
+
+    @property
+    def effective_data_dir(self) -> Path:
+        """data_dir, or (unset, memory store) this process's temporary one; rocksdb without one is an error."""
+        if self.data_dir is not None:
+            return self.data_dir
+        if self.store == "rocksdb":
+            raise ConfigError("streams.store rocksdb keeps the tables on disk: name the directory with "
+                              "TAILHOUND_STREAMS__DATA_DIR (a persistent volume, one per worker)")
+        return _temporary_data_dir()
 
     @property
     def effective_rebalance_timeout_s(self) -> float:

@@ -157,12 +157,14 @@ def metrics_registry(app: faust.App) -> CollectorRegistry:
 
 def prepare_data_dir(settings: Settings) -> None:
     """Create the worker's data directory with its parents (Faust creates only the last level)."""
-    path = settings.streams.data_dir
+    path = settings.streams.effective_data_dir
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"streams.data_dir {path}: cannot create it: {exc.strerror} "
                           "(set TAILHOUND_STREAMS__DATA_DIR to a writable directory)") from exc
+    if settings.streams.data_dir is None:
+        log.info("streams data dir: %s (temporary, removed at exit; set streams.data_dir to keep one)", path)
 
 
 def run_worker(settings: Settings, rules: RuleSet) -> None:

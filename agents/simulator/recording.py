@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tailhound.agents.render import render_samples
-from tailhound.recording import ScrapeRecord, write_records
+from tailhound.recording import ScrapeRecord, open_for_writing, write_records
 from tailhound.snapshot import Snapshot
 
 from .fleet import FleetSimulator
@@ -34,8 +34,7 @@ def iter_records(sim: FleetSimulator, minutes: float) -> Iterator[ScrapeRecord]:
 
 
 def write_recording(sim: FleetSimulator, minutes: float, path: str | Path) -> int:
-    """Run `sim` for `minutes` of fleet time and write every snapshot to `path`; returns the line count."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
+    """Run `sim` for `minutes` of fleet time and write every snapshot to `path` (gzip for a ``.gz`` name);
+    returns the line count."""
+    with open_for_writing(path) as fh:
         return write_records(fh, iter_records(sim, minutes))

@@ -17,6 +17,11 @@ Stopping (SIGTERM) closes the server first (Prometheus' next attempt fails and i
 restarted service), hands out every open scrape, and flushes the outbox (what the broker does not take
 within the flush time goes to ``publish.buffer.spill_file`` when set). What Prometheus was answered 204 for
 is published unless the process is killed (SIGKILL) before the scrape settled (``settle_s``).
+
+SIGHUP reloads ingest.yaml (:meth:`IngestService.reconfigure`): the receiver (grouping, auth, limits, HA) and
+the federation pull are swapped, their open scrapes handed out first and the outbox kept; ``listen``, ``path``,
+``publish`` and ``max_concurrent_requests`` keep their started values until a restart. An invalid file is
+logged and the running config stays.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tailhound.agents.buffer import Outbox
 from tailhound.agents.sender import SnapshotSender
 from tailhound.catalog import Catalog, default_catalog
+from tailhound.config_reload import restart_only_changes
 from tailhound.ingest.config import IngestServiceConfig
 from tailhound.ingest.dead_letters import DeadLetterQueue
 from tailhound.ingest.federation import FederationPuller
@@ -41,6 +47,9 @@ from tailhound.kafka import ensure_topics
 from tailhound.settings import Settings
 
 log = logging.getLogger("tailhound.ingest")
+
+#: ingest.yaml keys a reload cannot change in a running service (its server and its publisher)
+RESTART_ONLY = ("listen", "path", "publish", "max_concurrent_requests")
 
 #: the dead letters' `topic` field: where the rejected input came from
 ORIGIN_REMOTE_WRITE = "prometheus-remote-write"
@@ -172,6 +181,36 @@ class IngestService:
             self._tasks.append(asyncio.create_task(self._federation_loop(), name="ingest-federation"))
             log.info("federation: pulling %s every %.0f s", self.config.federation.url,
                      self.config.federation.interval_s)
+
+    async def reconfigure(self, new: IngestServiceConfig) -> None:
+        """Swap in a reloaded config: receiver and federation anew (their counters carried over), the
+        server and the outbox as they are."""
+        stays = restart_only_changes(self.config, new, RESTART_ONLY)
+        if stays:
+            log.warning("ingest.yaml: %s changed: kept as started until the service restarts", ", ".join(stays))
+            new = new.model_copy(update={f: getattr(self.config, f) for f in stays})
+        receiver_config = new.receiver_config()  # reads the token files: a missing one fails the reload here
+        loop = asyncio.get_running_loop()
+        old = self.receiver
+        self._publish(await loop.run_in_executor(self._thread, old.close), ORIGIN_REMOTE_WRITE)
+        self.ha = HaTracker(new.ha) if new.ha is not None else None
+        receiver = RemoteWriteIngest(receiver_config, builder=old.builder, backlog=self.backlog, ha=self.ha)
+        receiver.stats, receiver.grouper.stats = old.stats, old.grouper.stats
+        self.receiver = receiver
+        self.server.max_body_bytes = receiver_config.limits.max_body_bytes
+        self.server.retry_after_s = receiver_config.retry_after_s
+        for task in [t for t in self._tasks if t.get_name() == "ingest-federation"]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            self._tasks.remove(task)
+        if self.puller is not None:
+            with contextlib.suppress(Exception):
+                await self.puller.close()
+        self.config = new
+        self.puller = FederationPuller(new.federation, catalog=self.catalog) if new.federation else None
+        if self.puller is not None:
+            self._tasks.append(asyncio.create_task(self._federation_loop(), name="ingest-federation"))
 
     async def stop(self, flush_timeout_s: float = 5.0) -> None:
         """Stop taking requests, publish every open scrape, flush (bounded: a few seconds with the broker gone)."""

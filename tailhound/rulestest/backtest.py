@@ -30,6 +30,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from tailhound.durations import parse_duration
 from tailhound.errors import TailhoundError
 from tailhound.incident import IncidentEvent
+from tailhound.recording import require_records
 from tailhound.vocabulary import RootCause
 from tailhound.yamlfile import load_yaml_model
 
@@ -367,6 +368,7 @@ def replay(paths: list[Path], rules_dir: Path, label: str, sla: dict | None, pro
             yield rec
 
     res = replay_records(records(), rs, sla=sla)
+    require_records(res.records, paths)
     return Replayed(label=label, rules_dir=str(rules_dir), rule_names=[r.name for r in rs.rules],
                     symptoms={r.name for r in rs.rules if r.symptom}, events=res.events,
                     incidents=fold_incidents(res.events), records=res.records, snapshots=res.snapshots,

@@ -4,10 +4,10 @@
 :func:`tailhound.recording.read_records`, with three differences that matter for recordings copied off a
 running agent:
 
-- ``.gz`` files are read with :mod:`gzip`; ``.zst`` / ``.zstd`` files with the ``zstandard`` package when
+- gzip files are read with :mod:`gzip`; zstd files with the ``zstandard`` package when
   it is installed (streamed), else with cramjam (a tailhound dependency; the whole file is decompressed in
   memory, and a cut-off zstd frame cannot be read at all: install ``zstandard`` or decompress it with
-  ``zstd -dc``);
+  ``zstd -dc``); the format is told by the first bytes, whatever the name;
 - a last line that does not parse and has no newline (the writer was stopped mid-line), or a compressed
   stream that ends early, is a warning (``warn``), not a failure: everything before it is used;
 - :class:`ReadProgress` counts records and compressed bytes read, for a progress line on long runs.
@@ -30,7 +30,7 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from tailhound.recording import RecordingError, ScrapeRecord
+from tailhound.recording import RecordingError, ScrapeRecord, compression_of
 
 Warn = Callable[[str], None]
 
@@ -109,12 +109,12 @@ class _EndsEarly(io.RawIOBase):
 
 
 def _open_text(path: Path) -> tuple[IO[str], IO[bytes], _EndsEarly | None]:
+    kind = compression_of(path)
     raw = path.open("rb")
-    suffix = path.suffix.lower()
-    if suffix == ".gz":
+    if kind == "gzip":
         stream = _EndsEarly(gzip.GzipFile(fileobj=raw, mode="rb"))
         return io.TextIOWrapper(io.BufferedReader(stream), encoding="utf-8"), raw, stream
-    if suffix in (".zst", ".zstd"):
+    if kind == "zstd":
         try:
             zstandard = importlib.import_module("zstandard")  # optional: streamed when present
         except ImportError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tailhound.agents.config import AgentConfig, load_agent_config, parse_agent_config
@@ -18,6 +19,7 @@ EXAMPLE = ROOT / "tailhound" / "examples" / "agent.yaml"
 def env(monkeypatch):
     monkeypatch.setenv("NODE_NAME", "gpu-node-1")
     monkeypatch.setenv("NODE_IP", "10.0.0.11")
+    monkeypatch.setenv("LLM_PUBLIC_URL", "https://llm.example.com")
     monkeypatch.delenv("CLUSTER_NAME", raising=False)
     return monkeypatch
 
@@ -26,16 +28,33 @@ def test_example_loads_with_every_collector(env):
     cfg = load_agent_config(EXAMPLE)
     assert cfg.node == "gpu-node-1"
     assert cfg.labels == {"cluster": "dev", "region": "eu-west-1"}
-    assert cfg.listen == "0.0.0.0:9464"
+    assert cfg.listen == "127.0.0.1:9464"
     assert [t.job for t in cfg.scrape] == ["vllm", "tgi", "nim", "dcgm", "node", "blackbox"]
     assert cfg.scrape[0].url == "http://10.0.0.11:8000/metrics"
     assert cfg.nvml is not None and cfg.nvml.enabled
     assert cfg.procnet is not None and cfg.tcp_connect is not None and cfg.hops is not None
     assert len(cfg.nginx) == 1 and len(cfg.stream_probe) == 1
-    assert cfg.publish.buffer.spill_file == Path("/var/lib/tailhound/agent/outbox.jsonl")
+    assert cfg.publish.buffer.spill_file is None
     set_fields = set(cfg.model_dump(exclude_unset=True))
     missing = set(AgentConfig.model_fields) - set_fields
     assert not missing, f"the example leaves out {missing}"
+
+
+def test_example_runs_as_shipped_with_no_variable_set_and_probes_only_this_host(monkeypatch):
+    for var in ("NODE_NAME", "NODE_IP", "CLUSTER_NAME", "AGENT_LISTEN", "KAFKA_HOST", "PEER_NODE", "LLM_PUBLIC_URL",
+                "TAILHOUND_AGENT_SPILL_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = load_agent_config(EXAMPLE)
+    assert cfg.node is None and cfg.listen == "127.0.0.1:9464" and cfg.publish.buffer.spill_file is None
+    hosts = {t.host for t in cfg.tcp_connect.targets} | {t.host for t in cfg.hops.targets}
+    hosts |= {httpx.URL(p.endpoint).host for p in cfg.stream_probe} | {httpx.URL(t.url).host for t in cfg.scrape}
+    hosts |= {httpx.URL(n.url).host for n in cfg.nginx}
+    assert hosts == {"127.0.0.1"}
+    monkeypatch.setenv("AGENT_LISTEN", "0.0.0.0:9464")
+    monkeypatch.setenv("TAILHOUND_AGENT_SPILL_FILE", "/var/lib/tailhound/agent/outbox.jsonl")
+    cfg = load_agent_config(EXAMPLE)
+    assert cfg.listen == "0.0.0.0:9464"
+    assert cfg.publish.buffer.spill_file == Path("/var/lib/tailhound/agent/outbox.jsonl")
 
 
 def test_example_defaults_apply_without_the_optional_variables(env):

@@ -3,6 +3,7 @@ checked against the CLI, the example agent config and the catalog they refer to.
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import yaml
@@ -48,12 +49,13 @@ def test_the_agent_unit_runs_the_cli_unprivileged_with_the_example_paths():
         assert flag in options, f"tailhound agent has no {flag}"
     assert args[args.index("--config") + 1] == "/etc/tailhound/agent.yaml"
     assert svc["Restart"] == ["on-failure"] and int(svc["TimeoutStopSec"][0]) <= 30
-    # unsent snapshots spill where the example config puts them, inside the unit's state directory
+    # unsent snapshots spill where the unit's env puts the example config's spill file: in its state directory
     example = yaml.safe_load((ROOT / "tailhound" / "examples" / "agent.yaml").read_text().replace("${", "$ {"))
-    spill = example["publish"]["buffer"]["spill_file"]
-    assert spill.startswith("/var/lib/" + svc["StateDirectory"][0] + "/")
-    assert u["Install"]["WantedBy"] == ["multi-user.target"]
+    assert example["publish"]["buffer"]["spill_file"] == "$ {TAILHOUND_AGENT_SPILL_FILE:-null}"
     env = (SYSTEMD / "agent.env.example").read_text()
+    spill = re.search(r"^TAILHOUND_AGENT_SPILL_FILE=(\S+)$", env, re.M)
+    assert spill and spill.group(1).startswith("/var/lib/" + svc["StateDirectory"][0] + "/")
+    assert u["Install"]["WantedBy"] == ["multi-user.target"]
     assert svc["EnvironmentFile"] == ["/etc/tailhound/agent.env"] and "TAILHOUND_BROKER=" in env
     sysusers = [ln.split() for ln in (SYSTEMD / "tailhound.sysusers.conf").read_text().splitlines()
                 if ln.strip() and not ln.startswith("#")]

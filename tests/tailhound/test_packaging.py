@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 import tomllib
 import zipfile
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.wheel_install import run_checked, session_install
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -107,52 +108,13 @@ def test_license_file_is_shipped():
 # --- the wheel, outside the checkout ---------------------------------------------------------------------
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
-    said = f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    assert r.returncode == 0, f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{said}"
-    return r
-
-
-def _checkout_copy(dest: Path) -> Path:
-    """The files git would commit (tracked and not ignored), so the build sees what a fresh clone has."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            (dest / rel).write_bytes(src.read_bytes())
-    return dest
+_run = run_checked
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
-    """Build the wheel with `python -m build`, install it into a fresh virtualenv with pip (no index: its
-    dependencies come from this environment, less tailhound itself), return the venv and an empty dir."""
-    base = tmp_path_factory.mktemp("wheel")
-    src = _checkout_copy(base / "src")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TAILHOUND_", "PYTHON", "VIRTUAL_ENV"))}
-    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist"), str(src)],
-         cwd=base, env=env)
-    wheel = next((base / "dist").glob("tailhound-*.whl"))
-
-    # the test environment's packages without tailhound (its editable install must not be seen)
-    deps = base / "deps"
-    deps.mkdir()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not entry.name.lower().startswith(("tailhound", "__editable__", "_tailhound", "__pycache__")):
-            (deps / entry.name).symlink_to(entry)
-    venv = base / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=base, env=env)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "test-deps.pth").write_text(f"{deps}\n")
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--quiet", str(wheel)],
-         cwd=base, env=env)
-    empty = base / "empty"
-    empty.mkdir()
-    return {"wheel": wheel, "venv": venv, "empty": empty, "env": env}
+    """The wheel in a fresh virtualenv (tests/wheel_install.py, built once per session), and an empty dir."""
+    return session_install(tmp_path_factory)
 
 
 def _tailhound(installed: dict, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -218,8 +180,8 @@ def test_short_demo_from_an_empty_directory(installed):
 @pytest.mark.slow
 @pytest.mark.broker
 def test_worker_starts_from_an_empty_directory(installed, tmp_path):
-    """No config, no broker, no data directory: the worker starts the bundled broker, creates
-    .tailhound/streams with its parents, becomes ready, and stops cleanly on SIGTERM."""
+    """No config, no broker, no data directory: the worker starts the bundled broker, becomes ready without
+    writing in its working directory (its data dir is a temporary one), and stops cleanly on SIGTERM."""
     cwd = tmp_path / "fresh"
     cwd.mkdir()
     log = tmp_path / "worker.log"
@@ -234,7 +196,7 @@ def test_worker_starts_from_an_empty_directory(installed, tmp_path):
         text = log.read_text()
         assert proc.poll() is None, f"the worker exited {proc.returncode}:\n{text[-3000:]}"
         assert "[^Worker]: Ready" in text, text[-3000:]
-        assert (cwd / ".tailhound" / "streams").is_dir()
+        assert list(cwd.iterdir()) == [], "nothing is written where the user did not name"
         assert "Traceback" not in text, text[-3000:]
     finally:
         if proc.poll() is None:
