@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from tailhound.config_errors import validation_problem
 from tailhound.durations import Duration
-from tailhound.errors import ConfigFileError
+from tailhound.errors import ConfigError, ConfigFileError
 from tailhound.resources import default_rules_dir
 from tailhound.snapshot import LIMITS
 from tailhound.yamlfile import compose_strict, file_error, mapping_key, mapping_value
