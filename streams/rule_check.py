@@ -220,7 +220,7 @@ def _placeholder_problems(node: yaml.Node, origin: str, prefix: str) -> Iterator
             line = item.start_mark.line + 1
             col = item.start_mark.column + 1 + quote + m.start() if "\n" not in text[:m.start()] else None
             yield Problem(origin, line, col, f"{prefix}action placeholder {m.group(0)} names nothing this rule "
-                          "reports (it would reach people as literal text)",
+                          "reports (people would read n/a)",
                           _nearest(m.group(1), valid, "placeholders: node, gpus, model, engine, and the signals "
                                    "of the rule's conditions and context"))
 

@@ -51,15 +51,15 @@ def test_every_problem_of_the_file_at_its_line_and_column_with_a_hint(tmp_path):
         f"{f}:9:24: rule hot: unknown signal 'gpu.temprature' (did you mean 'gpu.temperature'?)",
         f"{f}:11:9: duplicate key 'for' (first at line 10; YAML keeps only the last one)",
         f"{f}:12:19: rule hot: severity: Input should be 'info', 'warning' or 'critical' (did you mean 'critical'?)",
-        f"{f}:14:26: rule hot: action placeholder {{gpuz}} names nothing this rule reports (it would reach people "
-        "as literal text) (did you mean 'gpus'?)",
+        f"{f}:14:26: rule hot: action placeholder {{gpuz}} names nothing this rule reports (people would "
+        "read n/a) (did you mean 'gpus'?)",
         f"{f}:15: rule 'hot' is defined twice (also at {f}:4)",
         f"{f}:15:9: rule hot: missing key 'when'",
         f"{f}:17:9: rule hot: unknown key 'whn' (did you mean 'when'?)",
         f"{f}:21:24: rule fine: signal gpu.temperature is per gpu, the rule's scope is node (add `reduce: "
         "max|min|mean|sum|count` to fold it onto the rule's scope)",
-        f"{f}:23:36: rule fine: action placeholder {{max(gpu.temperature)}} names nothing this rule reports (it "
-        "would reach people as literal text) (did you mean 'gpu.temperature'?)",
+        f"{f}:23:36: rule fine: action placeholder {{max(gpu.temperature)}} names nothing this rule reports "
+        "(people would read n/a) (did you mean 'gpu.temperature'?)",
     ]
 
 
