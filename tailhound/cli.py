@@ -505,7 +505,8 @@ def rules_backtest(
     sys.stdout.write(render_backtest_json(report) if fmt == "json" else render_backtest_table(report))
 
 
-baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True)
+baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models; fitting needs the `fit` "
+                                "extra: pip install 'tailhound[fit]').", no_args_is_help=True)
 app.add_typer(baseline_app, name="baseline")
 
 
@@ -516,10 +517,21 @@ def baseline_fit(
     signal: Annotated[str, typer.Option(help="Latency percentile to model.")] = "latency.ttft.p95",
     quantile: Annotated[float, typer.Option(help="Quantile of the regression.")] = 0.95,
 ) -> None:
-    """Fit the expected `signal` for a given load (token mix, concurrency) from recordings."""
+    """Fit the expected `signal` for a given load (token mix, concurrency) from recordings (needs the `fit` extra:
+    pip install 'tailhound[fit]')."""
     from tailhound.recording import read_records
     from tailhound.streams.loadfit import training_rows
-    from tailhound.streams.loadmodel import LoadModel
+    from tailhound.streams.loadmodel import LoadModel, require_fit_dependencies
+
+    # before reading the recordings: a missing extra should not cost a replay of them first
+    try:
+        require_fit_dependencies()
+    except TailhoundError as exc:
+        # printed here, escaped: main()'s markup would take the hint's "[fit]" for a style tag
+        from rich.markup import escape
+
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
 
     def records():
         for p in recordings:
