@@ -524,14 +524,7 @@ def baseline_fit(
     from tailhound.streams.loadmodel import LoadModel, require_fit_dependencies
 
     # before reading the recordings: a missing extra should not cost a replay of them first
-    try:
-        require_fit_dependencies()
-    except TailhoundError as exc:
-        # printed here, escaped: main()'s markup would take the hint's "[fit]" for a style tag
-        from rich.markup import escape
-
-        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(2) from None
+    require_fit_dependencies()
 
     def records():
         for p in recordings:
@@ -632,7 +625,10 @@ def main() -> None:
     try:
         app()
     except TailhoundError as exc:
-        err_console.print(f"[red]error:[/] {exc}", highlight=False)
+        from rich.markup import escape
+
+        # escaped: a message's "[fit]" or "[0]" is text, not a style tag
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted; everything stopped")

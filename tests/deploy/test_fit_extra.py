@@ -145,6 +145,35 @@ def test_baseline_fit_with_the_extra_writes_the_model(fitted, tmp_path):
     assert LoadModel.load(tmp_path / "m.json").signal == "latency.ttft.p95"
 
 
+def test_capacity_knees_without_numpy_say_how_to_install_it(tmp_path):
+    """numpy left the base install: `tailhound capacity` (the loadtest extra) names the extra instead of a
+    traceback."""
+    code = """
+from tailhound.capacity.knees import find_knee
+from tailhound.errors import TailhoundError
+try:
+    find_knee([1, 2, 4, 8, 16, 32], [0.1, 0.1, 0.11, 0.12, 0.4, 1.5])
+except TailhoundError as exc:
+    print('HINT', exc)
+"""
+    proc = child(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HINT finding knees needs numpy: pip install 'tailhound[loadtest]'" in proc.stdout
+    assert loaded(proc) == []
+
+
+def test_error_messages_keep_their_brackets(tmp_path):
+    """The CLI (main) prints a TailhoundError as text: an install hint's "[fit]" is not taken for markup."""
+    code = cli("baseline", "fit", "missing.jsonl", "--out", "m.json").replace(
+        "from tailhound.cli import main", "from tailhound.cli import main\n"
+        "import tailhound.streams.loadfit as lf\nfrom tailhound.errors import TailhoundError\n"
+        "def fails(*args, **kwargs):\n    raise TailhoundError('x [fit] y [0]')\n"
+        "lf.training_rows = fails")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert exit_code(proc) == 2 and "x [fit] y [0]" in proc.stderr, proc.stdout + proc.stderr
+
+
 def test_the_fit_extra_holds_scikit_learn_and_the_base_install_does_not():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     names = {extra: {r.split(">")[0].split("<")[0].split("[")[0].strip() for r in reqs}
