@@ -6,7 +6,9 @@
 #   docker run --rm -e TAILHOUND_BROKER=kafka://kafka:9092 tailhound:dev simulate --speed 60
 #
 # Every runtime dependency ships as a manylinux wheel for CPython 3.11, so the slim image needs no
-# compiler. No HEALTHCHECK: the worker is a Kafka consumer with no HTTP endpoint; liveness is the process.
+# compiler. The package is installed without extras: no scikit-learn (`tailhound[fit]`, only `baseline fit`
+# needs it) and no broker. No HEALTHCHECK: the image runs several processes, each with its own endpoint
+# (below); the orchestrator probes the one it runs (deploy/kubernetes, docker-compose.yml).
 
 ARG PYTHON_VERSION=3.11
 
@@ -45,8 +47,13 @@ WORKDIR /app
 # to use your own rules, mount a directory and point TAILHOUND_RULES_DIR at it.
 
 USER 10001:10001
-# Node agent /metrics (tailhound agent); the worker listens on nothing.
-EXPOSE 9464
+# What each process serves (all loopback by default: set the listen address to 0.0.0.0:PORT in a container):
+#   9096  worker: /metrics, /-/healthy, /-/ready, POST /-/reload     (TAILHOUND_STREAMS__WEB_LISTEN)
+#   9095  notifier API and incident console (the worker's notifier, or `tailhound notifier run`)
+#                                                                    (TAILHOUND_NOTIFIER__API_LISTEN)
+#   9097  ingest: POST /api/v1/write, /metrics, /-/healthy, /-/ready (`listen:` in ingest.yaml)
+#   9464  agent: /metrics, /-/healthy, /-/ready                      (`listen:` in agent.yaml)
+EXPOSE 9096 9095 9097 9464
 
 ENTRYPOINT ["tailhound"]
 CMD ["worker"]

@@ -4,8 +4,9 @@ One model per signal (``latency.ttft.p95``, ``latency.tpot.p95``) predicts the w
 window's load: mean prompt and generated tokens per request, mean running and waiting requests, and
 the request rate (:class:`WindowFeatures`).
 
-Fitting imports numpy and scikit-learn (``LoadModel.fit``, offline); predicting is a dot product in plain
-Python, so the worker never loads them (worker start-up 1.82 s -> 0.90 s, see BENCHMARKS.md).
+Fitting imports numpy and scikit-learn (``LoadModel.fit``, offline; the ``fit`` extra,
+``pip install 'tailhound[fit]'``); predicting is a dot product in plain Python over the artifact's JSON, so
+the worker neither loads nor needs them (worker start-up 1.82 s -> 0.90 s, see BENCHMARKS.md).
 
 Model: a linear quantile regression (``sklearn.linear_model.QuantileRegressor``, pinball loss at the
 0.95 quantile, ``solver="highs"``, a small L1 penalty of ``alpha`` x the median target) on a few
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tailhound.errors import ConfigError
+from tailhound.errors import ConfigError, TailhoundError
 
 from .baseline import RollingBaseline
 
@@ -60,6 +61,18 @@ DEFAULT_HOLDOUT = 0.2
 DEFAULT_MARGIN = 0.1
 MIN_FLOOR_S = 1e-4
 MIN_ROWS = 40
+#: what ``tailhound baseline fit`` says when the ``fit`` extra is not installed
+FIT_INSTALL_HINT = "pip install 'tailhound[fit]'"
+
+
+def require_fit_dependencies() -> None:
+    """Raise a TailhoundError with the install command when numpy or scikit-learn cannot be imported."""
+    try:
+        import numpy  # noqa: F401
+        import sklearn.linear_model  # noqa: F401
+    except ImportError as exc:
+        raise TailhoundError(f"fitting a load model needs scikit-learn and numpy, the `fit` extra ({exc.name} is "
+                             f"not installed): {FIT_INSTALL_HINT}") from None
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,7 @@ class LoadModel:
         """Fit on all rows; the reported fit quality comes from a fit on the oldest rows scored on the newest.
         numpy and scikit-learn are imported here, not with the module: a worker that only predicts never
         loads them."""
+        require_fit_dependencies()
         import numpy as np
         import sklearn
         from sklearn.metrics import mean_pinball_loss

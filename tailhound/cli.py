@@ -507,7 +507,8 @@ def rules_backtest(
     sys.stdout.write(render_backtest_json(report) if fmt == "json" else render_backtest_table(report))
 
 
-baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True)
+baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models; fitting needs the `fit` "
+                                "extra: pip install 'tailhound[fit]').", no_args_is_help=True)
 app.add_typer(baseline_app, name="baseline")
 
 
@@ -518,10 +519,14 @@ def baseline_fit(
     signal: Annotated[str, typer.Option(help="Latency percentile to model.")] = "latency.ttft.p95",
     quantile: Annotated[float, typer.Option(help="Quantile of the regression.")] = 0.95,
 ) -> None:
-    """Fit the expected `signal` for a given load (token mix, concurrency) from recordings."""
+    """Fit the expected `signal` for a given load (token mix, concurrency) from recordings (needs the `fit` extra:
+    pip install 'tailhound[fit]')."""
     from tailhound.recording import read_records
     from tailhound.streams.loadfit import training_rows
-    from tailhound.streams.loadmodel import LoadModel
+    from tailhound.streams.loadmodel import LoadModel, require_fit_dependencies
+
+    # before reading the recordings: a missing extra should not cost a replay of them first
+    require_fit_dependencies()
 
     def records():
         for p in recordings:
@@ -622,7 +627,10 @@ def main() -> None:
     try:
         app()
     except TailhoundError as exc:
-        err_console.print(f"[red]error:[/] {exc}", highlight=False)
+        from rich.markup import escape
+
+        # escaped: a message's "[fit]" or "[0]" is text, not a style tag
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted; everything stopped")

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tailhound.capacity.model import Knee
+from tailhound.errors import TailhoundError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -184,7 +185,11 @@ def _hinge(x: np.ndarray, y: np.ndarray, w: np.ndarray, k: float) -> _Line:
 
 
 def _fit_space(xs: list[float], ys: list[float], space: str, continuous: bool) -> SegmentFit | None:
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:
+        # numpy is the loadtest extra's, not a base dependency
+        raise TailhoundError("finding knees needs numpy: pip install 'tailhound[loadtest]'") from None
 
     x = np.asarray(xs, dtype=float)
     raw = np.maximum(np.asarray(ys, dtype=float), MIN_LATENCY_S)

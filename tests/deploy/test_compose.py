@@ -372,3 +372,35 @@ def test_dockerfile_uses_the_rules_inside_the_package(dockerfile):
     for rest in dockerfile.all("COPY"):
         sources, flags = copy_sources(rest)
         assert "from" in flags or not any(s.rstrip("/") == "rules" for s in sources), rest
+
+
+def test_every_published_port_is_on_the_hosts_loopback(raw_services):
+    """Nothing in compose authenticates by default (Kafka, the worker's endpoint, the ingest without a token):
+    a port published on 0.0.0.0 would be open to the host's network."""
+    for name, svc in raw_services.items():
+        for port in svc.get("ports", []):
+            spec = port if isinstance(port, dict) else None
+            if spec is not None:
+                assert spec.get("host_ip") == "127.0.0.1", f"{name}: {port}"
+                continue
+            parts = str(port).split(":")
+            assert len(parts) == 3 and parts[0] == "127.0.0.1", f"{name}: {port!r} is not bound to 127.0.0.1"
+
+
+def test_dockerfile_exposes_every_process_port(dockerfile):
+    """The worker's endpoint, the notifier API/console, the ingest and the agent, from their defaults in the code."""
+    from tailhound.agents.config import AgentConfig
+    from tailhound.ingest.config import DEFAULT_LISTEN
+    from tailhound.settings import NotifierSettings, StreamsSettings
+
+    def port(listen: str) -> str:
+        return listen.rpartition(":")[2]
+
+    wanted = {port(StreamsSettings().web_listen), port(NotifierSettings().api_listen), port(DEFAULT_LISTEN),
+              port(AgentConfig.model_fields["listen"].default)}
+    exposed = {p.split("/")[0] for rest in dockerfile.all("EXPOSE") for p in rest.split()}
+    assert exposed == wanted, f"EXPOSE {sorted(exposed)}, the processes serve {sorted(wanted)}"
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "no HTTP endpoint" not in text and "listens on nothing" not in text
+    for p in wanted:
+        assert re.search(rf"^#\s+{p}\s+\S", text, re.M), f"the Dockerfile does not say what port {p} serves"

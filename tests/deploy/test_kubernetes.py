@@ -379,7 +379,8 @@ def test_agent_metrics_port_is_exposed_and_probed(applied):
     ds = one(applied, "DaemonSet", "tailhound-agent")
     (c,) = ds["spec"]["template"]["spec"]["containers"]
     assert _ports(c) == {"metrics": 9464}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
     annotations = ds["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "9464" and annotations["prometheus.io/scrape"] == "true"
 
@@ -694,8 +695,8 @@ def test_agent_daemonset(applied):
     assert c["securityContext"].get("privileged", False) is False
     res = c["resources"]
     assert quantity(res["requests"]["cpu"]) == quantity("50m") and quantity(res["limits"]["cpu"]) == quantity("200m")
-    assert quantity(res["requests"]["memory"]) == quantity("64Mi")
-    assert quantity(res["limits"]["memory"]) == quantity("128Mi")
+    # the memory limit is sized in tests/deploy/test_agent_memory.py
+    assert quantity(res["requests"]["memory"]) <= quantity(res["limits"]["memory"])
     assert "TAILHOUND_BROKER" in _container_env(applied, c)
 
 
@@ -724,7 +725,10 @@ def test_agent_config_is_mounted_where_the_command_reads_it_and_validates(applie
     assert cfg.node == "gpu-node-1" and cfg.listen == "0.0.0.0:9464"
     assert cfg.scrape and all(t.url.startswith("http://10.0.0.11:") for t in cfg.scrape)
     assert cfg.nvml is not None and cfg.nvml.enabled and cfg.procnet is not None and cfg.tcp_connect is not None
-    assert {c.job for c in build_collectors(cfg)} >= {"vllm", "dcgm", "nvml", "node", "netprobe"}
+    jobs = [c.job for c in build_collectors(cfg)]
+    assert set(jobs) >= {"vllm", "nvml", "node", "netprobe"}
+    # one GPU source and one TCP-counter source: dcgm-exporter OR nvml, node_exporter OR procnet (docs/agent.md)
+    assert "dcgm" not in jobs and not any(t.job == "node" for t in cfg.scrape), jobs
     spill = cfg.publish.buffer.spill_file  # the root filesystem is read-only: it must be on a writable emptyDir
     on = [m for m in c["volumeMounts"] if spill and PurePosixPath(m["mountPath"]) in PurePosixPath(str(spill)).parents]
     assert spill is None or on, f"{spill} is not on a volume"

@@ -32,7 +32,10 @@ SCRAPE_STATIC = PROM_DIR / "prometheus.yml"
 SCRAPE_K8S = PROM_DIR / "prometheus-kubernetes.yml"
 OPERATIONS = ROOT / "docs" / "operations.md"
 
-WORKER_JOB, AGENT_JOB = "tailhound-worker", "tailhound-agent"
+WORKER_JOB, AGENT_JOB, INGEST_JOB = "tailhound-worker", "tailhound-agent", "tailhound-ingest"
+JOBS = {WORKER_JOB, AGENT_JOB, INGEST_JOB}
+#: metric prefix -> the only job that exposes it
+JOB_OF_PREFIX = {"tailhound_agent_": AGENT_JOB, "tailhound_ingest_": INGEST_JOB}
 #: series Prometheus writes itself for every target
 SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
              "scrape_series_added"}
@@ -108,10 +111,20 @@ def families(tmp_path_factory) -> dict[str, str]:
     return _families(tmp_path_factory.mktemp("rules"))
 
 
+def _ingest_families() -> dict[str, str]:
+    """The Prometheus ingest's registry (its families are described in docs/prometheus.md)."""
+    from tailhound.ingest.metrics import IngestMetrics
+
+    metrics = IngestMetrics()
+    metrics.watch(lambda: {"late_samples": 0}, lambda: {"pending_samples": 0.0, "open_scrapes": 0.0})
+    return {family.name: family.type for family in metrics.registry.collect()}
+
+
 @pytest.fixture(scope="module")
 def defined(families) -> set[str]:
-    """Every series name the code can expose."""
-    return {name + suffix for name, kind in families.items() for suffix in _SUFFIXES.get(kind, ("",))}
+    """Every series name the code can expose (worker, agent, ingest)."""
+    every = families | _ingest_families()
+    return {name + suffix for name, kind in every.items() for suffix in _SUFFIXES.get(kind, ("",))}
 
 
 def documented_name(name: str, kind: str) -> str:
@@ -312,12 +325,21 @@ def test_alerts_cover_tailhound_and_name_only_defined_metrics(alert_groups, defi
         names = promql_metric_names(rule["expr"])
         assert names and names <= defined | SYNTHETIC, f"{name}: {sorted(names - defined - SYNTHETIC)} undefined"
         jobs = set(re.findall(r'job="([^"]+)"', rule["expr"]))
-        assert jobs and jobs <= {WORKER_JOB, AGENT_JOB}, f"{name}: select the scrape configs' job ({jobs})"
-        assert (AGENT_JOB in jobs) == any(n.startswith("tailhound_agent_") for n in names), name
+        assert jobs and jobs <= JOBS, f"{name}: select the scrape configs' job ({jobs})"
+        for prefix, job in JOB_OF_PREFIX.items():
+            if any(n.startswith(prefix) for n in names):
+                assert jobs == {job}, f"{name}: {prefix}* metrics come from job {job} only"
         assert rule["labels"]["severity"] in ("warning", "critical"), name
         ann = rule["annotations"]
         assert ann.get("summary") and ann.get("description"), name
         assert ann["runbook_url"].endswith("docs/operations.md#" + name.lower()), name
+
+
+def test_every_scraped_job_has_a_down_alert(alert_groups):
+    """A process Prometheus cannot reach says nothing about itself: `up == 0` is the only alert that sees it."""
+    ups = {j for r in alert_rules(alert_groups).values()
+           for j in re.findall(r'^up\{job="([^"]+)"\} == 0$', r["expr"].strip())}
+    assert ups == JOBS, f"no `up == 0` alert for {sorted(JOBS - ups)}"
 
 
 def test_the_prometheusrule_holds_the_same_groups(alert_groups):
@@ -373,7 +395,7 @@ def test_static_scrape_config(tmp_path):
     cfg = _load(SCRAPE_STATIC)[0]
     assert cfg["rule_files"] == [ALERTS.name]
     jobs = {sc["job_name"]: sc for sc in cfg["scrape_configs"]}
-    assert set(jobs) == {WORKER_JOB, AGENT_JOB}
+    assert set(jobs) == JOBS
     worker_port = int(StreamsSettings().web_listen.rpartition(":")[2])
     assert worker_port == 9096 == _metrics_port(_k8s("StatefulSet", "tailhound-worker"))
     agent_yaml = _k8s("ConfigMap", "tailhound-agent-config")["data"]["agent.yaml"]
@@ -381,7 +403,8 @@ def test_static_scrape_config(tmp_path):
                                       origin="agent-configmap.yaml").listen
     agent_port = int(agent_listen.rpartition(":")[2])
     assert agent_port == 9464 == _metrics_port(_k8s("DaemonSet", "tailhound-agent"))
-    for job, port in ((WORKER_JOB, worker_port), (AGENT_JOB, agent_port)):
+    ingest_port = _process_port("ingest")
+    for job, port in ((WORKER_JOB, worker_port), (AGENT_JOB, agent_port), (INGEST_JOB, ingest_port)):
         sc = jobs[job]
         assert sc.get("metrics_path", "/metrics") == "/metrics" and not sc.get("honor_labels")
         targets_ = [t for s in sc["static_configs"] for t in s["targets"]]
@@ -404,11 +427,11 @@ def _relabel(rules: list[dict], labels: dict[str, str]) -> dict[str, str] | None
     return labels
 
 
-def _pod_target(workload: dict) -> dict[str, str]:
-    """The meta labels Kubernetes pod discovery gives a workload's metrics port."""
+def _pod_target(workload: dict, port_name: str = "metrics") -> dict[str, str]:
+    """The meta labels Kubernetes pod discovery gives a workload's port `port_name`."""
     tmpl = workload["spec"]["template"]
     (c,) = tmpl["spec"]["containers"]
-    (port,) = [p for p in c["ports"] if p["name"] == "metrics"]
+    (port,) = [p for p in c["ports"] if p["name"] == port_name]
     labels = {f"__meta_kubernetes_pod_label_{re.sub(r'[^A-Za-z0-9_]', '_', k)}": v
               for k, v in tmpl["metadata"]["labels"].items()}
     return labels | {"__meta_kubernetes_pod_container_port_name": port["name"], "__meta_kubernetes_namespace":
@@ -437,12 +460,13 @@ def test_kubernetes_sd_scrape_config(tmp_path):
 def test_operator_kustomization_lists_the_monitors_and_the_rule():
     (k,) = _load(PROM_DIR / "kustomization.yaml")
     assert k["namespace"] == "tailhound"
-    assert set(k["resources"]) == {"servicemonitor.yaml", "podmonitor.yaml", "prometheusrule.yaml"}
+    assert set(k["resources"]) == {"servicemonitor.yaml", "servicemonitor-ingest.yaml", "podmonitor.yaml",
+                                   "prometheusrule.yaml"}
     for f in k["resources"]:
         (doc,) = _load(PROM_DIR / f)
         assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["metadata"]["namespace"] == "tailhound"
     kube = _load(K8S_DIR / "kustomization.yaml")[0]["resources"]
-    assert not {"servicemonitor.yaml", "podmonitor.yaml"} & set(kube), "CRD objects would break kubectl apply -k"
+    assert not set(k["resources"]) & set(kube), "CRD objects would break kubectl apply -k"
 
 
 def _relabelings_job(rules: list[dict]) -> str | None:
@@ -485,6 +509,30 @@ def test_podmonitor_selects_the_agent_pods():
     (ep,) = pm["spec"]["podMetricsEndpoints"]
     assert ep["port"] == "metrics" and _metrics_port(ds) == 9464 and ep["path"] == "/metrics"
     assert _relabelings_job(ep["relabelings"]) == AGENT_JOB
+
+
+# --- every process's metrics port, by name -------------------------------------------------------------------------
+#: process -> (workload kind, name): where each process runs in deploy/kubernetes
+PROCESSES = {"worker": ("StatefulSet", "tailhound-worker"), "agent": ("DaemonSet", "tailhound-agent"),
+             "ingest": ("Deployment", "tailhound-ingest")}
+
+
+def _process_port(process: str) -> int:
+    """The port the process serves /metrics on, from its own configuration in the manifests."""
+    from tailhound.agents.config import parse_agent_config
+    from tailhound.ingest.config import parse_ingest_config
+
+    if process == "worker":
+        (c,) = _k8s("StatefulSet", "tailhound-worker")["spec"]["template"]["spec"]["containers"]
+        listen = {e["name"]: e.get("value") for e in c["env"]}["TAILHOUND_STREAMS__WEB_LISTEN"]
+    elif process == "agent":
+        text = _k8s("ConfigMap", "tailhound-agent-config")["data"]["agent.yaml"]
+        listen = parse_agent_config(text.replace("${NODE_NAME}", "n").replace("${NODE_IP}", "10.0.0.1"),
+                                    origin="agent-configmap.yaml").listen
+    else:
+        text = _k8s("ConfigMap", "tailhound-ingest-config")["data"]["ingest.yaml"]
+        listen = parse_ingest_config(text, origin="ingest-configmap.yaml").listen
+    return int(listen.rpartition(":")[2])
 
 
 # --- docs -----------------------------------------------------------------------------------------------------------

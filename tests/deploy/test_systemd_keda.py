@@ -92,3 +92,27 @@ def test_the_scaledobject_queries_are_valid_promql(tmp_path):
     f.write_text(yaml.safe_dump(rules))
     proc = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_agent_unit_grants_no_capability_and_the_hops_drop_in_only_cap_net_raw():
+    """docs/agent.md: no capability by default; hop probes need CAP_NET_RAW, which NoNewPrivileges keeps mtr-packet's
+    file capability from giving, so the drop-in grants it to the agent (ambient, passed on to mtr-packet)."""
+    svc = unit(SYSTEMD / "tailhound-agent.service")["Service"]
+    assert svc["CapabilityBoundingSet"] == [""] and svc.get("AmbientCapabilities", [""]) == [""]
+    assert svc["NoNewPrivileges"] == ["yes"]
+    hops = unit(SYSTEMD / "tailhound-agent-hops.conf")
+    assert set(hops) == {"Service"} and hops["Service"] == {"CapabilityBoundingSet": ["CAP_NET_RAW"],
+                                                            "AmbientCapabilities": ["CAP_NET_RAW"]}
+    readme = (SYSTEMD / "README.md").read_text(encoding="utf-8")
+    assert "/etc/systemd/system/tailhound-agent.service.d/" in readme and "tailhound-agent-hops.conf" in readme
+    privileges = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8").partition("## Privileges")[2]
+    assert "tailhound-agent-hops.conf" in privileges.partition("\n## ")[0]
+
+
+def test_the_scaledobject_sets_no_cooldown_it_would_not_use():
+    """KEDA's cooldownPeriod only applies to scaling in to zero; with minReplicaCount >= 1 it does nothing, and
+    the scale-in pace is the HPA's scaleDown behaviour."""
+    spec = scaled_object()["spec"]
+    assert "cooldownPeriod" not in spec or spec.get("minReplicaCount", 0) == 0
+    scale_down = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+    assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
