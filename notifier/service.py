@@ -193,7 +193,7 @@ class NotifierService:
         self.clock = clock
         self.group_id = group_id or f"{settings.streams.app_id}-notifier"
         self.notifier = Notifier(self.config, runbook_url=settings.notifier.runbook_url,
-                                 console_url=settings.notifier.console_url)
+                                 console_url=settings.notifier.console_link_base())
         self.active = False
         self._takeover_due = False
         self._dirty: dict[str, Any] = {}
@@ -246,7 +246,7 @@ class NotifierService:
         self._dirty.clear()
         self.notifier = Notifier.restore(self.config, items, now=self.clock(),
                                          runbook_url=self.settings.notifier.runbook_url,
-                                         console_url=self.settings.notifier.console_url)
+                                         console_url=self.settings.notifier.console_link_base())
         self._deliverer = self._make_deliverer()
         self.active = True
         await resume_receivers(self.receivers, self.notifier, self.clock())  # re-posting resumes (alertmanager)

@@ -8,6 +8,7 @@ webhook secrets) are read from env or files named here, never from rule YAML, an
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -186,6 +187,20 @@ class NotifierSettings(BaseModel):
     #: the console's external base URL (``https://tailhound.example/console``); when set, every notification
     #: links to ``<console_url>/incidents/<lead incident id>`` (its ``console`` link)
     console_url: str | None = None
+
+    def console_link_base(self) -> str | None:
+        """Where notifications link to (and Alertmanager's generatorURL): `console_url`, else the console this
+        API serves, as Prometheus derives its external URL: a wildcard listen address names this host."""
+        if self.console_url:
+            return self.console_url
+        if not (self.console and self.api_listen):
+            return None
+        host, _, port = self.api_listen.rpartition(":")
+        if port == "0":  # any free port: not known until the server binds, so no link rather than a wrong one
+            return None
+        if host in ("", "0.0.0.0", "[::]", "::"):
+            host = socket.getfqdn() or "localhost"
+        return f"http://{host}:{port}/console"
 
     @field_validator("api_listen")
     @classmethod

@@ -201,8 +201,7 @@ def alert_annotations(incident: IncidentEvent, notification: Notification) -> di
     ]
     if not _firing(incident, notification):
         lines.append(f"Resolved: {iso(incident.resolved_at or incident.ts)}")
-    origin = f" ({incident.rule_origin})" if incident.rule_origin else ""
-    lines.append(f"Rule: {incident.rule}{origin}")
+    lines.append(f"Rule: {incident.rule}{rule_place(incident)}")
     lines.append(f"Incident: {incident.incident_id} (tailhound group {notification.group_id}, "
                  f"notification {notification.kind} #{notification.sequence})")
     others = [i.incident_id for i in notification.incidents if i.incident_id != incident.incident_id]
@@ -227,6 +226,17 @@ def alert_annotations(incident: IncidentEvent, notification: Notification) -> di
     for name, url in notification.links.items():
         out["runbook_url" if name == "runbook" else f"{label_name(name)}_url"] = url
     return {k: truncate(v, ANNOTATION_LIMIT) for k, v in out.items() if v}
+
+
+def rule_place(incident: IncidentEvent) -> str:
+    """Where the rule is defined, in terms of the rule pack (its file and line, and the pack's version), not of
+    the directory it was loaded from on the worker's disk."""
+    parts = []
+    if incident.rule_origin:
+        parts.append(f"{incident.rule_origin.rsplit('/', 1)[-1]} of the rule pack")
+    if incident.rules_version:
+        parts.append(f"version {incident.rules_version}")
+    return f", defined at {', '.join(parts)}" if parts else ""
 
 
 def generator_url(incident: IncidentEvent, notification: Notification, config: AlertmanagerConfig) -> str | None:

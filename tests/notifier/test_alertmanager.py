@@ -129,7 +129,7 @@ def test_allow_list_and_secrets_checked_when_built():
 # --- the alerts -------------------------------------------------------------------------------------------------------
 def test_labels_annotations_and_times():
     inc = incident_event(labels={"team": "ml-platform", "tier-1": "yes", "rules": "gpu-thermal-throttle,tpot-high"},
-                         rule_origin="rules/node.yaml:12")
+                         rule_origin="rules/node.yaml:12", rules_version="git:0123abc")
     related = incident_event(incident_id="inc-0000000000000002", root_cause="nvlink-degraded", node="gpu-node-4")
     n = notification("opened", incidents=[inc, related],
                      links={"runbook": "https://runbooks.example/thermal", "dashboard": "https://grafana.example/d/x"})
@@ -157,7 +157,8 @@ def test_labels_annotations_and_times():
     desc = ann["description"]
     for part in ("Root cause: gpu-thermal-throttle (GPU thermal throttle), severity warning, persistent",
                  "Scope: node gpu-node-3 / GPU 2 / model llama-3-70b / engine vllm-0",
-                 f"Opened: {iso(T0)}", "Rule: gpu-thermal-throttle (rules/node.yaml:12)",
+                 f"Opened: {iso(T0)}",
+                 "Rule: gpu-thermal-throttle, defined at node.yaml:12 of the rule pack, version git:0123abc",
                  f"tailhound group {n.group_id}", "Related in the group: inc-0000000000000002"):
         assert part in desc, (part, desc)
     assert "flapping" not in ann
@@ -566,3 +567,23 @@ async def test_real_alertmanager_takeover_keeps_the_alert_alive(am):
         assert alert["labels"]["incident_id"] == inc.incident_id and ts(alert["endsAt"]) > first_end
     finally:
         await active.close()
+
+
+def test_generator_url_without_console_url_is_the_console_the_api_serves(monkeypatch):
+    """No `console_url`: links (and generatorURL) name the console this notifier's API serves, as Prometheus
+    derives its external URL; a wildcard listen address names this host, an unknown port gives no link."""
+    import socket
+
+    from tailhound.settings import NotifierSettings
+
+    monkeypatch.setattr(socket, "getfqdn", lambda *a: "notifier-0.example")
+    assert NotifierSettings().console_link_base() == "http://127.0.0.1:9095/console"
+    assert NotifierSettings(api_listen="0.0.0.0:9095").console_link_base() == "http://notifier-0.example:9095/console"
+    assert NotifierSettings(api_listen="[::]:9095").console_link_base() == "http://notifier-0.example:9095/console"
+    assert NotifierSettings(api_listen="[::1]:9095").console_link_base() == "http://[::1]:9095/console"
+    assert NotifierSettings(api_listen="127.0.0.1:0").console_link_base() is None
+    assert NotifierSettings(api_listen="").console_link_base() is None
+    assert NotifierSettings(console=False).console_link_base() is None
+    assert NotifierSettings(console_url="https://th.example/console/").console_link_base() == \
+        "https://th.example/console"
+

@@ -228,10 +228,29 @@ def documented_commands(markdown: str) -> list[list[str]]:
     out = []
     for block in code_blocks(markdown, "sh"):
         for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if "tailhound" in words:
-                out.append(words[words.index("tailhound") + 1:])
+            for command in _shell_commands(shlex.split(line, comments=True)):
+                if "tailhound" in command:
+                    out.append(command[command.index("tailhound") + 1:])
     return out
+
+
+SHELL_OPERATORS = {"&&", "||", "|", ";", "&"}
+
+
+def _shell_commands(words: list[str]) -> list[list[str]]:
+    """The simple commands of one shell line: split at `&&`, `|`, `;`, with redirections (`> file`) left out."""
+    commands, current, skip = [], [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in SHELL_OPERATORS:
+            commands.append(current)
+            current = []
+        elif word in (">", ">>", "<", "2>", "2>&1") or word.startswith((">", "2>")):
+            skip = word in (">", ">>", "<", "2>")
+        else:
+            current.append(word)
+    return [c for c in [*commands, current] if c]
 
 
 @pytest.mark.parametrize("doc", OUR_DOCS, ids=lambda p: p.name)
