@@ -44,6 +44,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tailhound.durations import Duration
+from tailhound.endpoints import add_process_metrics, healthy_response, ready_response
+from tailhound.logs import log_always
 from tailhound.settings import NotifierSettings
 
 from .limits import MAX_BODY_BYTES, MAX_SILENCES
@@ -252,15 +254,15 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None, *, conso
         registry = getattr(service, "registry", None)
         if registry is None:
             return _error(404, "no metrics")
+        add_process_metrics(registry)  # once per registry: the worker's, or the standalone notifier's
         body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthy(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return healthy_response("notifier")
 
     async def ready(request: web.Request) -> web.Response:
-        status = 200 if service.active else 503
-        return web.json_response({"active": service.active, "ingested": service.ingested}, status=status)
+        return ready_response("notifier", service.active, "standing by (another notifier is the active one)")
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/api/v1/silences", list_silences)
@@ -316,6 +318,8 @@ async def serve(service: NotifierControl, listen: str, access: ApiAccess | None 
     access = access if access is not None else ApiAccess()
     runner, service.api_port, access.loopback = await start_site(make_app(service, access, console=console),
                                                                  listen)
+    log_always(log, "listening", address=f"{split_listen(listen)[0]}:{service.api_port}",
+               paths="/api/v1/silences /metrics /-/healthy /-/ready" + (" / (console)" if console else ""))
     if access.problem is not None:
         log.error("notifier API: writes refused: the API token is not usable: %s", access.problem)
     elif access.token is None and access.allow_unauthenticated_writes and not access.loopback:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,24 +17,35 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
 
 from tailhound.durations import parse_duration
 from tailhound.errors import TailhoundError
+from tailhound.logs import log_start, setup_logging
+from tailhound.output import (
+    CONTEXT_SETTINGS,
+    Listing,
+    LogFormatOpt,
+    LogLevelOpt,
+    OutputOpt,
+    check_output_format,
+    make_console,
+    print_listing,
+)
 from tailhound.settings import Settings, load_settings
 
 from .history import RECENT_PREFIX
 from .matchers import Matcher
 from .state import GroupState, Silence
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = make_console()  # piped: ids, matchers and panels whole, never cut at 80 columns
+err_console = make_console(stderr=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
 
-notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True)
-silence_app = typer.Typer(help="Silence incidents by label matchers.", no_args_is_help=True)
-incidents_app = typer.Typer(help="Incidents and what was notified about them.", no_args_is_help=True)
+notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True, context_settings=CONTEXT_SETTINGS)
+silence_app = typer.Typer(help="Silence incidents by label matchers.", no_args_is_help=True,
+                          context_settings=CONTEXT_SETTINGS)
+incidents_app = typer.Typer(help="Incidents and what was notified about them.", no_args_is_help=True,
+                            context_settings=CONTEXT_SETTINGS)
 
 
 def _settings(config: Path | None) -> Settings:
@@ -44,14 +53,6 @@ def _settings(config: Path | None) -> Settings:
     if not s.broker:
         raise TailhoundError("no broker configured (set TAILHOUND_BROKER=kafka://host:9092)")
     return s
-
-
-def _table(*columns: str) -> Table:
-    """A table that folds long cells instead of cutting them (ids and matchers must stay whole)."""
-    table = Table()
-    for name in columns:
-        table.add_column(name, overflow="fold")
-    return table
 
 
 def _when(ts: float | None) -> str:
@@ -70,15 +71,16 @@ def _parse_time(text: str) -> float:
 
 # --- notifier ------------------------------------------------------------------------------------
 @notifier_app.command("run")
-def notifier_run(config: ConfigOpt = None) -> None:
+def notifier_run(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_format: LogFormatOpt = None) -> None:
     """Run the notifier alone (the streams worker also runs it unless notifier.enabled is false)."""
     from tailhound.kafka import ensure_topics
 
     from .service import NotifierService, build_receivers, notifier_config
 
     settings = _settings(config)
-    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level, log_format, default_level=settings.streams.log_level,
+                  default_format=settings.streams.log_format)
+    log_start("notifier", broker=settings.broker, api_listen=settings.notifier.api_listen or "off")
     cfg = notifier_config(settings)
 
     async def main() -> None:
@@ -144,7 +146,7 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
-routes_app = typer.Typer(help="The routing tree.", no_args_is_help=True)
+routes_app = typer.Typer(help="The routing tree.", no_args_is_help=True, context_settings=CONTEXT_SETTINGS)
 notifier_app.add_typer(routes_app, name="routes")
 
 
@@ -283,18 +285,26 @@ def silence_add(
 @silence_app.command("list")
 def silence_list(
     all_: Annotated[bool, typer.Option("--all", help="Include expired silences.")] = False,
+    output: OutputOpt = "table",
     config: ConfigOpt = None,
 ) -> None:
     """List silences (active and pending; --all for expired ones too)."""
+    check_output_format(output)
     now = time.time()
     silences = [Silence.model_validate(v) for k, v in _state(_settings(config)).items()
                 if k.startswith("silence:") and v]
-    table = _table("id", "state", "matchers", "starts", "ends", "author", "comment")
+    print_listing(silence_listing_of(silences, now, all_), output, console)
+
+
+def silence_listing_of(silences: list[Silence], now: float, all_: bool = False) -> Listing:
+    """`silences` (without the expired ones unless `all_`) as rows; json/yaml get each whole silence."""
+    listing = Listing(["id", "state", "matchers", "starts", "ends", "author", "comment"], wide=["created"])
     for s in sorted(silences, key=lambda s: s.starts_at):
         if all_ or s.state(now) != "expired":
-            table.add_row(s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
-                          _when(min(s.ends_at, s.expired_at or s.ends_at)), s.author, s.comment)
-    console.print(table)
+            listing.add([s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
+                         _when(min(s.ends_at, s.expired_at or s.ends_at)), s.author, s.comment],
+                        [_when(s.created_at)], {"state": s.state(now), **s.model_dump(mode="json")})
+    return listing
 
 
 @silence_app.command("expire")
@@ -335,18 +345,27 @@ def _incident_events(settings: Settings) -> dict[str, list]:
 @incidents_app.command("list")
 def incidents_list(
     all_: Annotated[bool, typer.Option("--all", help="Include resolved incidents.")] = False,
+    output: OutputOpt = "table",
     config: ConfigOpt = None,
 ) -> None:
     """Open incidents (--all: every incident still on the topic), newest first."""
+    check_output_format(output)
     by_id = _incident_events(_settings(config))
-    table = _table("incident", "state", "root cause", "severity", "scope", "opened", "kind")
-    latest = sorted((evs[-1] for evs in by_id.values()), key=lambda e: e.opened_at, reverse=True)
-    for ev in latest:
+    print_listing(incident_listing_of([evs[-1] for evs in by_id.values()], all_), output, console)
+
+
+def incident_listing_of(latest: list, all_: bool = False) -> Listing:
+    """Each incident's latest event (open ones unless `all_`) as rows, newest first; json/yaml: the event."""
+    listing = Listing(["incident", "state", "root cause", "severity", "scope", "opened", "kind"],
+                      wide=["rule", "summary", "sequence", "last event"])
+    for ev in sorted(latest, key=lambda e: e.opened_at, reverse=True):
         state = "resolved" if ev.event == "resolved" else "open"
         if all_ or state == "open":
-            table.add_row(ev.incident_id, state, str(ev.root_cause), str(ev.severity), ev.scope.describe(),
-                          _when(ev.opened_at), "transient" if ev.transient else "persistent")
-    console.print(table)
+            listing.add([ev.incident_id, state, str(ev.root_cause), str(ev.severity), ev.scope.describe(),
+                         _when(ev.opened_at), "transient" if ev.transient else "persistent"],
+                        [ev.rule, ev.summary, str(ev.sequence), _when(ev.ts)],
+                        {"state": state, **ev.model_dump(mode="json")})
+    return listing
 
 
 @incidents_app.command("show")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,8 @@ from rich.console import Console
 from tailhound import __version__
 from tailhound.capacity_file import capacity_limits
 from tailhound.errors import TailhoundError
+from tailhound.logs import log_start, setup_logging
+from tailhound.output import CONTEXT_SETTINGS, LogFormatOpt, LogLevelOpt, make_console
 from tailhound.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -22,8 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
-rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True)
+rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True, context_settings=CONTEXT_SETTINGS)
 app.add_typer(rules_app, name="rules")
 
 
@@ -37,8 +39,8 @@ def _add_notifier_commands() -> None:
 
 _add_notifier_commands()
 
-console = Console(soft_wrap=True)  # piped output keeps whole lines (paths, JSON), never wrapped at 80
-err_console = Console(stderr=True, soft_wrap=True)
+console: Console = make_console()  # piped: whole lines (paths, JSON, panels), never cut at 80 columns
+err_console: Console = make_console(stderr=True)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")
@@ -79,11 +81,14 @@ def demo(
     ] = "127.0.0.1:0",
     hold: Annotated[float, typer.Option(
         min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran.")] = 0.0,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the demo: embedded broker, streams worker and a simulated fleet that overheats."""
     from tailhound.demo import DemoOptions, run_demo
 
     settings = _settings(config)
+    setup_logging(log_level, log_format, default_level="warning")  # the demo's own output is its console
     opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold)
     if fault:
         opts.faults = list(fault)
@@ -95,16 +100,18 @@ def demo(
 
 
 @app.command()
-def worker(config: ConfigOpt = None) -> None:
+def worker(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_format: LogFormatOpt = None) -> None:
     """Run the streams worker (Faust) until SIGINT/SIGTERM; without TAILHOUND_BROKER, on the bundled broker."""
     from tailhound.kafka import broker_for, ensure_topics
     from tailhound.streams.ruleset import load_rules
     from tailhound.worker import run_worker
 
     settings = _settings(config)
+    setup_logging(log_level, log_format, default_level=settings.streams.log_level,
+                  default_format=settings.streams.log_format)
     rules = load_rules(settings.rules_dir)
-    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr)
-    logging.getLogger(__name__).info("loaded %d rules from %s", len(rules.rules), settings.rules_dir)
+    log_start("worker", broker=settings.broker or "bundled", app_id=settings.streams.app_id,
+              web_listen=settings.streams.web_listen or "off", rules=len(rules.rules), rules_dir=settings.rules_dir)
     if not settings.broker:
         err_console.print("no broker configured (TAILHOUND_BROKER): starting the bundled one for development")
     with broker_for(settings) as s:
@@ -117,13 +124,17 @@ def worker(config: ConfigOpt = None) -> None:
 @app.command()
 def broker(
     port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the bundled broker in the foreground and print its URL (for development)."""
     import time
 
     from tailhound.broker import EmbeddedBroker
 
+    setup_logging(log_level, log_format)
     with EmbeddedBroker(port=port) as b:
+        log_start("broker", listen=b.url)
         console.print(f"broker ready: TAILHOUND_BROKER={b.url}  (Ctrl-C stops it)")
         while b.proc is not None and b.proc.poll() is None:
             time.sleep(0.5)
@@ -199,14 +210,14 @@ def agent(
     ] = None,
     speed: Annotated[float, typer.Option(help="Replay pace: recorded seconds per wall second (0: at once).")] = 0.0,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the node agent: collect, publish one snapshot per collection (TAILHOUND_BROKER)."""
     from tailhound.agents.config import AgentConfig, load_agent_config
     from tailhound.agents.main import run_agent, run_replay
 
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=fmt)
+    setup_logging(log_level, log_format)
     settings = _settings(None)
     if from_recording is not None:
         cfg = load_agent_config(config) if config else AgentConfig(listen=None)
@@ -215,7 +226,9 @@ def agent(
         return
     if config is None:
         raise TailhoundError("tailhound agent needs --config agent.yaml (or --from-recording FILE)")
-    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration))
+    cfg = load_agent_config(config)
+    log_start("agent", config=config, listen=cfg.listen or "off", broker=settings.broker or None)
+    asyncio.run(run_agent(settings, cfg, duration_s=duration))
 
 
 @app.command()
@@ -223,12 +236,14 @@ def record(
     config: Annotated[Path, typer.Option("--config", "-c", help="agent.yaml: the collectors to record.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Recording to write (JSON lines).")],
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: Ctrl-C).")] = None,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Write what the agent collects as a scrape recording (docs/recording-format.md); no broker needed."""
     from tailhound.agents.config import load_agent_config
     from tailhound.agents.main import run_record
 
-    logging.basicConfig(level="WARNING", stream=sys.stderr)
+    setup_logging(log_level, log_format, default_level="warning")
     n = asyncio.run(run_record(load_agent_config(config), out, duration_s=duration))
     console.print(f"wrote {n} records to {out}")
 
@@ -505,7 +520,8 @@ def rules_backtest(
     sys.stdout.write(render_backtest_json(report) if fmt == "json" else render_backtest_table(report))
 
 
-baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True)
+baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models).", no_args_is_help=True,
+                           context_settings=CONTEXT_SETTINGS)
 app.add_typer(baseline_app, name="baseline")
 
 

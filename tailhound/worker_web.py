@@ -1,6 +1,7 @@
 """The worker's own HTTP endpoint (``streams.web_listen``, loopback port 9096 by default; "" turns it off):
 
-- ``GET /metrics``: the worker's Prometheus metrics (rule coverage, telemetry rejections, rule reloads);
+- ``GET /metrics``: the worker's Prometheus metrics (rule coverage, telemetry rejections, rule reloads) and
+  the process's (``process_*``, ``python_*``: :mod:`tailhound.endpoints`);
 - ``GET /-/healthy``: the process serves (liveness);
 - ``GET /-/ready``: 200 once the tables are recovered and the worker processes telemetry, else 503 with
   the reason (readiness; :func:`tailhound.worker_metrics.readiness`);
@@ -21,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from tailhound.endpoints import add_process_metrics, healthy_response, ready_response
+from tailhound.logs import log_always
 from tailhound.notifier.api import ApiAccess, split_listen, start_site
 from tailhound.streams.reload import RuleReloader
 
@@ -38,16 +41,17 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
         refused = None if request.path in OPEN_PATHS and request.method == "GET" else access.refusal(request)
         return refused if refused is not None else await handler(request)
 
+    add_process_metrics(registry)
+
     async def metrics(_request: web.Request) -> web.Response:
         body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthy(_request: web.Request) -> web.Response:
-        return web.Response(text="OK\n")
+        return healthy_response("worker")
 
     async def ready_probe(_request: web.Request) -> web.Response:
-        ok, why = ready()
-        return web.Response(text=why + "\n", status=200 if ok else 503)
+        return ready_response("worker", *ready())
 
     async def reload(_request: web.Request) -> web.Response:
         result = reloader.reload("POST /-/reload")
@@ -68,5 +72,5 @@ async def serve(listen: str, registry: CollectorRegistry, reloader: RuleReloader
     """Start the endpoint on ``host:port``; (the runner, the bound port)."""
     runner, bound, access.loopback = await start_site(make_app(registry, reloader, access, ready), listen)
     host = split_listen(listen)[0]
-    log.info("worker endpoint on %s:%s (/metrics, /-/healthy, /-/ready, POST /-/reload)", host, bound)
+    log_always(log, "listening", address=f"{host}:{bound}", paths="/metrics /-/healthy /-/ready POST /-/reload")
     return runner, bound
