@@ -116,8 +116,8 @@ async def serve_metrics(metrics: AgentMetrics, listen: str) -> web.AppRunner:
     await runner.setup()
     site = web.TCPSite(runner, host or "0.0.0.0", int(port))
     await site.start()
-    log_always(log, "listening", address=f"{host or '0.0.0.0'}:{bound_port(runner)}",
-               paths="/metrics /-/healthy /-/ready")
+    address = f"{host or '0.0.0.0'}:{bound_port(runner)}"
+    log_always(log, f"agent endpoint on {address}", address=address, paths="/metrics /-/healthy /-/ready")
     return runner
 
 

@@ -318,7 +318,8 @@ async def serve(service: NotifierControl, listen: str, access: ApiAccess | None 
     access = access if access is not None else ApiAccess()
     runner, service.api_port, access.loopback = await start_site(make_app(service, access, console=console),
                                                                  listen)
-    log_always(log, "listening", address=f"{split_listen(listen)[0]}:{service.api_port}",
+    address = f"{split_listen(listen)[0]}:{service.api_port}"
+    log_always(log, f"notifier API on {address}", address=address,
                paths="/api/v1/silences /metrics /-/healthy /-/ready" + (" / (console)" if console else ""))
     if access.problem is not None:
         log.error("notifier API: writes refused: the API token is not usable: %s", access.problem)

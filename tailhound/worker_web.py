@@ -72,5 +72,6 @@ async def serve(listen: str, registry: CollectorRegistry, reloader: RuleReloader
     """Start the endpoint on ``host:port``; (the runner, the bound port)."""
     runner, bound, access.loopback = await start_site(make_app(registry, reloader, access, ready), listen)
     host = split_listen(listen)[0]
-    log_always(log, "listening", address=f"{host}:{bound}", paths="/metrics /-/healthy /-/ready POST /-/reload")
+    log_always(log, f"worker endpoint on {host}:{bound}", address=f"{host}:{bound}",
+               paths="/metrics /-/healthy /-/ready POST /-/reload")
     return runner, bound

@@ -135,7 +135,8 @@ class IngestServer:
         server = getattr(site, "_server", None)
         sockets = server.sockets if server is not None else []
         self.port = sockets[0].getsockname()[1] if sockets else int(port)
-        log_always(log, "listening", address=f"{host}:{self.port}", paths="/metrics /-/healthy /-/ready")
+        log_always(log, f"ingest endpoint on {host}:{self.port}", address=f"{host}:{self.port}",
+                   paths="/metrics /-/healthy /-/ready")
         if not _loopback(host):
             log.info("remote write open on %s: set auth (bearer_token_file) unless the network is private", host)
         return self.port
