@@ -15,6 +15,7 @@ from tailhound.capacity_file import capacity_limits
 from tailhound.errors import TailhoundError
 from tailhound.logs import log_start, setup_logging
 from tailhound.output import CONTEXT_SETTINGS, LogFormatOpt, LogLevelOpt, make_console
+from tailhound.progress import ProgressReporter, TickProgress
 from tailhound.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -159,6 +160,7 @@ def simulate(
         str, typer.Option(help="dcgm-exporter fields: all, or default (the exporter's default counters only).")
     ] = "all",
     noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
     from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
@@ -168,10 +170,15 @@ def simulate(
     except (ValueError, TypeError) as exc:
         raise TailhoundError(f"simulate: {exc}") from None
     sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
+    ticks = TickProgress(sim, ProgressReporter("simulate", unit="ticks", enabled=progress,
+                                                total=max(1, round(minutes * 60 / sim.config.interval_s))))
     if record is not None:
         from tailhound.agents.simulator.recording import write_recording
 
-        n = write_recording(sim, minutes, record)
+        try:
+            n = write_recording(ticks, minutes, record)  # type: ignore[arg-type] - it only calls run()
+        finally:
+            ticks.reporter.close()
         console.print(f"wrote {n} records to {record}")
         return
 
@@ -190,13 +197,16 @@ def simulate(
         await ensure_topics(settings)
         t0 = time.monotonic()
         async with SnapshotPublisher(settings) as pub:
-            for i, (_ts, snaps) in enumerate(sim.run(minutes * 60)):
+            for i, (_ts, snaps) in enumerate(ticks.run(minutes * 60)):
                 await pub.publish(snaps)
                 if speed > 0:
                     await asyncio.sleep(max(0.0, t0 + (i + 1) * sim.config.interval_s / speed - time.monotonic()))
             return pub.sent
 
-    sent = asyncio.run(_run())
+    try:
+        sent = asyncio.run(_run())
+    finally:
+        ticks.reporter.close()
     console.print(f"published {sent} snapshots to {settings.telemetry_topic}")
 
 
@@ -276,10 +286,13 @@ def replay(
         typer.Option("--capacity", help="Capacity file (`tailhound capacity --out`): the capacity.* thresholds "
                                         "(default: settings streams.capacity_file)."),
     ] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr (a bar on a "
+                                                                           "terminal, a line every 10 s otherwise).")
+                        ] = True,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic); .gz and .zst
     recordings are read too, and a cut-off last line is a warning."""
-    from tailhound.rulestest.recordings import iter_recordings
+    from tailhound.rulestest.recordings import ProgressLine, ReadProgress, iter_recordings
     from tailhound.streams.processor import load_models
     from tailhound.streams.replay import replay_records
     from tailhound.streams.ruleset import load_rules
@@ -290,10 +303,12 @@ def replay(
     rs = load_rules(rules or settings.rules_dir)
     first: list[float] = []
     last: list[float] = []
+    read = ReadProgress(total_bytes=sum(p.stat().st_size for p in recordings if p.is_file()))
+    line = ProgressLine("replay", read, enabled=progress)
 
     def records():  # noqa: ANN202 - the recordings' records, noting the first and the latest event time
-        for rec in iter_recordings(recordings, lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
-                                                                             highlight=False)):
+        warn = lambda msg: err_console.print(f"[yellow]warning:[/] {msg}", highlight=False)  # noqa: E731
+        for rec in line.wrap(iter_recordings(recordings, warn, read)):
             if not first:
                 first.append(rec.ts)
             if not last or rec.ts > last[0]:
