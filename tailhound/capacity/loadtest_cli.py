@@ -228,6 +228,11 @@ def loadtest(
     console.print(_summary(result, errors))
     if errors:
         console.print("errors: " + ", ".join(f"{n} {why}" for why, n in sorted(errors.items())), highlight=False)
+    if unfinished := sum(st.unfinished for st in result.steps):
+        waited = drain if drain is not None else step_s
+        console.print(f"[yellow]unfinished:[/] {unfinished} requests still running {waited:g} s after the last step "
+                      "were cut (neither errors nor in the percentiles; --drain SECONDS waits longer for them)",
+                      highlight=False)
     if result.stopped:
         console.print(f"[yellow]stopped early:[/] {result.stopped}", highlight=False)
     console.print(f"wrote {out}", highlight=False)
