@@ -14,7 +14,7 @@ from tailhound import __version__
 from tailhound.capacity_file import capacity_limits
 from tailhound.errors import TailhoundError
 from tailhound.logs import log_start, setup_logging
-from tailhound.output import CONTEXT_SETTINGS, LogFormatOpt, LogLevelOpt, make_console
+from tailhound.output import CONTEXT_SETTINGS, Listing, LogFormatOpt, LogLevelOpt, make_console, print_listing
 from tailhound.progress import ProgressReporter, TickProgress
 from tailhound.settings import Settings, load_settings
 
@@ -414,11 +414,19 @@ def catalog(out: OutFileOpt = None, check: CheckOpt = False) -> None:
 @app.command()
 def example(
     name: Annotated[str | None, typer.Argument(help="Example to print; without it, the list.")] = None,
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", help="The list as table, wide, json or yaml (default: one line per example).")] = None,
 ) -> None:
     """Print a bundled example config (start a config from it: `tailhound example agent > agent.yaml`)."""
     from tailhound.resources import EXAMPLES, example_path
 
     if name is None:
+        if output is not None:
+            listing = Listing(["name", "what"], wide=["file"])
+            for key, (path, what) in EXAMPLES.items():
+                listing.add([key, what], [str(path)], {"name": key, "what": what, "file": str(path)})
+            print_listing(listing, output, console)
+            return
         for key, (_, what) in EXAMPLES.items():
             console.print(f"{key:22s} {what}", highlight=False)
         return
