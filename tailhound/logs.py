@@ -122,7 +122,20 @@ def resolve(level: str | None = None, fmt: str | None = None, default_level: str
 
 
 class _TailhoundHandler(logging.StreamHandler):
-    """The handler setup_logging installs (so a second call replaces it instead of adding another)."""
+    """The handler setup_logging installs (a second call replaces it instead of adding another); without a
+    stream it writes to the sys.stderr of the moment (one replaced later, as by a test runner, is followed)."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._fixed = stream
+        super().__init__(stream)
+
+    @property
+    def stream(self) -> IO[str]:  # type: ignore[override]
+        return self._fixed if self._fixed is not None else sys.stderr
+
+    @stream.setter
+    def stream(self, value: IO[str]) -> None:
+        self._fixed = value if value is not sys.stderr else self._fixed
 
 
 def setup_logging(level: str | None = None, fmt: str | None = None, *, stream: IO[str] | None = None,
@@ -130,19 +143,21 @@ def setup_logging(level: str | None = None, fmt: str | None = None, *, stream: I
     """Send every log record of the process to `stream` (stderr) in `fmt`, at `level` and above; the handler.
 
     `level` and `fmt` come from the command line (None: not given), the defaults from settings.
-    Replaces the handlers a previous call (or ``logging.basicConfig``) installed on the root logger."""
+    Replaces the handlers a previous call or ``logging.basicConfig`` installed on the root logger."""
     from tailhound.errors import TailhoundError
 
     try:
         level, fmt = resolve(level, fmt, default_level, default_format)
     except ValueError as exc:
         raise TailhoundError(str(exc)) from None
-    handler = _TailhoundHandler(stream if stream is not None else sys.stderr)
+    handler = _TailhoundHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        # ours and basicConfig's go; other kinds (a test runner's capture) stay
+        if isinstance(old, _TailhoundHandler) or type(old) in (logging.StreamHandler, logging.FileHandler):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.captureWarnings(True)
