@@ -167,6 +167,8 @@ def routes_test(
     rules: Annotated[Path | None, typer.Option(
         "--rules", help="Rules directory whose rule names and labels are known (default: settings.rules_dir).")
     ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="text, json or yaml (each case: its labels, "
+                                                               "routes and receivers; --tree is text only).")] = "text",
 ) -> None:
     """Which routes a label set (or each incident of a file) takes and which receivers get it, like
     `amtool config routes test`. Exit status: 0, 1 receivers differ from --verify-receivers, 2 bad input."""
@@ -176,6 +178,8 @@ def routes_test(
     from .matchers import incident_labels
     from .route_trace import load_tree, read_incidents, receivers, render_tree, trace
 
+    if output not in ("text", "json", "yaml"):
+        raise TailhoundError(f"--output {output!r}: use text, json or yaml")
     path = notifier_config or load_settings(None).notifier.config or default_notifier_config()
     root = load_tree(path)
     given: dict[str, str] = {}
@@ -194,7 +198,7 @@ def routes_test(
            for k, v in given.items() for msg, hint in label_issues(k, v, space)]
     if bad:
         raise TailhoundError("\n".join(bad))
-    if tree:
+    if tree and output == "text":  # json/yaml stay one parseable document: the cases
         print("\n".join(render_tree(root)))
     cases: list[tuple[str, dict[str, str]]] = []
     if incident is not None:
@@ -213,18 +217,25 @@ def routes_test(
         cases.append(("", given))
     expected = sorted({r.strip() for r in verify.split(",") if r.strip()}) if verify is not None else None
     differ = 0
+    records = []
     for title, case in cases:
         paths = trace(root, case)
         got = receivers(paths)
-        shown = ", ".join(f'{k}="{v}"' for k, v in case.items()) or "(no labels)"
-        print(f"{title}: {shown}" if title else shown)
-        for p in paths:
-            print(f"  {p.describe()}")
-        print(f"  receivers: {', '.join(got) or 'none'}")
+        records.append({"case": title or None, "labels": case, "receivers": got,
+                        "routes": [{"route": p.steps[-1].path, "receiver": p.receiver, "inherited": p.inherited,
+                                    "trace": p.describe()} for p in paths]})
+        if output == "text":
+            shown = ", ".join(f'{k}="{v}"' for k, v in case.items()) or "(no labels)"
+            print(f"{title}: {shown}" if title else shown)
+            for p in paths:
+                print(f"  {p.describe()}")
+            print(f"  receivers: {', '.join(got) or 'none'}")
         if expected is not None and sorted(set(got)) != expected:
             differ += 1
             err_console.print(f"receivers differ{' for ' + title if title else ''}: expected "
                               f"{', '.join(expected) or 'none'}, got {', '.join(got) or 'none'}", highlight=False)
+    if output != "text":
+        print_listing(Listing(["case"], records=records), output, console)
     if differ:
         raise typer.Exit(1)
 
