@@ -200,6 +200,8 @@ def test_steps_keep_their_planned_length_past_the_knee(tmp_path):
     last_end = res.steps[-1].started_at + res.steps[-1].duration_s
     assert res.finished_at - last_end < 1.0 + 1.5  # the drain, and the driver's exit; not the engine's queue
     assert sum(st.unfinished for st in res.steps) > 10 and all(st.errors == 0 for st in res.steps)
+    assert "unfinished:" in r.output and "--drain SECONDS" in r.output
+    assert "done/s" in r.output and "TTFT95" in r.output  # the summary table whole, not cut at 80 columns
 
 
 def test_max_requests_stops_the_ramp(fake_engine, tmp_path):
