@@ -161,10 +161,13 @@ def simulate(
     ] = "all",
     noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
     from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 
+    setup_logging(log_level, log_format, default_level="warning")
     try:
         sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise)
     except (ValueError, TypeError) as exc:
@@ -289,6 +292,8 @@ def replay(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr (a bar on a "
                                                                            "terminal, a line every 10 s otherwise).")
                         ] = True,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic); .gz and .zst
     recordings are read too, and a cut-off last line is a warning."""
@@ -299,6 +304,7 @@ def replay(
 
     if fmt not in (None, "json", "table"):
         raise TailhoundError(f"--format {fmt!r}: use json or table")
+    setup_logging(log_level, log_format, default_level="warning")
     settings = _settings(None)
     rs = load_rules(rules or settings.rules_dir)
     first: list[float] = []

@@ -104,6 +104,7 @@ def test_every_command_takes_h_as_help():
 
 def test_the_long_running_commands_take_log_level_and_log_format():
     runner = CliRunner()
-    for path in (["worker"], ["agent"], ["ingest"], ["notifier", "run"], ["demo"], ["broker"], ["record"]):
+    for path in (["worker"], ["agent"], ["ingest"], ["notifier", "run"], ["demo"], ["broker"], ["record"], ["replay"],
+                 ["simulate"]):
         out = runner.invoke(app, [*path, "--help"], catch_exceptions=False, env={"COLUMNS": "200"}).output
         assert "--log-level" in out and "--log-format" in out, path
