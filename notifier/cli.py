@@ -21,16 +21,7 @@ from pydantic import ValidationError
 from tailhound.durations import parse_duration
 from tailhound.errors import TailhoundError
 from tailhound.logs import log_start, setup_logging
-from tailhound.output import (
-    CONTEXT_SETTINGS,
-    Listing,
-    LogFormatOpt,
-    LogLevelOpt,
-    OutputOpt,
-    check_output_format,
-    make_console,
-    print_listing,
-)
+from tailhound.output import Listing, LogFormatOpt, LogLevelOpt, OutputOpt, make_console, print_listing
 from tailhound.settings import Settings, load_settings
 
 from .history import RECENT_PREFIX
@@ -41,11 +32,10 @@ console = make_console()  # piped: ids, matchers and panels whole, never cut at 
 err_console = make_console(stderr=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
 
-notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True, context_settings=CONTEXT_SETTINGS)
-silence_app = typer.Typer(help="Silence incidents by label matchers.", no_args_is_help=True,
-                          context_settings=CONTEXT_SETTINGS)
-incidents_app = typer.Typer(help="Incidents and what was notified about them.", no_args_is_help=True,
-                            context_settings=CONTEXT_SETTINGS)
+# -h as --help comes from the root app (tailhound.cli): click hands help_option_names down to subcommands
+notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True)
+silence_app = typer.Typer(help="Silence incidents by label matchers.", no_args_is_help=True)
+incidents_app = typer.Typer(help="Incidents and what was notified about them.", no_args_is_help=True)
 
 
 def _settings(config: Path | None) -> Settings:
@@ -146,7 +136,7 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
-routes_app = typer.Typer(help="The routing tree.", no_args_is_help=True, context_settings=CONTEXT_SETTINGS)
+routes_app = typer.Typer(help="The routing tree.", no_args_is_help=True)
 notifier_app.add_typer(routes_app, name="routes")
 
 
@@ -300,7 +290,6 @@ def silence_list(
     config: ConfigOpt = None,
 ) -> None:
     """List silences (active and pending; --all for expired ones too)."""
-    check_output_format(output)
     now = time.time()
     silences = [Silence.model_validate(v) for k, v in _state(_settings(config)).items()
                 if k.startswith("silence:") and v]
@@ -360,7 +349,6 @@ def incidents_list(
     config: ConfigOpt = None,
 ) -> None:
     """Open incidents (--all: every incident still on the topic), newest first."""
-    check_output_format(output)
     by_id = _incident_events(_settings(config))
     print_listing(incident_listing_of([evs[-1] for evs in by_id.values()], all_), output, console)
 

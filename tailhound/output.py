@@ -31,8 +31,15 @@ def make_console(*, stderr: bool = False, file: Any = None) -> Console:
     return Console(stderr=stderr, file=file, soft_wrap=True, width=width)
 
 
+def _output_choice(value: str) -> str:
+    if value not in OUTPUT_FORMATS:
+        raise typer.BadParameter(f"{value!r}: use one of {', '.join(OUTPUT_FORMATS)}")
+    return value
+
+
 OutputOpt = Annotated[str, typer.Option(
-    "--output", "-o", help="table, wide (more columns), json or yaml (for scripts: every field, never cut).")]
+    "--output", "-o", callback=_output_choice,
+    help="table, wide (more columns), json or yaml (for scripts: every field, never cut).")]
 LogLevelOpt = Annotated[str | None, typer.Option(
     "--log-level", help="debug, info, warning or error (default: $TAILHOUND_LOG_LEVEL, else info).")]
 LogFormatOpt = Annotated[str | None, typer.Option(

@@ -108,3 +108,8 @@ def test_the_long_running_commands_take_log_level_and_log_format():
                  ["simulate"]):
         out = runner.invoke(app, [*path, "--help"], catch_exceptions=False, env={"COLUMNS": "200"}).output
         assert "--log-level" in out and "--log-format" in out, path
+
+
+def test_a_bad_output_format_is_a_usage_error_before_anything_is_read():
+    result = CliRunner().invoke(app, ["incidents", "list", "-o", "csv"], env={"TAILHOUND_BROKER": "", "COLUMNS": "200"})
+    assert result.exit_code == 2 and "use one of table, wide, json, yaml" in result.output
