@@ -30,7 +30,6 @@ and not nested beyond the parser's depth (400, never a 500), at most 1000 active
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import ipaddress
 import json
@@ -40,11 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tailhound.durations import Duration
-from tailhound.endpoints import add_process_metrics, healthy_response, ready_response
+from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
 from tailhound.logs import log_always
 from tailhound.settings import NotifierSettings
 
@@ -58,7 +56,6 @@ from .webconsole.routes import add_console_routes, add_incident_routes, add_secu
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "TAILHOUND_NOTIFIER__API_TOKEN"
-_OPEN_PATHS = frozenset({"/-/healthy", "/-/ready", "/metrics"})
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -151,7 +148,7 @@ class ApiAccess:
 
     def refusal(self, request: web.Request) -> web.Response | None:
         """None when `request` may go on, else the 401/403 answer."""
-        if request.path in _OPEN_PATHS or request.path == LOGIN_PATH:  # the login checks the token itself
+        if request.path in OPEN_PATHS or request.path == LOGIN_PATH:  # the login checks the token itself
             return None
         write = request.method not in _READ_METHODS
         if not write and self.loopback:
@@ -254,9 +251,7 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None, *, conso
         registry = getattr(service, "registry", None)
         if registry is None:
             return _error(404, "no metrics")
-        add_process_metrics(registry)  # once per registry: the worker's, or the standalone notifier's
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return await metrics_response(registry)  # the worker's registry, or the standalone notifier's
 
     async def healthy(request: web.Request) -> web.Response:
         return healthy_response("notifier")

@@ -11,10 +11,21 @@ Probes, as Prometheus' own (plain text, one line)::
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+#: what needs no token on any endpoint: Prometheus and the kubelet send none
+OPEN_PATHS = frozenset({"/metrics", "/-/healthy", "/-/ready"})
 
 #: registries that carry the process collectors already (a second registration would be a duplicate)
 _WITH_PROCESS: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
@@ -28,6 +39,14 @@ def add_process_metrics(registry: CollectorRegistry) -> CollectorRegistry:
         GCCollector(registry=registry)
         _WITH_PROCESS.add(registry)
     return registry
+
+
+async def metrics_response(registry: CollectorRegistry) -> web.Response:
+    """``/metrics``: `registry` with the process collectors, rendered off the event loop (a large registry
+    takes milliseconds)."""
+    add_process_metrics(registry)
+    body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def healthy_text(process: str) -> str:

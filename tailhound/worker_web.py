@@ -15,22 +15,18 @@ worker on a host sets another port (or 0).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
-from tailhound.endpoints import add_process_metrics, healthy_response, ready_response
+from tailhound.endpoints import OPEN_PATHS, add_process_metrics, healthy_response, metrics_response, ready_response
 from tailhound.logs import log_always
 from tailhound.notifier.api import ApiAccess, split_listen, start_site
 from tailhound.streams.reload import RuleReloader
 
 log = logging.getLogger(__name__)
-
-
-OPEN_PATHS = frozenset({"/metrics", "/-/healthy", "/-/ready"})
 
 
 def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAccess,
@@ -44,8 +40,7 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
     add_process_metrics(registry)
 
     async def metrics(_request: web.Request) -> web.Response:
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return await metrics_response(registry)
 
     async def healthy(_request: web.Request) -> web.Response:
         return healthy_response("worker")
