@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from tailhound.endpoints import OPEN_PATHS, add_process_metrics, healthy_response, metrics_response, ready_response
+from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
 from tailhound.logs import log_always
 from tailhound.notifier.api import ApiAccess, split_listen, start_site
 from tailhound.streams.reload import RuleReloader
@@ -36,8 +36,6 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
                     ) -> web.StreamResponse:
         refused = None if request.path in OPEN_PATHS and request.method == "GET" else access.refusal(request)
         return refused if refused is not None else await handler(request)
-
-    add_process_metrics(registry)
 
     async def metrics(_request: web.Request) -> web.Response:
         return await metrics_response(registry)
