@@ -76,7 +76,8 @@ class JsonFormatter(logging.Formatter):
 class RepeatFilter(logging.Filter):
     """Lets the first record of a kind (logger, level, message template) through, drops the repeats for
     `window_s`, then lets the next one through with ``suppressed=N`` and a note in its message: a reconnect
-    loop writes two lines per window instead of hundreds a second. Only loggers under `prefixes`."""
+    loop writes two lines per window instead of hundreds a second. Only warnings and errors of loggers under
+    `prefixes`."""
 
     def __init__(self, prefixes: Iterable[str] = NOISY_LOGGERS, window_s: float = REPEAT_WINDOW_S,
                  clock: Callable[[], float] = time.monotonic, max_kinds: int = 1024) -> None:
@@ -89,7 +90,8 @@ class RepeatFilter(logging.Filter):
         self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.name.startswith(self.prefixes):
+        # warnings and errors only: an info line of these loggers (a topic created) is no flood and says something
+        if record.levelno < logging.WARNING or not record.name.startswith(self.prefixes):
             return True
         key = (record.name, record.levelno, str(record.msg))
         now = self.clock()
