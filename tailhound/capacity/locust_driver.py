@@ -25,7 +25,7 @@ standard error):
 - ``{"k": "step_end", "i": i, "at": unix, "started": n, "late": n, "missed": n}``;
 - ``{"k": "r", ..., "cut": true, "err": "cut: ..."}`` for each request still running ``drain_s`` after the last
   step (its TTFT when its first token came): the test ends then instead of waiting for a saturated engine's
-  queue to drain (a 10 x 5 s ramp past the knee took 109 s, 55 s of it waiting for ~400 queued requests);
+  queue to drain (on the fake engine, the ~400 requests a 10 x 5 s ramp past the knee queues take ~55 s);
 - ``{"k": "end", "stopped": null|"reason"}`` last, after the requests in flight finished or were cut.
 
 Client-side timing: TTFT = first content chunk - request start; TPOT = (last content chunk - first) /
