@@ -35,7 +35,7 @@ def test_a_piped_console_is_not_80_columns_and_keeps_long_cells_on_one_line():
     listing.add([LONG_ID, "node gpu-node-2, gpus 3, 5"])
     print_listing(listing, "table", console)
     assert any(LONG_ID in line for line in buf.getvalue().splitlines())
-    rich_default = Console(file=io.StringIO())  # what the commands printed through before
+    rich_default = Console(file=io.StringIO())  # rich's own width off a terminal: what cut the output
     assert rich_default.width == 80
 
 
