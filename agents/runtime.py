@@ -73,6 +73,7 @@ class Agent:
         self.builder = SnapshotBuilder()
         self.metrics.track_rejections(self.builder.rejected)
         self.collectors = collectors if collectors is not None else build_collectors(config)
+        self.metrics.expect_jobs(c.job for c in self.collectors)  # /-/ready waits for each one's first run
         self.records = 0
         self._warned: set[str] = set()
         self._children: dict[str, tuple] = {}
@@ -119,6 +120,7 @@ class Agent:
         except CollectorUnavailable as exc:
             log.warning("%s", exc)
             self.metrics.collectors_off.inc()
+            self.metrics.job_settled(job)
             return False
         except asyncio.CancelledError:
             raise
@@ -132,6 +134,7 @@ class Agent:
             collect_errors.inc()
             records = self._failure(c, ts, reason)
         collections.inc()
+        self.metrics.job_settled(job)
         collect_seconds.observe(time.perf_counter() - t0)
         for rec in records:
             self.emit(rec)

@@ -30,7 +30,6 @@ and not nested beyond the parser's depth (400, never a 500), at most 1000 active
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import ipaddress
 import json
@@ -40,10 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tailhound.durations import Duration
+from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
+from tailhound.logs import log_always
 from tailhound.settings import NotifierSettings
 
 from .limits import MAX_BODY_BYTES, MAX_SILENCES
@@ -56,7 +56,6 @@ from .webconsole.routes import add_console_routes, add_incident_routes, add_secu
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "TAILHOUND_NOTIFIER__API_TOKEN"
-_OPEN_PATHS = frozenset({"/-/healthy", "/-/ready", "/metrics"})
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -149,7 +148,7 @@ class ApiAccess:
 
     def refusal(self, request: web.Request) -> web.Response | None:
         """None when `request` may go on, else the 401/403 answer."""
-        if request.path in _OPEN_PATHS or request.path == LOGIN_PATH:  # the login checks the token itself
+        if request.path in OPEN_PATHS or request.path == LOGIN_PATH:  # the login checks the token itself
             return None
         write = request.method not in _READ_METHODS
         if not write and self.loopback:
@@ -252,15 +251,13 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None, *, conso
         registry = getattr(service, "registry", None)
         if registry is None:
             return _error(404, "no metrics")
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return await metrics_response(registry)  # the worker's registry, or the standalone notifier's
 
     async def healthy(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return healthy_response("notifier")
 
     async def ready(request: web.Request) -> web.Response:
-        status = 200 if service.active else 503
-        return web.json_response({"active": service.active, "ingested": service.ingested}, status=status)
+        return ready_response("notifier", service.active, "standing by (another notifier is the active one)")
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/api/v1/silences", list_silences)
@@ -316,6 +313,9 @@ async def serve(service: NotifierControl, listen: str, access: ApiAccess | None 
     access = access if access is not None else ApiAccess()
     runner, service.api_port, access.loopback = await start_site(make_app(service, access, console=console),
                                                                  listen)
+    address = f"{split_listen(listen)[0]}:{service.api_port}"
+    log_always(log, f"notifier API on {address}", address=address,
+               paths="/api/v1/silences /metrics /-/healthy /-/ready" + (" / (console)" if console else ""))
     if access.problem is not None:
         log.error("notifier API: writes refused: the API token is not usable: %s", access.problem)
     elif access.token is None and access.allow_unauthenticated_writes and not access.loopback:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,21 +17,22 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
 
 from tailhound.durations import parse_duration
 from tailhound.errors import TailhoundError
+from tailhound.logs import log_start, setup_logging
+from tailhound.output import Listing, LogFormatOpt, LogLevelOpt, OutputOpt, make_console, print_listing
 from tailhound.settings import Settings, load_settings
 
 from .history import RECENT_PREFIX
 from .matchers import Matcher
 from .state import GroupState, Silence
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = make_console()  # piped: ids, matchers and panels whole, never cut at 80 columns
+err_console = make_console(stderr=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
 
+# -h as --help comes from the root app (tailhound.cli): click hands help_option_names down to subcommands
 notifier_app = typer.Typer(help="Run or check the notifier.", no_args_is_help=True)
 silence_app = typer.Typer(help="Silence incidents by label matchers.", no_args_is_help=True)
 incidents_app = typer.Typer(help="Incidents and what was notified about them.", no_args_is_help=True)
@@ -44,14 +43,6 @@ def _settings(config: Path | None) -> Settings:
     if not s.broker:
         raise TailhoundError("no broker configured (set TAILHOUND_BROKER=kafka://host:9092)")
     return s
-
-
-def _table(*columns: str) -> Table:
-    """A table that folds long cells instead of cutting them (ids and matchers must stay whole)."""
-    table = Table()
-    for name in columns:
-        table.add_column(name, overflow="fold")
-    return table
 
 
 def _when(ts: float | None) -> str:
@@ -70,15 +61,16 @@ def _parse_time(text: str) -> float:
 
 # --- notifier ------------------------------------------------------------------------------------
 @notifier_app.command("run")
-def notifier_run(config: ConfigOpt = None) -> None:
+def notifier_run(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_format: LogFormatOpt = None) -> None:
     """Run the notifier alone (the streams worker also runs it unless notifier.enabled is false)."""
     from tailhound.kafka import ensure_topics
 
     from .service import NotifierService, build_receivers, notifier_config
 
     settings = _settings(config)
-    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level, log_format, default_level=settings.streams.log_level,
+                  default_format=settings.streams.log_format)
+    log_start("notifier", broker=settings.broker, api_listen=settings.notifier.api_listen or "off")
     cfg = notifier_config(settings)
 
     async def main() -> None:
@@ -165,6 +157,8 @@ def routes_test(
     rules: Annotated[Path | None, typer.Option(
         "--rules", help="Rules directory whose rule names and labels are known (default: settings.rules_dir).")
     ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="text, json or yaml (each case: its labels, "
+                                                               "routes and receivers; --tree is text only).")] = "text",
 ) -> None:
     """Which routes a label set (or each incident of a file) takes and which receivers get it, like
     `amtool config routes test`. Exit status: 0, 1 receivers differ from --verify-receivers, 2 bad input."""
@@ -174,6 +168,8 @@ def routes_test(
     from .matchers import incident_labels
     from .route_trace import load_tree, read_incidents, receivers, render_tree, trace
 
+    if output not in ("text", "json", "yaml"):
+        raise TailhoundError(f"--output {output!r}: use text, json or yaml")
     path = notifier_config or load_settings(None).notifier.config or default_notifier_config()
     root = load_tree(path)
     given: dict[str, str] = {}
@@ -192,7 +188,7 @@ def routes_test(
            for k, v in given.items() for msg, hint in label_issues(k, v, space)]
     if bad:
         raise TailhoundError("\n".join(bad))
-    if tree:
+    if tree and output == "text":  # json/yaml stay one parseable document: the cases
         print("\n".join(render_tree(root)))
     cases: list[tuple[str, dict[str, str]]] = []
     if incident is not None:
@@ -211,18 +207,25 @@ def routes_test(
         cases.append(("", given))
     expected = sorted({r.strip() for r in verify.split(",") if r.strip()}) if verify is not None else None
     differ = 0
+    records = []
     for title, case in cases:
         paths = trace(root, case)
         got = receivers(paths)
-        shown = ", ".join(f'{k}="{v}"' for k, v in case.items()) or "(no labels)"
-        print(f"{title}: {shown}" if title else shown)
-        for p in paths:
-            print(f"  {p.describe()}")
-        print(f"  receivers: {', '.join(got) or 'none'}")
+        records.append({"case": title or None, "labels": case, "receivers": got,
+                        "routes": [{"route": p.steps[-1].path, "receiver": p.receiver, "inherited": p.inherited,
+                                    "trace": p.describe()} for p in paths]})
+        if output == "text":
+            shown = ", ".join(f'{k}="{v}"' for k, v in case.items()) or "(no labels)"
+            print(f"{title}: {shown}" if title else shown)
+            for p in paths:
+                print(f"  {p.describe()}")
+            print(f"  receivers: {', '.join(got) or 'none'}")
         if expected is not None and sorted(set(got)) != expected:
             differ += 1
             err_console.print(f"receivers differ{' for ' + title if title else ''}: expected "
                               f"{', '.join(expected) or 'none'}, got {', '.join(got) or 'none'}", highlight=False)
+    if output != "text":
+        print_listing(Listing(["case"], records=records), output, console)
     if differ:
         raise typer.Exit(1)
 
@@ -283,18 +286,25 @@ def silence_add(
 @silence_app.command("list")
 def silence_list(
     all_: Annotated[bool, typer.Option("--all", help="Include expired silences.")] = False,
+    output: OutputOpt = "table",
     config: ConfigOpt = None,
 ) -> None:
     """List silences (active and pending; --all for expired ones too)."""
     now = time.time()
     silences = [Silence.model_validate(v) for k, v in _state(_settings(config)).items()
                 if k.startswith("silence:") and v]
-    table = _table("id", "state", "matchers", "starts", "ends", "author", "comment")
+    print_listing(silence_listing_of(silences, now, all_), output, console)
+
+
+def silence_listing_of(silences: list[Silence], now: float, all_: bool = False) -> Listing:
+    """`silences` (without the expired ones unless `all_`) as rows; json/yaml get each whole silence."""
+    listing = Listing(["id", "state", "matchers", "starts", "ends", "author", "comment"], wide=["created"])
     for s in sorted(silences, key=lambda s: s.starts_at):
         if all_ or s.state(now) != "expired":
-            table.add_row(s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
-                          _when(min(s.ends_at, s.expired_at or s.ends_at)), s.author, s.comment)
-    console.print(table)
+            listing.add([s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
+                         _when(min(s.ends_at, s.expired_at or s.ends_at)), s.author, s.comment],
+                        [_when(s.created_at)], {"state": s.state(now), **s.model_dump(mode="json")})
+    return listing
 
 
 @silence_app.command("expire")
@@ -335,18 +345,26 @@ def _incident_events(settings: Settings) -> dict[str, list]:
 @incidents_app.command("list")
 def incidents_list(
     all_: Annotated[bool, typer.Option("--all", help="Include resolved incidents.")] = False,
+    output: OutputOpt = "table",
     config: ConfigOpt = None,
 ) -> None:
     """Open incidents (--all: every incident still on the topic), newest first."""
     by_id = _incident_events(_settings(config))
-    table = _table("incident", "state", "root cause", "severity", "scope", "opened", "kind")
-    latest = sorted((evs[-1] for evs in by_id.values()), key=lambda e: e.opened_at, reverse=True)
-    for ev in latest:
+    print_listing(incident_listing_of([evs[-1] for evs in by_id.values()], all_), output, console)
+
+
+def incident_listing_of(latest: list, all_: bool = False) -> Listing:
+    """Each incident's latest event (open ones unless `all_`) as rows, newest first; json/yaml: the event."""
+    listing = Listing(["incident", "state", "root cause", "severity", "scope", "opened", "kind"],
+                      wide=["rule", "summary", "sequence", "last event"])
+    for ev in sorted(latest, key=lambda e: e.opened_at, reverse=True):
         state = "resolved" if ev.event == "resolved" else "open"
         if all_ or state == "open":
-            table.add_row(ev.incident_id, state, str(ev.root_cause), str(ev.severity), ev.scope.describe(),
-                          _when(ev.opened_at), "transient" if ev.transient else "persistent")
-    console.print(table)
+            listing.add([ev.incident_id, state, str(ev.root_cause), str(ev.severity), ev.scope.describe(),
+                         _when(ev.opened_at), "transient" if ev.transient else "persistent"],
+                        [ev.rule, ev.summary, str(ev.sequence), _when(ev.ts)],
+                        {"state": state, **ev.model_dump(mode="json")})
+    return listing
 
 
 @incidents_app.command("show")

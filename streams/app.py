@@ -371,7 +371,9 @@ def make_worker(app: faust.App, settings: Settings) -> faust.Worker:
     so every debug call of the Kafka client (about one per snapshot here) built a LogRecord and went
     through the handlers only to be dropped there; now the configured level drops it at the level check.
     The garbage collector is tuned for the worker (:func:`tune_gc`)."""
-    worker = faust.Worker(app, loglevel=settings.streams.log_level.upper(), quiet=True, redirect_stdouts=False)
+    # override_logging off: the process's handler (tailhound.logs.setup_logging) keeps its format and filters
+    worker = faust.Worker(app, loglevel=settings.streams.log_level.upper(), quiet=True, redirect_stdouts=False,
+                          override_logging=False)
     worker.spinner = None
     tune_gc()
     return worker

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,9 @@ from rich.console import Console
 from tailhound import __version__
 from tailhound.capacity_file import capacity_limits
 from tailhound.errors import TailhoundError
+from tailhound.logs import log_start, setup_logging
+from tailhound.output import CONTEXT_SETTINGS, Listing, LogFormatOpt, LogLevelOpt, make_console, print_listing
+from tailhound.progress import ProgressReporter, TickProgress
 from tailhound.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -22,8 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
-rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True)
+rules_app = typer.Typer(help="Work with rule files.", no_args_is_help=True, context_settings=CONTEXT_SETTINGS)
 app.add_typer(rules_app, name="rules")
 
 
@@ -37,8 +40,8 @@ def _add_notifier_commands() -> None:
 
 _add_notifier_commands()
 
-console = Console(soft_wrap=True)  # piped output keeps whole lines (paths, JSON), never wrapped at 80
-err_console = Console(stderr=True, soft_wrap=True)
+console: Console = make_console()  # piped: whole lines (paths, JSON, panels), never cut at 80 columns
+err_console: Console = make_console(stderr=True)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")
@@ -79,11 +82,14 @@ def demo(
     ] = "127.0.0.1:0",
     hold: Annotated[float, typer.Option(
         min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran.")] = 0.0,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the demo: embedded broker, streams worker and a simulated fleet that overheats."""
     from tailhound.demo import DemoOptions, run_demo
 
     settings = _settings(config)
+    setup_logging(log_level, log_format, default_level="warning")  # the demo's own output is its console
     opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold)
     if fault:
         opts.faults = list(fault)
@@ -95,16 +101,18 @@ def demo(
 
 
 @app.command()
-def worker(config: ConfigOpt = None) -> None:
+def worker(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_format: LogFormatOpt = None) -> None:
     """Run the streams worker (Faust) until SIGINT/SIGTERM; without TAILHOUND_BROKER, on the bundled broker."""
     from tailhound.kafka import broker_for, ensure_topics
     from tailhound.streams.ruleset import load_rules
     from tailhound.worker import run_worker
 
     settings = _settings(config)
+    setup_logging(log_level, log_format, default_level=settings.streams.log_level,
+                  default_format=settings.streams.log_format)
     rules = load_rules(settings.rules_dir)
-    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr)
-    logging.getLogger(__name__).info("loaded %d rules from %s", len(rules.rules), settings.rules_dir)
+    log_start("worker", broker=settings.broker or "bundled", app_id=settings.streams.app_id,
+              web_listen=settings.streams.web_listen or "off", rules=len(rules.rules), rules_dir=settings.rules_dir)
     if not settings.broker:
         err_console.print("no broker configured (TAILHOUND_BROKER): starting the bundled one for development")
     with broker_for(settings) as s:
@@ -117,13 +125,17 @@ def worker(config: ConfigOpt = None) -> None:
 @app.command()
 def broker(
     port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the bundled broker in the foreground and print its URL (for development)."""
     import time
 
     from tailhound.broker import EmbeddedBroker
 
+    setup_logging(log_level, log_format)
     with EmbeddedBroker(port=port) as b:
+        log_start("broker", listen=b.url)
         console.print(f"broker ready: TAILHOUND_BROKER={b.url}  (Ctrl-C stops it)")
         while b.proc is not None and b.proc.poll() is None:
             time.sleep(0.5)
@@ -148,19 +160,28 @@ def simulate(
         str, typer.Option(help="dcgm-exporter fields: all, or default (the exporter's default counters only).")
     ] = "all",
     noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
     from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 
+    setup_logging(log_level, log_format, default_level="warning")
     try:
         sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise)
     except (ValueError, TypeError) as exc:
         raise TailhoundError(f"simulate: {exc}") from None
     sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
+    ticks = TickProgress(sim, ProgressReporter("simulate", unit="ticks", enabled=progress,
+                                                total=max(1, round(minutes * 60 / sim.config.interval_s))))
     if record is not None:
         from tailhound.agents.simulator.recording import write_recording
 
-        n = write_recording(sim, minutes, record)
+        try:
+            n = write_recording(ticks, minutes, record)  # type: ignore[arg-type] - it only calls run()
+        finally:
+            ticks.reporter.close()
         console.print(f"wrote {n} records to {record}")
         return
 
@@ -179,13 +200,16 @@ def simulate(
         await ensure_topics(settings)
         t0 = time.monotonic()
         async with SnapshotPublisher(settings) as pub:
-            for i, (_ts, snaps) in enumerate(sim.run(minutes * 60)):
+            for i, (_ts, snaps) in enumerate(ticks.run(minutes * 60)):
                 await pub.publish(snaps)
                 if speed > 0:
                     await asyncio.sleep(max(0.0, t0 + (i + 1) * sim.config.interval_s / speed - time.monotonic()))
             return pub.sent
 
-    sent = asyncio.run(_run())
+    try:
+        sent = asyncio.run(_run())
+    finally:
+        ticks.reporter.close()
     console.print(f"published {sent} snapshots to {settings.telemetry_topic}")
 
 
@@ -199,14 +223,14 @@ def agent(
     ] = None,
     speed: Annotated[float, typer.Option(help="Replay pace: recorded seconds per wall second (0: at once).")] = 0.0,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run the node agent: collect, publish one snapshot per collection (TAILHOUND_BROKER)."""
     from tailhound.agents.config import AgentConfig, load_agent_config
     from tailhound.agents.main import run_agent, run_replay
 
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=fmt)
+    setup_logging(log_level, log_format)
     settings = _settings(None)
     if from_recording is not None:
         cfg = load_agent_config(config) if config else AgentConfig(listen=None)
@@ -215,7 +239,9 @@ def agent(
         return
     if config is None:
         raise TailhoundError("tailhound agent needs --config agent.yaml (or --from-recording FILE)")
-    asyncio.run(run_agent(settings, load_agent_config(config), duration_s=duration, config_path=config))
+    cfg = load_agent_config(config)
+    log_start("agent", config=config, listen=cfg.listen or "off", broker=settings.broker or None)
+    asyncio.run(run_agent(settings, cfg, duration_s=duration, config_path=config))
 
 
 @app.command()
@@ -223,12 +249,14 @@ def record(
     config: Annotated[Path, typer.Option("--config", "-c", help="agent.yaml: the collectors to record.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Recording to write (JSON lines).")],
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: Ctrl-C).")] = None,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Write what the agent collects as a scrape recording (docs/recording-format.md); no broker needed."""
     from tailhound.agents.config import load_agent_config
     from tailhound.agents.main import run_record
 
-    logging.basicConfig(level="WARNING", stream=sys.stderr)
+    setup_logging(log_level, log_format, default_level="warning")
     n = asyncio.run(run_record(load_agent_config(config), out, duration_s=duration))
     console.print(f"wrote {n} records to {out}")
 
@@ -261,25 +289,33 @@ def replay(
         typer.Option("--capacity", help="Capacity file (`tailhound capacity --out`): the capacity.* thresholds "
                                         "(default: settings streams.capacity_file)."),
     ] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr (a bar on a "
+                                                                           "terminal, a line every 10 s otherwise).")
+                        ] = True,
+    log_level: LogLevelOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Run recordings through the streams code offline (no broker, event time, deterministic); .gz and .zst
     recordings are read too, and a cut-off last line is a warning."""
     from tailhound.recording import require_records
-    from tailhound.rulestest.recordings import iter_recordings
+    from tailhound.rulestest.recordings import ProgressLine, ReadProgress, iter_recordings
     from tailhound.streams.processor import load_models
     from tailhound.streams.replay import replay_records
     from tailhound.streams.ruleset import load_rules
 
     if fmt not in (None, "json", "table"):
         raise TailhoundError(f"--format {fmt!r}: use json or table")
+    setup_logging(log_level, log_format, default_level="warning")
     settings = _settings(None)
     rs = load_rules(rules or settings.rules_dir)
     first: list[float] = []
     last: list[float] = []
+    read = ReadProgress(total_bytes=sum(p.stat().st_size for p in recordings if p.is_file()))
+    line = ProgressLine("replay", read, enabled=progress)
 
     def records():  # noqa: ANN202 - the recordings' records, noting the first and the latest event time
-        for rec in iter_recordings(recordings, lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
-                                                                             highlight=False)):
+        warn = lambda msg: err_console.print(f"[yellow]warning:[/] {msg}", highlight=False)  # noqa: E731
+        for rec in line.wrap(iter_recordings(recordings, warn, read)):
             if not first:
                 first.append(rec.ts)
             if not last or rec.ts > last[0]:
@@ -386,11 +422,19 @@ def catalog(out: OutFileOpt = None, check: CheckOpt = False) -> None:
 @app.command()
 def example(
     name: Annotated[str | None, typer.Argument(help="Example to print; without it, the list.")] = None,
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", help="The list as table, wide, json or yaml (default: one line per example).")] = None,
 ) -> None:
     """Print a bundled example config (start a config from it: `tailhound example agent > agent.yaml`)."""
     from tailhound.resources import EXAMPLES, example_path
 
     if name is None:
+        if output is not None:
+            listing = Listing(["name", "what"], wide=["file"])
+            for key, (path, what) in EXAMPLES.items():
+                listing.add([key, what], [str(path)], {"name": key, "what": what, "file": str(path)})
+            print_listing(listing, output, console)
+            return
         for key, (_, what) in EXAMPLES.items():
             console.print(f"{key:22s} {what}", highlight=False)
         return
@@ -508,7 +552,8 @@ def rules_backtest(
 
 
 baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models; fitting needs the `fit` "
-                                "extra: pip install 'tailhound[fit]').", no_args_is_help=True)
+                                "extra: pip install 'tailhound[fit]').", no_args_is_help=True,
+                           context_settings=CONTEXT_SETTINGS)
 app.add_typer(baseline_app, name="baseline")
 
 

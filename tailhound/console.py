@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from tailhound.incident import IncidentEvent
+from tailhound.output import make_console
 from tailhound.vocabulary import ROOT_CAUSES
 
 _STYLE = {"opened": "bold red", "updated": "bold yellow", "resolved": "bold green"}
@@ -52,14 +53,16 @@ def render_incident(ev: IncidentEvent, origin: float | None = None, kind: str | 
             act.append(f"\n  {i}. {a}")
         parts.append(act)
     title = f"[{_STYLE[kind]}]{kind.upper()}[/] {ev.summary}"
-    return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[kind].split()[-1])
+    # fitted, not expanded: piped output is laid out PIPE_WIDTH wide (tailhound.output) and a panel that filled
+    # it would pad every line to thousands of columns; on a terminal it still wraps at the terminal's width
+    return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[kind].split()[-1], expand=False)
 
 
 class ConsoleReceiver:
     """Prints every incident event it is given; remembers what it printed for a summary."""
 
     def __init__(self, console: Console | None = None, origin: float | None = None) -> None:
-        self.console = console or Console()
+        self.console = console or make_console()
         self.origin = origin
         self.events: list[IncidentEvent] = []
         self._seen: set[tuple[str, int]] = set()

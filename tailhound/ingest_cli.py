@@ -11,22 +11,22 @@ snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM; SIGHUP
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from tailhound.errors import TailhoundError
+from tailhound.logs import log_start, setup_logging
+from tailhound.output import LogFormatOpt, LogLevelOpt, make_console
 from tailhound.settings import Settings
 
 if TYPE_CHECKING:  # loaded by the command itself (the CLI starts fast)
     from tailhound.ingest.config import IngestServiceConfig
 
-console = Console()
+console = make_console()
 
 
 def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
@@ -40,7 +40,8 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         url: Annotated[str, typer.Option(help="With --prometheus-config: the URL Prometheus reaches tailhound "
                                          "at.")] = "http://tailhound-ingest:9097/api/v1/write",
         duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-        log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+        log_level: LogLevelOpt = None,
+        log_format: LogFormatOpt = None,
     ) -> None:
         """Take samples from Prometheus (remote write, federation) and publish them as snapshots."""
         from tailhound.ingest.config import IngestServiceConfig, load_ingest_config
@@ -56,9 +57,9 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         if check:
             console.print(describe(cfg, len(receiver.bearer_tokens) + len(receiver.basic_auth)), highlight=False)
             return
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-        logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format=fmt)
+        setup_logging(log_level, log_format)
         settings = settings_of()
+        log_start("ingest", listen=cfg.listen or "off", broker=settings.broker or None)
         if not settings.broker:
             raise TailhoundError("tailhound ingest publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092")
         asyncio.run(run(settings, cfg, duration, config))

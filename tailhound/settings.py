@@ -71,6 +71,9 @@ class StreamsSettings(BaseModel):
     #: makes a fresh worker wait ~30 s before it gets partitions; 5 s joins in ~3 s.
     rebalance_timeout_s: Duration = Field(default=5.0, gt=0)
     log_level: str = "warning"
+    #: logfmt or json (tailhound.logs); --log-format and TAILHOUND_LOG_FORMAT win over it, as --log-level and
+    #: TAILHOUND_LOG_LEVEL over log_level
+    log_format: Literal["logfmt", "json"] = "logfmt"
     #: load-aware baseline artifacts (`tailhound baseline fit`); rules comparing a signal with its
     #: baseline use the model for that signal when it covers the current load
     load_models: list[Path] = Field(default_factory=list)

@@ -1,6 +1,7 @@
 """The worker's own HTTP endpoint (``streams.web_listen``, loopback port 9096 by default; "" turns it off):
 
-- ``GET /metrics``: the worker's Prometheus metrics (rule coverage, telemetry rejections, rule reloads);
+- ``GET /metrics``: the worker's Prometheus metrics (rule coverage, telemetry rejections, rule reloads) and
+  the process's (``process_*``, ``python_*``: :mod:`tailhound.endpoints`);
 - ``GET /-/healthy``: the process serves (liveness);
 - ``GET /-/ready``: 200 once the tables are recovered and the worker processes telemetry, else 503 with
   the reason (readiness; :func:`tailhound.worker_metrics.readiness`);
@@ -14,20 +15,18 @@ worker on a host sets another port (or 0).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
+from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
+from tailhound.logs import log_always
 from tailhound.notifier.api import ApiAccess, split_listen, start_site
 from tailhound.streams.reload import RuleReloader
 
 log = logging.getLogger(__name__)
-
-
-OPEN_PATHS = frozenset({"/metrics", "/-/healthy", "/-/ready"})
 
 
 def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAccess,
@@ -39,15 +38,13 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
         return refused if refused is not None else await handler(request)
 
     async def metrics(_request: web.Request) -> web.Response:
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return await metrics_response(registry)
 
     async def healthy(_request: web.Request) -> web.Response:
-        return web.Response(text="OK\n")
+        return healthy_response("worker")
 
     async def ready_probe(_request: web.Request) -> web.Response:
-        ok, why = ready()
-        return web.Response(text=why + "\n", status=200 if ok else 503)
+        return ready_response("worker", *ready())
 
     async def reload(_request: web.Request) -> web.Response:
         result = reloader.reload("POST /-/reload")
@@ -68,5 +65,6 @@ async def serve(listen: str, registry: CollectorRegistry, reloader: RuleReloader
     """Start the endpoint on ``host:port``; (the runner, the bound port)."""
     runner, bound, access.loopback = await start_site(make_app(registry, reloader, access, ready), listen)
     host = split_listen(listen)[0]
-    log.info("worker endpoint on %s:%s (/metrics, /-/healthy, /-/ready, POST /-/reload)", host, bound)
+    log_always(log, f"worker endpoint on {host}:{bound}", address=f"{host}:{bound}",
+               paths="/metrics /-/healthy /-/ready POST /-/reload")
     return runner, bound

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from tailhound.console import render_incident
 from tailhound.notifier.model import Notification, Receipt
+from tailhound.output import make_console
 
 
 class ConsoleConfig(BaseModel):
@@ -23,7 +24,7 @@ class ConsoleReceiver:
 
     def __init__(self, config: ConsoleConfig, console: Console | None = None, origin: float | None = None) -> None:
         self.name = config.name
-        self.console = console or Console()
+        self.console = console or make_console()  # piped (a worker log): panels whole, not cut at 80
         self.origin = origin
         self.sent: list[Notification] = []
 

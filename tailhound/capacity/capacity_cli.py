@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailhound.errors import TailhoundError
+from tailhound.output import make_console
 
 FORMATS = ("table", "json")
 
@@ -122,8 +123,8 @@ def capacity(
     the queue level to scale out at, from a load test or from recorded production telemetry."""
     from tailhound.capacity.recommend import PERCENTILES, build_capacity_file, recommend, write_capacity_file
 
-    console = Console(soft_wrap=True)
-    err = Console(stderr=True, soft_wrap=True)
+    console = make_console()  # piped: the tables whole, not cut at 80 columns
+    err = make_console(stderr=True)
     try:
         if percentile not in PERCENTILES:
             raise CapacityInputError(f"--percentile {percentile!r}: use {' or '.join(PERCENTILES)}")

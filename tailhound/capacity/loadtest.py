@@ -154,6 +154,9 @@ class LoadTestConfig:
     arrivals: Literal["poisson", "constant"] = "poisson"
     max_concurrency: int = 512
     request_timeout_s: float = 120.0
+    #: seconds the requests still running after the last step may take to end (then they are cut and counted
+    #: as the step's unfinished); None: one step. A saturated engine's queue would otherwise stretch the test
+    drain_s: float | None = None
     ignore_eos: bool = True
     seed: int = 0
     #: the engine's /metrics: None -> the target's /metrics when it answers
@@ -181,7 +184,8 @@ def driver_plan(cfg: LoadTestConfig, model: str) -> dict:
             "mode": cfg.mode, "loads": cfg.loads, "step_s": cfg.step_s, "max_duration_s": cfg.max_duration_s,
             "max_requests": cfg.max_requests, "max_error_rate": cfg.max_error_rate, "arrivals": cfg.arrivals,
             "max_concurrency": cfg.max_concurrency, "request_timeout_s": cfg.request_timeout_s,
-            "ignore_eos": cfg.ignore_eos, "seed": cfg.seed, "token_mix": cfg.mix.to_dict()}
+            "drain_s": cfg.step_s if cfg.drain_s is None else cfg.drain_s, "ignore_eos": cfg.ignore_eos,
+            "seed": cfg.seed, "token_mix": cfg.mix.to_dict()}
 
 
 def percentiles(values: list[float]) -> Percentiles:
@@ -266,6 +270,8 @@ class _Request:
     tpot: float | None
     tokens: int
     err: str | None
+    #: still running when the test ended (not an error; its TTFT, when known, is a lower bound)
+    cut: bool = False
 
 
 class Aggregator:
@@ -288,9 +294,9 @@ class Aggregator:
         kind = obj.get("k")
         if kind == "r":
             req = _Request(int(obj["s"]), float(obj["t0"]), float(obj["t1"]), obj.get("ttft"), obj.get("tpot"),
-                           int(obj.get("tok") or 0), obj.get("err"))
+                           int(obj.get("tok") or 0), obj.get("err"), bool(obj.get("cut")))
             self.requests.append(req)
-            if req.err:
+            if req.err and not req.cut:
                 reason = req.err.split(":")[0]
                 self.errors_by_reason[reason] = self.errors_by_reason.get(reason, 0) + 1
         elif kind == "step":
@@ -315,10 +321,11 @@ class Aggregator:
         done = [r for r in self.requests if r.err is None and start <= r.t1 < end]
         mine = [r for r in self.requests if r.step == st.index]
         ok = [r for r in mine if r.err is None]
+        cut = [r for r in mine if r.cut]
         overlap = sum(max(0.0, min(r.t1, end) - max(r.t0, start)) for r in self.requests)
         return StepResult(
             index=st.index, offered=st.offered, started_at=start, duration_s=round(duration, 6),
-            requests=len(done), errors=sum(1 for r in mine if r.err is not None),
+            requests=len(done), errors=sum(1 for r in mine if r.err is not None and not r.cut), unfinished=len(cut),
             throughput_rps=round(len(done) / duration, 6),
             output_tokens_per_s=round(sum(r.tokens for r in done) / duration, 6),
             concurrency_mean=round(overlap / duration, 6),

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tailhound.errors import TailhoundError
+from tailhound.output import make_console
+from tailhound.progress import ProgressReporter
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = make_console()  # piped: the summary table whole, not cut at 80 columns
+err_console = make_console(stderr=True)
 
 
 def _ms(value: float | None) -> str:
@@ -26,27 +27,29 @@ def _unit(mode: str) -> str:
 
 
 class _Printer:
-    """Progress for people: one line per step as it ends (and a live status line on a terminal)."""
+    """Progress for people: one line per step as it ends, and the ramp's progress on stderr (a bar over the
+    planned seconds on a terminal, a line every 10 s otherwise: tailhound.progress)."""
 
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.status = console.status("starting the load driver (locust) ...") if console.is_terminal else None
-        if self.status is not None:
-            self.status.start()
+    def __init__(self, mode: str, steps: int = 1, step_s: float = 1.0, enabled: bool = True) -> None:
+        self.mode, self.step_s = mode, step_s
+        self.bar = ProgressReporter("load test", unit="s", total=steps * step_s, enabled=enabled)
+        self.bar.update(0, detail="starting the load driver (locust) ...")
 
     def __call__(self, kind: str, data: dict) -> None:
         if kind == "note":
             err_console.print(f"[yellow]note:[/] {data['text']}", highlight=False)
-        elif kind == "ready" and self.status is not None:
-            self.status.update(f"{data.get('users')} users ready")
-        elif kind == "step" and self.status is not None:
-            self.status.update(f"step {data['index'] + 1}/{data['of']}: {data['offered']:g} {_unit(self.mode)}")
-        elif kind == "tick" and self.status is not None:
+        elif kind == "ready":
+            self.bar.update(0, detail=f"{data.get('users')} users ready")
+        elif kind == "step":
+            self.bar.update(data["index"] * self.step_s,
+                            detail=f"step {data['index'] + 1}/{data['of']}: {data['offered']:g} {_unit(self.mode)}")
+        elif kind == "tick":
             eng = data.get("engine") or {}
             queue = f"  queue {eng['queue']:g}" if "queue" in eng else ""
-            self.status.update(
-                f"step {data['index'] + 1}: {data['offered']:g} {_unit(self.mode)}, {data['elapsed']:.0f} s: "
-                f"{data['done']} done, {data['errors']} errors, TTFT p50 {_ms(data['ttft'].p50)} ms{queue}")
+            self.bar.update(
+                data["index"] * self.step_s + min(data["elapsed"], self.step_s),
+                detail=f"step {data['index'] + 1}: {data['offered']:g} {_unit(self.mode)}, {data['elapsed']:.0f} s: "
+                       f"{data['done']} done, {data['errors']} errors, TTFT p50 {_ms(data['ttft'].p50)} ms{queue}")
         elif kind == "step_end" and (st := data["step"]) is not None:
             eng = st.engine
             engine = "".join(f"  {k} {eng[k]:.2f}" for k in ("queue", "batch", "kv_cache_usage") if k in eng)
@@ -64,9 +67,7 @@ class _Printer:
             self.close()
 
     def close(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
+        self.bar.close()
 
 
 def _summary(result, errors: dict[str, int]) -> Table:  # noqa: ANN001 - a LoadTestResult
@@ -126,6 +127,9 @@ def loadtest(
         "--max-concurrency", min=1, max=10_000, help="Rate mode: most requests in flight (locust users).")] = 512,
     request_timeout: Annotated[float, typer.Option(
         "--request-timeout", min=0.5, help="Seconds a request may take (and wait between chunks).")] = 120.0,
+    drain: Annotated[float | None, typer.Option(
+        "--drain", min=0, help="Seconds the requests still running after the last step may take to end; the rest "
+                               "are cut and counted as unfinished (default: one step).")] = None,
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos/--no-ignore-eos", help="Send ignore_eos (vLLM) so outputs have the sampled length.")] = True,
     metrics: Annotated[str | None, typer.Option(
@@ -134,6 +138,7 @@ def loadtest(
     api_key_file: Annotated[Path | None, typer.Option(
         "--api-key-file", help="A file holding the API key (else $TAILHOUND_LOADTEST_API_KEY).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the token lengths and the arrivals.")] = 0,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
 ) -> None:
     """Ramp the load on an inference endpoint in steps (locust) and measure TTFT, TPOT, throughput and the
     engine's queue at each: the input of `tailhound capacity`."""
@@ -196,6 +201,7 @@ def loadtest(
     cfg = LoadTestConfig(target=checked, mix=mix, loads=loads, model=model, api=api, mode=mode, step_s=step_s,
                          max_duration_s=max_duration, max_requests=max_requests, max_error_rate=max_error_rate,
                          arrivals=arrivals, max_concurrency=max_concurrency, request_timeout_s=request_timeout,
+                         drain_s=drain,
                          ignore_eos=ignore_eos, seed=seed, metrics=metrics_target, scrape_metrics=not no_metrics,
                          api_key=api_key)
     planned = len(loads) * step_s
@@ -207,7 +213,7 @@ def loadtest(
     if planned > max_duration:
         err_console.print(f"[yellow]note:[/] {planned:g} s of steps, --max-duration {max_duration:g} s: the ramp "
                           "will be cut short", highlight=False)
-    printer = _Printer(mode)
+    printer = _Printer(mode, len(loads), step_s, enabled=progress)
     errors: dict[str, int] = {}
 
     def progress(kind: str, data: dict) -> None:
@@ -222,6 +228,11 @@ def loadtest(
     console.print(_summary(result, errors))
     if errors:
         console.print("errors: " + ", ".join(f"{n} {why}" for why, n in sorted(errors.items())), highlight=False)
+    if unfinished := sum(st.unfinished for st in result.steps):
+        waited = drain if drain is not None else step_s
+        console.print(f"[yellow]unfinished:[/] {unfinished} requests still running {waited:g} s after the last step "
+                      "were cut (neither errors nor in the percentiles; --drain SECONDS waits longer for them)",
+                      highlight=False)
     if result.stopped:
         console.print(f"[yellow]stopped early:[/] {result.stopped}", highlight=False)
     console.print(f"wrote {out}", highlight=False)

@@ -23,7 +23,10 @@ standard error):
 - ``{"k": "r", "s": step, "t0": unix, "t1": unix, "ttft": s, "tpot": s, "tok": n, "err": null|"..."}`` per request
   (the step it started in);
 - ``{"k": "step_end", "i": i, "at": unix, "started": n, "late": n, "missed": n}``;
-- ``{"k": "end", "stopped": null|"reason"}`` last, after the requests in flight finished (or timed out).
+- ``{"k": "r", ..., "cut": true, "err": "cut: ..."}`` for each request still running ``drain_s`` after the last
+  step (its TTFT when its first token came): the test ends then instead of waiting for a saturated engine's
+  queue to drain (on the fake engine, the ~400 requests a 10 x 5 s ramp past the knee queues take ~55 s);
+- ``{"k": "end", "stopped": null|"reason"}`` last, after the requests in flight finished or were cut.
 
 Client-side timing: TTFT = first content chunk - request start; TPOT = (last content chunk - first) /
 (tokens - 1), tokens from the ``usage`` chunk when the server sends one, else the content chunks counted.
@@ -81,6 +84,7 @@ class Driver:
         self.max_duration_s: float = float(plan["max_duration_s"])
         self.max_error_rate: float = float(plan["max_error_rate"])
         self.timeout_s: float = float(plan["request_timeout_s"])
+        self.drain_s: float = min(float(plan.get("drain_s", self.timeout_s)), self.timeout_s)
         self.pool: int = int(plan["max_concurrency"])
         self.mix = TokenMix.from_dict(plan["token_mix"])
         self.sampler = self.mix.sampler(int(plan["seed"]))
@@ -93,6 +97,8 @@ class Driver:
         self.stopped: str | None = None
         self.sent = 0
         self.inflight = 0
+        #: the requests running: id -> [step, start (unix), start (perf counter), first token (perf), chunks]
+        self.live: dict[int, list] = {}
         self.arrivals: queue.Queue[float] = queue.Queue()
         self.tally: dict[int, list[int]] = {}  # step -> [started, ended, errors, late, missed]
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
@@ -146,6 +152,8 @@ class Driver:
         data = self._body(prompt_tokens, output_tokens)
         self.inflight += 1
         t0_wall, t0 = time.time(), time.perf_counter()
+        rid = self.sent
+        live = self.live[rid] = [step, t0_wall, t0, None, 0]
         first = last = None
         chunks, usage_tokens, err, finished, eof = 0, None, None, False, False
         resp = None
@@ -172,6 +180,7 @@ class Driver:
                             chunks += 1
                             first = now if first is None else first
                             last = now
+                            live[3], live[4] = first, chunks
                         if _FINISH.search(ev.data):
                             finished = True
                         if _USAGE.search(ev.data) and (n := _completion_tokens(ev)) is not None:
@@ -207,12 +216,14 @@ class Driver:
             rec["ttft"] = round(first - t0, 6)
             if tokens >= 2 and last > first:
                 rec["tpot"] = round((last - first) / (tokens - 1), 7)
+        self.inflight -= 1
+        if self.live.pop(rid, None) is None:
+            return  # cut at the end of the test: its record went out then
         end_step = self.tally.setdefault(step, [0, 0, 0, 0, 0])
         end_step[1] += 1
         if err is not None:
             end_step[2] += 1
         self.emit(**rec)
-        self.inflight -= 1  # after its record: the drain waits for the records of the requests in flight
 
     # -- pacing ---------------------------------------------------------------------------------------------
 
@@ -326,11 +337,22 @@ class Driver:
                 self.stop(reason)
         self.stopping = True
         self.rate = 0.0
-        drain_deadline = time.monotonic() + self.timeout_s + 5.0
-        while self.inflight > 0 and time.monotonic() < drain_deadline:  # bounded: the request timeout
+        drain_deadline = time.monotonic() + self.drain_s
+        while self.live and time.monotonic() < drain_deadline:  # bounded: drain_s (at most the request timeout)
             time.sleep(0.05)
+        self.cut_live()
         self.emit(k="end", stopped=self.stopped, inflight=self.inflight)
         runner.quit()
+
+
+    def cut_live(self) -> None:
+        """A record for each request still running (popped: its own record never goes out), marked cut."""
+        now_wall, now = time.time(), time.perf_counter()
+        for _rid, (step, t0_wall, t0, first, chunks) in sorted(self.live.items()):
+            self.emit(k="r", s=step, t0=round(t0_wall, 6), t1=round(now_wall, 6),
+                      ttft=None if first is None else round(first - t0, 6), tpot=None, tok=chunks, cut=True,
+                      err=f"cut: still running {now - t0:.1f} s after it started, {self.drain_s:g} s after the end")
+        self.live.clear()
 
 
 def _completion_tokens(ev: SSEEvent) -> int | None:

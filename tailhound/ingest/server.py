@@ -23,8 +23,10 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tailhound.endpoints import healthy_response, ready_response
 from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.receiver import IngestResult
+from tailhound.logs import log_always
 
 log = logging.getLogger("tailhound.ingest")
 
@@ -87,11 +89,10 @@ def make_app(path: str, accept: Accept, service: IngestServer) -> web.Applicatio
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthy(_request: web.Request) -> web.Response:
-        return web.Response(text="OK\n")
+        return healthy_response("ingest")
 
     async def ready(_request: web.Request) -> web.Response:
-        ok, why = service.readiness()
-        return web.Response(text=why + "\n", status=200 if ok else 503)
+        return ready_response("ingest", *service.readiness())
 
     app = web.Application(client_max_size=1024)  # the write handler streams its body itself
     app.router.add_post(path, write)
@@ -134,6 +135,8 @@ class IngestServer:
         server = getattr(site, "_server", None)
         sockets = server.sockets if server is not None else []
         self.port = sockets[0].getsockname()[1] if sockets else int(port)
+        log_always(log, f"ingest endpoint on {host}:{self.port}", address=f"{host}:{self.port}",
+                   paths="/metrics /-/healthy /-/ready")
         if not _loopback(host):
             log.info("remote write open on %s: set auth (bearer_token_file) unless the network is private", host)
         return self.port

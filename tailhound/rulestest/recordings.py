@@ -21,7 +21,6 @@ import contextlib
 import gzip
 import importlib
 import io
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -202,49 +201,34 @@ def iter_recordings(paths: Iterable[str | Path], warn: Warn = _no_warning, progr
 
 
 class ProgressLine:
-    """A progress line on stderr for long runs: redrawn in place on a terminal, a line every 10 s otherwise
-    (CI logs); nothing at all for runs shorter than `after_s` (default: 1 s on a terminal, 10 s otherwise)."""
+    """Reading progress on stderr for long runs (:class:`tailhound.progress.ProgressReporter`): a rich bar over
+    the bytes read on a terminal, a line every 10 s otherwise (CI logs); nothing for runs shorter than
+    `after_s` (default: 1 s on a terminal, 10 s otherwise)."""
 
     def __init__(self, label: str, progress: ReadProgress, stream: IO[str] | None = None,
                  after_s: float | None = None, enabled: bool = True) -> None:
+        from tailhound.progress import ProgressReporter
+
         self.label, self.progress = label, progress
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.reporter = ProgressReporter(label, stream=stream, enabled=enabled, after_s=after_s)
+        self.tty = self.reporter.tty
         self.t0 = time.monotonic()
-        self.after_s = after_s if after_s is not None else (1.0 if self.tty else 10.0)
-        self.enabled = enabled
-        self._last = 0.0
-        self._shown = False
 
-    def tick(self) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        every = 0.25 if self.tty else 10.0
-        if now - self.t0 < self.after_s or now - self._last < every:
-            return
-        self._last = now
-        self._show(now)
-
-    def _show(self, now: float) -> None:
-        pr = self.progress
-        frac = pr.fraction
-        pct = f"{frac * 100:5.1f}% " if frac is not None else ""
-        rate = pr.records / max(now - self.t0, 1e-9)
-        text = f"{self.label}: {pct}{pr.records:,} records ({rate:,.0f}/s), {now - self.t0:.0f} s"
-        self._shown = True
-        if self.tty:
-            self.stream.write("\r" + text.ljust(79))
+    def tick(self, *, show: bool = True) -> None:
+        pr, rep = self.progress, self.reporter
+        if pr.total_bytes:  # the bar runs over bytes read (compressed), the records are its detail
+            rate = pr.records / max(time.monotonic() - self.t0, 1e-9)
+            done, total, detail = pr.position, pr.total_bytes, f"{pr.records:,} records ({rate:,.0f}/s)"
         else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+            done, total, detail = pr.records, None, ""
+        if show:
+            rep.update(done, total, detail)
+        else:
+            rep.done_n, rep.total, rep.detail = done, total or rep.total, detail
 
     def done(self) -> None:
-        if self.enabled and self._shown:
-            self._show(time.monotonic())
-            if self.tty:
-                self.stream.write("\n")
-            self.stream.flush()
+        self.tick(show=False)
+        self.reporter.close()  # the final state, when anything was shown
 
     def wrap(self, records: Iterable[ScrapeRecord]) -> Iterator[ScrapeRecord]:
         for rec in records:

@@ -182,6 +182,28 @@ def test_concurrency_ramp(fake_engine, tmp_path):
     assert top.throughput_rps > first.throughput_rps * 0.9
 
 
+def test_steps_keep_their_planned_length_past_the_knee(tmp_path):
+    """A ramp past the engine's capacity (8.3 req/s here) queues requests the engine serves long after the last
+    step; the test ends one drain after it (cut requests are counted as unfinished, not errors), so the run
+    is the plan's length. Asserted on the recorded step boundaries."""
+    out = tmp_path / "ramp.json"
+    with serve_in_thread(FakeEngine()) as eng:  # an engine of its own: the cut requests leave it busy
+        r = invoke("--target", eng.url, "--out", str(out), "--target-load", "30", "--steps", "3", "--step-s", "2",
+                   "--drain", "1", "--prompt-tokens", "512", "--output-tokens", "128", "--no-progress")
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    res = read_result(out)
+    assert [s.offered for s in res.steps] == [10.0, 20.0, 30.0] and res.stopped is None
+    for st in res.steps:
+        assert st.duration_s == pytest.approx(2.0, abs=0.05)
+    for before, after in zip(res.steps, res.steps[1:], strict=False):
+        assert after.started_at - before.started_at == pytest.approx(2.0, abs=0.1)
+    last_end = res.steps[-1].started_at + res.steps[-1].duration_s
+    assert res.finished_at - last_end < 1.0 + 1.5  # the drain, and the driver's exit; not the engine's queue
+    assert sum(st.unfinished for st in res.steps) > 10 and all(st.errors == 0 for st in res.steps)
+    assert "unfinished:" in r.output and "--drain SECONDS" in r.output
+    assert "done/s" in r.output and "TTFT95" in r.output  # the summary table whole, not cut at 80 columns
+
+
 def test_max_requests_stops_the_ramp(fake_engine, tmp_path):
     out = tmp_path / "bound.json"
     r = invoke("--target", fake_engine, "--out", str(out), "--peak", "20", "--steps", "2", "--step-s", "5",

@@ -130,7 +130,7 @@ async def test_a_publisher_behind_answers_503_with_retry_after(tmp_path):
     finally:
         await service.stop(flush_timeout_s=0.2)
     assert statuses[0] == (204, None) and (503, "2") in statuses
-    assert ready[0] == 503 and "publisher behind" in ready[1]
+    assert ready[0] == 503 and ready[1].startswith("tailhound ingest is not ready: ") and "publisher behind" in ready[1]
 
 
 async def test_the_metrics_pass_promtool(settings: Settings):
@@ -144,10 +144,11 @@ async def test_the_metrics_pass_promtool(settings: Settings):
             async with session.get(f"http://127.0.0.1:{service.port}/metrics") as r:
                 text = await r.text()
             async with session.get(f"http://127.0.0.1:{service.port}/-/healthy") as r:
-                assert r.status == 200
+                assert (r.status, await r.text()) == (200, "tailhound ingest is Healthy.\n")
     finally:
         await service.stop()
     assert 'tailhound_ingest_events_total{event="series"}' in text and "tailhound_ingest_pending_samples" in text
+    assert "\nprocess_resident_memory_bytes " in text and "\npython_info{" in text  # every process serves them
     promtool = require_tool("promtool", "apt-get install prometheus")
     lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -52,11 +52,12 @@ async def test_ready_after_recovery_and_metrics_that_promtool_accepts(settings, 
     worker.start()
     try:
         port = await asyncio.to_thread(_port, tmp_path / "worker.log")
-        assert (await asyncio.to_thread(_get, port, "/-/healthy"))[0] == 200
+        assert await asyncio.to_thread(_get, port, "/-/healthy") == (200, "tailhound worker is Healthy.\n")
         deadline = time.monotonic() + 60
         while (status := (await asyncio.to_thread(_get, port, "/-/ready"))[0]) != 200 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         assert status == 200, worker.log_tail()
+        assert (await asyncio.to_thread(_get, port, "/-/ready"))[1] == "tailhound worker is Ready.\n"
         hot = {3: (88.0, 1100.0), 5: (87.0, 1150.0)}
         async with SnapshotPublisher(s) as pub:
             for i in range(12):
@@ -77,5 +78,13 @@ async def test_ready_after_recovery_and_metrics_that_promtool_accepts(settings, 
             assert needle in body, f"{needle!r} not in /metrics:\n{body}"
         lint = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60)
         assert lint.returncode == 0, lint.stdout + lint.stderr
+        for name in ("process_resident_memory_bytes", "process_open_fds", "python_info", "python_gc_objects_collected"):
+            assert f"\n{name}" in body, name
+        # one log format from the first line on (Faust's own lines included), with the start line
+        lines = (tmp_path / "worker.log").read_text(errors="replace").splitlines()
+        start = next(line for line in lines if 'msg="tailhound worker starting"' in line)
+        assert start.startswith("ts=") and " level=info " in start and " version=" in start and " web_listen=" in start
+        assert all(line.startswith("ts=") for line in lines if " level=" in line)
+        assert any("logger=faust" in line or "logger=mode" in line for line in lines), lines[:20]
     finally:
         worker.stop()

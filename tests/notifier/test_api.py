@@ -236,3 +236,22 @@ def test_listen_setting():
         with pytest.raises(ValueError):
             Settings(notifier={"api_listen": bad})
     assert NotifierSettings(api_token=SecretStr("x")).api_token is not None
+
+
+# --- probes and metrics, as every tailhound process answers them ----------------------------------------------
+async def test_probe_bodies_and_process_metrics():
+    from prometheus_client import CollectorRegistry
+
+    async with api() as (service, base), aiohttp.ClientSession() as http:
+        service.registry = CollectorRegistry()
+        async with http.get(f"{base}/-/healthy") as r:
+            assert (r.status, await r.text()) == (200, "tailhound notifier is Healthy.\n")
+        async with http.get(f"{base}/-/ready") as r:
+            assert (r.status, await r.text()) == (200, "tailhound notifier is Ready.\n")
+        service.active = False
+        async with http.get(f"{base}/-/ready") as r:
+            assert r.status == 503 and (await r.text()).startswith("tailhound notifier is not ready: standing by")
+        for _ in range(2):  # registered once, however often scraped
+            async with http.get(f"{base}/metrics") as r:
+                text = await r.text()
+    assert text.count("# TYPE process_resident_memory_bytes gauge") == 1 and "python_info{" in text

@@ -4,6 +4,7 @@ against the bundled broker."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -49,6 +50,7 @@ def test_silence_add_list_expire(env):
     assert cli("silence", "expire", sid).exit_code == 0
     assert sid not in cli("silence", "list").output
     assert "expired" in cli("silence", "list", "--all").output
+    assert [r["id"] for r in json.loads(cli("silence", "list", "--all", "-o", "json").output)] == [sid]
 
 
 @pytest.mark.broker
@@ -71,6 +73,8 @@ def test_incidents_list_and_show(env):
     listed = cli("incidents", "list").output
     assert "inc-cli-1" in listed and "inc-cli-2" not in listed
     assert "inc-cli-2" in cli("incidents", "list", "--all").output
+    as_json = json.loads(cli("incidents", "list", "--all", "-o", "json").output)
+    assert {r["incident_id"]: r["state"] for r in as_json} == {"inc-cli-1": "open", "inc-cli-2": "resolved"}
     shown = cli("incidents", "show", "inc-cli-2")
     assert shown.exit_code == 0
     assert "#1 opened" in shown.output and "#2 resolved" in shown.output and "gpu-node-5" in shown.output

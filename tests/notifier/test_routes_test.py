@@ -121,6 +121,21 @@ def test_routes_test_prints_each_route_path_with_its_line_and_matchers():
     ]
 
 
+def test_routes_test_as_json_and_yaml_for_scripts():
+    import yaml
+
+    out = routes("--config", str(PRODUCTION), "severity=critical", "transient=false", "--tree", "-o", "json")
+    [case] = json.loads(out.stdout)  # one document: the tree is left out
+    assert case["labels"] == {"severity": "critical", "transient": "false"}
+    assert case["receivers"] == ["pagerduty", "slack"]
+    assert [(r["route"], r["receiver"]) for r in case["routes"]] == [("route.routes[0]", "pagerduty"),
+                                                                      ("route.routes[2]", "slack")]
+    as_yaml = yaml.safe_load(routes("--config", str(PRODUCTION), "severity=warning", "-o", "yaml").stdout)
+    assert as_yaml[0]["receivers"] == ["slack"]
+    with pytest.raises(TailhoundError, match="--output 'csv'"):
+        routes("--config", str(PRODUCTION), "-o", "csv")
+
+
 def test_verify_receivers_fails_when_they_differ():
     ok = routes("--config", str(PRODUCTION), "root_cause=capacity", "--verify-receivers", "slack,remediate")
     assert ok.exit_code == 0  # any order

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -75,3 +76,5 @@ def test_example_lists_and_prints_the_bundled_configs():
     assert listed.exit_code == 0 and "notifier-production" in listed.output and "agent" in listed.output
     assert "receivers:" in runner.invoke(app, ["example", "notifier"]).output
     assert runner.invoke(app, ["example", "nope"]).exit_code != 0
+    as_json = json.loads(runner.invoke(app, ["example", "-o", "json"]).output)
+    assert {"name": "agent", "file": "agent.yaml"}.items() <= next(e for e in as_json if e["name"] == "agent").items()
