@@ -15,6 +15,7 @@ from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.prometheus_snippet import remote_write_snippet
 from tailhound.ingest.service import ORIGIN_FEDERATION, ORIGIN_REMOTE_WRITE
 from tests.deploy.helpers import check_cli_args, check_settings_env_name
+from tests.notifier.test_docs import _shell_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "prometheus.md"
@@ -117,11 +118,11 @@ def _commands(markdown: str) -> list[list[str]]:
     for block in blocks(markdown, "sh"):
         for line in block.splitlines():
             line = line.split("  #", 1)[0].strip()
-            words = line.split()
-            while words and re.match(r"[A-Z_]+=", words[0]):  # VAR=value tailhound ...
-                words.pop(0)
-            if words[:1] == ["tailhound"]:
-                out.append(words[1:])
+            for words in _shell_commands(line.split()):
+                while words and re.match(r"[A-Z_]+=", words[0]):  # VAR=value tailhound ...
+                    words.pop(0)
+                if words[:1] == ["tailhound"]:
+                    out.append(words[1:])
     return out
 
 
@@ -165,7 +166,7 @@ def test_the_readme_points_here():
     assert "(docs/prometheus.md)" in two_ways and "(docs/agent.md)" in two_ways
     for args in _commands(two_ways):
         check_cli_args(args)
-    assert len(_commands(two_ways)) == 3
+    assert len(_commands(two_ways)) == 4  # doctor, the printed remote_write block, the example, ingest -c
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     (first,) = blocks(quick, "sh")[:1]
     assert [ln.split()[:2] for ln in first.splitlines()] == [["make", "demo"], ["make", "test"]]
