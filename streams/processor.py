@@ -253,7 +253,10 @@ class SnapshotProcessor:
         if self.max_state_bytes is not None:
             size = len(pydantic_core.to_json(dumped, inf_nan_mode="constants"))
             if size > self.max_state_bytes:
-                self._states.pop(node, None)  # the stored state stays the truth: decoded again next time
+                # the stored state stays the truth (decoded again next time); the latest values the snapshot
+                # brought are dropped with it (the node's sources bring theirs again within an interval)
+                self._states.pop(node, None)
+                self._latest.pop(node, None)
                 raise Unprocessable(STATE_TOO_LARGE, f"node {node!r}'s state record would be {size:,} bytes; at "
                                     f"most {self.max_state_bytes:,} can be produced (the snapshot is not applied)")
         return StepResult(state=dumped, changed=True, events=events)
