@@ -10,7 +10,13 @@ import pytest
 from tailhound.agents.wire import encode_snapshot
 from tailhound.snapshot import LIMITS, CounterSample, GaugeSample, Snapshot
 from tailhound.streams.intake import Gate, Rejection
-from tailhound.streams.processor import STATE_TOO_LARGE, TOO_MANY_SOURCES, MemoryStateStore, SnapshotProcessor, Unprocessable
+from tailhound.streams.processor import (
+    STATE_TOO_LARGE,
+    TOO_MANY_SOURCES,
+    MemoryStateStore,
+    SnapshotProcessor,
+    Unprocessable,
+)
 from tailhound.streams.replay import replay_snapshots
 from tailhound.streams.ruleset import RuleSet, load_rules, parse_rule_text
 from tests.factories import dcgm_snapshot
