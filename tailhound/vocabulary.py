@@ -63,9 +63,8 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
         RootCauseInfo(
             RootCause.HEALTH_CHECK_FLAPPING,
             "Health-check flapping",
-            "The load balancer keeps removing and re-adding an instance: its blackbox probe fails again and "
-            "again while /health latency sits near the health-check timeout (or that timeout is configured "
-            "below 1.5 x the /health P95), so busy but healthy instances flap out of rotation under load.",
+            "The load balancer's health-check timeout is below 1.5 x the /health P95, so instances are "
+            "removed and re-added under load.",
             True,
         ),
         RootCauseInfo(
