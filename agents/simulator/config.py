@@ -22,6 +22,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "warm-gpu",
     "long-prompt-hol",
     "slow-node",
+    "gpu-xid-error",  # issue 27
 )
 
 #: Faults that act on one tick only (their duration is ignored).
@@ -29,7 +30,7 @@ ONE_SHOT_FAULTS: frozenset[str] = frozenset({"short-blip", "engine-restart"})
 
 #: Faults that act on individual GPUs (the others act on a node).
 GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded",
-                                        "warm-gpu"})
+                                        "warm-gpu", "gpu-xid-error"})
 
 #: Faults that start on the client side or are rolled out fleet-wide: without ``node=`` they act on every
 #: node (the others act on the first node).
@@ -73,7 +74,7 @@ class FaultSpec:
 
     ``node=None`` targets the fault's default (the first node; every node for ``traffic-surge``,
     ``retry-storm`` and ``rolling-deploy``); ``node="*"`` targets every node. ``gpus=()`` picks the
-    fault's default GPUs (thermal: 3 and 5; warm GPU: 6; memory-bandwidth and NVLink faults: every GPU
+    fault's default GPUs (thermal: 3 and 5; warm GPU: 6; GPU XID error: 4; memory-bandwidth and NVLink faults: every GPU
     of the node). ``duration_s=None`` lasts until the end. ``short-blip`` and ``engine-restart`` act on
     the first tick at or after ``start_s`` only. ``rolling-deploy`` restarts the engines of its nodes one
     after another, spread evenly over its duration (default: 3 minutes apart).

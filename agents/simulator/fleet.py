@@ -9,7 +9,7 @@ from tailhound.snapshot import Snapshot
 
 from .config import FaultSpec, SimConfig
 from .engine import TGI_PORT, Engine
-from .faults import WARM_GPU_EXTRA_C, NodeEffects, node_effects, validate_faults
+from .faults import WARM_GPU_EXTRA_C, XID_DOUBLE_BIT_ECC, NodeEffects, node_effects, validate_faults
 from .gpu import GpuState
 from .load import LoadModel
 from .network import BlackboxProbe, NodeNetwork
@@ -55,6 +55,7 @@ class _Node:
         for gpu in self.gpus:
             extra = inlet + WARM_GPU_EXTRA_C if gpu.index in warm else inlet
             gpu.update_thermal(dt, prev_util, gpu.index in eff.overheating_gpus, extra)
+            gpu.set_hardware_error(XID_DOUBLE_BIT_ECC if gpu.index in eff.xid_gpus else None)
         # Tensor parallelism: every step waits for the slowest GPU of the group.
         clock_slowdown = max(gpu.slowdown for gpu in self.gpus)
         _, arrivals = self.load.arrivals(ts, dt, eff.arrival_scale)

@@ -53,6 +53,7 @@ ACTION_BY_ROOT_CAUSE: dict[str, str] = {
     "kv-cache-pressure": "reduce-batch",
     "retry-storm": "shed-load",
     "node-degraded": "drain-node",
+    "gpu-hardware-error": "drain-node",
 }
 DEFAULT_ACTION = "investigate"
 

@@ -119,3 +119,15 @@ def test_match_selects_by_label():
 def test_catalog_errors(data, message):
     with pytest.raises(ConfigError, match=message):
         parse_catalog(data)
+
+
+def test_dcgm_hardware_error_fields_of_the_default_counters():
+    """XID code, remapped rows and the remap-failure flag (issue 27) land on the signals gpu-hardware-error reads."""
+    snap = snapshot("dcgm_exporter_hw_errors.prom", "dcgm")
+    kinds = canonical(snap)
+    assert kinds["gpu.remapped_rows_uncorrectable"] == {"1": "counter", "2": "counter"}
+    values = extract(snap)
+    assert values["gpu.last_xid"] == {"1": 0.0, "2": 48.0}
+    rows = {s.labels["gpu"]: s.value for s in snap.find("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")}
+    assert rows == {"1": 0.0, "2": 1.0}  # a counter: rules read its rate (the first scrape has no delta yet)
+    assert values["gpu.row_remap_failure"] == {"1": 0.0, "2": 0.0}
