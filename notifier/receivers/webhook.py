@@ -35,6 +35,7 @@ from tailhound.durations import Duration
 from tailhound.errors import DeliveryError
 from tailhound.incident import IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
+from tailhound.notifier.receivers.bounds import cut_strings, json_size
 from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
 from tailhound.notifier.receivers.outbound import host_allowed as host_allowed  # re-exported
 from tailhound.notifier.secrets import Secret, SecretRef
@@ -55,6 +56,14 @@ ACTION_BY_ROOT_CAUSE: dict[str, str] = {
     "node-degraded": "drain-node",
 }
 DEFAULT_ACTION = "investigate"
+
+#: Bounds on a request body (the example receiver's default MAX_BODY_BYTES is 1 MiB): every string cut to
+#: FIELD_LIMIT characters, lists to MAX_ITEMS, at most MAX_INCIDENTS incidents, then chart series and the
+#: related incidents left out until it fits (the body says so in ``truncated``).
+MAX_BODY_BYTES = 1 << 20
+FIELD_LIMIT = 4096
+MAX_ITEMS = 100
+MAX_INCIDENTS = 50
 
 #: Headers the receiver sets itself; a config may not override them.
 _RESERVED_HEADERS = {h.lower() for h in (SIGNATURE_HEADER, TIMESTAMP_HEADER, IDEMPOTENCY_HEADER, "Content-Type",
@@ -121,8 +130,9 @@ def build_payload(notification: Notification) -> dict[str, Any]:
 
     It depends only on the notification, so a redelivery of the same step sends the same bytes.
     """
-    incidents = [i.model_dump(mode="json") for i in notification.incidents]
-    return {
+    incidents = [cut_strings(i.model_dump(mode="json"), FIELD_LIMIT, MAX_ITEMS)
+                 for i in notification.incidents[:MAX_INCIDENTS]]
+    payload = {
         "schema_version": WEBHOOK_SCHEMA_VERSION,
         "idempotency_key": notification.idempotency_key,
         "kind": notification.kind,
@@ -140,6 +150,27 @@ def build_payload(notification: Notification) -> dict[str, Any]:
         "incident": incidents[0],
         "incidents": incidents,
     }
+    if len(notification.incidents) > MAX_INCIDENTS:
+        payload["incidents_omitted"] = len(notification.incidents) - MAX_INCIDENTS
+    return cut_strings(_fit_body(payload), FIELD_LIMIT, MAX_INCIDENTS + 1)
+
+
+def _fit_body(payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload` under MAX_BODY_BYTES: chart series left out first, then every incident but the lead."""
+    if json_size(payload) <= MAX_BODY_BYTES:
+        return payload
+    lean = [{k: v for k, v in i.items() if k != "series"} for i in payload["incidents"]]
+    payload = {**payload, "incident": lean[0], "incidents": lean, "truncated": "chart series left out"}
+    if json_size(payload) <= MAX_BODY_BYTES:
+        return payload
+    omitted = payload.get("incidents_omitted", 0) + len(lean) - 1
+    payload = {**payload, "incidents": lean[:1], "incidents_omitted": omitted,
+               "truncated": "chart series and related incidents left out"}
+    if json_size(payload) <= MAX_BODY_BYTES:
+        return payload
+    # One incident alone over 1 MiB (its evidence): the identity and the requested action still go.
+    lead = {k: v for k, v in lean[0].items() if k not in ("evidence", "labels", "actions")}
+    return {**payload, "incident": lead, "incidents": [lead], "truncated": "only the lead incident's identity kept"}
 
 
 def encode_body(payload: dict[str, Any]) -> bytes:
