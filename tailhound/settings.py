@@ -197,6 +197,9 @@ class NotifierSettings(BaseModel):
     #: the console's external base URL (``https://tailhound.example/console``); when set, every notification
     #: links to ``<console_url>/incidents/<lead incident id>`` (its ``console`` link)
     console_url: str | None = None
+    #: names the API answers to besides IP addresses, localhost and `console_url`'s host (``host``,
+    #: ``*.suffix``, ``*`` = any): any other ``Host`` header gets 403, so DNS rebinding cannot read the console
+    console_allowed_hosts: list[str] = Field(default_factory=list)
 
     def console_link_base(self) -> str | None:
         """Where notifications link to (and Alertmanager's generatorURL): `console_url`, else the console this
