@@ -127,7 +127,7 @@ class ApiAccess:
         """The token from env (``api_token``) or ``api_token_file``; a file that cannot be read or an empty
         token is a `problem` (logged by the caller without the value): writes stay refused."""
         access = cls._token_access(settings)
-        access.allowed_hosts = allowed_console_hosts(settings.console_url, settings.console_allowed_hosts)
+        access.allowed_hosts = allowed_console_hosts(settings.console_link_base(), settings.console_allowed_hosts)
         return access
 
     @classmethod
