@@ -34,10 +34,10 @@ from tailhound.recording import ScrapeRecord
 from .series import SeriesError, parse_selector, parse_series
 
 #: engine sources and the label that names one engine of a node in them (vLLM: engine, else the instance)
-ENGINE_SOURCES = ("vllm", "tgi", "nim")
+ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 GPU_SOURCES = ("dcgm", "nvml")
 #: scrape order within a step (the simulator's: the engine first); other sources follow in name order
-SOURCE_ORDER = ("vllm", "tgi", "nim", "dcgm", "nvml", "node", "blackbox", "netprobe", "streamprobe")
+SOURCE_ORDER = ("vllm", "tgi", "nim", "sglang", "dcgm", "nvml", "node", "blackbox", "netprobe", "streamprobe")
 DEFAULT_COUNT = 10.0
 DEFAULT_MODEL = "test-model"
 
