@@ -69,7 +69,7 @@ GROUPS: tuple[Group, ...] = (
           "`mig: instance`, fed by dcgm-exporter lines that carry `GPU_I_ID` only.",
           _prefixed("mig.")),
     Group("inference-engine", "Inference engine",
-          "Per engine (one vLLM / TGI / NIM server; `engine` label, else the scrape's `instance`): load, "
+          "Per engine (one vLLM / TGI / NIM / SGLang server; `engine` label, else the scrape's `instance`): load, "
           "KV cache, tokens and the server-side latency histograms. `model.*` signals exist only in the model "
           "stage (model- and fleet-scope rules, all engines of a model added up).",
           _prefixed("engine.", "latency.", "tokens.", "model.")),
