@@ -93,6 +93,13 @@ def default_buckets(source: str, metric: str, spec: SignalSpec | None) -> tuple[
         if spec is not None and spec.name.startswith("tokens."):
             return h.tgi_linear_buckets(8192)
         return h.TGI_DURATION_BUCKETS
+    if source == "sglang":
+        from tailhound.agents.simulator import sglang
+
+        name = spec.name if spec is not None else ""
+        return {"latency.ttft": sglang.TTFT_BUCKETS, "latency.tpot": sglang.ITL_BUCKETS,
+                "latency.queue": sglang.QUEUE_BUCKETS}.get(
+            name, sglang.TOKEN_BUCKETS if name.startswith("tokens.") else sglang.E2E_BUCKETS)
     if spec is not None and spec.name.startswith("tokens."):
         return h.build_1_2_5_buckets(131072)
     if spec is not None and spec.name == "latency.ttft":
