@@ -153,6 +153,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("long-prompt-hol", "long-prompt head-of-line blocking on one node",
              (Fault(f"long-prompt-hol@{_at(F)}+10m:node=gpu-node-2",
                     Expect("head-of-line-blocking", "gpu-node-2", max_delay_min=7.5)),)),
+    # SGLang: KV usage is sglang:token_usage, preemptions its retractions (no engine label: the instance)
+    Scenario("sglang-kv-pressure", "SGLang fleet",
+             (Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),),
+             {"engine": "sglang"}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
