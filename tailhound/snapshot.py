@@ -38,6 +38,7 @@ KNOWN_SOURCES = (
     "vllm",
     "tgi",
     "nim",
+    "sglang",
     "dcgm",
     "nvml",
     "node",

@@ -42,7 +42,7 @@ ALL_NODES = "*"
 SOURCES: tuple[str, ...] = ("vllm", "dcgm", "node", "blackbox")
 
 #: Inference engines the simulator can export as (the engine snapshot's source is the engine's name).
-ENGINE_KINDS: tuple[str, ...] = ("vllm", "tgi")
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "tgi", "sglang")
 #: dcgm-exporter field sets: "all" (every field the simulator models, profiling and clock-reason fields
 #: included: a custom counters file) or "default" (only dcgm-exporter's default-counters.csv, see dcgm_fields.py).
 DCGM_PROFILES: tuple[str, ...] = ("all", "default")
@@ -177,8 +177,8 @@ class SimConfig:
     #: Also export per-link NVLink counters (DCGM_FI_DEV_NVLINK_BANDWIDTH_L0..L17, 144 more series a
     #: node; off by default like in dcgm-exporter's default-counters.csv).
     nvlink_per_link: bool = False
-    #: The inference engine of every node: "vllm" or "tgi" (TGI's metric names, buckets and labels; the
-    #: engine snapshots then have source "tgi", and "vllm" in `sources` means the engine).
+    #: The inference engine of every node: "vllm", "tgi" or "sglang" (that engine's metric names, buckets and
+    #: labels; the engine snapshots then have its source, and "vllm" in `sources` means the engine).
     engine: str = "vllm"
     #: dcgm-exporter field set: "all" or "default" (DCGM_PROFILES).
     dcgm_fields: str = "all"

@@ -14,6 +14,7 @@ from .gpu import GpuState
 from .load import LoadModel
 from .network import BlackboxProbe, NodeNetwork
 from .noise import FleetNoise, NodeNoise
+from .sglang import SGLANG_PORT
 
 #: What a failed scrape records (the engine being replaced, or an endpoint that timed out once).
 DOWN_ERROR = "connection refused"
@@ -35,13 +36,15 @@ class _Node:
                                  http_rng=rng("http") if config.http_metrics else None)
         else:
             self.engine = Engine(rng("engine"), config.model, kind=config.engine, http_rng=rng("http"),
-                                 instance=f"{name}:{TGI_PORT}")
+                                 instance=f"{name}:{SGLANG_PORT if config.engine == 'sglang' else TGI_PORT}")
         self.gpus = [GpuState(rng(f"gpu{i}"), name, i, config.nvlink_per_link, config.dcgm_fields)
                      for i in range(config.gpus_per_node)]
         self.network = NodeNetwork(rng("network"))
         self.probe = BlackboxProbe(rng("probe"), name)
         if config.engine == "tgi":
             self.probe.labels["target"] = f"http://{name}:{TGI_PORT}/health"
+        elif config.engine == "sglang":
+            self.probe.labels["target"] = f"http://{name}:{SGLANG_PORT}/health"
         self.noise = NodeNoise(rng("noise")) if config.noise == "realistic" else None
         self._missed: frozenset[str] = frozenset()
         # Validate the envelope once (node name, sources, interval); ticks then skip re-validation.

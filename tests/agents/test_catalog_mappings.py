@@ -45,6 +45,10 @@ ENGINE_CORE = {"engine.requests_running", "engine.requests_waiting", "latency.e2
     ("nim.prom", "nim", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot", "engine.max_requests"}),
     ("tgi.prom", "tgi", ENGINE_CORE | {"latency.queue", "latency.tpot", "tokens.prompt", "tokens.generation",
                                        "engine.requests_received", "engine.batch_max_tokens"}),
+    ("sglang_docs_2024.prom", "sglang", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
+                                                      "engine.prompt_tokens", "engine.generation_tokens"}),
+    ("sglang.prom", "sglang", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
+                                             "latency.queue", "engine.requests_finished", "tokens.prompt"}),
 ])
 def test_engines_map_to_the_same_signals(fixture, job, expected):
     got = canonical(snapshot(fixture, job))
@@ -57,6 +61,9 @@ def test_vllm_v1_entities_are_engines_and_v0_falls_back_to_the_instance():
     v0 = extract(snapshot("vllm_v0.prom", "vllm"))
     assert v0["engine.kv_cache_usage"] == {"10.0.0.5:8000": pytest.approx(0.9612)}
     assert extract(snapshot("tgi.prom", "tgi"))["engine.requests_waiting"] == {"10.0.0.5:8000": 5.0}
+    sgl = extract(snapshot("sglang_docs_2024.prom", "sglang"))  # SGLang's own docs example (2024)
+    assert sgl["engine.requests_waiting"] == {"10.0.0.5:8000": 2826.0}
+    assert sgl["engine.kv_cache_usage"] == {"10.0.0.5:8000": pytest.approx(0.28)}
 
 
 @pytest.mark.parametrize("fixture", ["dcgm_exporter.prom", "dcgm_exporter_3x.prom", "dcgm_exporter_legacy.prom"])

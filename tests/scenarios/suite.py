@@ -160,6 +160,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Fault(f"gpu-xid-error@{_at(F)}+10m:node=gpu-node-2:gpus=4",
                     Expect("gpu-hardware-error", "gpu-node-2", ("4",), max_delay_min=1)),),
              {"nodes": 3, "dcgm_fields": "default", "start_ts": DEPLOY_WINDOW_TS}),
+    # SGLang: KV usage is sglang:token_usage, preemptions its retractions (no engine label: the instance)
+    Scenario("sglang-kv-pressure", "SGLang fleet",
+             (Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),),
+             {"engine": "sglang"}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
