@@ -2,8 +2,9 @@
 streams.max_models; tailhound.streams.fleet_cap).
 
 Method: a simulated node (vllm + dcgm + node + blackbox at 15 s, FleetSimulator, one minute so counters and
-histograms have deltas) gives one snapshot per source; `n` node names each send that set once, renamed (what
-the 100k-names attack does: every name is new). Each snapshot goes through the worker's own step as the
+histograms have deltas) gives one snapshot per source; `n` node names each send that set once, renamed
+("realistic": a whole GPU node per name), or only its ``node`` snapshot (9 samples: "attack", what the
+100k-names attack sends: every name is new and small). Each snapshot goes through the worker's own step as the
 ``evaluate`` agent runs it: :meth:`SnapshotProcessor.admit` (evictions over the cap, each resolved with
 :meth:`SnapshotProcessor.evict` and deleted from the table), then :meth:`SnapshotProcessor.step`, the state
 stored in a :class:`MemoryStateStore` (Faust's memory store holds the same dicts). Measured after a full
@@ -29,8 +30,8 @@ from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset import RuleSet, load_rules
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
-#: above this many nodes tracemalloc is left out (it doubles the time and the memory)
-TRACE_UP_TO = 20_000
+#: above this many nodes tracemalloc is left out (it slows the step ~5x and adds its own memory)
+TRACE_UP_TO = 2_000
 
 
 def rss() -> int:
@@ -68,9 +69,9 @@ def feed_nodes(rules: RuleSet, template: list[Snapshot], n: int, cap: int | None
     return {"processor": processor, "store": store, "evicted": evicted, "seconds": time.perf_counter() - started}
 
 
-def measure(what, *args) -> tuple[dict, int, int | None]:
-    """(result, RSS growth, tracemalloc retained or None) of `what(*args)`, after full collections."""
-    trace = args[2] <= TRACE_UP_TO if len(args) > 2 and isinstance(args[2], int) else True
+def measure(trace: bool, what, *args) -> tuple[dict, int, int | None]:
+    """(result, RSS growth, tracemalloc retained when `trace`, else None) of `what(*args)`, after full
+    collections."""
     gc.collect()
     before = rss()
     if trace:
@@ -84,18 +85,20 @@ def measure(what, *args) -> tuple[dict, int, int | None]:
     return result, rss() - before, traced
 
 
-def nodes_rows(sizes: tuple[int, ...], cap: int) -> list[dict]:
+def nodes_rows(sizes: tuple[int, ...], cap: int, kind: str = "realistic") -> list[dict]:
     rules, _ = split_rules(load_rules(RULES))
     template = node_template()
+    if kind == "attack":
+        template = [s for s in template if s.source == "node"]
     feed_nodes(rules, template, 3, None)  # one-time caches (catalog, rule facts) outside the measurements
     rows = []
     for n in sizes:
         for c in (None, cap):
             if c is not None and c >= n:
                 continue
-            result, grown, traced = measure(feed_nodes, rules, template, n, c)
+            result, grown, traced = measure(n <= TRACE_UP_TO, feed_nodes, rules, template, n, c)
             held = len(result["store"])
-            rows.append({"names": n, "cap": c, "held": held, "evicted": result["evicted"], "rss": grown,
+            rows.append({"kind": kind, "names": n, "cap": c, "held": held, "evicted": result["evicted"], "rss": grown,
                          "traced": traced, "seconds": result["seconds"], "snapshots": n * len(template)})
             del result
     return rows
@@ -129,16 +132,19 @@ def models_rows(sizes: tuple[int, ...], cap: int) -> list[dict]:
         for c in (None, cap):
             if c is not None and c >= m:
                 continue
-            result, grown, traced = measure(feed_models, rules, m, c)
+            result, grown, traced = measure(True, feed_models, rules, m, c)
             rows.append({"names": m, "cap": c, "held": result["held"], "rss": grown, "traced": traced,
                          "seconds": result["seconds"]})
             del result
     return rows
 
 
-def run(node_sizes: tuple[int, ...] = (10_000, 100_000), node_cap: int = 10_000,
-        model_sizes: tuple[int, ...] = (2_000,), model_cap: int = 500) -> dict:
-    return {"nodes": nodes_rows(node_sizes, node_cap), "models": models_rows(model_sizes, model_cap)}
+def run(realistic: tuple[int, ...] = (1_000, 10_000), attack: tuple[int, ...] = (10_000, 100_000),
+        node_cap: int = 10_000, model_sizes: tuple[int, ...] = (2_000,), model_cap: int = 500) -> dict:
+    """`realistic` and `attack`: node-name counts of each kind (see the module doc), each without a cap and with
+    `node_cap` (when it is smaller); models likewise with `model_cap`."""
+    nodes = nodes_rows(realistic, min(node_cap, *realistic) if realistic else node_cap, "realistic")
+    return {"nodes": nodes + nodes_rows(attack, node_cap, "attack"), "models": models_rows(model_sizes, model_cap)}
 
 
 def _kb(v: float | None) -> str:
@@ -146,15 +152,18 @@ def _kb(v: float | None) -> str:
 
 
 def report(result: dict) -> str:
-    lines = ["| node names | streams.max_nodes | nodes held | evicted | RSS growth (MB) | RSS per held node (KB) "
-             "| tracemalloc per held node (KB) | snapshots/s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| snapshots per name | node names | streams.max_nodes | nodes held | evicted | RSS growth (MB) "
+             "| RSS per held node (KB) | tracemalloc per held node (KB) | snapshots/s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["nodes"]:
         held = max(r["held"], 1)
-        lines.append(f"| {r['names']:,} | {r['cap'] or 'off'} | {r['held']:,} | {r['evicted']:,} "
+        what = "4 (a GPU node)" if r["kind"] == "realistic" else "1 (`node`, 9 samples)"
+        lines.append(f"| {what} | {r['names']:,} | {r['cap'] or 'off'} | {r['held']:,} | {r['evicted']:,} "
                      f"| {r['rss'] / 2**20:,.0f} | {_kb(r['rss'] / held)} "
                      f"| {_kb(None if r['traced'] is None else r['traced'] / held)} "
                      f"| {r['snapshots'] / r['seconds']:,.0f} |")
-    lines += ["", "| model names | streams.max_models | models held | RSS growth (MB) | tracemalloc per held model (KB) |",
+    lines += ["", "| model names | streams.max_models | models held | RSS growth (MB) "
+              "| tracemalloc per held model (KB) |",
               "|---:|---:|---:|---:|---:|"]
     for r in result["models"]:
         held = max(r["held"], 1)
