@@ -35,11 +35,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tailhound.incident import IncidentEvent, Scope
-from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
+from tailhound.snapshot import GaugeSample, Snapshot
 
 from .engine_peers import NOT_EXPLAINING as PEER_NOT_EXPLAINING
 from .engine_peers import EnginePeerWindows, peer_histograms
 from .fleet_cap import MODEL, MODEL_NODE, RecentNames
+from .model_merge import merge
 from .processor import MemoryStateStore, SnapshotProcessor
 from .ruleset import Rule, RuleSet
 
@@ -59,8 +60,6 @@ FLEET = "fleet"
 NODES_WITH_CAUSE = "tailhound_model_nodes_with_cause"
 #: node-level root causes that do not explain a model-wide queue (they are the same problem seen per node)
 _NOT_EXPLAINING = frozenset({"capacity"})
-#: labels that name one engine process rather than what it serves; merged series drop them
-_ENGINE_LABELS = ("engine", "instance", "pod", "node", "hostname")
 
 
 #: signals only the model stage computes (``model.nodes_with_cause``, the per-engine peer gauges)
@@ -232,59 +231,6 @@ class ModelAggregator:
         in the latest closed bucket it was in)."""
         self.closed_causes.update(causes)
         return frozenset(n for n, cs in self.closed_causes.items() if any(c not in PEER_NOT_EXPLAINING for c in cs))
-
-
-def merge(snapshots: list[Snapshot], model: str | None) -> list:
-    """Add up histogram and counter deltas across engines (and, for the fleet, across models); keep
-    gauges per engine (the latest)."""
-    drop = _ENGINE_LABELS if model is not None else (*_ENGINE_LABELS, "model_name")
-    hists: dict[tuple, list] = {}
-    counters: dict[tuple, float] = {}
-    gauges: dict[tuple, GaugeSample] = {}
-    for snap in snapshots:
-        common = snap.labels.get("model_name")
-        engine_id = snap.labels.get("engine") or snap.labels.get("instance") or ""
-        for s in snap.samples:
-            if model is not None and (s.labels.get("model_name") or common) != model:
-                continue
-            if isinstance(s, GaugeSample):
-                engine = f"{snap.node}/{s.labels.get('engine') or s.labels.get('instance') or engine_id}"
-                labels = {k: v for k, v in s.labels.items() if k not in drop}
-                labels["engine"] = engine
-                gauges[(s.name, tuple(sorted(labels.items())))] = GaugeSample.trusted(
-                    name=s.name, labels=labels, value=s.value)
-                continue
-            key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in drop)))
-            if isinstance(s, CounterSample):
-                if s.delta is not None:
-                    counters[key] = counters.get(key, 0.0) + s.delta
-            elif isinstance(s, HistogramSample) and s.delta is not None:
-                have = hists.get(key)
-                if have is None:
-                    hists[key] = [s.le, list(s.delta.counts), s.delta.count, s.delta.sum]
-                elif have[0] == s.le:
-                    have[1] = [a + b for a, b in zip(have[1], s.delta.counts, strict=True)]
-                    have[2] += s.delta.count
-                    have[3] += s.delta.sum
-    out: list = []
-    for (name, labels), (le, counts, count, total) in sorted(hists.items()):
-        lbl = dict(labels, engine="all")
-        counts = [max(c, 0.0) for c in counts]
-        counts = [min(c, count) for c in _cumulative_max(counts)]
-        out.append(HistogramSample(name=name, labels=lbl, le=le, counts=counts, count=count, sum=total,
-                                   delta=HistogramDelta(counts=counts, count=count, sum=total)))
-    for (name, labels), total in sorted(counters.items()):
-        out.append(CounterSample(name=name, labels=dict(labels, engine="all"), value=total, delta=total))
-    out.extend(g for _, g in sorted(gauges.items(), key=lambda kv: kv[0]))
-    return out
-
-
-def _cumulative_max(values: list[float]) -> list[float]:
-    out, top = [], 0.0
-    for v in values:
-        top = max(top, v)
-        out.append(top)
-    return out
 
 
 def rescope(ev: IncidentEvent) -> IncidentEvent:
