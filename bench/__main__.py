@@ -2,7 +2,7 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest),
+notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -16,7 +16,7 @@ import platform
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
 SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios",
-            "table-store", "nodes-per-core", "scale-out", "ingest")
+            "table-store", "nodes-per-core", "scale-out", "ingest", "fleet-memory")
 
 
 def machine() -> str:
@@ -112,6 +112,13 @@ def main(argv: list[str] | None = None) -> None:
 
         print("\n## Prometheus ingest: remote write and federation vs the agent path (issue 19)\n")
         print(ingest_speed.report(ingest_speed.run(nodes=5 if quick else 20, reps=1 if quick else 5)))
+    if "fleet-memory" in args.sections:
+        from bench import fleet_memory
+
+        print("\n## Bounded fleet state: memory per node and per model, with and without the caps (issue 28)\n")
+        print(fleet_memory.report(fleet_memory.run(realistic=(200, 1_000), attack=(1_000, 5_000), node_cap=500,
+                                                   model_sizes=(200,), model_cap=50) if quick
+                                  else fleet_memory.run()))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
 from . import codec
+from .fleet_cap import MODEL, NODE
 from .intake import (
     EVALUATE_FAILED,
     MODEL_STAGE_FAILED,
@@ -123,11 +124,12 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     # service levels, and the load-tested thresholds of the capacity file (a bad file stops the start, naming it)
     sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s, **capacity_limits(settings.streams.capacity_file)}
     processor = SnapshotProcessor(node_rules, catalog, load, sla=sla, max_jump_s=s.max_source_jump_s or None,
-                                  max_state_bytes=s.max_state_bytes)
+                                  max_state_bytes=s.max_state_bytes, max_nodes=s.max_nodes or None)
     metrics = PipelineMetrics(registry) if registry is not None else None  # tailhound.streams.pipeline_metrics
     if metrics is not None:
         processor.timings = metrics.stage_seconds
-    model_stage = ModelStage(model_rules, catalog=catalog, models=load, sla=sla)
+    model_stage = ModelStage(model_rules, catalog=catalog, models=load, sla=sla, max_models=s.max_models or None,
+                             max_nodes=s.max_nodes or None)
     model_topic = app.topic(settings.model_topic, key_serializer="raw", value_serializer="raw",
                             partitions=settings.partitions)
     model_state = _state_table(app, MODEL_STATE_TABLE, settings.partitions)
@@ -140,6 +142,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
 
     _SWAPPERS[app] = swap_rules
     stats = _STATS[app] = IntakeStats()
+    model_stage.on_evict = lambda kind, name: stats.evictions.evicted(
+        kind, name, s.max_models if kind == MODEL else s.max_nodes)
     order = EventOrder(s.rollup_max_delay_s)  # the roll-up's event-time order (tailhound.streams.rollup_order)
     # the stages' watermarks, for that order
     marks = ProgressMarks(node_incidents.send, order.enabled, model_partition_of=lambda key: partition_of(key))
@@ -176,7 +180,10 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
         now = expiry.clock(partition)
         if now is None:
             return
-        for node, seen in expiry.gone(partition, list(state.items()), partition_of):
+        stored = list(state.items())
+        if processor.recent.cap:  # nodes restored from the changelog count for the cap before they send again
+            processor.adopt(expiry.gone(partition, stored, partition_of, cutoff=float("inf")), partition)
+        for node, seen in expiry.gone(partition, stored, partition_of):
             events = processor.expire(node, state.get(node), now, expiry_s)
             if events is None:
                 continue  # it sent something the stored state does not show yet
@@ -186,6 +193,17 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             stats.incidents_gone += len(events)
             log.info("node %s expired: no telemetry for %.0f s of event time (streams.node_expiry_s %g s); "
                      "%d open incidents resolved", node, now - seen, expiry_s, len(events))
+
+    async def evict_node(node: str, now: float) -> None:
+        """`node` is over streams.max_nodes (the least recently seen of the partition being processed): its
+        incidents resolve ("node gone") and its table entry is deleted, a tombstone in this partition's
+        changelog, so a restart does not bring it back (tailhound.streams.fleet_cap)."""
+        events = processor.evict(node, state.get(node), now)
+        await stage(events)
+        if node in state:
+            del state[node]
+        stats.incidents_gone += len(events)
+        stats.evictions.evicted(NODE, node, s.max_nodes)
 
     def partition_of(node: str) -> int:
         """The partition a node's telemetry goes to with Kafka's default partitioner (what the agents use);
@@ -207,6 +225,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             for value in values:  # a bundle's snapshots in order, as if they had come one by one
                 if on_snapshot is not None:
                     on_snapshot(value)
+                for gone in processor.admit(value.node, message.partition):  # over streams.max_nodes
+                    await evict_node(gone, value.ts)
                 try:
                     result = processor.step(state.get(value.node), value, horizon=bounds.horizon(arrival),
                                             partition=message.partition, arrival=arrival)
@@ -292,7 +312,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             started = time.perf_counter()
             try:
                 events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state,
-                                         now=time.time())
+                                         now=time.time(), partition=message.partition)
             except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
                 stats.reject(MODEL_STAGE_FAILED)

@@ -44,6 +44,7 @@ from tailhound.deadletter import MAX_KEY, DeadLetter
 from tailhound.snapshot import LIMITS, Snapshot, entity_problem
 
 from .codec import Malformed, Parts, decode_message, decode_snapshot
+from .fleet_cap import MODEL, MODEL_NODE, NODE, EvictionLog
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -255,6 +256,8 @@ class IntakeStats:
         #: nodes expired after node_expiry_s without telemetry, and their incidents resolved for it
         self.nodes_expired = 0
         self.incidents_gone = 0
+        #: nodes and models evicted over the fleet-state caps, by kind (tailhound.streams.fleet_cap; logged there)
+        self.evictions = EvictionLog()
 
     def reject(self, kind: str) -> None:
         self.rejected[kind] += 1
@@ -263,7 +266,7 @@ class IntakeStats:
         return {"accepted": self.accepted, "rejected": dict(sorted(self.rejected.items())),
                 "redelivered": self.redelivered, "held": self.held, "deadletter_failed": self.deadletter_failed,
                 "forward_failed": self.forward_failed, "nodes_expired": self.nodes_expired,
-                "incidents_gone": self.incidents_gone}
+                "incidents_gone": self.incidents_gone, "evicted": dict(sorted(self.evictions.total.items()))}
 
     def describe(self) -> str:
         rejected = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected.items())) or "none"
@@ -295,6 +298,12 @@ class StatsCollector(Collector):
                                   value=s.deadletter_failed)
         yield CounterMetricFamily("tailhound_nodes_expired", "Nodes expired after streams.node_expiry_s "
                                   "without telemetry.", value=s.nodes_expired)
+        evicted = CounterMetricFamily("tailhound_state_evicted", "Names evicted over the fleet-state caps "
+                                      "(streams.max_nodes, streams.max_models), the least recently seen first, "
+                                      "by kind.", labels=["kind"])
+        for kind in (NODE, MODEL, MODEL_NODE):
+            evicted.add_metric([kind], s.evictions.total[kind])
+        yield evicted
 
 
 def last_seen(raw: dict[str, Any]) -> float:
@@ -334,13 +343,15 @@ class NodeExpiry:
         return False
 
     def gone(self, partition: int, states: Iterable[tuple[str, Any]],
-             partition_of: Callable[[str], int | None] = lambda node: None) -> list[tuple[str, float]]:
-        """(node, last seen) of the stored `states` of `partition` silent for more than expiry_s.
-        `partition_of` names the partition of a state written before it said so itself."""
+             partition_of: Callable[[str], int | None] = lambda node: None,
+             cutoff: float | None = None) -> list[tuple[str, float]]:
+        """(node, last seen) of the stored `states` of `partition` silent for more than expiry_s (or last seen
+        before `cutoff`). `partition_of` names the partition of a state written before it said so itself."""
         clock = self._clock.get(partition)
-        if clock is None or not self.expiry_s:
-            return []
-        cutoff = clock - self.expiry_s
+        if cutoff is None:
+            if clock is None or not self.expiry_s:
+                return []
+            cutoff = clock - self.expiry_s
         out = []
         for node, raw in states:
             if not isinstance(raw, dict):

@@ -31,14 +31,16 @@ a restarted worker loses at most the open buckets (seconds of data).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tailhound.incident import IncidentEvent, Scope
-from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
+from tailhound.snapshot import GaugeSample, Snapshot
 
 from .engine_peers import NOT_EXPLAINING as PEER_NOT_EXPLAINING
 from .engine_peers import EnginePeerWindows, peer_histograms
+from .fleet_cap import MODEL, MODEL_NODE, RecentNames
+from .model_merge import merge
 from .processor import MemoryStateStore, SnapshotProcessor
 from .ruleset import Rule, RuleSet
 
@@ -58,8 +60,6 @@ FLEET = "fleet"
 NODES_WITH_CAUSE = "tailhound_model_nodes_with_cause"
 #: node-level root causes that do not explain a model-wide queue (they are the same problem seen per node)
 _NOT_EXPLAINING = frozenset({"capacity"})
-#: labels that name one engine process rather than what it serves; merged series drop them
-_ENGINE_LABELS = ("engine", "instance", "pod", "node", "hostname")
 
 
 #: signals only the model stage computes (``model.nodes_with_cause``, the per-engine peer gauges)
@@ -119,23 +119,40 @@ class ModelAggregator:
     closed_causes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: a fresh aggregator in a worker closes nothing before this wall time (see COLD_WAIT_S)
     cold_until: float | None = None
+    #: at most this many nodes are tracked (None: any); past it the least recently arrived is dropped from the
+    #: roster (its data in open buckets stays), and `on_evict(MODEL_NODE, node)` is told
+    max_nodes: int | None = None
+    on_evict: Callable[[str, str], None] | None = None
 
     def add(self, snapshot: Snapshot, causes: tuple[str, ...] = (), now: float | None = None) -> list[Snapshot]:
         """Take one engine snapshot (with the root causes open on its node) that arrived at wall time `now`
         (None offline); return the synthetic snapshots of the buckets it closed."""
-        self.node_causes[snapshot.node] = (snapshot.ts, causes)
+        node = snapshot.node
+        self.node_causes.pop(node, None)  # (re-inserted: the dicts keep the nodes in arrival order)
+        self.node_causes[node] = (snapshot.ts, causes)
         if now is not None:
-            self.seen_at[snapshot.node] = now
+            self.seen_at.pop(node, None)
+            self.seen_at[node] = now
         start = math.floor(snapshot.ts / self.bucket_s) * self.bucket_s
         if start < self.closed_until:
             self.late += 1  # its bucket was closed already (a node that came back late)
         else:
             self.buckets.setdefault(start, {}).setdefault(snapshot.node, []).append(snapshot)
             self.bucket_causes.setdefault(start, {})[snapshot.node] = causes
-        self.node_ts[snapshot.node] = max(snapshot.ts, self.node_ts.get(snapshot.node, 0.0))
+        self.node_ts[node] = max(snapshot.ts, self.node_ts.pop(node, 0.0))
+        if self.max_nodes is not None and len(self.node_ts) > self.max_nodes:
+            self._drop_oldest_nodes()
         if now is not None and self.cold_until is None and not self.closed_until:
             self.cold_until = now + COLD_WAIT_S
         return self.close_ready(now)
+
+    def _drop_oldest_nodes(self) -> None:
+        """Over max_nodes: forget the nodes that arrived least recently (they no longer hold buckets open)."""
+        for node in list(self.node_ts)[:len(self.node_ts) - self.max_nodes]:  # type: ignore[operator]
+            for d in (self.node_ts, self.seen_at, self.node_causes, self.closed_causes):
+                d.pop(node, None)
+            if self.on_evict is not None:
+                self.on_evict(MODEL_NODE, node)
 
     def close_ready(self, now: float | None = None) -> list[Snapshot]:
         """Close the buckets every active node has moved past (also on the worker's wall-clock ticks: a fresh
@@ -216,59 +233,6 @@ class ModelAggregator:
         return frozenset(n for n, cs in self.closed_causes.items() if any(c not in PEER_NOT_EXPLAINING for c in cs))
 
 
-def merge(snapshots: list[Snapshot], model: str | None) -> list:
-    """Add up histogram and counter deltas across engines (and, for the fleet, across models); keep
-    gauges per engine (the latest)."""
-    drop = _ENGINE_LABELS if model is not None else (*_ENGINE_LABELS, "model_name")
-    hists: dict[tuple, list] = {}
-    counters: dict[tuple, float] = {}
-    gauges: dict[tuple, GaugeSample] = {}
-    for snap in snapshots:
-        common = snap.labels.get("model_name")
-        engine_id = snap.labels.get("engine") or snap.labels.get("instance") or ""
-        for s in snap.samples:
-            if model is not None and (s.labels.get("model_name") or common) != model:
-                continue
-            if isinstance(s, GaugeSample):
-                engine = f"{snap.node}/{s.labels.get('engine') or s.labels.get('instance') or engine_id}"
-                labels = {k: v for k, v in s.labels.items() if k not in drop}
-                labels["engine"] = engine
-                gauges[(s.name, tuple(sorted(labels.items())))] = GaugeSample.trusted(
-                    name=s.name, labels=labels, value=s.value)
-                continue
-            key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in drop)))
-            if isinstance(s, CounterSample):
-                if s.delta is not None:
-                    counters[key] = counters.get(key, 0.0) + s.delta
-            elif isinstance(s, HistogramSample) and s.delta is not None:
-                have = hists.get(key)
-                if have is None:
-                    hists[key] = [s.le, list(s.delta.counts), s.delta.count, s.delta.sum]
-                elif have[0] == s.le:
-                    have[1] = [a + b for a, b in zip(have[1], s.delta.counts, strict=True)]
-                    have[2] += s.delta.count
-                    have[3] += s.delta.sum
-    out: list = []
-    for (name, labels), (le, counts, count, total) in sorted(hists.items()):
-        lbl = dict(labels, engine="all")
-        counts = [max(c, 0.0) for c in counts]
-        counts = [min(c, count) for c in _cumulative_max(counts)]
-        out.append(HistogramSample(name=name, labels=lbl, le=le, counts=counts, count=count, sum=total,
-                                   delta=HistogramDelta(counts=counts, count=count, sum=total)))
-    for (name, labels), total in sorted(counters.items()):
-        out.append(CounterSample(name=name, labels=dict(labels, engine="all"), value=total, delta=total))
-    out.extend(g for _, g in sorted(gauges.items(), key=lambda kv: kv[0]))
-    return out
-
-
-def _cumulative_max(values: list[float]) -> list[float]:
-    out, top = [], 0.0
-    for v in values:
-        top = max(top, v)
-        out.append(top)
-    return out
-
-
 def rescope(ev: IncidentEvent) -> IncidentEvent:
     """An incident of a synthetic node, scoped to its model (or the fleet) instead of a node."""
     node = ev.scope.node or ""
@@ -293,7 +257,14 @@ class ModelStage:
     uses it directly; the worker runs it in its model-stage agent). A key is only aggregated when some
     rule reads it: no fleet-scope rules, no fleet aggregation."""
 
-    def __init__(self, rules: RuleSet, **processor_kw) -> None:
+    def __init__(self, rules: RuleSet, max_models: int | None = None, max_nodes: int | None = None,
+                 **processor_kw) -> None:
+        #: models by last arrival, per model-topic partition: over `max_models` the least recent is evicted
+        self.recent = RecentNames(max_models)
+        #: most nodes per aggregator (ModelAggregator.max_nodes)
+        self.max_nodes = max_nodes
+        #: told (kind, name) of every eviction (the worker counts and logs them)
+        self.on_evict: Callable[[str, str], None] = lambda kind, name: None
         self.model_processor = SnapshotProcessor(RuleSet(rules=[]), **processor_kw)
         self.fleet_processor = SnapshotProcessor(RuleSet(rules=[]), **processor_kw)
         self.store = MemoryStateStore()
@@ -327,19 +298,35 @@ class ModelStage:
         return model_keys(snapshot, models=bool(self.model_rules.rules), fleet=bool(self.fleet_rules.rules))
 
     def add(self, key: str, snapshot: Snapshot, causes: tuple[str, ...] = (), store=None,
-            now: float | None = None) -> list[IncidentEvent]:
+            now: float | None = None, partition: int | None = None) -> list[IncidentEvent]:
         """Feed one engine snapshot (and the root causes open on its node; `now`: its wall-clock arrival in the
         worker) to `key`'s aggregator; run the rules on every bucket it closes. A worker that takes a key
         over (a failover, a rebalance) starts from the roster the previous one stored."""
         store = self.store if store is None else store
+        gone = [ev for old in self.recent.touch(key, partition) for ev in self.evict(old, store, snapshot.ts)]
         agg = self.aggregators.get(key)
         if agg is None:
             peers = None if key == FLEET or not self._peer_histograms else EnginePeerWindows(self._peer_histograms)
-            agg = self.aggregators[key] = ModelAggregator(key, peers=peers)
+            agg = self.aggregators[key] = ModelAggregator(key, peers=peers, max_nodes=self.max_nodes,
+                                                          on_evict=self.on_evict)
             roster = store.get(ROSTER_PREFIX + key)
             if isinstance(roster, dict):
                 agg.restore(roster, now)
-        return self._judge(key, agg, agg.add(snapshot, causes, now), store)
+        return gone + self._judge(key, agg, agg.add(snapshot, causes, now), store)
+
+    def evict(self, key: str, store, now: float) -> list[IncidentEvent]:
+        """Forget `key` (over max_models, the least recently seen of the partition): its open incidents resolve
+        ("node gone") at event time `now`, its aggregator goes and its stored state and roster are deleted (from
+        the partition being processed: the key's own), so a restart does not bring it back."""
+        self.aggregators.pop(key, None)
+        node = synthetic_node(key)
+        processor = self.fleet_processor if key == FLEET else self.model_processor
+        events = [rescope(ev) for ev in processor.evict(node, store.get(node), now)]
+        for stored in (node, ROSTER_PREFIX + key):
+            if store.get(stored) is not None:
+                del store[stored]
+        self.on_evict(MODEL, key)
+        return events
 
     def tick(self, keys: Iterable[str], now: float, store=None) -> list[IncidentEvent]:
         """Wall time passed (the worker's tick): close what the aggregators of `keys` can close now."""
@@ -371,6 +358,7 @@ class ModelStage:
         start over instead of closing stale buckets)."""
         for k in keys:
             self.aggregators.pop(k, None)
+            self.recent.discard(k)
 
     def feed(self, snapshot: Snapshot, causes: tuple[str, ...] = ()) -> list[IncidentEvent]:
         """Offline: route one (node-stage) snapshot to every key it feeds."""

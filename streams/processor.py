@@ -18,7 +18,9 @@ What one message cannot do (:class:`Unprocessable` names why, the worker dead-le
   the source's newest time is held apart until ``confirm`` later snapshots of the source agree with it (then
   all are evaluated in order: a clock stepped forward); when the next one goes on from before it instead, the
   held ones are discarded (:attr:`StepResult.discarded`), so real snapshots are never taken for redeliveries;
-- give a node more than ``max_sources`` sources and instances, or a state record over ``max_state_bytes``.
+- give a node more than ``max_sources`` sources and instances, or a state record over ``max_state_bytes``;
+- grow the nodes held past ``max_nodes``: :meth:`SnapshotProcessor.admit` names the least recently seen ones to
+  evict (:mod:`tailhound.streams.fleet_cap`), :meth:`SnapshotProcessor.evict` resolves their incidents.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tailhound.snapshot import LIMITS, Snapshot
 
 from .correlate import resolve_gone
 from .evaluator import NodeState, evaluate, heal_future, source_key
+from .fleet_cap import RecentNames
 from .loadmodel import LoadModel
 from .nodesignals import LatestValues
 from .ruleset import RuleSet
@@ -92,8 +95,11 @@ class SnapshotProcessor:
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
                  models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
                  all_stats: bool = False, max_jump_s: float | None = None, confirm: int = 2,
-                 max_sources: int = LIMITS.max_sources_per_node, max_state_bytes: int | None = None) -> None:
+                 max_sources: int = LIMITS.max_sources_per_node, max_state_bytes: int | None = None,
+                 max_nodes: int | None = None) -> None:
         self.rules = rules
+        #: nodes in the order they last arrived, per partition; over `max_nodes` (None: no cap) see admit()
+        self.recent = RecentNames(max_nodes)
         #: see the module doc: how far ahead a snapshot may jump without confirmation (None: any), and by how many
         self.max_jump_s = max_jump_s
         self.confirm = max(1, confirm)
@@ -173,6 +179,33 @@ class SnapshotProcessor:
         result = self._step(raw_state, snapshot, horizon, partition)
         result.discarded = held
         return result
+
+    def admit(self, node: str, partition: int | None = None) -> list[str]:
+        """A snapshot of `node` arrived on `partition`: the nodes of that partition to evict now, the least
+        recently seen first, so that at most ``max_nodes`` are held (the caller passes each to :meth:`evict`
+        and deletes its stored state)."""
+        return self.recent.touch(node, partition)
+
+    def adopt(self, nodes: list[tuple[str, float]], partition: int | None = None) -> None:
+        """Stored nodes of `partition` with their last-seen times (the table after a restart): those not held
+        yet count as older than every node seen since, the least recently seen first."""
+        self.recent.adopt([n for n, _ in sorted(nodes, key=lambda ns: ns[1])], partition)
+
+    def evict(self, node: str, raw_state: RawState | None, now: float) -> list[IncidentEvent]:
+        """Forget `node` (over the cap, see :meth:`admit`): its open incidents resolve ("node gone") at event
+        time `now`, returned; the caller deletes its stored state, so if it sends again it starts fresh."""
+        cached = self._states.get(node)
+        if cached is not None and (raw_state is None or raw_state.get("version") == cached.version):
+            state = cached
+        elif raw_state is not None:
+            state = NodeState.model_validate(raw_state)
+        else:
+            self.forget(node)
+            return []
+        seen = max(state.last_ts.values(), default=state.persisted_at)
+        events = resolve_gone(state.incidents, self.rules, node, state.models, max(now, seen), seen)
+        self.forget(node)
+        return events
 
     def _newest(self, raw_state: RawState | None, node: str, key: str) -> float | None:
         """The source's newest time on the node (else the node's newest of any source), None at first sight."""
@@ -287,6 +320,7 @@ class SnapshotProcessor:
         self._states.pop(node, None)
         self._latest.pop(node, None)
         self._held.pop(node, None)
+        self.recent.discard(node)
 
     def forget_partitions(self, partitions: set[int]) -> list[str]:
         """Drop what is kept in memory for the nodes of `partitions` (they moved to another worker, which may
@@ -294,6 +328,7 @@ class SnapshotProcessor:
         nodes = [n for n, st in self._states.items() if st.partition in partitions]
         for node in nodes:
             self.forget(node)
+        self.recent.forget_partitions(partitions)
         return nodes
 
     def __len__(self) -> int:

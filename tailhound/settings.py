@@ -99,6 +99,14 @@ class StreamsSettings(BaseModel):
     #: a node that sent nothing for this long (event time) is expired: its incidents resolve ("node gone")
     #: and its state is deleted. 0: never
     node_expiry_s: Duration = Field(default=3600.0, ge=0)
+    #: at most this many nodes are kept per worker (state, latest values, table entry: ~12 KB each, see
+    #: BENCHMARKS.md); past it the least recently seen node of the partition is evicted (its incidents resolve,
+    #: "node gone", its table entry is deleted; if it sends again it starts fresh). Also the most nodes one
+    #: model's aggregator tracks. 0: no cap
+    max_nodes: int = Field(default=20_000, ge=0)
+    #: at most this many models are aggregated per worker by the model stage; past it the least recently seen
+    #: model is evicted the same way (its model-scope incidents resolve). 0: no cap
+    max_models: int = Field(default=500, ge=0)
     #: telemetry messages over this size are rejected before they are decoded (other limits:
     #: tailhound.snapshot.LIMITS)
     max_message_bytes: int = Field(default=LIMITS.max_message_bytes, gt=0)

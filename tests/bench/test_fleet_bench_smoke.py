@@ -1,0 +1,20 @@
+"""The fleet-state memory benchmark still runs, at small sizes (numbers live in BENCHMARKS.md, never in tests)."""
+
+from __future__ import annotations
+
+from bench import fleet_memory
+from bench.__main__ import parse_args
+
+
+def test_fleet_memory_runs_and_the_cap_bounds_what_is_held():
+    result = fleet_memory.run(realistic=(20,), attack=(60,), node_cap=10, model_sizes=(12,), model_cap=4)
+    by = {(r["kind"], r["names"], r["cap"]): r for r in result["nodes"]}
+    assert by[("attack", 60, None)]["held"] == 60 and by[("attack", 60, 10)]["held"] == 10
+    assert by[("attack", 60, 10)]["evicted"] == 50
+    assert {(r["cap"], r["held"]) for r in result["models"]} == {(None, 12), (4, 4)}
+    text = fleet_memory.report(result)
+    assert "streams.max_nodes" in text and "streams.max_models" in text
+
+
+def test_fleet_memory_is_a_bench_section():
+    assert parse_args(["--only", "fleet-memory"]).sections == ["fleet-memory"]
