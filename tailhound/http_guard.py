@@ -125,8 +125,9 @@ class GuardedSite(web.TCPSite):
 
 
 def runner_options(limits: ServerLimits) -> dict[str, Any]:
-    """The AppRunner keywords that bound waiting for headers (the keep-alive timer runs from the connect)."""
-    return {"keepalive_timeout": limits.header_timeout_s}
+    """The AppRunner keywords that bound waiting for headers (the keep-alive timer runs from the connect) and
+    for the rest of a body the handler did not read (aiohttp's lingering, 10 s by default)."""
+    return {"keepalive_timeout": limits.header_timeout_s, "lingering_time": min(2.0, limits.body_timeout_s)}
 
 
 async def read_body_within(request: web.Request, limit: int, timeout_s: float,
