@@ -54,12 +54,14 @@ def line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
 @dataclass(frozen=True)
 class YamlLimits:
     """What one YAML file may hold. The largest bundled file (the signal catalog) is 35 KB, 1,716 nodes and
-    14 levels deep, so these leave room for big real files and refuse what only an attack writes."""
+    14 levels deep, so these leave room for big real files (30x, 60x, 4x) and refuse what only an attack
+    writes. PyYAML's pure-Python composer (the one that can count depth and aliases) reads about 0.1-1 MB/s,
+    so the byte limit also bounds the time a file takes: seconds, on a thread for reloads."""
 
-    max_bytes: int = 2 * 1024 * 1024
+    max_bytes: int = 1024 * 1024
     max_depth: int = 64
     max_aliases: int = 512
-    max_nodes: int = 200_000  # counted with every alias expanded, as the data will be
+    max_nodes: int = 100_000  # counted with every alias expanded, as the data will be
 
 
 LIMITS = YamlLimits()
