@@ -27,7 +27,9 @@ a cross-site write and a JSON write of another Content-Type are refused
 
 **Bounds** (:mod:`tailhound.notifier.limits`): a body of at most 64 KiB, JSON without NaN or infinities
 and not nested beyond the parser's depth (400, never a 500), at most 1000 active or pending silences
-(409), 16 matchers, author and comment of 1 KiB, 30 days.
+(409), 16 matchers, author and comment of 1 KiB, 30 days. The server (:func:`start_site`, also the worker's
+endpoint) is bounded by :class:`tailhound.http_guard.ServerLimits`: headers within 10 s of connecting, a body
+within 30 s (408), at most 64 connections from one address.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tailhound.durations import Duration
 from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
+from tailhound.http_guard import GuardedSite, ServerLimits, body_deadline, runner_options
 from tailhound.logs import log_always
 from tailhound.settings import NotifierSettings
 
@@ -300,14 +303,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, int | None, bool]:
-    """Serve `app` on ``host:port`` (port 0: any free port): (the runner, the port bound, whether every socket
-    is a loopback address -- what is actually bound decides: a name such as localhost may resolve to
-    several addresses)."""
+async def start_site(app: web.Application, listen: str, limits: ServerLimits | None = None
+                     ) -> tuple[web.AppRunner, int | None, bool]:
+    """Serve `app` on ``host:port`` (port 0: any free port) within `limits` (header and body timeouts,
+    connections per client): (the runner, the port bound, whether every socket is a loopback address -- what
+    is actually bound decides: a name such as localhost may resolve to several addresses)."""
+    limits = limits if limits is not None else ServerLimits()
     host, port = split_listen(listen)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    app.middlewares.insert(0, body_deadline(limits))  # outermost: no handler waits on a slow body
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, **runner_options(limits))
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = GuardedSite(runner, host, port, limits)
     try:
         await site.start()
     except BaseException:

@@ -44,6 +44,8 @@ from tailhound.problems import Problem, compose_for_check
 from tailhound.vocabulary import RootCause, Severity
 from tailhound.yamlfile import mapping_key as _key
 from tailhound.yamlfile import mapping_value as _value
+from tailhound.yamlfile import read_text as read_yaml_text
+from tailhound.yamlfile import safe_load, yaml_error_text
 
 from .config import NotifierConfig
 from .matchers import _MATCHER, Matcher, incident_labels
@@ -124,7 +126,7 @@ def label_space(rules: Path | None = None) -> tuple[LabelSpace, list[Problem]]:
     complete = bool(files)
     for path in files:
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = safe_load(read_yaml_text(path))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             complete = False  # `tailhound rules check` reports it; without its names, `rule` stays open
             continue
@@ -257,9 +259,11 @@ def check_file(path: Path, space: LabelSpace) -> CheckedFile:
     if path.is_dir():
         return CheckedFile(str(path), [Problem(str(path), None, None, "a directory, not a notifier config file")])
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         return CheckedFile(str(path), [Problem(str(path), None, None, f"cannot read: {exc}")])
+    except yaml.YAMLError as exc:  # over the size limit
+        return CheckedFile(str(path), [Problem(str(path), None, None, yaml_error_text(exc))])
     return check_text(text, str(path), space)
 
 

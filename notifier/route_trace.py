@@ -20,6 +20,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.yamlfile import compose_strict
 from tailhound.yamlfile import mapping_key as _key
 from tailhound.yamlfile import mapping_value as _value
+from tailhound.yamlfile import read_text as read_yaml_text
 
 from .config import NotifierConfig, Route
 from .matchers import matches_all
@@ -77,7 +78,7 @@ def load_tree(path: Path) -> RouteNode:
     from .config import load_config
 
     config = load_config(path)
-    node, _ = compose_strict(path.read_text(encoding="utf-8"), str(path))
+    node, _ = compose_strict(read_yaml_text(path), str(path))  # load_config read it: within the limits
     return route_tree(config, node)
 
 

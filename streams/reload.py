@@ -12,13 +12,18 @@ failure counted, and the old rules keep running. As Prometheus does, the outcome
 - ``tailhound_rules_info{version}``: 1 for the pack in use (``git:<commit>`` or ``sha256:<hash>``);
 - ``tailhound_rules_loaded``: how many rules run.
 
-The file watch (:meth:`RuleReloader.poll`) compares the names, sizes and modification times of the
+The worker reloads with :meth:`RuleReloader.reload_async`: the files are read and checked on a thread (a
+file at the limits of :mod:`tailhound.yamlfile` takes a second to refuse, and the loop keeps serving), only the
+swap runs on the loop. A problem of any kind, an exception included, is a rejected reload, never a crash.
+
+The file watch (:meth:`RuleReloader.poll_async`) compares the names, sizes and modification times of the
 ``*.yaml`` files (a Kubernetes ConfigMap update swaps a symlink: that changes them too) and reloads when
 they differ.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -76,6 +81,7 @@ class RuleReloader:
         self._apply = apply
         self._clock = clock
         self._seen = fingerprint(self.directory)
+        self._lock = asyncio.Lock()
         self.registry = registry if registry is not None else CollectorRegistry()
         self._reloads = Counter("tailhound_rules_reloads", "Rule pack reloads by result.", ["result"],
                                 registry=self.registry)
@@ -98,16 +104,30 @@ class RuleReloader:
 
     def reload(self, reason: str) -> ReloadResult:
         """Check and load the directory; swap the rules in when they are valid. Never raises."""
-        problems, _ = check_paths([self.directory])
+        return self._finish(reason, *self.prepare(reason))
+
+    async def reload_async(self, reason: str) -> ReloadResult:
+        """:meth:`reload` with the files read and parsed on a thread, so a slow or hostile file never stalls
+        the event loop; the swap itself runs on the loop, between two snapshots. One reload at a time."""
+        async with self._lock:
+            new, problems = await asyncio.to_thread(self.prepare, reason)
+            return self._finish(reason, new, problems)
+
+    def prepare(self, reason: str) -> tuple[RuleSet | None, list]:
+        """(the new rules, or None and every problem): the reading and checking half, safe on any thread."""
         new: RuleSet | None = None
-        if not problems:
-            try:
+        try:
+            problems: list = list(check_paths([self.directory])[0])
+            if not problems:
                 new = load_rules(self.directory)
-            except ConfigFileError as exc:  # the checker and the loader disagree: trust the loader
-                problems = [exc]  # type: ignore[list-item]
-            except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
-                log.exception("rule reload (%s) failed", reason)
-                problems = [exc]  # type: ignore[list-item]
+        except ConfigFileError as exc:  # the checker and the loader disagree: trust the loader
+            problems = [exc]
+        except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
+            log.exception("rule reload (%s) failed", reason)
+            problems = [exc]
+        return new, problems
+
+    def _finish(self, reason: str, new: RuleSet | None, problems: list) -> ReloadResult:
         self._seen = fingerprint(self.directory)
         if new is None:
             lines = tuple(p.text() if hasattr(p, "text") else str(p) for p in problems)
@@ -135,13 +155,21 @@ class RuleReloader:
         log.info("rule reload (%s): %s", reason, result.describe())
         return result
 
-    def poll(self) -> ReloadResult | None:
-        """The file watch: reload when the rule files changed since the last look (or reload)."""
+    def changed(self) -> bool:
+        """Whether the rule files changed since the last look (or reload); remembers this look."""
         now = fingerprint(self.directory)
         if now == self._seen:
-            return None
+            return False
         self._seen = now
-        return self.reload("rule files changed")
+        return True
+
+    def poll(self) -> ReloadResult | None:
+        """The file watch: reload when the rule files changed since the last look (or reload)."""
+        return self.reload("rule files changed") if self.changed() else None
+
+    async def poll_async(self) -> ReloadResult | None:
+        """:meth:`poll` parsing off the event loop (:meth:`reload_async`)."""
+        return await self.reload_async("rule files changed") if self.changed() else None
 
     def _show(self, rules: RuleSet, before: str | None = None) -> None:
         if before is not None and before != _version(rules):

@@ -34,6 +34,8 @@ from tailhound.problems import Problem, compose_for_check
 from tailhound.vocabulary import RootCause, Severity
 from tailhound.yamlfile import mapping_key as _key
 from tailhound.yamlfile import mapping_value as _value
+from tailhound.yamlfile import read_text as read_yaml_text
+from tailhound.yamlfile import yaml_error_text
 
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 from .ruleset import Engine, Rule, RuleGroup, Scope, _check_engines
@@ -77,9 +79,12 @@ def check_paths(paths: list[Path], catalog: Catalog | None = None) -> tuple[list
     count = 0
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_yaml_text(path)
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(Problem(str(path), None, None, f"cannot read: {exc}"))
+            continue
+        except yaml.YAMLError as exc:  # over the size limit: refused before it is read whole
+            problems.append(Problem(str(path), None, None, yaml_error_text(exc)))
             continue
         found, rules = check_text(text, str(path), catalog)
         problems += found

@@ -20,6 +20,7 @@ from tailhound.notifier.config import ROUTE_GROUPING_KEYS, NotifierConfig
 from tailhound.resources import default_rules_dir
 from tailhound.settings import Settings, check_settings_file
 from tailhound.yamlfile import compose_with_duplicates
+from tailhound.yamlfile import read_text as read_yaml_text
 
 KINDS = ("agent", "notifier", "ingest", "settings", "rules", "capacity")
 #: the top-level keys of each kind (a file's kind is the one sharing most keys with it)
@@ -47,7 +48,7 @@ def top_keys(kind: str) -> set[str]:
 def detect_kind(path: Path) -> tuple[str | None, str]:
     """(the kind of the file at `path`, why not when None): the kind sharing most top-level keys with it."""
     try:
-        _, data, _ = compose_with_duplicates(path.read_text(encoding="utf-8"))
+        _, data, _ = compose_with_duplicates(read_yaml_text(path))
     except Exception:  # noqa: BLE001 - unreadable or not YAML: the kind's own loader says how
         data = None
     keys = set(data) if isinstance(data, dict) else set()

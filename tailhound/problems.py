@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from tailhound.config_errors import Problem
-from tailhound.yamlfile import compose_with_duplicates
+from tailhound.yamlfile import compose_with_duplicates, yaml_error_text
 
 __all__ = ["Problem", "at", "compose_for_check"]
 
@@ -27,7 +27,7 @@ def compose_for_check(text: str, origin: str) -> tuple[yaml.Node | None, Any, li
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         return None, None, [Problem(origin, mark.line + 1 if mark else None, mark.column + 1 if mark else None,
-                                    f"invalid YAML: {getattr(exc, 'problem', None) or exc}")], False
+                                    yaml_error_text(exc))], False
     problems = [Problem(origin, k.start_mark.line + 1, k.start_mark.column + 1, f"duplicate key {k.value!r}",
                         f"first at line {first.start_mark.line + 1}; YAML keeps only the last one")
                 for k, first in duplicates]

@@ -22,7 +22,8 @@ from tailhound.durations import Duration
 from tailhound.errors import ConfigError, ConfigFileError
 from tailhound.resources import default_rules_dir
 from tailhound.snapshot import LIMITS
-from tailhound.yamlfile import compose_strict, file_error, mapping_key, mapping_value
+from tailhound.yamlfile import compose_strict, file_error, mapping_key, mapping_value, yaml_error_text
+from tailhound.yamlfile import read_text as read_yaml_text
 
 CONFIG_ENV = "TAILHOUND_CONFIG"
 ENV_PREFIX = "TAILHOUND_"
@@ -373,9 +374,11 @@ def read_settings_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], ya
     """(values, YAML node tree, origin) of a settings file; ConfigFileError when it cannot be used."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_yaml_text(p)
     except OSError as exc:
         raise ConfigFileError(str(p), None, f"cannot read settings file: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(str(p), None, yaml_error_text(exc)) from exc
     node, loaded = compose_strict(text, str(p))
     if loaded is not None and not isinstance(loaded, dict):
         raise ConfigFileError(str(p), 1, "a settings file is a mapping of settings (broker, streams, notifier, ...)")

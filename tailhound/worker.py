@@ -109,11 +109,18 @@ def add_rule_reload(app: faust.App, settings: Settings, rules: RuleSet, watch: C
     @app.task
     async def rule_reload() -> None:
         loop = asyncio.get_running_loop()
+        pending: set[asyncio.Task] = set()  # a task the loop only references weakly must be held somewhere
+
+        def on_sighup() -> None:
+            task = loop.create_task(reloader.reload_async("SIGHUP"))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
-            loop.add_signal_handler(signal.SIGHUP, reloader.reload, "SIGHUP")
+            loop.add_signal_handler(signal.SIGHUP, on_sighup)
         while settings.streams.rules_watch_s > 0:
             await asyncio.sleep(settings.streams.rules_watch_s)
-            reloader.poll()
+            await reloader.poll_async()
 
     return reloader
 

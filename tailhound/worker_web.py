@@ -47,7 +47,7 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
         return ready_response("worker", *ready())
 
     async def reload(_request: web.Request) -> web.Response:
-        result = reloader.reload("POST /-/reload")
+        result = await reloader.reload_async("POST /-/reload")
         body = {"ok": result.ok, "changed": result.changed, "version": result.version, "rules": result.rules,
                 "problems": list(result.problems)}
         return web.json_response(body, status=200 if result.ok else 422)

@@ -1,8 +1,13 @@
 """Strict YAML files -> pydantic models, with errors that name the file and line.
 
-Every YAML file an operator writes goes through here (settings, rules, agent.yaml, notifier.yaml, ingest.yaml,
-the capacity file), so limits on what is read belong in this one place. ``${VAR}`` and ``${VAR:-default}``
-are expanded from the environment when asked (agent configs use the pod's NODE_NAME / NODE_IP);
+Every YAML file the project reads goes through here (settings, rules, rule tests, agent.yaml, notifier.yaml,
+ingest.yaml, the capacity file, the bundled catalog), so limits on what is read belong in this one place
+(:data:`LIMITS`): a file over ``max_bytes``, nested deeper than ``max_depth``, with more than ``max_aliases``
+aliases or more than ``max_nodes`` nodes once every alias is expanded (a few aliases of aliases make millions)
+is refused with a :class:`YamlLimitError` at its line, before anything is built from it.
+
+``${VAR}`` and ``${VAR:-default}`` are expanded from the environment when asked (agent configs use the pod's
+NODE_NAME / NODE_IP);
 an unset variable without a default is an error, never an empty string; ``$${VAR}`` is a literal and
 comment lines are not expanded.
 """
@@ -11,12 +16,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.constructor import SafeConstructor
+from yaml.error import MarkedYAMLError
 
 from tailhound.config_errors import Problem, validation_problems
 from tailhound.errors import ConfigFileError
@@ -44,13 +51,72 @@ def line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
     return line
 
 
+@dataclass(frozen=True)
+class YamlLimits:
+    """What one YAML file may hold. The largest bundled file (the signal catalog) is 35 KB, 1,716 nodes and
+    14 levels deep, so these leave room for big real files (30x, 60x, 4x) and refuse what only an attack
+    writes. PyYAML's pure-Python composer (the one that can count depth and aliases) reads about 0.1-1 MB/s,
+    so the byte limit also bounds the time a file takes: seconds, on a thread for reloads."""
+
+    max_bytes: int = 1024 * 1024
+    max_depth: int = 64
+    max_aliases: int = 512
+    max_nodes: int = 100_000  # counted with every alias expanded, as the data will be
+
+
+LIMITS = YamlLimits()
+
+
+class YamlLimitError(MarkedYAMLError):
+    """A YAML file over one of :class:`YamlLimits`; a ``yaml.YAMLError``, so every caller reports it as such."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None = None) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
+
 class StrictLoader(yaml.SafeLoader):
     """A safe loader that records duplicate mapping keys (plain YAML keeps the last one silently:
-    ``for: 1m`` then ``for: 30m`` means 30m)."""
+    ``for: 1m`` then ``for: 30m`` means 30m) and refuses documents over `limits` while it composes them."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, limits: YamlLimits = LIMITS) -> None:
+        if len(stream) > limits.max_bytes:  # characters: never fewer than the bytes a UTF-8 file has
+            raise YamlLimitError(f"file too large: {len(stream):,} characters, the limit is {limits.max_bytes:,}")
         super().__init__(stream)
+        self.limits = limits
         self.duplicates: list[tuple[yaml.Node, yaml.Node]] = []  # (the duplicate key, the first one)
+        self._depth = 0
+        self._aliases = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes under it, aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > self.limits.max_aliases:
+                raise YamlLimitError(f"too many aliases: more than {self.limits.max_aliases}",
+                                     self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > self.limits.max_depth:  # the composer recurses: refuse before Python's stack does
+                raise YamlLimitError(f"nested too deep: more than {self.limits.max_depth} levels",
+                                     self.peek_event().start_mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._count(node)
+        return node
+
+    def _count(self, node: yaml.Node) -> None:
+        """Size `node` (its children are sized already: an alias is its anchor's node, counted again in full)."""
+        if id(node) in self._sizes:
+            total = self._sizes[id(node)]  # an alias: the anchored node once more
+        else:
+            kids = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            total = 1 + sum(self._sizes.get(id(k), 1) for k in kids)
+            self._sizes[id(node)] = total
+        if total > self.limits.max_nodes:
+            raise YamlLimitError(f"too many nodes: more than {self.limits.max_nodes:,} once its aliases are expanded",
+                                 node.start_mark)
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
@@ -64,16 +130,39 @@ class StrictLoader(yaml.SafeLoader):
         return SafeConstructor.construct_mapping(self, node, deep)
 
 
-def compose_with_duplicates(text: str) -> tuple[yaml.Node | None, Any, list[tuple[yaml.Node, yaml.Node]]]:
+def compose_with_duplicates(text: str, limits: YamlLimits = LIMITS
+                            ) -> tuple[yaml.Node | None, Any, list[tuple[yaml.Node, yaml.Node]]]:
     """(the YAML node tree, the data, the duplicate keys as (duplicate, first) key nodes); raises
-    ``yaml.YAMLError`` for invalid YAML. The checkers report duplicates as problems, loaders refuse them."""
-    loader = StrictLoader(text)
+    ``yaml.YAMLError`` for invalid YAML or a file over `limits`. The checkers report duplicates as problems,
+    loaders refuse them."""
+    loader = StrictLoader(text, limits)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
     return node, data, loader.duplicates
+
+
+def safe_load(text: str, limits: YamlLimits = LIMITS) -> Any:
+    """`text` as data, as ``yaml.safe_load`` but within `limits` (duplicate keys: the last one, as YAML keeps)."""
+    return compose_with_duplicates(text, limits)[1]
+
+
+def yaml_error_text(exc: yaml.YAMLError) -> str:
+    """What a YAML error says to people: a refused file says why, anything else is invalid YAML."""
+    problem = getattr(exc, "problem", None) or exc
+    return f"refused: {problem}" if isinstance(exc, YamlLimitError) else f"invalid YAML: {problem}"
+
+
+def read_text(path: str | Path, limits: YamlLimits = LIMITS) -> str:
+    """The text of the file at `path`, reading no more than ``limits.max_bytes`` (+1, to tell it was more);
+    ``OSError`` / ``UnicodeDecodeError`` as ``Path.read_text``, :class:`YamlLimitError` when too large."""
+    with open(path, "rb") as f:
+        data = f.read(limits.max_bytes + 1)
+    if len(data) > limits.max_bytes:
+        raise YamlLimitError(f"file too large: over {limits.max_bytes:,} bytes")
+    return data.decode("utf-8")
 
 
 def mapping_pair(node: yaml.Node | None, key: str) -> tuple[yaml.Node, yaml.Node] | None:
@@ -101,8 +190,7 @@ def compose_strict(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
         node, data, duplicates = compose_with_duplicates(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigFileError(origin, mark.line + 1 if mark else None,
-                              f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+        raise ConfigFileError(origin, mark.line + 1 if mark else None, yaml_error_text(exc)) from exc
     if duplicates:
         key, first = duplicates[0]
         raise ConfigFileError(origin, key.start_mark.line + 1,
@@ -162,7 +250,9 @@ def file_error(origin: str, problems: list[Problem]) -> ConfigFileError:
 def load_yaml_model(path: str | Path, model: type[M], *, env: bool = False) -> M:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p)
     except OSError as exc:
         raise ConfigFileError(str(p), None, f"cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(str(p), None, yaml_error_text(exc)) from exc
     return parse_yaml_model(text, model, str(p), env=env)

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from tailhound.errors import ConfigError
+from tailhound.yamlfile import safe_load
 
 KINDS = ("gauge", "counter", "histogram")
 _UNKNOWN = object()
@@ -340,4 +339,4 @@ def parse_catalog(data: dict, origin: str = "signals.yaml") -> Catalog:
 @cache
 def default_catalog() -> Catalog:
     text = resources.files(__name__).joinpath("signals.yaml").read_text(encoding="utf-8")
-    return parse_catalog(yaml.safe_load(text))
+    return parse_catalog(safe_load(text))

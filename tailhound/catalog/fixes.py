@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from tailhound.capacity_file import CAPACITY_SIGNALS
 from tailhound.errors import ConfigError
+from tailhound.yamlfile import safe_load
 
 from . import Catalog, SignalSpec
 from .dcgm_counters import COUNTERS_FILE_OPTION, counter_line, default_fields, known_counters
@@ -124,7 +123,7 @@ def parse_fixbook(data: dict, origin: str = "fixes.yaml") -> FixBook:
 @cache
 def default_fixbook() -> FixBook:
     text = resources.files(__package__).joinpath("fixes.yaml").read_text(encoding="utf-8")
-    return parse_fixbook(yaml.safe_load(text))
+    return parse_fixbook(safe_load(text))
 
 
 def signal_note(signal: str, book: FixBook | None = None) -> str | None:

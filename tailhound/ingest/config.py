@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from tailhound.agents.config import PublishConfig
 from tailhound.durations import Duration
 from tailhound.errors import ConfigError
+from tailhound.http_guard import ServerLimits
 from tailhound.ingest.federation import FederationConfig
 from tailhound.ingest.ha_dedup import HaConfig
 from tailhound.ingest.receiver import IngestConfig
@@ -96,6 +97,8 @@ class IngestServiceConfig(BaseModel):
     poll_s: Duration = Field(default=1.0, gt=0, le=60, description="How often settled scrapes are published.")
     max_concurrent_requests: int = Field(default=8, ge=1, le=1024,
                                          description="Requests decoded at once; more wait (then 503).")
+    http: ServerLimits = Field(default_factory=ServerLimits,
+                               description="Timeouts and connection limits of the HTTP server.")
 
     @field_validator("remote_write", mode="before")
     @classmethod

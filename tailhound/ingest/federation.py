@@ -22,7 +22,10 @@ Pulling less often than Prometheus scrapes skips scrapes: counter deltas then sp
 interval is at least the pull interval, so a skipped scrape is no gap. Pulling as often as Prometheus scrapes
 can alias (a pull seeing the same scrape twice, the next one skipping one: a gap with ``prev_ts`` telling).
 
-A failure (connection, timeout, HTTP status, a body over the limit, not the text format) is a
+The body is read raw and decoded as it arrives (:mod:`tailhound.ingest.federation_decode`: gzip, deflate,
+brotli), never past ``max_body_bytes`` decoded: a few KB of brotli that would inflate to gigabytes is refused
+after ``max_body_bytes``. A failure (connection, timeout, HTTP status, a body over the limit, an encoding it
+cannot decode within the limit, not the text format) is a
 :class:`~tailhound.ingest.receiver.Reject` of kind ``federate_failed`` (stage ``fetch``); a pull never raises.
 """
 
@@ -43,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog
 from tailhound.durations import Duration
+from tailhound.ingest.federation_decode import BoundedDecoder, DecodeRefused, accept_encoding
 from tailhound.ingest.federation_text import (  # noqa: F401 (the selectors: re-exported)
     MAX_SELECTOR,
     FederateParser,
@@ -201,7 +205,7 @@ class FederationPuller:
     async def fetch(self) -> bytes:
         """The body of one ``GET /federate`` (at most ``max_body_bytes``); raises :class:`FederationError`."""
         cfg = self.config
-        headers = {"Accept": ACCEPT}
+        headers = {"Accept": ACCEPT, "Accept-Encoding": accept_encoding()}
         token = self._token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -223,14 +227,17 @@ class FederationPuller:
                     if media not in ("text/plain", ""):
                         raise FederationError(f"{url} answered {media!r}, not the text exposition format (text/plain)")
                     declared = resp.headers.get("content-length", "")
-                    if declared.isdigit() and int(declared) > limit and "content-encoding" not in resp.headers:
+                    if declared.isdigit() and int(declared) > limit:  # compressed or not: it only grows
                         raise FederationError(f"{url}: a body of {declared} bytes (max_body_bytes {limit})")
+                    # raw bytes, decoded here within the limit: httpx would inflate a whole chunk first
+                    decoder = BoundedDecoder(resp.headers.get("content-encoding", ""), limit)
                     body = bytearray()
-                    async for chunk in resp.aiter_bytes():
-                        body += chunk
-                        if len(body) > limit:
-                            raise FederationError(f"{url}: the body is over {limit} bytes (max_body_bytes)")
+                    async for chunk in resp.aiter_raw():
+                        body += decoder.feed(chunk)
+                    decoder.finish()
                     return bytes(body)
+        except DecodeRefused as exc:
+            raise FederationError(f"{url}: {exc}") from None
         except TimeoutError:
             raise FederationError(f"{url}: no complete answer within {cfg.timeout_s:g} s") from None
         except httpx.HTTPError as exc:

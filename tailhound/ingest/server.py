@@ -9,7 +9,11 @@
   when the publisher is behind, or the service is stopping).
 
 The body is read in chunks and refused (413) as soon as it exceeds the receiver's body limit; a declared
-``Content-Length`` over it is refused before anything is read.
+``Content-Length`` over it is refused before anything is read. The server is bounded as
+:mod:`tailhound.http_guard` says (``http:`` in ingest.yaml): headers within ``header_timeout_s``, the body
+within ``body_timeout_s`` (else 408), at most ``max_per_client`` connections from one address. A request
+takes one of the ``max_concurrent_requests`` decoding slots only once its body is read, so slow senders never
+hold the slots the others need.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tailhound.endpoints import healthy_response, ready_response
+from tailhound.http_guard import BodyTimeout, GuardedSite, ServerLimits, read_body_within, runner_options
 from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.receiver import IngestResult
 from tailhound.logs import log_always
@@ -41,19 +46,10 @@ class TooLarge(Exception):
 web_exceptions = (RequestPayloadError, ConnectionResetError)
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, at most `limit` bytes (:class:`TooLarge` beyond)."""
-    if request.content_length is not None and request.content_length > limit:
-        raise TooLarge
-    chunks, size = [], 0
-    while True:
-        chunk = await request.content.read(256 * 1024)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge
-        chunks.append(chunk)
+async def read_body(request: web.Request, limit: int, timeout_s: float = 30.0) -> bytes:
+    """The request body, at most `limit` bytes (:class:`TooLarge` beyond), within `timeout_s`
+    (:class:`~tailhound.http_guard.BodyTimeout` after)."""
+    return await read_body_within(request, limit, timeout_s, TooLarge)
 
 
 def make_app(path: str, accept: Accept, service: IngestServer) -> web.Application:
@@ -69,17 +65,22 @@ def make_app(path: str, accept: Accept, service: IngestServer) -> web.Applicatio
     async def _write(request: web.Request) -> tuple[int, dict[str, str], str]:
         if service.stopping:
             return 503, {"Retry-After": "5"}, "stopping\n"
-        if service.in_flight >= service.max_in_flight:
+        if service.in_flight >= service.max_in_flight:  # refuse early when busy, before reading a body
+            return 503, {"Retry-After": str(service.retry_after_s)}, "busy: too many requests at once\n"
+        headers = dict(request.headers)
+        try:
+            body = await read_body(request, service.max_body_bytes, service.limits.body_timeout_s)
+        except TooLarge:
+            return 413, {}, f"request body over {service.max_body_bytes} bytes\n"
+        except BodyTimeout:
+            return 408, {"Connection": "close"}, \
+                f"request body not received within {service.limits.body_timeout_s:g} s\n"
+        except web_exceptions as exc:
+            return 400, {}, f"cannot read the request body: {exc}\n"[:300]
+        if service.in_flight >= service.max_in_flight:  # the slots are for decoding: taken once the body is here
             return 503, {"Retry-After": str(service.retry_after_s)}, "busy: too many requests at once\n"
         service.in_flight += 1
         try:
-            headers = dict(request.headers)
-            try:
-                body = await read_body(request, service.max_body_bytes)
-            except TooLarge:
-                return 413, {}, f"request body over {service.max_body_bytes} bytes\n"
-            except web_exceptions as exc:
-                return 400, {}, f"cannot read the request body: {exc}\n"[:300]
             result = await accept(body, headers)
         finally:
             service.in_flight -= 1
@@ -110,8 +111,10 @@ class IngestServer:
     """What the handlers need to know about the service (counts, limits, readiness)."""
 
     def __init__(self, metrics: IngestMetrics, *, max_body_bytes: int, max_in_flight: int, retry_after_s: int,
-                 readiness: Callable[[], tuple[bool, str]]) -> None:
+                 readiness: Callable[[], tuple[bool, str]], limits: ServerLimits | None = None) -> None:
         self.metrics = metrics
+        self.limits = limits if limits is not None else ServerLimits()
+        self.site: GuardedSite | None = None
         self.max_body_bytes, self.max_in_flight, self.retry_after_s = max_body_bytes, max_in_flight, retry_after_s
         self.readiness = readiness
         self.in_flight = 0
@@ -123,9 +126,10 @@ class IngestServer:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         # auto_decompress off: the body is read as sent (a gzip one is refused, 415, not inflated by aiohttp)
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, auto_decompress=False)
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, auto_decompress=False,
+                                    **runner_options(self.limits))
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, int(port))
+        site = self.site = GuardedSite(self.runner, host, int(port), self.limits)
         try:
             await site.start()
         except BaseException:

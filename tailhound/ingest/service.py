@@ -71,7 +71,7 @@ class IngestService:
         rw = self.receiver.config
         self.server = IngestServer(self.metrics, max_body_bytes=rw.limits.max_body_bytes,
                                    max_in_flight=config.max_concurrent_requests, retry_after_s=rw.retry_after_s,
-                                   readiness=self.readiness)
+                                   readiness=self.readiness, limits=config.http)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest")
         self._tasks: list[asyncio.Task] = []
         self.metrics.watch(self.stats, self.gauges)

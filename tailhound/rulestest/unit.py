@@ -29,7 +29,8 @@ from tailhound.durations import Duration
 from tailhound.errors import ConfigFileError, RuleFileError
 from tailhound.incident import IncidentEvent
 from tailhound.vocabulary import RootCause, Severity
-from tailhound.yamlfile import line_of
+from tailhound.yamlfile import compose_with_duplicates, line_of, yaml_error_text
+from tailhound.yamlfile import read_text as read_yaml_text
 
 from .inputs import DEFAULT_MODEL, InputError, NodeSetup, SeriesInput, SeriesRenderer
 
@@ -195,16 +196,16 @@ class FileResult:
 def load_test_file(path: str | Path) -> tuple[RuleTestFile, yaml.Node | None]:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_yaml_text(p)
     except OSError as exc:
         raise RuleTestFileError(str(p), None, f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise RuleTestFileError(str(p), None, yaml_error_text(exc)) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data, _ = compose_with_duplicates(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise RuleTestFileError(str(p), mark.line + 1 if mark else None,
-                            f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise RuleTestFileError(str(p), mark.line + 1 if mark else None, yaml_error_text(exc)) from None
     _series_as_written(node, data)
     try:
         return RuleTestFile.model_validate(data if data is not None else {}), node
