@@ -144,7 +144,10 @@ def _run_one(cmd: Command, cwd: Path, env: dict[str, str]) -> str | None:
                     rc = proc.wait(timeout=wait)
                     return f"exited {rc} within {wait:g} s; it should run until stopped:\n{_tail(log)}"
                 except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGINT)
+                    pass
+                # a loaded machine can take longer than `wait` to start: stop it once it says it runs
+                _wait_for_start(proc, log)
+                os.killpg(proc.pid, signal.SIGINT)
             rc = proc.wait(timeout=COMMAND_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return f"still running after {COMMAND_TIMEOUT_S:g} s:\n{_tail(log)}"
@@ -155,6 +158,22 @@ def _run_one(cmd: Command, cwd: Path, env: dict[str, str]) -> str | None:
     if rc not in codes:
         return f"exited {rc} (expected {sorted(codes)}):\n{_tail(log)}"
     return None
+
+
+#: how long a run-until-stopped command may take to write its start line (bounded: a loaded CI machine)
+START_TIMEOUT_S = 60.0
+#: after the start line: the signal handlers are installed once the event loop runs
+AFTER_START_S = 1.5
+
+
+def _wait_for_start(proc: subprocess.Popen, log: Path) -> None:
+    """Until the process logged its start line (``tailhound <process> starting``), at most START_TIMEOUT_S."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if " starting" in log.read_text(errors="replace"):
+            time.sleep(AFTER_START_S)
+            return
+        time.sleep(0.2)
 
 
 def _tail(log: Path, chars: int = 2500) -> str:
