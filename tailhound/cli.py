@@ -257,7 +257,9 @@ def record(
     from tailhound.agents.main import run_record
 
     setup_logging(log_level, log_format, default_level="warning")
-    n = asyncio.run(run_record(load_agent_config(config), out, duration_s=duration))
+    cfg = load_agent_config(config)
+    log_start("record", config=config, out=out, duration_s=duration)
+    n = asyncio.run(run_record(cfg, out, duration_s=duration))
     console.print(f"wrote {n} records to {out}")
 
 

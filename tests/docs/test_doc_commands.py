@@ -16,6 +16,7 @@ and a failure names the document, line and command.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -147,7 +148,8 @@ def _run_one(cmd: Command, cwd: Path, env: dict[str, str]) -> str | None:
                     pass
                 # a loaded machine can take longer than `wait` to start: stop it once it says it runs
                 _wait_for_start(proc, log)
-                os.killpg(proc.pid, signal.SIGINT)
+                with contextlib.suppress(ProcessLookupError):  # it may end by itself meanwhile (--duration)
+                    os.killpg(proc.pid, signal.SIGINT)
             rc = proc.wait(timeout=COMMAND_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return f"still running after {COMMAND_TIMEOUT_S:g} s:\n{_tail(log)}"
