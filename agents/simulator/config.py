@@ -22,6 +22,9 @@ FAULT_NAMES: tuple[str, ...] = (
     "warm-gpu",
     "long-prompt-hol",
     "slow-node",
+    "long-prompt-prefill",
+    "generation-length-growth",
+    "load-imbalance",
 )
 
 #: Faults that act on one tick only (their duration is ignored).

@@ -23,6 +23,9 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "warm-gpu",
         "long-prompt-hol",
         "slow-node",
+        "long-prompt-prefill",
+        "generation-length-growth",
+        "load-imbalance",
     }
 
 

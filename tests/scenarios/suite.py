@@ -153,6 +153,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("long-prompt-hol", "long-prompt head-of-line blocking on one node",
              (Fault(f"long-prompt-hol@{_at(F)}+10m:node=gpu-node-2",
                     Expect("head-of-line-blocking", "gpu-node-2", max_delay_min=7.5)),)),
+    # --- engine-side causes of issue 27: long prompts, longer outputs, an unbalanced load balancer
+    Scenario("long-prompt-prefill", "long prompts prefilled in one piece (no chunked prefill) on one node",
+             (Fault(f"long-prompt-prefill@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("head-of-line-blocking", "gpu-node-2")),)),
+    Scenario("generation-length-growth", "a canary build whose outputs are twice as long, same arrivals",
+             (Fault(f"generation-length-growth@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("generation-length-growth", "gpu-node-2")),)),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
