@@ -160,6 +160,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("generation-length-growth", "a canary build whose outputs are twice as long, same arrivals",
              (Fault(f"generation-length-growth@{_at(F)}+10m:node=gpu-node-2",
                     Expect("generation-length-growth", "gpu-node-2")),)),
+    # the balancer sends gpu-node-2 1.8x its share: it queues (its own view: capacity) while its peers idle
+    Scenario("load-imbalance", "one replica gets 1.8x its share, its peers idle (round-robin, stickiness)",
+             (Fault(f"load-imbalance@{_at(F)}+10m:node=gpu-node-2", Expect("load-imbalance", "gpu-node-2")),),
+             {"nodes": 3}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
