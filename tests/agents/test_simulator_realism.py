@@ -1,5 +1,6 @@
 """The simulator's real-fleet features (issue 12): dcgm-exporter's default field set, a TGI engine, realistic
-noise, and the faults retry-storm, rolling-deploy, warm-gpu and long-prompt-hol (ground truth: each moves the
+noise, and the faults retry-storm, rolling-deploy, warm-gpu, long-prompt-hol, long-prompt-prefill, generation-length-growth
+and load-imbalance (ground truth: each moves the
 signals it should)."""
 
 from __future__ import annotations
