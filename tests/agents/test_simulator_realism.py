@@ -1,7 +1,6 @@
 """The simulator's real-fleet features (issue 12): dcgm-exporter's default field set, a TGI engine, realistic
-noise, and the faults retry-storm, rolling-deploy, warm-gpu, long-prompt-hol, long-prompt-prefill, generation-length-growth
-and load-imbalance (ground truth: each moves the
-signals it should)."""
+noise, and the faults retry-storm, rolling-deploy, warm-gpu, long-prompt-hol, long-prompt-prefill,
+generation-length-growth and load-imbalance (ground truth: each moves the signals it should)."""
 
 from __future__ import annotations
 
