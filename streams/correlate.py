@@ -39,7 +39,11 @@ CAUSAL_RANK: tuple[RootCause, ...] = (
     RootCause.GPU_MEMORY_BANDWIDTH,
     RootCause.KV_CACHE_PRESSURE,
     RootCause.HEAD_OF_LINE_BLOCKING,
+    # traffic shape: longer outputs at the same arrivals explain a slower, queueing engine
+    RootCause.GENERATION_LENGTH_GROWTH,
     RootCause.RETRY_STORM,
+    # traffic balance: an engine with more than its share queues while its peers idle (not capacity)
+    RootCause.LOAD_IMBALANCE,
     RootCause.NODE_DEGRADED,
     RootCause.CAPACITY,
     RootCause.INGRESS_SATURATION,

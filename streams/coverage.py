@@ -91,7 +91,7 @@ def requirements(signal: str, catalog: Catalog | None = None) -> frozenset[str]:
     catalog = catalog or default_catalog()
     if signal in COMPUTED_SIGNALS:
         return frozenset()
-    if signal in COMPUTED_FROM:  # before the catalog: the model stage's per-engine gauges are catalogued too
+    if signal in COMPUTED_FROM:  # before the catalog: the model stage's peer gauges are catalogued, and computed
         return frozenset().union(*(requirements(s, catalog) for s in COMPUTED_FROM[signal]))
     if catalog.spec(signal) is not None:
         return frozenset({signal})

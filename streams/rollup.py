@@ -19,6 +19,8 @@ Different causes stay different incidents (thermal on one node, KV cache on anot
 residual cause (``node-degraded``: slower at the usual load, nothing specific found) that opens while its
 model has an incident of another cause open is that incident's aftermath (a backlog draining at full
 batch on a node, latency windows catching up): it is muted until it resolves, and nothing is published.
+A node's incident of a cause that another cause, open on the same node, explains (:data:`EXPLAINED_ON_NODE`:
+a node's capacity incident while the load balancer sends it more than its share) is muted the same way.
 Redelivered member events (a sequence already seen) change nothing, so at-least-once input never
 pages twice; the state holds open groups only.
 """
@@ -37,6 +39,11 @@ from .rollup_series import Headline, group_series, keep_headline
 JOIN_WINDOW_S = 900.0
 FLEET = "fleet"
 _SEVERITY = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+#: cause -> the causes whose open incident on the same node explains it: the model stage sees across engines
+#: what the node stage cannot (a node out of headroom because the balancer overloads it, not the model)
+EXPLAINED_ON_NODE: dict[RootCause, frozenset[RootCause]] = {
+    RootCause.CAPACITY: frozenset({RootCause.LOAD_IMBALANCE}),
+}
 
 
 def group_key(ev: IncidentEvent) -> str:
@@ -137,12 +144,25 @@ def _signature(ev: IncidentEvent) -> str:
 
 
 def _explaining_group(state: RollupState, ev: IncidentEvent) -> Group | None:
-    """An open incident of another cause on the same model that explains a residual incident."""
+    """An open incident of another cause on the same model that explains a residual incident, or one on the
+    same node that explains the node's incident (EXPLAINED_ON_NODE)."""
+    if RootCause(ev.root_cause) in EXPLAINED_ON_NODE and ev.scope.node and ev.scope.model:
+        return _explaining_on_node(state, ev, EXPLAINED_ON_NODE[RootCause(ev.root_cause)])
     if RootCause(ev.root_cause) not in RESIDUAL_CAUSES or not ev.scope.model:
         return None
     for group in state.groups.values():
         cause, _, where = group.key.partition("|")
         if where == ev.scope.model and RootCause(cause) not in RESIDUAL_CAUSES and not all(group.resolved.values()):
+            return group
+    return None
+
+
+def _explaining_on_node(state: RollupState, ev: IncidentEvent, causes: frozenset[RootCause]) -> Group | None:
+    for group in state.groups.values():
+        cause, _, where = group.key.partition("|")
+        if RootCause(cause) not in causes or where != ev.scope.model or all(group.resolved.values()):
+            continue
+        if any(ev.scope.node == m.scope.node or ev.scope.node in m.scope.nodes for m in group.members.values()):
             return group
     return None
 

@@ -27,6 +27,9 @@ class RootCause(StrEnum):
     NODE_DEGRADED = "node-degraded"
     # --- issue 27: hardware errors ---
     GPU_HARDWARE_ERROR = "gpu-hardware-error"
+    # engine-side causes of issue 27 (traffic shape and balance)
+    LOAD_IMBALANCE = "load-imbalance"
+    GENERATION_LENGTH_GROWTH = "generation-length-growth"
 
 
 class Severity(StrEnum):
@@ -122,7 +125,10 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
         RootCauseInfo(
             RootCause.HEAD_OF_LINE_BLOCKING,
             "Head-of-line blocking",
-            "Queue wait is high while long generations block a FIFO of short requests.",
+            "Every request on the engine waits behind a few long ones in a FIFO: long generations hold the "
+            "batch's slots, or long prompts (prompt tokens per request jump) are prefilled in one piece, so queue "
+            "time and TTFT rise for all requests and, with chunked prefill off, inter-token latency spikes too "
+            "(decode steps wait for the prefills).",
             False,
         ),
         RootCauseInfo(
@@ -143,6 +149,24 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
             "uncorrected ECC error, failed a row remap, or vanished from the exporter while the node's other "
             "GPUs still report; its engine usually dies with it. Not a planned restart or rolling deploy "
             "(those leave the GPU counters alone). Drain the node, then reset or replace the GPU.",
+            False,
+        ),
+        # --- engine-side causes: traffic shape and balance
+        RootCauseInfo(
+            RootCause.LOAD_IMBALANCE,
+            "Load imbalance",
+            "One or more engines of a model carry far more than their share of its traffic (requests in "
+            "flight, queue, TTFT) while the other engines of the same model sit well below theirs and do not "
+            "queue: the load balancer round-robins over uneven requests or sticks sessions instead of "
+            "balancing by least connections. The model has headroom; the balancer does not use it.",
+            False,
+        ),
+        RootCauseInfo(
+            RootCause.GENERATION_LENGTH_GROWTH,
+            "Generation length growth",
+            "Generated tokens per request rose (a new model build or quantization, a prompt template or a "
+            "max_tokens change) while requests arrive as before and each token takes about as long: end-to-end "
+            "latency and the queue grow with the output length, not with the step time.",
             False,
         ),
     )

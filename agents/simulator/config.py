@@ -23,6 +23,9 @@ FAULT_NAMES: tuple[str, ...] = (
     "long-prompt-hol",
     "slow-node",
     "gpu-xid-error",  # issue 27
+    "long-prompt-prefill",
+    "generation-length-growth",
+    "load-imbalance",
 )
 
 #: Faults that act on one tick only (their duration is ignored).

@@ -63,6 +63,11 @@ FINISHED_REASONS = ("stop", "length", "abort")
 LONG_GEN_MEDIAN, LONG_GEN_SIGMA = 1800.0, 0.5
 LONG_PROMPT_SCALE = 0.5
 HOL_MAX_WAITING = 40
+#: Long prompts of a long-prompt head-of-line fault (faults.LONG_PROMPT_SHARE of the requests): log-normal
+#: prompt lengths (median, sigma). Without chunked prefill one such prefill is one engine step: every running
+#: request's next token and every queued request wait for it.
+LONG_PROMPT_MEDIAN, LONG_PROMPT_SIGMA = 11000.0, 0.25
+LONG_PROMPT_MEAN = LONG_PROMPT_MEDIAN * math.exp(LONG_PROMPT_SIGMA**2 / 2)
 
 #: Retry storm (faults.STORM_*): the API server admits requests while the queue holds less than this many
 #: seconds of work and answers the rest 429 (STORM_503_SHARE of them 503, from the proxy); clients retry a
@@ -192,6 +197,8 @@ class Engine:
         self._resend = 0  # retry storm: timed-out requests the clients re-send next tick
         self.batch_calls = dict.fromkeys(TGI_METHODS, 0)  # TGI: tgi_batch_inference_count/success by method
         self._reserved = 0.0  # TGI: tokens the running batch has reserved (prompt + max_new_tokens)
+        self._stall = 0.0  # share of the tick the decode loop waits for unchunked long prefills
+        self._long_prefill_s = 0.0
 
     def restart(self) -> None:
         """The engine process restarted: counters, histograms and queues start from zero."""
@@ -224,6 +231,14 @@ class Engine:
         if long_share:
             mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
             mean_gen = mixed_mean_gen(long_share)
+        mean_gen *= effects.gen_scale
+        self._stall = 0.0
+        if effects.long_prompt_share:  # unchunked long prefills stall the decode loop: every step waits
+            share = effects.long_prompt_share
+            mean_prompt = (1.0 - share) * mean_prompt + share * LONG_PROMPT_MEAN
+            self._long_prefill_s = s_pre * (PREFILL_OVERHEAD_S + LONG_PROMPT_MEAN / PREFILL_TOKENS_PER_S)
+            self._stall = min(0.6, arrivals / dt * share * self._long_prefill_s)
+            s_dec *= 1.0 + self._stall
         ctx = mean_prompt + mean_gen / 2  # mean tokens a running request holds in the KV cache
         c_eff = ITL_PER_SEQ_S + ITL_PER_KV_TOKEN_S * ctx
         prefill_mean = s_pre * (PREFILL_OVERHEAD_S + mean_prompt / PREFILL_TOKENS_PER_S)
@@ -346,7 +361,9 @@ class Engine:
         rng = self._rng
         random_, exp, log, z, zn = rng.random, math.exp, math.log, _Z, _Z_N
         ln_prompt = math.log(PROMPT_MEDIAN * effects.prompt_scale)
-        ln_gen = math.log(GEN_MEDIAN)
+        ln_gen = math.log(GEN_MEDIAN * effects.gen_scale)
+        long_prompts, stall = effects.long_prompt_share, self._stall
+        ln_long_prompt = math.log(LONG_PROMPT_MEDIAN)
         prompt_cap = MAX_MODEL_LEN - DEFAULT_MAX_TOKENS
         sched_mean = 0.003 * (1.0 + 10.0 * util**3)
         interference = 1.0 + 0.3 * running_f / MAX_NUM_SEQS
@@ -365,6 +382,8 @@ class Engine:
         limits: list[int] = []
         for _ in range(served):
             p = min(prompt_cap, max(16, int(exp(ln_prompt + PROMPT_SIGMA * z[int(random_() * zn)]))))
+            if long_prompts and random_() < long_prompts:
+                p = min(prompt_cap, int(exp(ln_long_prompt + LONG_PROMPT_SIGMA * z[int(random_() * zn)])))
             if long_share and random_() < long_share:  # (no draw at all without long generations)
                 p = max(16, int(p * LONG_PROMPT_SCALE))
                 limit = DEFAULT_MAX_TOKENS
@@ -379,6 +398,8 @@ class Engine:
             else:
                 n_stop += 1
             q = -sched_mean * log(1.0 - random_())
+            if stall and random_() < stall:  # scheduled while a long prompt was prefilled: waits for its end
+                q += self._long_prefill_s * random_()
             if wait_start > 0 or wait_end > 0:
                 q += wait_start + (wait_end - wait_start) * random_()
             ttft = q + s_pre * (PREFILL_OVERHEAD_S + p / PREFILL_TOKENS_PER_S) * interference
@@ -406,7 +427,10 @@ class Engine:
         if itl_count > 0 and not tgi:
             mean_itl = decode_total / itl_count
             median = mean_itl / (0.9 * math.exp(0.12**2 / 2) + 0.1 * 2.2 * math.exp(0.25**2 / 2))
-            h["itl"].observe_lognormal_mix(itl_count, decode_total, ((0.9, median, 0.12), (0.1, 2.2 * median, 0.25)))
+            mix = [(0.9, median, 0.12), (0.1, 2.2 * median, 0.25)]
+            if stall:  # the steps that waited for a long prefill: a tail of prefill-long gaps
+                mix.append((min(0.5, stall * mean_itl / self._long_prefill_s), self._long_prefill_s, 0.3))
+            h["itl"].observe_lognormal_mix(itl_count, decode_total, mix)
         prompt_sum, gen_sum = sum(prompts), sum(gens)
         self.prompt_tokens += prompt_sum
         self.generation_tokens += gen_sum

@@ -60,6 +60,16 @@ HOL_ARRIVAL_SCALE = 0.5
 #: ends (the GPU is reset), and the load balancer spreads its traffic over the other nodes.
 DEFAULT_XID_GPU = 4
 XID_DOUBLE_BIT_ECC = 48
+#: Long-prompt head-of-line blocking: a tenant starts sending long documents (RAG, summarisation), so
+#: LONG_PROMPT_SHARE of the node's requests carry ~engine.LONG_PROMPT_MEDIAN prompt tokens. Without chunked
+#: prefill each long prefill runs as one step: the running batch's decode steps and the queue wait for it.
+LONG_PROMPT_SHARE = 0.05
+#: Generation-length growth: a new model build, quantization, prompt template or max_tokens change makes the
+#: outputs this much longer (median output length), at the same arrivals and the same per-token speed.
+GEN_GROWTH_SCALE = 2.0
+#: Load imbalance: the load balancer (round-robin over uneven requests, session stickiness) sends the
+#: fault's nodes this multiple of their share; the model's other nodes get the rest (same total traffic).
+IMBALANCE_HOT_SCALE = 1.8
 
 
 @dataclass
@@ -84,6 +94,8 @@ class NodeEffects:
     engine_down: bool = False  # rolling deploy: the engine is being replaced (drained, scrapes fail)
     long_gen_share: float = 0.0  # share of requests that ask for long generations (head-of-line blocking)
     xid_gpus: frozenset[int] = frozenset()  # GPUs that report a hardware XID (gpu-xid-error)
+    long_prompt_share: float = 0.0  # share of requests with long prompts (long-prompt head-of-line blocking)
+    gen_scale: float = 1.0  # output lengths x this (generation-length growth)
     # realistic noise (noise.py); neutral values leave every model exactly as in the basic profile
     inlet_offset_c: float = 0.0
     retrans_blip: float = 0.0  # extra TCP retransmit ratio this tick
@@ -151,6 +163,11 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
         if f.name == "gpu-xid-error" and node not in fault_nodes(f, node_names):  # the LB drains the dead engine
             dead = len(fault_nodes(f, node_names))
             eff.arrival_scale *= len(node_names) / max(1, len(node_names) - dead)
+        if f.name == "load-imbalance":  # the balancer's other nodes get what the hot ones take on top
+            hot = fault_nodes(f, node_names)
+            if node not in hot and len(hot) < len(node_names):
+                rest = len(node_names) - len(hot)
+                eff.arrival_scale *= max(0.1, (len(node_names) - IMBALANCE_HOT_SCALE * len(hot)) / rest)
         if node not in fault_nodes(f, node_names):
             continue
         eff.active.append(f.name)
@@ -198,4 +215,11 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
         elif name == "gpu-xid-error":
             eff.xid_gpus = eff.xid_gpus | fault_gpus(f, gpus_per_node)
             eff.engine_down = True  # the engine crashed with its GPU
+        # --- engine-side causes: long prompts, longer outputs, an unbalanced load balancer
+        elif name == "long-prompt-prefill":
+            eff.long_prompt_share = LONG_PROMPT_SHARE
+        elif name == "generation-length-growth":
+            eff.gen_scale *= GEN_GROWTH_SCALE
+        elif name == "load-imbalance":
+            eff.arrival_scale *= IMBALANCE_HOT_SCALE
     return eff

@@ -24,6 +24,9 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "long-prompt-hol",
         "slow-node",
         "gpu-xid-error",
+        "long-prompt-prefill",
+        "generation-length-growth",
+        "load-imbalance",
     }
 
 

@@ -1,6 +1,6 @@
 """The simulator's real-fleet features (issue 12): dcgm-exporter's default field set, a TGI engine, realistic
-noise, and the faults retry-storm, rolling-deploy, warm-gpu and long-prompt-hol (ground truth: each moves the
-signals it should)."""
+noise, and the faults retry-storm, rolling-deploy, warm-gpu, long-prompt-hol, long-prompt-prefill,
+generation-length-growth and load-imbalance (ground truth: each moves the signals it should)."""
 
 from __future__ import annotations
 
@@ -190,6 +190,41 @@ def test_long_prompt_hol_queues_short_requests_while_the_kv_cache_has_room():
     assert max(window(kv, 5, 15)) < 0.85 and statistics.fmean(window(running, 7, 15)) > 230  # slots, not memory
     assert 0 < max(window(waiting, 7, 15)) <= HOL_MAX_WAITING
     assert max(window(values(ticks, N2, "vllm", "vllm:num_requests_waiting"), 5, 15)) == 0
+
+
+# --- long prompts, longer outputs, an unbalanced balancer ---------------------------------------------------------
+def test_long_prompt_prefill_raises_prompts_itl_tail_and_ttft_while_the_kv_cache_has_room():
+    ticks = simulate(("long-prompt-prefill@5m+10m:node=gpu-node-1",), 20)
+    prompt = interval_means(histograms(ticks, N1, "vllm", "vllm:request_prompt_tokens"))
+    ttft = interval_means(histograms(ticks, N1, "vllm", "vllm:time_to_first_token_seconds"))
+    itl = histograms(ticks, N1, "vllm", "vllm:inter_token_latency_seconds")
+    kv = values(ticks, N1, "vllm", "vllm:kv_cache_usage_perc")
+    assert statistics.fmean(window(prompt, 6, 15)) > 1.3 * statistics.fmean(window(prompt, 0, 5))
+    assert statistics.fmean(window(ttft, 7, 15)) > 2 * statistics.fmean(window(ttft, 0, 5))
+    # the steps that waited for a long prefill: observations past 0.3 s, none before the fault
+    def slow_steps(h):
+        return h.count - next(c for le, c in zip(h.le, h.counts, strict=True) if le >= 0.3)
+    assert slow_steps(itl[5 * 4 - 1]) == 0 and slow_steps(itl[15 * 4 - 1]) - slow_steps(itl[6 * 4]) > 100
+    assert max(window(kv, 5, 15)) < 0.95
+
+
+def test_generation_length_growth_doubles_outputs_at_the_same_arrivals():
+    ticks = simulate(("generation-length-growth@5m+10m:node=gpu-node-1",), 20)
+    gen = interval_means(histograms(ticks, N1, "vllm", "vllm:request_generation_tokens"))
+    prompt = interval_means(histograms(ticks, N1, "vllm", "vllm:request_prompt_tokens"))
+    before, during = statistics.fmean(window(gen, 0, 5)), statistics.fmean(window(gen, 6, 15))
+    assert 1.7 < during / before < 2.3
+    assert abs(statistics.fmean(window(prompt, 6, 15)) / statistics.fmean(window(prompt, 0, 5)) - 1) < 0.2
+    n2 = interval_means(histograms(ticks, N2, "vllm", "vllm:request_generation_tokens"))
+    assert statistics.fmean(window(n2, 6, 15)) < 1.2 * statistics.fmean(window(n2, 0, 5))
+
+
+def test_load_imbalance_queues_one_node_while_its_peers_idle():
+    ticks = simulate(("load-imbalance@5m+10m:node=gpu-node-2",), 20, nodes=3)
+    waiting = {n: values(ticks, n, "vllm", "vllm:num_requests_waiting") for n in (N1, N2, "gpu-node-3")}
+    running = {n: values(ticks, n, "vllm", "vllm:num_requests_running") for n in (N1, N2, "gpu-node-3")}
+    assert max(window(waiting[N2], 7, 15)) > 0 and max(window(waiting[N1], 5, 15)) == 0
+    assert statistics.fmean(window(running[N2], 7, 15)) > 2 * statistics.fmean(window(running["gpu-node-3"], 7, 15))
 
 
 # --- realistic noise ---------------------------------------------------------------------------------------------

@@ -164,6 +164,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("sglang-kv-pressure", "SGLang fleet",
              (Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),),
              {"engine": "sglang"}),
+    # --- engine-side causes of issue 27: long prompts, longer outputs, an unbalanced load balancer
+    Scenario("long-prompt-prefill", "long prompts prefilled in one piece (no chunked prefill) on one node",
+             (Fault(f"long-prompt-prefill@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("head-of-line-blocking", "gpu-node-2")),)),
+    Scenario("generation-length-growth", "a canary build whose outputs are twice as long, same arrivals",
+             (Fault(f"generation-length-growth@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("generation-length-growth", "gpu-node-2")),)),
+    # the balancer sends gpu-node-2 1.8x its share: it queues (its own view: capacity) while its peers idle
+    Scenario("load-imbalance", "one replica gets 1.8x its share, its peers idle (round-robin, stickiness)",
+             (Fault(f"load-imbalance@{_at(F)}+10m:node=gpu-node-2", Expect("load-imbalance", "gpu-node-2")),),
+             {"nodes": 3}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test

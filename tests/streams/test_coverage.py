@@ -52,6 +52,8 @@ def check(scope: str, when: str, present: set[str], seen: set[str] = frozenset()
     ("engine.arrival_rate", {"latency.e2e", "engine.requests_running", "engine.requests_waiting"}),
     ("sla.ttft_p99", set()),                                                      # from the settings
     ("model.nodes_with_cause", set()),                                            # the model stage's own
+    ("model.engine_request_rate", {"latency.e2e"}),                               # peer gauge, computed
+    ("model.engine_tpot_mean", {"latency.tpot"}),
     ("no.such_signal", {"no.such_signal"}),                                       # nothing can send it
 ])
 def test_requirements(signal, needed):

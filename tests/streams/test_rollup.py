@@ -131,3 +131,16 @@ def test_two_findings_of_one_nodes_fault_stay_that_nodes_incident():
     last = out[-1]
     assert last.scope.node == "n2" and last.scope.model == MODEL and last.scope.nodes == []
     assert "nodes" not in last.summary
+
+
+def test_a_nodes_capacity_incident_while_the_balancer_overloads_that_node_is_muted():
+    """load-imbalance (the model stage: one engine against its peers) explains the queue the node stage sees as
+    capacity on that node; on another node capacity stays its own incident."""
+    state = RollupState()
+    [imbalance] = feed([node_event("n2", cause="load-imbalance")], state)
+    assert imbalance.root_cause == "load-imbalance"
+    assert feed([node_event("n2", ts=T0 + 60, opened_at=T0 + 60)], state) == []
+    assert feed([node_event("n2", "resolved", 2, ts=T0 + 600)], state) == []
+    assert state.muted == {}
+    elsewhere = feed([node_event("n3", ts=T0 + 90, opened_at=T0 + 90)], state)
+    assert [(e.root_cause, e.scope.node) for e in elsewhere] == [("capacity", "n3")]
