@@ -40,7 +40,8 @@ def test_a_load_test_against_the_fake_engine_finds_its_knees_and_writes_the_thre
         run = CliRunner().invoke(app, [
             "loadtest", "--target", m.group(1), "--out", str(result_path), "--peak", "30", "--steps", "9",
             "--step-s", "2.5", "--arrivals", "constant", "--prompt-tokens", str(PROMPT),
-            "--output-tokens", str(OUTPUT), "--max-duration", "120"])
+            "--output-tokens", str(OUTPUT), "--max-duration", "120",
+            "--drain", "60"])  # every request finishes: the knees are read from whole steps
         assert run.exit_code == 0, run.output
     finally:
         proc.terminate()
