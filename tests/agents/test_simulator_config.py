@@ -23,6 +23,7 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "warm-gpu",
         "long-prompt-hol",
         "slow-node",
+        "power-cap",
     }
 
 
