@@ -160,6 +160,11 @@ def simulate(
         str, typer.Option(help="dcgm-exporter fields: all, or default (the exporter's default counters only).")
     ] = "all",
     noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
+    load_trace: Annotated[Path | None, typer.Option(
+        help="Request trace (CSV: arrived_at, num_prefill_tokens, num_decode_tokens) for arrivals and token mix.")
+    ] = None,
+    load_trace_peak: Annotated[float, typer.Option(
+        min=0.01, max=4.0, help="Share of the fleet's capacity the trace's busiest minute reaches.")] = 0.8,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
@@ -169,10 +174,12 @@ def simulate(
 
     setup_logging(log_level, log_format, default_level="warning")
     try:
-        sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise)
-    except (ValueError, TypeError) as exc:
+        sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise,
+                               load_trace=None if load_trace is None else str(load_trace),
+                               load_trace_peak=load_trace_peak)
+        sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
+    except (ValueError, TypeError, OSError) as exc:
         raise TailhoundError(f"simulate: {exc}") from None
-    sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
     ticks = TickProgress(sim, ProgressReporter("simulate", unit="ticks", enabled=progress,
                                                 total=max(1, round(minutes * 60 / sim.config.interval_s))))
     if record is not None:

@@ -247,3 +247,29 @@ def test_ingress_overflow() -> None:
     assert success[START_K:END_K].count(0.0) >= 3 and all(s == 1 for s in success[:START_K])
     assert vllm_dumps(ticks, N1) == vllm_dumps(base, N1)
     assert max(deltas(values(ticks, N2, "node", "node_netstat_TcpExt_ListenOverflows"))) == 0
+
+
+def test_power_cap_lowers_clocks_with_sw_power_cap_and_normal_temperatures() -> None:
+    """A 450 W limit under load: SM clock down, reason sw_power_cap and never a thermal one, power at the
+    limit, temperatures cooler than uncapped, the engine
+    less than a fifth slower (decode is memory-bound: the clock costs little)."""
+    sources = ("vllm", "dcgm")
+    capped = simulate(("power-cap@10m",), minutes=25, sources=sources)
+    free = simulate((), minutes=25, sources=sources)
+    for node in (N1, N2):  # every node: a fleet-wide setting by default
+        for gpu in (0, 7):
+            clock = gpu_series(capped, node, "DCGM_FI_DEV_SM_CLOCK", gpu)
+            reasons = [int(r) for r in gpu_series(capped, node, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu)]
+            power = gpu_series(capped, node, "DCGM_FI_DEV_POWER_USAGE", gpu)
+            temps = gpu_series(capped, node, "DCGM_FI_DEV_GPU_TEMP", gpu)
+            assert all(r & 0x60 == 0 for r in reasons)
+            assert not any(r & 0x4 for r in reasons[:40])
+            busy = range(42, 100)
+            assert sum(bool(reasons[k] & 0x4) for k in busy) > 0.8 * len(busy)
+            assert statistics.fmean(clock[k] for k in busy) < 0.95 * 1980
+            assert max(power[k] for k in busy) <= 450.0
+            free_temps = gpu_series(free, node, "DCGM_FI_DEV_GPU_TEMP", gpu)
+            assert max(temps[k] for k in busy) < 75 and statistics.fmean(temps[k] for k in busy) < statistics.fmean(
+                free_temps[k] for k in busy)
+        itl, free_itl = itl_means(capped, node), itl_means(free, node)
+        assert 1.0 < mean_over(itl, 44, 100) / mean_over(free_itl, 44, 100) < 1.2

@@ -168,7 +168,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {"nodes": 4, "load_trace": _trace("conv")}),
     Scenario("trace-code-healthy", "negative: healthy fleet under the Azure code trace (on/off bursts)", (),
              {"nodes": 4, "load_trace": _trace("code")}),
-    # the GPUs' power limit at 500 W (of 700): under load the SM clock drops (clock-event reason sw_power_cap),
+    # the GPUs' power limit at 450 W (of 700): under load the SM clock drops (clock-event reason sw_power_cap),
     # temperatures stay normal; decode is memory-bound, so the engines lose a few percent, no more
     Scenario("power-capped", "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
              (Fault("power-cap@0", None),), {"nodes": 4}),
