@@ -165,18 +165,19 @@ def simulate(
     ] = None,
     load_trace_peak: Annotated[float, typer.Option(
         min=0.01, max=4.0, help="Share of the fleet's capacity the trace's busiest minute reaches.")] = 0.8,
+    load_trace_start: Annotated[str, typer.Option(help="Where in the trace to start, e.g. 46m (it loops).")] = "0",
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
-    from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+    from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig, parse_duration
 
     setup_logging(log_level, log_format, default_level="warning")
     try:
         sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise,
                                load_trace=None if load_trace is None else str(load_trace),
-                               load_trace_peak=load_trace_peak)
+                               load_trace_peak=load_trace_peak, load_trace_start_s=parse_duration(load_trace_start))
         sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
     except (ValueError, TypeError, OSError) as exc:
         raise TailhoundError(f"simulate: {exc}") from None

@@ -192,6 +192,8 @@ class SimConfig:
     load_trace: str | None = None
     #: The share of the fleet's capacity the trace's busiest minute reaches (its rate is scaled to that).
     load_trace_peak: float = 0.8
+    #: Where in the trace the run starts (s; the trace loops, so any offset works).
+    load_trace_start_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -208,6 +210,8 @@ class SimConfig:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
         if not math.isfinite(self.load_trace_peak) or not 0.0 < self.load_trace_peak <= 4.0:
             raise ValueError(f"load_trace_peak must be in (0, 4], got {self.load_trace_peak}")
+        if not math.isfinite(self.load_trace_start_s) or self.load_trace_start_s < 0:
+            raise ValueError(f"load_trace_start_s must be >= 0, got {self.load_trace_start_s}")
         if self.load_trace is not None and not str(self.load_trace).strip():
             raise ValueError("load_trace: empty path")
         sources = tuple(self.sources)

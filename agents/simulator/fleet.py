@@ -125,7 +125,8 @@ def _trace_load(config: SimConfig) -> TraceLoad:
     of the engines' capacity for the trace's own token mix."""
     trace = load_trace(str(config.load_trace))
     capacity = config.nodes * mix_capacity_rps(*trace.mean_tokens())
-    return TraceLoad(trace, config.load_trace_peak * capacity / trace.peak_rps(), config.nodes)
+    return TraceLoad(trace, config.load_trace_peak * capacity / trace.peak_rps(), config.nodes,
+                     config.load_trace_start_s)
 
 
 class FleetSimulator:

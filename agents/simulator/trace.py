@@ -8,8 +8,9 @@ naming the line.
 
 How a trace becomes the fleet's load (:class:`TraceLoad`):
 
-- time runs 1:1 (a 15 s burst stays a 15 s burst) from the trace's start at the simulation's start, and the
-  trace loops when the run is longer than it (period: its span plus one mean inter-arrival gap);
+- time runs 1:1 (a 15 s burst stays a 15 s burst) from ``SimConfig.load_trace_start_s`` into the trace (its
+  start by default) at the simulation's start, and the trace loops when the run goes past its end (period:
+  its span plus one mean inter-arrival gap);
 - the rate is scaled to the fleet, so that the trace's busiest minute loads the fleet's engines to
   ``SimConfig.load_trace_peak`` of their capacity for the trace's own token mix (engine.mix_capacity_rps);
   each node gets a Poisson share of the tick's scaled requests (its load-balancer share, times what faults
@@ -144,12 +145,13 @@ def load_trace(path: str | Path) -> RequestTrace:
 class TraceLoad:
     """The fleet's arrivals from a trace: per tick the trace's requests, scaled by `scale`, split over nodes."""
 
-    def __init__(self, trace: RequestTrace, scale: float, nodes: int) -> None:
+    def __init__(self, trace: RequestTrace, scale: float, nodes: int, start_s: float = 0.0) -> None:
         if not math.isfinite(scale) or scale <= 0:
             raise ValueError(f"trace scale must be > 0, got {scale}")
         self.trace = trace
         self.scale = scale
         self.nodes = nodes
+        self.start_s = start_s
         self._window: list[int] = []
         self._t = -1.0
 
@@ -158,7 +160,8 @@ class TraceLoad:
 
         `share` is the node's weight (1: an even 1/nodes of the fleet's traffic)."""
         if t_s != self._t:  # every node of a tick reads the same window
-            self._t, self._window = t_s, self.trace.window(t_s, t_s + dt)
+            at = self.start_s + t_s
+            self._t, self._window = t_s, self.trace.window(at, at + dt)
         window = self._window
         if not window:
             return []

@@ -162,12 +162,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              (Fault(f"long-prompt-hol@{_at(F)}+10m:node=gpu-node-2",
                     Expect("head-of-line-blocking", "gpu-node-2", max_delay_min=7.5)),)),
     # real request arrivals and token mixes (Azure LLM inference 2023), the busiest minute at 80 % of capacity
-    # (agents/simulator/trace.py): the conversation trace rises 60 % over minutes 22-37, the code trace bursts
-    # from nothing to ~12x its mean within 15 s
+    # (agents/simulator/trace.py): the conversation trace rises 60 % over minutes 22-37; the code trace, started
+    # at its minute 46 (it loops at 57.3), bursts from nothing to 8.8x, 11.7x and 6.6x its mean within 15 s at
+    # minutes 20.8, 25.5 and 34.8, after the rolling baselines have their 20 minutes
     Scenario("trace-conv-healthy", "negative: healthy fleet under the Azure conversation trace", (),
              {"nodes": 4, "load_trace": _trace("conv")}),
     Scenario("trace-code-healthy", "negative: healthy fleet under the Azure code trace (on/off bursts)", (),
-             {"nodes": 4, "load_trace": _trace("code")}),
+             {"nodes": 4, "load_trace": _trace("code"), "load_trace_start_s": 46 * 60.0}),
     # the GPUs' power limit at 450 W (of 700): under load the SM clock drops (clock-event reason sw_power_cap),
     # temperatures stay normal; decode is memory-bound, so the engines lose a few percent, no more
     Scenario("power-capped", "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
