@@ -21,7 +21,9 @@ and ``notifier.allow_unauthenticated_writes`` is set. Reads are open on loopback
 they need the token too. ``/-/healthy``, ``/-/ready`` and ``/metrics`` are always open (probes and
 Prometheus send no token). A browser off loopback signs in at ``/console/login``: the session cookie it gets
 lets reads (GET, HEAD) through, never writes (:mod:`tailhound.notifier.webconsole.access`); a refused read of
-a console page redirects there.
+a console page redirects there. Before any of that, a request naming a host that is not this server's,
+a cross-site write and a JSON write of another Content-Type are refused
+(:mod:`tailhound.notifier.webconsole.request_checks`).
 
 **Bounds** (:mod:`tailhound.notifier.limits`): a body of at most 64 KiB, JSON without NaN or infinities
 and not nested beyond the parser's depth (400, never a 500), at most 1000 active or pending silences
@@ -51,6 +53,7 @@ from .matchers import MatcherField
 from .pipeline import Notifier
 from .state import Silence
 from .webconsole.access import LOGIN_PATH, ConsoleSessions, add_login_routes, login_redirect
+from .webconsole.request_checks import allowed_console_hosts, request_checks
 from .webconsole.routes import add_console_routes, add_incident_routes, add_security_headers, silence_listing
 
 log = logging.getLogger(__name__)
@@ -112,6 +115,8 @@ class ApiAccess:
     problem: str | None = None
     #: the console's session cookies (reads only), keyed per process
     sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
+    #: names a request's Host may carry besides IP addresses and localhost (:mod:`.webconsole.request_checks`)
+    allowed_hosts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # never the token
         return (f"ApiAccess(token={'***' if self.token else None}, loopback={self.loopback}, "
@@ -121,6 +126,12 @@ class ApiAccess:
     def from_settings(cls, settings: NotifierSettings) -> ApiAccess:
         """The token from env (``api_token``) or ``api_token_file``; a file that cannot be read or an empty
         token is a `problem` (logged by the caller without the value): writes stay refused."""
+        access = cls._token_access(settings)
+        access.allowed_hosts = allowed_console_hosts(settings.console_link_base(), settings.console_allowed_hosts)
+        return access
+
+    @classmethod
+    def _token_access(cls, settings: NotifierSettings) -> ApiAccess:
         allow = settings.allow_unauthenticated_writes
         if settings.api_token is not None:
             value = settings.api_token.get_secret_value().strip()
@@ -259,7 +270,8 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None, *, conso
     async def ready(request: web.Request) -> web.Response:
         return ready_response("notifier", service.active, "standing by (another notifier is the active one)")
 
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
+    checks = request_checks(lambda: access.allowed_hosts)  # Host, Origin, Content-Type: before any token
+    app = web.Application(middlewares=[checks, guard], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/api/v1/silences", list_silences)
     app.router.add_post("/api/v1/silences", add_silence)
     app.router.add_delete("/api/v1/silences/{silence_id}", expire_silence)

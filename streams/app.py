@@ -32,6 +32,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import faust
@@ -47,6 +48,7 @@ from tailhound.snapshot import Snapshot
 from . import codec
 from .intake import (
     EVALUATE_FAILED,
+    MODEL_STAGE_FAILED,
     DeadLetters,
     Gate,
     IntakeStats,
@@ -56,7 +58,7 @@ from .intake import (
 )
 from .model_stage import ModelStage, split_rules
 from .pipeline_metrics import PipelineMetrics
-from .processor import SnapshotProcessor, load_models
+from .processor import AHEAD_OF_SOURCE, SnapshotProcessor, Unprocessable, load_models
 from .rollup_agent import ProgressMarks, add_rollup, send_tick
 from .rollup_order import TICK_KEY, EventOrder
 from .ruleset import RuleSet
@@ -120,7 +122,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     load = load_models(settings.streams.load_models)
     # service levels, and the load-tested thresholds of the capacity file (a bad file stops the start, naming it)
     sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s, **capacity_limits(settings.streams.capacity_file)}
-    processor = SnapshotProcessor(node_rules, catalog, load, sla=sla)
+    processor = SnapshotProcessor(node_rules, catalog, load, sla=sla, max_jump_s=s.max_source_jump_s or None,
+                                  max_state_bytes=s.max_state_bytes)
     metrics = PipelineMetrics(registry) if registry is not None else None  # tailhound.streams.pipeline_metrics
     if metrics is not None:
         processor.timings = metrics.stage_seconds
@@ -206,12 +209,24 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                     on_snapshot(value)
                 try:
                     result = processor.step(state.get(value.node), value, horizon=bounds.horizon(arrival),
-                                            partition=message.partition)
+                                            partition=message.partition, arrival=arrival)
+                except Unprocessable as exc:  # a bound of the node's state: the snapshot is a dead letter
+                    stats.reject(exc.kind)
+                    await dead_letter(message, str(exc), "evaluate", exc.kind)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
                     log.exception("evaluation failed for %s", value.node)
                     stats.reject(EVALUATE_FAILED)
                     await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
                     continue
+                for lone in result.discarded:  # held apart, and the source went on without them
+                    stats.reject(AHEAD_OF_SOURCE)
+                    await dead_letter(_held_message(message, lone), f"event time {lone.ts:.0f} was ahead of its "
+                                      f"source {lone.source!r} on {lone.node!r} and the next snapshot did not "
+                                      "confirm it (settings streams.max_source_jump_s)", "time", AHEAD_OF_SOURCE)
+                if result.held:
+                    stats.held += 1
+                    continue  # evaluated once the next snapshots of its source confirm it
                 if result.redelivered:
                     stats.redelivered += 1
                 else:
@@ -261,7 +276,12 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 continue
             if message.key == TICK_KEY:  # wall time: a fresh aggregator may close what it held back
                 keys = marks.model_keys(message.partition)
-                events = model_stage.tick(keys, time.time(), store=model_state)
+                try:
+                    events = model_stage.tick(keys, time.time(), store=model_state)
+                except Exception:  # noqa: BLE001 - a bucket that cannot be judged must not stop the worker
+                    log.exception("model stage tick failed for partition %s", message.partition)
+                    stats.reject(MODEL_STAGE_FAILED)
+                    continue
                 await stage(events)
                 if keys:
                     await marks.model(message.partition, keys[0], model_stage)
@@ -275,6 +295,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                                          now=time.time())
             except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
+                stats.reject(MODEL_STAGE_FAILED)
                 continue
             finally:
                 if metrics is not None:
@@ -331,6 +352,13 @@ def intake_stats(app: faust.App) -> IntakeStats:
     """What the app's telemetry agent let in and rejected, by reason (:class:`IntakeStats`; the worker exports
     it as Prometheus counters with :class:`tailhound.streams.intake.StatsCollector`)."""
     return _STATS[app]
+
+
+def _held_message(message: Any, snapshot: Snapshot) -> Any:
+    """What a dead letter of a discarded held snapshot names: its own bytes, on the message's topic and partition
+    (its offset is committed already)."""
+    return SimpleNamespace(topic=message.topic, partition=message.partition, offset=None, key=snapshot.key(),
+                           value=snapshot.model_dump_json().encode())
 
 
 def _sent_at(message: Any) -> float | None:

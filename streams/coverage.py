@@ -91,10 +91,10 @@ def requirements(signal: str, catalog: Catalog | None = None) -> frozenset[str]:
     catalog = catalog or default_catalog()
     if signal in COMPUTED_SIGNALS:
         return frozenset()
+    if signal in COMPUTED_FROM:  # before the catalog: the model stage's per-engine gauges are catalogued too
+        return frozenset().union(*(requirements(s, catalog) for s in COMPUTED_FROM[signal]))
     if catalog.spec(signal) is not None:
         return frozenset({signal})
-    if signal in COMPUTED_FROM:
-        return frozenset().union(*(requirements(s, catalog) for s in COMPUTED_FROM[signal]))
     if signal in DERIVED_SIGNALS:
         return frozenset().union(*(requirements(s, catalog) for s in DERIVED_SIGNALS[signal][1]))
     if signal in FLAG_SIGNALS:

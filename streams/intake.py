@@ -41,7 +41,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from tailhound.deadletter import MAX_KEY, DeadLetter
-from tailhound.snapshot import LIMITS, Snapshot
+from tailhound.snapshot import LIMITS, Snapshot, entity_problem
 
 from .codec import Malformed, Parts, decode_message, decode_snapshot
 
@@ -53,6 +53,7 @@ FUTURE_TS = "future_ts"
 TOO_OLD = "too_old"
 WRONG_KEY = "wrong_key"
 EVALUATE_FAILED = "evaluate_failed"
+MODEL_STAGE_FAILED = "model_stage_failed"
 NOT_AN_INCIDENT = "not_an_incident"
 
 
@@ -119,7 +120,7 @@ class Gate:
             shown = key if key is None or len(key) <= 200 else key[:200] + b"..."
             return self._reject(Rejection(WRONG_KEY, f"message key {shown!r} must be the snapshot's node "
                                           f"{value.node!r} (telemetry is partitioned by node)", "key"))
-        rejected = self.bounds.check(value.ts, arrival, sent_at)
+        rejected = self.bounds.check(value.ts, arrival, sent_at) or entities(value)
         if rejected is not None:
             return self._reject(rejected)
         return value
@@ -137,7 +138,7 @@ class Gate:
             return self._reject(Rejection(WRONG_KEY, f"message key {shown!r} must be the snapshot's node "
                                           f"{node!r} (telemetry is partitioned by node)", "key"))
         for value in values:
-            rejected = self.bounds.check(value.ts, arrival, sent_at)
+            rejected = self.bounds.check(value.ts, arrival, sent_at) or entities(value)
             if rejected is not None:
                 return self._reject(rejected)
         return values
@@ -145,6 +146,13 @@ class Gate:
     def _reject(self, rejection: Rejection) -> Rejection:
         self.stats.reject(rejection.kind)
         return rejection
+
+
+def entities(snapshot: Snapshot) -> Rejection | None:
+    """A snapshot naming a model badly or carrying more GPUs or models than LIMITS allows, as a rejection:
+    every stage after this one takes its names as keys and its entities into a bounded state record."""
+    problem = entity_problem(snapshot)
+    return None if problem is None else Rejection(problem[0], problem[1], "entities")
 
 
 class DeadLetters:
@@ -238,6 +246,8 @@ class IntakeStats:
         #: valid snapshots not newer than what their source on the node already sent (a redelivery after a
         #: restart or rebalance, at least once): dropped
         self.redelivered = 0
+        #: snapshots held apart (far ahead of their source; evaluated when the next ones confirm them)
+        self.held = 0
         #: dead letters that could not be produced (logged; the message is skipped)
         self.deadletter_failed = 0
         #: engine snapshots that could not be forwarded to the model stage (logged)
@@ -251,7 +261,7 @@ class IntakeStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "rejected": dict(sorted(self.rejected.items())),
-                "redelivered": self.redelivered, "deadletter_failed": self.deadletter_failed,
+                "redelivered": self.redelivered, "held": self.held, "deadletter_failed": self.deadletter_failed,
                 "forward_failed": self.forward_failed, "nodes_expired": self.nodes_expired,
                 "incidents_gone": self.incidents_gone}
 
@@ -279,6 +289,8 @@ class StatsCollector(Collector):
         yield rejected
         yield CounterMetricFamily("tailhound_telemetry_redelivered", "Snapshots not newer than their source's "
                                   "last one on the node (redeliveries), dropped.", value=s.redelivered)
+        yield CounterMetricFamily("tailhound_telemetry_held", "Snapshots held apart, far ahead of their source, "
+                                  "until its next ones confirmed them.", value=s.held)
         yield CounterMetricFamily("tailhound_deadletter_failed", "Dead letters that could not be produced.",
                                   value=s.deadletter_failed)
         yield CounterMetricFamily("tailhound_nodes_expired", "Nodes expired after streams.node_expiry_s "

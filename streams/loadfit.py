@@ -17,7 +17,7 @@ from .loadmodel import WindowFeatures, features_of
 from .processor import MemoryStateStore, SnapshotProcessor
 from .ruleset import RuleSet
 
-ENGINE_SOURCES = ("vllm", "tgi", "nim")
+ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 
 
 def training_rows(records: Iterable[ScrapeRecord], signal: str = "latency.ttft.p95", window_s: float = 60.0,

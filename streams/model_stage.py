@@ -42,7 +42,7 @@ from .engine_peers import EnginePeerWindows, peer_histograms
 from .processor import MemoryStateStore, SnapshotProcessor
 from .ruleset import Rule, RuleSet
 
-ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim"})
+ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim", "sglang"})
 MODEL_SCOPES = frozenset({"model", "fleet"})
 BUCKET_S = 15.0
 IDLE_S = 300.0

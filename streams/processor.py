@@ -11,6 +11,14 @@ stored one still carries the same ``version``; it asks the caller to write the t
   a restart loses at most that much of them, which only delays a baseline or a percentile).
 
 Replay uses the same step with an in-memory store, so it gives the same events.
+
+What one message cannot do (:class:`Unprocessable` names why, the worker dead-letters it):
+
+- move its source's newest time far ahead: a snapshot more than ``max_jump_s`` ahead of both its arrival and
+  the source's newest time is held apart until ``confirm`` later snapshots of the source agree with it (then
+  all are evaluated in order: a clock stepped forward); when the next one goes on from before it instead, the
+  held ones are discarded (:attr:`StepResult.discarded`), so real snapshots are never taken for redeliveries;
+- give a node more than ``max_sources`` sources and instances, or a state record over ``max_state_bytes``.
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
+
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.incident import IncidentEvent
-from tailhound.snapshot import Snapshot
+from tailhound.snapshot import LIMITS, Snapshot
 
 from .correlate import resolve_gone
 from .evaluator import NodeState, evaluate, heal_future, source_key
@@ -40,6 +50,24 @@ class StepResult:
     events: list[IncidentEvent] = field(default_factory=list)
     #: the snapshot was not newer than its source's last one on the node (a redelivery): ignored
     redelivered: bool = False
+    #: the snapshot jumped ahead of its source and waits for the next ones to confirm it (see the module doc)
+    held: bool = False
+    #: snapshots held apart that the source's next one did not confirm: never evaluated (dead letters)
+    discarded: list[Snapshot] = field(default_factory=list)
+
+
+class Unprocessable(ValueError):
+    """A snapshot the step cannot take without breaking a bound of the node's state; `kind` is countable."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+#: countable reasons of Unprocessable, and of discarded snapshots
+TOO_MANY_SOURCES = "too_many_sources"
+STATE_TOO_LARGE = "state_too_large"
+AHEAD_OF_SOURCE = "ahead_of_source"
 
 
 def _decisions(state: NodeState) -> tuple:
@@ -63,8 +91,17 @@ class SnapshotProcessor:
 
     def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
                  models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
-                 all_stats: bool = False) -> None:
+                 all_stats: bool = False, max_jump_s: float | None = None, confirm: int = 2,
+                 max_sources: int = LIMITS.max_sources_per_node, max_state_bytes: int | None = None) -> None:
         self.rules = rules
+        #: see the module doc: how far ahead a snapshot may jump without confirmation (None: any), and by how many
+        self.max_jump_s = max_jump_s
+        self.confirm = max(1, confirm)
+        self.max_sources = max_sources
+        #: None: state records are not sized (offline, in memory)
+        self.max_state_bytes = max_state_bytes
+        #: node -> source key -> snapshots held apart, oldest first (at most `confirm` + 1)
+        self._held: dict[str, dict[str, list[Snapshot]]] = {}
         self.catalog = catalog or default_catalog()
         #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see tailhound.streams.loadmodel
         self.models = models or {}
@@ -108,11 +145,67 @@ class SnapshotProcessor:
         return latest.view(now) if latest is not None else {}
 
     def step(self, raw_state: RawState | None, snapshot: Snapshot, *, horizon: float | None = None,
-             partition: int | None = None) -> StepResult:
+             partition: int | None = None, arrival: float | None = None) -> StepResult:
         """Evaluate `snapshot` on the node's stored state. `horizon`: the latest event time acceptable now
         (arrival + max future skew); a stored state is healed of times after it when it is decoded
         (:func:`tailhound.streams.evaluator.heal_future`). `partition`: the telemetry partition the snapshot
-        came on, kept in the state (node expiry)."""
+        came on, kept in the state (node expiry). `arrival`: when the worker took it (wall clock); with
+        ``max_jump_s`` a snapshot far ahead of it and of its source is held apart (see the module doc)."""
+        if arrival is None or self.max_jump_s is None:
+            return self._step(raw_state, snapshot, horizon, partition)
+        node, key = snapshot.node, source_key(snapshot)
+        held = self._held.get(node, {}).get(key)
+        if held is None:
+            newest = self._newest(raw_state, node, key)
+            if (newest is not None and snapshot.ts > newest + self.max_jump_s
+                    and snapshot.ts > arrival + self.max_jump_s):
+                self._held.setdefault(node, {})[key] = [snapshot]
+                return StepResult(state=None, changed=False, held=True)
+            return self._step(raw_state, snapshot, horizon, partition)
+        if snapshot.ts > held[-1].ts:  # the source goes on after the jump: it agrees
+            held.append(snapshot)
+            if len(held) <= self.confirm:
+                return StepResult(state=None, changed=False, held=True)
+            self._release(node, key)
+            return self._step_all(raw_state, held, horizon, partition)
+        # the source goes on from before the held ones: they were ahead of it alone
+        self._release(node, key)
+        result = self._step(raw_state, snapshot, horizon, partition)
+        result.discarded = held
+        return result
+
+    def _newest(self, raw_state: RawState | None, node: str, key: str) -> float | None:
+        """The source's newest time on the node (else the node's newest of any source), None at first sight."""
+        cached = self._states.get(node)
+        if cached is not None and raw_state is not None and raw_state.get("version") == cached.version:
+            last_ts = cached.last_ts
+        else:
+            last_ts = (raw_state or {}).get("last_ts") or {}
+        if key in last_ts:
+            return float(last_ts[key])
+        return max(map(float, last_ts.values()), default=None)
+
+    def _release(self, node: str, key: str) -> None:
+        sources = self._held.get(node)
+        if sources is not None:
+            sources.pop(key, None)
+            if not sources:
+                del self._held[node]
+
+    def _step_all(self, raw_state: RawState | None, snapshots: list[Snapshot], horizon: float | None,
+                  partition: int | None) -> StepResult:
+        """Evaluate confirmed snapshots in order, as if they had come one by one."""
+        out = StepResult(state=None, changed=False)
+        for snap in snapshots:
+            result = self._step(raw_state, snap, horizon, partition)
+            out.events.extend(result.events)
+            if result.changed:
+                raw_state = out.state = result.state
+                out.changed = True
+        return out
+
+    def _step(self, raw_state: RawState | None, snapshot: Snapshot, horizon: float | None,
+              partition: int | None) -> StepResult:
         node = snapshot.node
         cached = self._states.get(node)
         healed = False
@@ -125,10 +218,16 @@ class SnapshotProcessor:
             healed = horizon is not None and heal_future(before, horizon, now=min(snapshot.ts, horizon))
         moved = partition is not None and (before is None or before.partition != partition)
         if before is not None:
-            last = before.last_ts.get(source_key(snapshot))
+            key = source_key(snapshot)
+            last = before.last_ts.get(key)
             if last is not None and snapshot.ts <= last and not moved:
                 self._states[node] = before  # (healed or not, it is what the stored version holds now)
                 return StepResult(state=None, changed=False, redelivered=True)
+            if last is None and len(before.last_ts) >= self.max_sources:
+                self._states[node] = before
+                raise Unprocessable(TOO_MANY_SOURCES, f"node {node!r} already has {len(before.last_ts)} sources "
+                                    f"and instances; at most {self.max_sources} are kept (a new one, {key!r}, "
+                                    "is refused)")
         decided = _decisions(before) if before is not None else None
         latest = self._latest.get(node)
         if latest is None:
@@ -150,7 +249,17 @@ class SnapshotProcessor:
         after.version += 1
         after.persisted_at = snapshot.ts
         after.sync()
-        return StepResult(state=after.model_dump(mode="json"), changed=True, events=events)
+        dumped = after.model_dump(mode="json")
+        if self.max_state_bytes is not None:
+            size = len(pydantic_core.to_json(dumped, inf_nan_mode="constants"))
+            if size > self.max_state_bytes:
+                # the stored state stays the truth (decoded again next time); the latest values the snapshot
+                # brought are dropped with it (the node's sources bring theirs again within an interval)
+                self._states.pop(node, None)
+                self._latest.pop(node, None)
+                raise Unprocessable(STATE_TOO_LARGE, f"node {node!r}'s state record would be {size:,} bytes; at "
+                                    f"most {self.max_state_bytes:,} can be produced (the snapshot is not applied)")
+        return StepResult(state=dumped, changed=True, events=events)
 
     def expire(self, node: str, raw_state: RawState | None, now: float, expiry_s: float) -> list[IncidentEvent] | None:
         """Forget `node` if it has sent nothing for more than `expiry_s` at event time `now`: its open
@@ -177,6 +286,7 @@ class SnapshotProcessor:
         """Drop what is kept in memory for `node`."""
         self._states.pop(node, None)
         self._latest.pop(node, None)
+        self._held.pop(node, None)
 
     def forget_partitions(self, partitions: set[int]) -> list[str]:
         """Drop what is kept in memory for the nodes of `partitions` (they moved to another worker, which may

@@ -34,7 +34,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.recording import ScrapeRecord, read_records
 from tailhound.snapshot import Snapshot
 
-from .intake import NodeExpiry, Progression, TimeBounds
+from .intake import NodeExpiry, Progression, TimeBounds, entities
 from .loadmodel import LoadModel
 from .model_stage import ModelStage, split_rules
 from .processor import MemoryStateStore, SnapshotProcessor
@@ -112,6 +112,7 @@ def replay_snapshots(snapshots: Iterable[Snapshot], rules: RuleSet, out: IO[str]
     progression = Progression(TimeBounds(max_future_skew_s))
     for snap, rejected in progression.judge(snapshots, lambda s: s.ts):
         result.snapshots += 1
+        rejected = rejected or entities(snap)  # (what the worker's gate rejects at admission)
         if rejected is not None:
             result.rejected[rejected.kind] += 1
             continue

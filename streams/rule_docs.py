@@ -66,7 +66,7 @@ def engines_text(rule: Rule) -> str:
 
 
 def _engine_order(name: str) -> tuple[int, str]:
-    order = ("vllm", "tgi", "nim")
+    order = ("vllm", "tgi", "nim", "sglang")
     return (order.index(name), name) if name in order else (len(order), name)
 
 

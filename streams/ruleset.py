@@ -17,7 +17,7 @@ Shape, close to Prometheus rule files::
             root_cause: gpu-thermal-throttle
             actions: ["Check cooling of {node} GPUs {gpus}"]
 
-``engines:`` (optional) says which inference engines a rule supports: some of ``vllm``, ``tgi``, ``nim``, or
+``engines:`` (optional) says which inference engines a rule supports: some of ``vllm``, ``tgi``, ``nim``, ``sglang``, or
 ``[any]`` for a rule that reads no engine signal. The loader refuses an engine that cannot feed the rule
 (it lacks a signal every branch of the condition needs; streams/engine_support.py), and ``any`` on a rule
 that reads engine signals.
@@ -64,6 +64,7 @@ class Engine(StrEnum):
     VLLM = "vllm"
     TGI = "tgi"
     NIM = "nim"
+    SGLANG = "sglang"
     ANY = "any"
 
 
@@ -102,7 +103,7 @@ class Rule(BaseModel):
         if v is None:
             return v
         if not v:
-            raise ValueError("list at least one engine (vllm, tgi, nim) or [any]")
+            raise ValueError("list at least one engine (vllm, tgi, nim, sglang) or [any]")
         if len(set(v)) != len(v):
             raise ValueError("an engine is listed twice")
         if Engine.ANY in v and len(v) > 1:

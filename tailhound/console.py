@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
@@ -52,7 +53,7 @@ def render_incident(ev: IncidentEvent, origin: float | None = None, kind: str | 
         for i, a in enumerate(ev.actions, 1):
             act.append(f"\n  {i}. {a}")
         parts.append(act)
-    title = f"[{_STYLE[kind]}]{kind.upper()}[/] {ev.summary}"
+    title = f"[{_STYLE[kind]}]{kind.upper()}[/] {escape(ev.summary)}"  # the summary carries telemetry text
     # fitted, not expanded: piped output is laid out PIPE_WIDTH wide (tailhound.output) and a panel that filled
     # it would pad every line to thousands of columns; on a terminal it still wraps at the terminal's width
     return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[kind].split()[-1], expand=False)

@@ -34,7 +34,7 @@ from tailhound.errors import TailhoundError
 MAGIC: dict[str, bytes] = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd"}
 
 #: Jobs the project knows (others are accepted so that new sources can be recorded first).
-JOBS = ("vllm", "tgi", "nim", "dcgm", "node", "blackbox", "nvml", "netprobe", "streamprobe")
+JOBS = ("vllm", "tgi", "nim", "sglang", "dcgm", "node", "blackbox", "nvml", "netprobe", "streamprobe")
 
 
 class RecordingError(TailhoundError):

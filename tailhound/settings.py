@@ -89,6 +89,13 @@ class StreamsSettings(BaseModel):
     #: a snapshot dated more than this before it was sent (Kafka message timestamp) is rejected. Off by
     #: default: the simulator, the demo and `agent --from-recording` publish past event time on purpose
     max_age_s: Duration | None = Field(default=None, gt=0)
+    #: a snapshot more than this ahead of both its arrival and its source's newest time is held apart until
+    #: the source's next snapshots confirm it (tailhound.streams.processor), so one message cannot make the
+    #: real ones look like redeliveries. 0: off
+    max_source_jump_s: Duration = Field(default=30.0, ge=0)
+    #: a node state record over this many bytes is not produced: the snapshot is dead-lettered
+    #: (state_too_large). Below the producer's 1,000,000-byte request limit
+    max_state_bytes: int = Field(default=LIMITS.max_state_bytes, gt=0, le=1_000_000)
     #: a node that sent nothing for this long (event time) is expired: its incidents resolve ("node gone")
     #: and its state is deleted. 0: never
     node_expiry_s: Duration = Field(default=3600.0, ge=0)
@@ -190,6 +197,9 @@ class NotifierSettings(BaseModel):
     #: the console's external base URL (``https://tailhound.example/console``); when set, every notification
     #: links to ``<console_url>/incidents/<lead incident id>`` (its ``console`` link)
     console_url: str | None = None
+    #: names the API answers to besides IP addresses, localhost and `console_url`'s host (``host``,
+    #: ``*.suffix``, ``*`` = any): any other ``Host`` header gets 403, so DNS rebinding cannot read the console
+    console_allowed_hosts: list[str] = Field(default_factory=list)
 
     def console_link_base(self) -> str | None:
         """Where notifications link to (and Alertmanager's generatorURL): `console_url`, else the console this

@@ -38,6 +38,7 @@ KNOWN_SOURCES = (
     "vllm",
     "tgi",
     "nim",
+    "sglang",
     "dcgm",
     "nvml",
     "node",
@@ -69,9 +70,60 @@ class SnapshotLimits:
     #: the collection interval: a day at most (values older than a few intervals go stale, so an
     #: absurd interval would keep them forever)
     max_interval_s: float = 86_400.0
+    #: distinct GPUs (``gpu`` label values) and models (``model_name``) in one snapshot: each becomes
+    #: entities in the node's state, so an unbounded count makes a state record over the produce limit
+    max_gpus: int = 256
+    max_models: int = 64
+    #: sources and instances (``source|instance``) one node may have: each keeps its own event time and values
+    max_sources_per_node: int = 256
+    #: bytes of one node's encoded state record (the node-state changelog); below the producer's limit
+    max_state_bytes: int = 900_000
 
 
 LIMITS = SnapshotLimits()
+#: model names become keys and synthetic node names (``model:<name>``) of the model stage
+_MODEL_PREFIX_LEN = len("model:")
+
+
+def name_problem(value: str, what: str = "node", max_length: int = 200) -> str | None:
+    """Why `value` cannot be a node or model name, None when it can: one rule for every stage (names become
+    Kafka keys, table keys and the model stage's node names), checked once at admission."""
+    if not value:
+        return f"{what} must not be empty"
+    if len(value) > max_length:
+        return f"{what} is {len(value)} characters long; at most {max_length} are accepted"
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        return f"{what} {value[:80]!r} must not contain whitespace or control characters"
+    return None
+
+
+def entity_problem(snapshot: Snapshot) -> tuple[str, str] | None:
+    """``(kind, reason)`` when `snapshot` names a model badly or carries more GPUs or models than
+    :data:`LIMITS` allows, None when it is fine."""
+    gpus: set[str] = set()
+    models: set[str] = set()
+    common = snapshot.labels.get("model_name")
+    if common is not None:
+        models.add(common)
+    for s in snapshot.samples:
+        labels = s.labels
+        if labels:
+            g = labels.get("gpu")
+            if g is not None:
+                gpus.add(g)
+            m = labels.get("model_name")
+            if m is not None:
+                models.add(m)
+    if len(gpus) > LIMITS.max_gpus:
+        return "too_many_gpus", f"{len(gpus)} distinct GPUs (label gpu) in one snapshot; at most {LIMITS.max_gpus}"
+    if len(models) > LIMITS.max_models:
+        return ("too_many_models", f"{len(models)} distinct models (label model_name) in one snapshot; at most "
+                f"{LIMITS.max_models}")
+    for m in sorted(models):
+        problem = name_problem(m, "model_name", 200 - _MODEL_PREFIX_LEN)
+        if problem is not None:
+            return "bad_name", problem
+    return None
 
 Labels = Annotated[
     dict[Annotated[str, Field(max_length=LIMITS.max_label_name)],
@@ -222,8 +274,9 @@ class Snapshot(BaseModel):
     @field_validator("node")
     @classmethod
     def _node_has_no_spaces(cls, v: str) -> str:
-        if v != v.strip() or any(ch.isspace() for ch in v):
-            raise ValueError("node must not contain whitespace")
+        problem = name_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     def key(self) -> bytes:

@@ -25,6 +25,8 @@ class RootCause(StrEnum):
     RETRY_STORM = "retry-storm"
     HEAD_OF_LINE_BLOCKING = "head-of-line-blocking"
     NODE_DEGRADED = "node-degraded"
+    # --- issue 27: hardware errors ---
+    GPU_HARDWARE_ERROR = "gpu-hardware-error"
 
 
 class Severity(StrEnum):
@@ -130,6 +132,17 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
             "requests queueing, request and token rates no higher than usual) and no hardware, KV-cache, "
             "batch or path cause explains it: a node-local fault to investigate (co-tenant process, driver "
             "or ECC trouble, configuration drift), not a capacity problem that more replicas would fix.",
+            False,
+        ),
+        # --- issue 27: hardware errors ---
+        RootCauseInfo(
+            RootCause.GPU_HARDWARE_ERROR,
+            "GPU hardware error",
+            "A GPU reported a hardware-class XID (79 fallen off the bus, 48 double-bit ECC, 63/64/94/95 ECC "
+            "and row remapping, 92 high single-bit ECC rate), gained uncorrectable remapped rows or an "
+            "uncorrected ECC error, failed a row remap, or vanished from the exporter while the node's other "
+            "GPUs still report; its engine usually dies with it. Not a planned restart or rolling deploy "
+            "(those leave the GPU counters alone). Drain the node, then reset or replace the GPU.",
             False,
         ),
     )

@@ -31,7 +31,7 @@ class ScrapeTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     job: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$",
-                     description="Mapping to use: vllm, tgi, nim, dcgm, node, blackbox (or a new source name).")
+                     description="Mapping to use: vllm, tgi, nim, sglang, dcgm, node, blackbox (or a new source name).")
     url: str = Field(pattern=r"^https?://", description="The /metrics (or blackbox /probe?target=...) URL.")
     interval_s: Duration = Field(default=5.0, gt=0)
     timeout_s: Duration = Field(default=2.0, gt=0)

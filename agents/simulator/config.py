@@ -22,6 +22,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "warm-gpu",
     "long-prompt-hol",
     "slow-node",
+    "gpu-xid-error",  # issue 27
     "power-cap",
 )
 
@@ -30,7 +31,7 @@ ONE_SHOT_FAULTS: frozenset[str] = frozenset({"short-blip", "engine-restart"})
 
 #: Faults that act on individual GPUs (the others act on a node).
 GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded",
-                                        "warm-gpu", "power-cap"})
+                                        "warm-gpu", "gpu-xid-error", "power-cap"})
 
 #: Faults that start on the client side or are rolled out fleet-wide: without ``node=`` they act on every
 #: node (the others act on the first node).
@@ -42,7 +43,7 @@ ALL_NODES = "*"
 SOURCES: tuple[str, ...] = ("vllm", "dcgm", "node", "blackbox")
 
 #: Inference engines the simulator can export as (the engine snapshot's source is the engine's name).
-ENGINE_KINDS: tuple[str, ...] = ("vllm", "tgi")
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "tgi", "sglang")
 #: dcgm-exporter field sets: "all" (every field the simulator models, profiling and clock-reason fields
 #: included: a custom counters file) or "default" (only dcgm-exporter's default-counters.csv, see dcgm_fields.py).
 DCGM_PROFILES: tuple[str, ...] = ("all", "default")
@@ -73,9 +74,9 @@ class FaultSpec:
     """One fault to inject: what, when (seconds from simulation start), for how long, where.
 
     ``node=None`` targets the fault's default (the first node; every node for ``traffic-surge``,
-    ``retry-storm``, ``rolling-deploy`` and ``power-cap``); ``node="*"`` targets every node. ``gpus=()`` picks the
-    fault's default GPUs (thermal: 3 and 5; warm GPU: 6; memory-bandwidth and NVLink faults: every GPU
-    of the node). ``duration_s=None`` lasts until the end. ``short-blip`` and ``engine-restart`` act on
+    ``retry-storm``, ``rolling-deploy`` and ``power-cap``); ``node="*"`` targets every node. ``gpus=()`` picks
+    the fault's default GPUs (thermal: 3 and 5; warm GPU: 6; GPU XID error: 4; memory-bandwidth and NVLink faults:
+    every GPU of the node). ``duration_s=None`` lasts until the end. ``short-blip`` and ``engine-restart`` act on
     the first tick at or after ``start_s`` only. ``rolling-deploy`` restarts the engines of its nodes one
     after another, spread evenly over its duration (default: 3 minutes apart).
     """
@@ -177,8 +178,8 @@ class SimConfig:
     #: Also export per-link NVLink counters (DCGM_FI_DEV_NVLINK_BANDWIDTH_L0..L17, 144 more series a
     #: node; off by default like in dcgm-exporter's default-counters.csv).
     nvlink_per_link: bool = False
-    #: The inference engine of every node: "vllm" or "tgi" (TGI's metric names, buckets and labels; the
-    #: engine snapshots then have source "tgi", and "vllm" in `sources` means the engine).
+    #: The inference engine of every node: "vllm", "tgi" or "sglang" (that engine's metric names, buckets and
+    #: labels; the engine snapshots then have its source, and "vllm" in `sources` means the engine).
     engine: str = "vllm"
     #: dcgm-exporter field set: "all" or "default" (DCGM_PROFILES).
     dcgm_fields: str = "all"

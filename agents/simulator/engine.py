@@ -11,7 +11,8 @@ bounds and shapes (tgi_request_* histograms in seconds, per-forward-pass tgi_bat
 tgi_queue_size, tgi_batch_current_size and the token budget, counters without a ``_total`` suffix, no
 TTFT, no KV-cache gauge, no labels but ``method`` and ``err``). Its router admits at
 most :data:`TGI_MAX_CONCURRENT_REQUESTS` requests (queued + running) and answers the rest 429
-("overloaded"), counted in ``tgi_request_failure{err="overloaded"}``.
+("overloaded"), counted in ``tgi_request_failure{err="overloaded"}``. Or as SGLang (``kind="sglang"``):
+the vLLM-like engine under SGLang's names, buckets and labels (sglang.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .histogram import (
     tgi_linear_buckets,
 )
 from .load import poisson
+from .sglang import sglang_histograms, sglang_samples
 
 MAX_NUM_SEQS = 256
 MAX_MODEL_LEN = 32768
@@ -156,6 +158,7 @@ class Engine:
         self._rng = rng
         self.kind = kind
         self.tgi = kind == "tgi"
+        self.model = model
         #: whether the HTTP status counters are exported (TGI: always, its tgi_request_failure counter)
         self.http_metrics = http_metrics or self.tgi
         self._http_rng = http_rng if http_rng is not None else random.Random(0)
@@ -183,6 +186,10 @@ class Engine:
             # backends/v3: one observation per forward pass of the batch, by method
             self._batch_hist = {(name, m): CumulativeHistogram(name, TGI_DURATION_BUCKETS) for m in TGI_METHODS
                                 for name in ("tgi_batch_forward_duration", "tgi_batch_inference_duration")}
+        elif kind == "sglang":  # no engine label: the scraped instance is the engine
+            self._batch_hist = {}
+            self.labels = {"model_name": model, "instance": instance}
+            self._hist = sglang_histograms()
         else:
             self._batch_hist = {}
             self.labels = {"model_name": model, "engine": "0"}
@@ -467,7 +474,8 @@ class Engine:
         else:
             h["ttft"].observe_many(ttfts)
             h["e2e"].observe_many(e2es)
-            h["tpot"].observe_many(tpots)
+            if "tpot" in h:  # SGLang has no per-request TPOT histogram
+                h["tpot"].observe_many(tpots)
         if itl_count > 0 and not tgi:
             mean_itl = decode_total / itl_count
             median = mean_itl / (0.9 * math.exp(0.12**2 / 2) + 0.1 * 2.2 * math.exp(0.25**2 / 2))
@@ -519,6 +527,8 @@ class Engine:
         """The engine's metrics as its server exposes them (vLLM: V1 names, model_name + engine labels)."""
         if self.tgi:
             return self._tgi_samples()
+        if self.kind == "sglang":
+            return sglang_samples(self, self._hist, self.model, KV_CAPACITY_TOKENS)
         out = self._vllm_samples()
         if self.http_metrics:
             for status in HTTP_STATUSES:  # a label set appears with its first request, as in prometheus_client

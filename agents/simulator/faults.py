@@ -55,6 +55,11 @@ ROLLING_DOWN_S = 90.0
 #: the closed-loop client sends no more than its concurrency).
 HOL_LONG_SHARE = 0.65
 HOL_ARRIVAL_SCALE = 0.5
+#: GPU hardware error (issue 27): one GPU (default DEFAULT_XID_GPU) reports XID 48 (a double-bit ECC error)
+#: and one row remapped for an uncorrectable error; the engine on it crashes and stays down until the fault
+#: ends (the GPU is reset), and the load balancer spreads its traffic over the other nodes.
+DEFAULT_XID_GPU = 4
+XID_DOUBLE_BIT_ECC = 48
 #: Power cap (``nvidia-smi -pl``, a facility's power budget): the GPUs' board limit lowered from 700 W to
 #: this; under load the clock drops until the board draws no more (clock-event reason sw_power_cap),
 #: temperatures stay normal (less power, less heat). Not a fault to page for: the fleet runs as configured.
@@ -83,6 +88,7 @@ class NodeEffects:
     retry_storm: bool = False
     engine_down: bool = False  # rolling deploy: the engine is being replaced (drained, scrapes fail)
     long_gen_share: float = 0.0  # share of requests that ask for long generations (head-of-line blocking)
+    xid_gpus: frozenset[int] = frozenset()  # GPUs that report a hardware XID (gpu-xid-error)
     # realistic noise (noise.py); neutral values leave every model exactly as in the basic profile
     inlet_offset_c: float = 0.0
     retrans_blip: float = 0.0  # extra TCP retransmit ratio this tick
@@ -110,6 +116,8 @@ def fault_gpus(fault: FaultSpec, gpus_per_node: int) -> frozenset[int]:
         return frozenset(picked or (gpus_per_node - 1,))
     if fault.name == "warm-gpu":
         return frozenset((min(DEFAULT_WARM_GPU, gpus_per_node - 1),))
+    if fault.name == "gpu-xid-error":
+        return frozenset((min(DEFAULT_XID_GPU, gpus_per_node - 1),))
     return frozenset(range(gpus_per_node))
 
 
@@ -145,6 +153,9 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
             down = _rolling_down(f, node_names, t_s)
             if down and node not in down:
                 eff.arrival_scale *= len(node_names) / max(1, len(node_names) - len(down))
+        if f.name == "gpu-xid-error" and node not in fault_nodes(f, node_names):  # the LB drains the dead engine
+            dead = len(fault_nodes(f, node_names))
+            eff.arrival_scale *= len(node_names) / max(1, len(node_names) - dead)
         if node not in fault_nodes(f, node_names):
             continue
         eff.active.append(f.name)
@@ -191,4 +202,7 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
         elif name == "long-prompt-hol":
             eff.long_gen_share = HOL_LONG_SHARE
             eff.arrival_scale *= HOL_ARRIVAL_SCALE
+        elif name == "gpu-xid-error":
+            eff.xid_gpus = eff.xid_gpus | fault_gpus(f, gpus_per_node)
+            eff.engine_down = True  # the engine crashed with its GPU
     return eff

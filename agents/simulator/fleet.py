@@ -9,11 +9,12 @@ from tailhound.snapshot import Snapshot
 
 from .config import FaultSpec, SimConfig
 from .engine import TGI_PORT, Engine, mix_capacity_rps
-from .faults import POWER_CAP_LIMIT_W, WARM_GPU_EXTRA_C, NodeEffects, node_effects, validate_faults
+from .faults import POWER_CAP_LIMIT_W, WARM_GPU_EXTRA_C, XID_DOUBLE_BIT_ECC, NodeEffects, node_effects, validate_faults
 from .gpu import POWER_CAP_W, GpuState
 from .load import LoadModel
 from .network import BlackboxProbe, NodeNetwork
 from .noise import FleetNoise, NodeNoise
+from .sglang import SGLANG_PORT
 from .trace import TraceLoad, load_trace
 
 #: What a failed scrape records (the engine being replaced, or an endpoint that timed out once).
@@ -39,13 +40,15 @@ class _Node:
                                  http_rng=rng("http") if config.http_metrics else None)
         else:
             self.engine = Engine(rng("engine"), config.model, kind=config.engine, http_rng=rng("http"),
-                                 instance=f"{name}:{TGI_PORT}")
+                                 instance=f"{name}:{SGLANG_PORT if config.engine == 'sglang' else TGI_PORT}")
         self.gpus = [GpuState(rng(f"gpu{i}"), name, i, config.nvlink_per_link, config.dcgm_fields)
                      for i in range(config.gpus_per_node)]
         self.network = NodeNetwork(rng("network"))
         self.probe = BlackboxProbe(rng("probe"), name)
         if config.engine == "tgi":
             self.probe.labels["target"] = f"http://{name}:{TGI_PORT}/health"
+        elif config.engine == "sglang":
+            self.probe.labels["target"] = f"http://{name}:{SGLANG_PORT}/health"
         self.noise = NodeNoise(rng("noise")) if config.noise == "realistic" else None
         self._missed: frozenset[str] = frozenset()
         # Validate the envelope once (node name, sources, interval); ticks then skip re-validation.
@@ -60,6 +63,7 @@ class _Node:
             extra = inlet + WARM_GPU_EXTRA_C if gpu.index in warm else inlet
             gpu.power_limit_w = POWER_CAP_LIMIT_W if gpu.index in eff.power_capped_gpus else POWER_CAP_W
             gpu.update_thermal(dt, prev_util, gpu.index in eff.overheating_gpus, extra)
+            gpu.set_hardware_error(XID_DOUBLE_BIT_ECC if gpu.index in eff.xid_gpus else None)
         # Tensor parallelism: every step waits for the slowest GPU of the group.
         clock_slowdown = max(gpu.slowdown for gpu in self.gpus)
         requests = None

@@ -96,6 +96,8 @@ class GpuState:
         uptime_s = rng.uniform(2, 30) * 86400.0
         self.energy_mj = uptime_s * 350.0 * 1000.0
         self.pcie_replays = float(rng.randint(0, 3))
+        self.last_xid = 0.0  # DCGM_FI_DEV_XID_ERRORS: the code of the last XID (0: none since the reset)
+        self.remapped_uncorrectable = 0.0
         self.link_bytes = [uptime_s * rng.uniform(1.5e9, 2.5e9) for _ in range(NVLINK_LINKS)]
         self.per_link = per_link
         lb = self.labels
@@ -103,7 +105,6 @@ class GpuState:
             GaugeSample(name="DCGM_FI_DEV_SLOWDOWN_TEMP", labels=lb, value=SLOWDOWN_TEMP_C),
             GaugeSample(name="DCGM_FI_DEV_MAX_SM_CLOCK", labels=lb, value=MAX_SM_CLOCK_MHZ),
             GaugeSample(name="DCGM_FI_DEV_MEM_CLOCK", labels=lb, value=MEM_CLOCK_MHZ),
-            GaugeSample(name="DCGM_FI_DEV_XID_ERRORS", labels=lb, value=0.0),
             CounterSample(name="DCGM_FI_DEV_PCIE_REPLAY_COUNTER", labels=lb, value=self.pcie_replays),
         )
 
@@ -148,6 +149,15 @@ class GpuState:
                 self.perf_clock = round(MAX_SM_CLOCK_MHZ * max(0.4, ratio))
                 self.reasons |= REASON_SW_POWER_CAP
                 self._power_capped = not self.reasons & (REASON_SW_THERMAL | REASON_HW_THERMAL)
+
+    def set_hardware_error(self, xid: int | None) -> None:
+        """A hardware XID while `xid` is set (one row remapped for it, once); None: the GPU was reset."""
+        if xid is None:
+            self.last_xid = 0.0
+            return
+        if self.last_xid != xid:
+            self.remapped_uncorrectable += 1.0
+        self.last_xid = float(xid)
 
     def update_load(
         self, dt: float, utilization: float, token_rate: float, prompt_tps: float, generation_tps: float,
@@ -221,6 +231,8 @@ class GpuState:
             g(name="DCGM_FI_PROF_NVLINK_RX_BYTES", labels=lb, value=round(self.nvlink_rx, 1)),
             g(name="DCGM_FI_PROF_PCIE_TX_BYTES", labels=lb, value=round(self.pcie_tx, 1)),
             g(name="DCGM_FI_PROF_PCIE_RX_BYTES", labels=lb, value=round(self.pcie_rx, 1)),
+            g(name="DCGM_FI_DEV_XID_ERRORS", labels=lb, value=self.last_xid),
+            c(name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", labels=lb, value=self.remapped_uncorrectable),
         ]
         out.extend(self._constant_samples)  # frozen samples whose value never changes
         if self.per_link:
@@ -248,13 +260,13 @@ class GpuState:
             g(name="DCGM_FI_DEV_MEM_COPY_UTIL", labels=lb, value=float(round(self.dram_active * 85.0))),
             g(name="DCGM_FI_DEV_ENC_UTIL", labels=lb, value=0.0),
             g(name="DCGM_FI_DEV_DEC_UTIL", labels=lb, value=0.0),
-            g(name="DCGM_FI_DEV_XID_ERRORS", labels=lb, value=0.0),
+            g(name="DCGM_FI_DEV_XID_ERRORS", labels=lb, value=self.last_xid),
             g(name="DCGM_FI_DEV_FB_FREE", labels=lb, value=FB_TOTAL_MIB - FB_RESERVED_MIB - self.fb_used),
             g(name="DCGM_FI_DEV_FB_USED", labels=lb, value=float(self.fb_used)),
             g(name="DCGM_FI_DEV_FB_RESERVED", labels=lb, value=FB_RESERVED_MIB),
             c(name="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", labels=lb, value=float(int(sum(self.link_bytes)))),
             g(name="DCGM_FI_DEV_VGPU_LICENSE_STATUS", labels=lb, value=0.0),
-            c(name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", labels=lb, value=0.0),
+            c(name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", labels=lb, value=self.remapped_uncorrectable),
             c(name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", labels=lb, value=0.0),
             g(name="DCGM_FI_DEV_ROW_REMAP_FAILURE", labels=lb, value=0.0),
             g(name="DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels=lb, value=round(min(1.0, 0.98 * util), 4)),

@@ -30,7 +30,9 @@ Settings (environment):
     K8S_DEPLOYMENT_MAP               model -> Deployment, "llama-3-70b=vllm-llama-70b,mixtral=vllm-mixtral"
     SCALE_STEP / MAX_REPLICAS        default 1 / 10
     SIGNATURE_TOLERANCE_S            default 300 (replay window)
-    DEDUP_MAX_KEYS                   default 10000 idempotency keys remembered (in memory)
+    DEDUP_MAX_KEYS                   default 10000 idempotency keys remembered (in memory); when all of them
+                                     could still be replayed, a new key gets 503 + Retry-After (counted in
+                                     GET /metrics), never a forgotten key
     REPLAY_CACHE_FILE                default $TMPDIR/tailhound-remediation-replay.json ("" = memory only)
     READ_TIMEOUT_S / MAX_BODY_BYTES  default 10 s / 1 MiB for a whole request body
 """
@@ -186,10 +188,12 @@ class Kubernetes:
 
 # --- idempotency keys, kept across a restart ----------------------------------------------------------------------
 class ReplayCache:
-    """Idempotency keys handled: a redelivery or replay of one gets 409, not a second action. In memory the
-    last `max_keys` (tailhound redelivers for hours, freshly signed); in `path` (JSON, replaced atomically)
+    """Idempotency keys handled: a redelivery or replay of one gets 409, not a second action. In memory up to
+    `max_keys` (tailhound redelivers for hours, freshly signed); in `path` (JSON, replaced atomically)
     those whose request could still pass the signature check (its timestamp + `window_s`), so a replay after
-    a restart is refused too. An unreadable or unwritable file stops the receiver at startup."""
+    a restart is refused too. Only a key past its window is ever forgotten to make room: when every key is
+    inside it, :meth:`full_for` says how long until one leaves, and the request is refused meanwhile.
+    An unreadable or unwritable file stops the receiver at startup."""
 
     def __init__(self, path: Path | None, window_s: float, max_keys: int, clock=time.time) -> None:
         self.path, self.window_s, self.max_keys, self.clock = path, window_s, max_keys, clock
@@ -201,11 +205,21 @@ class ReplayCache:
             except OSError as exc:
                 raise SystemExit(f"cannot write the replay cache: {exc}") from None
 
+    def full_for(self) -> float | None:
+        """None when a new key fits (forgetting the oldest key whose replay window has passed, if need be);
+        else the seconds until the first key leaves its window."""
+        if len(self.keys) < self.max_keys:
+            return None
+        now = self.clock()
+        expired = next((k for k, until in self.keys.items() if until < now), None)
+        if expired is not None:
+            del self.keys[expired]  # a replay of it fails the signature check: safe to forget
+            return None
+        return max(min(self.keys.values()) - now, 1.0)
+
     def add(self, key: str, request_ts: float) -> None:
-        """A key not in `keys` was handled, for a request signed at `request_ts`."""
+        """A key not in `keys` was handled, for a request signed at `request_ts` (room made by :meth:`full_for`)."""
         self.keys[key] = request_ts + self.window_s
-        while len(self.keys) > self.max_keys:
-            self.keys.popitem(last=False)
         self.save()
 
     def _load(self, path: Path) -> None:
@@ -246,6 +260,7 @@ class Remediator:
         self.kube = kube or Kubernetes(cfg)
         self.handled = ReplayCache(cfg.replay_file, cfg.tolerance_s, cfg.dedup_max_keys)
         self.lock = threading.Lock()  # one remediation at a time: no double scale-out on a redelivery race
+        self.refused_full = 0  # requests refused because every remembered key could still be replayed
 
     def handle(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
         h = {k.lower(): v for k, v in headers.items()}
@@ -268,6 +283,13 @@ class Remediator:
             if key in self.handled.keys:
                 self.handled.keys.move_to_end(key)
                 return 409, {"duplicate": key}
+            wait = self.handled.full_for()
+            if wait is not None:  # forgetting a key now would let its replay through: refuse instead
+                self.refused_full += 1
+                log.warning("replay cache full (%d keys inside the %g s window): %s refused for %.0f s",
+                            len(self.handled.keys), self.cfg.tolerance_s, key, wait)
+                return 503, {"error": f"replay cache full ({self.cfg.dedup_max_keys} keys): retry later",
+                             "retry_after_s": int(wait + 0.999)}
             status, answer = self.act(doc)
             if status < 300:  # failures are not remembered: the redelivery gets another try
                 try:
@@ -306,7 +328,8 @@ class Remediator:
 
 # --- HTTP -----------------------------------------------------------------------------------------------------------
 def make_server(cfg: Config, remediator: Remediator | None = None) -> ThreadingHTTPServer:
-    """An HTTP server on (cfg.host, cfg.port): POST any path = a webhook, GET /healthz = liveness."""
+    """An HTTP server on (cfg.host, cfg.port): POST any path = a webhook, GET /healthz = liveness, GET /metrics
+    = the replay cache's size and refusals (Prometheus text)."""
     remediator = remediator or Remediator(cfg)
 
     class Handler(BaseHTTPRequestHandler):
@@ -321,7 +344,7 @@ def make_server(cfg: Config, remediator: Remediator | None = None) -> ThreadingH
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             if status == 503:
-                self.send_header("Retry-After", "5")
+                self.send_header("Retry-After", str(doc.get("retry_after_s", 5)))
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()
@@ -361,7 +384,20 @@ def make_server(cfg: Config, remediator: Remediator | None = None) -> ThreadingH
             return b"".join(chunks)
 
         def do_GET(self) -> None:
+            if self.path == "/metrics":
+                return self._metrics()
             self._answer(*((200, {"ok": True}) if self.path == "/healthz" else (404, {"error": "not found"})))
+
+        def _metrics(self) -> None:
+            text = (f"tailhound_remediation_replay_cache_keys {len(remediator.handled.keys)}\n"
+                    f"tailhound_remediation_replay_cache_max_keys {cfg.dedup_max_keys}\n"
+                    f'tailhound_remediation_refused_total{{reason="replay_cache_full"}} {remediator.refused_full}\n')
+            data = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def do_POST(self) -> None:
             if (body := self._read_body()) is None:

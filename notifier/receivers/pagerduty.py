@@ -8,6 +8,10 @@ and is never shown in errors, logs or reprs.
 
 Outcomes: 202 -> receipt ``{"dedup_key": ...}``; 400 (PagerDuty rejected the event) -> non-retryable
 with PagerDuty's ``message`` and ``errors``; 429, 5xx, timeouts and connection errors -> retryable.
+
+Bounds (PagerDuty refuses more): summary 1024 characters, dedup_key 255, the event 512 KB. Every other
+string is cut to 1024 characters, lists to 100 entries, and custom details that still do not fit lose
+their longest parts (related incidents first) with a ``truncated`` note (:mod:`.bounds`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tailhound.errors import DeliveryError
 from tailhound.incident import Evidence, IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
 from tailhound.notifier.receivers import truncate
+from tailhound.notifier.receivers.bounds import cut_strings, fit
 from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
 from tailhound.notifier.receivers.webhook import USER_AGENT, retry_after_seconds, scrub, transport_failure
 from tailhound.notifier.secrets import SecretRef
@@ -36,6 +41,15 @@ log = logging.getLogger(__name__)
 EVENTS_V2_URL = "https://events.pagerduty.com/v2/enqueue"
 SUMMARY_LIMIT = 1024
 DEDUP_KEY_LIMIT = 255
+#: PagerDuty refuses an event over 512 KB; the rest of the request (summary, links) stays under 64 KB.
+EVENT_LIMIT_BYTES = 512 * 1024
+DETAILS_BUDGET_BYTES = EVENT_LIMIT_BYTES - 64 * 1024
+#: No other field has a documented limit: each string is cut like the summary, each list to 100 entries.
+FIELD_LIMIT = 1024
+MAX_ITEMS = 100
+MAX_LINKS = 10
+#: Custom details dropped first when they do not fit, least useful to whoever is paged first.
+_DROPPABLE_DETAILS = ["related", "group_labels", "labels", "incident_ids", "evidence", "suggested_actions"]
 _DETAIL_IN_REASON = 1000
 
 PagerDutySeverity = Literal["critical", "error", "warning", "info"]
@@ -114,7 +128,7 @@ def custom_details(notification: Notification) -> dict[str, Any]:
         details["group_labels"] = dict(notification.group_labels)
     if len(notification.incidents) > 1:
         details["related"] = [_incident_brief(i) for i in notification.incidents[1:]]
-    return details
+    return fit(cut_strings(details, FIELD_LIMIT, MAX_ITEMS), DETAILS_BUDGET_BYTES, _DROPPABLE_DETAILS)
 
 
 def build_event(notification: Notification, routing_key: str, config: PagerDutyConfig) -> dict[str, Any]:
@@ -127,23 +141,24 @@ def build_event(notification: Notification, routing_key: str, config: PagerDutyC
     scope = lead.scope
     payload: dict[str, Any] = {
         "summary": truncate(notification.title(), SUMMARY_LIMIT),
-        "source": scope.node or "fleet",
+        "source": truncate(scope.node or "fleet", FIELD_LIMIT),
         "severity": config.severity_map[Severity(notification.severity)],
         "timestamp": _iso(lead.ts),
-        "class": str(lead.root_cause),
+        "class": truncate(str(lead.root_cause), FIELD_LIMIT),
         "custom_details": custom_details(notification),
     }
     if scope.engine:
-        payload["component"] = scope.engine
+        payload["component"] = truncate(scope.engine, FIELD_LIMIT)
     if scope.model:
-        payload["group"] = scope.model
+        payload["group"] = truncate(scope.model, FIELD_LIMIT)
     event.update(event_action="trigger", payload=payload)
     if config.client:
         event["client"] = config.client
     if config.client_url:
         event["client_url"] = config.client_url
     if notification.links:
-        event["links"] = [{"href": href, "text": text} for text, href in notification.links.items()]
+        event["links"] = [{"href": href, "text": truncate(text, FIELD_LIMIT)}
+                          for text, href in list(notification.links.items())[:MAX_LINKS] if len(href) <= 2048]
     return event
 
 

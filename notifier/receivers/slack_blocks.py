@@ -5,11 +5,15 @@ root cause with its vocabulary title, severity, scope, transient/persistent, ope
 evidence, suggested actions, and the incident id, rule and sequence. A group of related incidents also
 lists its other members. Everything is cut to Slack's limits here (150 characters for a header, 3000
 for a section text, 2000 for a field, 50 blocks), so Slack never answers ``invalid_blocks``.
-Text taken from incidents is escaped (``&``, ``<``, ``>``), so it cannot ping people or forge links.
+Text taken from incidents (every mrkdwn field and the fallback ``text``) is escaped (``&``, ``<``, ``>``)
+and its ``@channel``/``@here``/``@everyone`` words are broken with a zero-width joiner, and every mrkdwn
+object is ``verbatim``, so a node named ``<!channel>`` cannot ping anyone or forge a link. Only the
+operator's ``mention_on_critical`` is sent as a live mention.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tailhound.console import format_ts
@@ -32,10 +36,20 @@ FLAPPING_EMOJI = ":repeat:"
 
 Block = dict[str, Any]
 
+#: Words Slack may turn into a mention even without ``<!...>`` (non-verbatim text, ``link_names``).
+_BARE_MENTION = re.compile(r"@(?=(channel|here|everyone)\b)", re.IGNORECASE)
+_WORD_JOINER = "\u2060"
+
 
 def escape(text: str) -> str:
-    """`text` safe for Slack mrkdwn: no accidental mentions, links or entities."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """`text` safe for Slack mrkdwn: no mentions, links or entities (``<!channel>`` shows as text)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _BARE_MENTION.sub("@" + _WORD_JOINER, text)
+
+
+def mrkdwn(text: str, limit: int) -> dict[str, Any]:
+    """A verbatim mrkdwn text object: Slack links or mentions nothing we did not write as ``<...>``."""
+    return {"type": "mrkdwn", "text": truncate(text, limit), "verbatim": True}
 
 
 def format_duration(seconds: float) -> str:
@@ -53,7 +67,7 @@ def format_duration(seconds: float) -> str:
 def root_cause_label(ev: IncidentEvent) -> str:
     """```gpu-thermal-throttle` (GPU thermal throttle)`` in mrkdwn."""
     info = ROOT_CAUSES.get(ev.root_cause)
-    return f"`{ev.root_cause}`" + (f" ({info.title})" if info else "")
+    return f"`{escape(str(ev.root_cause))}`" + (f" ({escape(info.title)})" if info else "")
 
 
 def resolved_span(n: Notification) -> tuple[float, float]:
@@ -88,11 +102,11 @@ def capped_list(heading: str, items: list[str], limit: int = SECTION_LIMIT, max_
 
 
 def _section(text: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, SECTION_LIMIT)}}
+    return {"type": "section", "text": mrkdwn(text, SECTION_LIMIT)}
 
 
 def _field(label: str, value: str) -> dict[str, str]:
-    return {"type": "mrkdwn", "text": truncate(f"*{label}*\n{value}", FIELD_LIMIT)}
+    return mrkdwn(f"*{label}*\n{value}", FIELD_LIMIT)
 
 
 def _state_emoji(n: Notification) -> str:
@@ -141,10 +155,11 @@ def _links(links: dict[str, str]) -> str:
 
 def _context(n: Notification) -> Block:
     lead = n.lead
-    text = f"incident `{lead.incident_id}` #{lead.sequence} · rule `{escape(lead.rule)}` · notification #{n.sequence}"
+    text = (f"incident `{escape(lead.incident_id)}` #{lead.sequence} · rule `{escape(lead.rule)}` · "
+            f"notification #{n.sequence}")
     if n.group_id != lead.incident_id:
         text += f" · group `{escape(n.group_id)}`"
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(text, SECTION_LIMIT)}]}
+    return {"type": "context", "elements": [mrkdwn(text, SECTION_LIMIT)]}
 
 
 def render_message(n: Notification, *, mention: str | None = None,
@@ -154,14 +169,14 @@ def render_message(n: Notification, *, mention: str | None = None,
     `mention` (``<!here>``) is put in front when the group is critical, firing and not flapping.
     A resolved message is short: state, times and duration, no evidence or actions.
     """
-    title = n.title()
+    title = n.title()  # plain_text in the header (Slack parses nothing there); escaped where it is mrkdwn
     header = f"{_state_emoji(n)} {title}"
     blocks: list[Block] = [{"type": "header",
                             "text": {"type": "plain_text", "text": truncate(header, HEADER_LIMIT), "emoji": True}}]
-    text = truncate(title, TEXT_LIMIT)
+    text = truncate(escape(title), TEXT_LIMIT)
     if mention and n.severity == "critical" and not n.resolved and not n.flapping:
         blocks.append(_section(f"{mention} critical incident"))
-        text = truncate(f"{mention} {title}", TEXT_LIMIT)
+        text = truncate(f"{mention} {escape(title)}", TEXT_LIMIT)
     if len(header) > HEADER_LIMIT and n.lead.summary:
         blocks.append(_section(escape(n.lead.summary)))
     blocks.append(_fields(n))
@@ -196,7 +211,7 @@ def render_reply(n: Notification) -> tuple[str, list[Block]]:
         return plain, [_section(body)]
     newest = max(n.incidents, key=lambda ev: ev.ts)
     verb = "Opened again" if n.kind == "opened" else "Updated"
-    plain = f"{verb}: {newest.event} {newest.root_cause} on {newest.scope.describe()}"
+    plain = escape(f"{verb}: {newest.event} {newest.root_cause} on {newest.scope.describe()}")
     body = (f"{SEVERITY_EMOJI.get(newest.severity, '')} *{verb}* (notification #{n.sequence}): {newest.event} "
             f"{root_cause_label(newest)} on {escape(newest.scope.describe())}, severity {newest.severity}")
     if len(n.incidents) > 1:

@@ -35,6 +35,7 @@ from tailhound.durations import Duration
 from tailhound.errors import DeliveryError
 from tailhound.incident import IncidentEvent
 from tailhound.notifier.model import Notification, Receipt
+from tailhound.notifier.receivers.bounds import cut_strings, json_size
 from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
 from tailhound.notifier.receivers.outbound import host_allowed as host_allowed  # re-exported
 from tailhound.notifier.secrets import Secret, SecretRef
@@ -53,8 +54,17 @@ ACTION_BY_ROOT_CAUSE: dict[str, str] = {
     "kv-cache-pressure": "reduce-batch",
     "retry-storm": "shed-load",
     "node-degraded": "drain-node",
+    "gpu-hardware-error": "drain-node",
 }
 DEFAULT_ACTION = "investigate"
+
+#: Bounds on a request body (the example receiver's default MAX_BODY_BYTES is 1 MiB): every string cut to
+#: FIELD_LIMIT characters, lists to MAX_ITEMS, at most MAX_INCIDENTS incidents, the lead within a quarter
+#: of the body (it is sent twice) and related incidents while they fit (the body says so in ``truncated``).
+MAX_BODY_BYTES = 1 << 20
+FIELD_LIMIT = 4096
+MAX_ITEMS = 64
+MAX_INCIDENTS = 50
 
 #: Headers the receiver sets itself; a config may not override them.
 _RESERVED_HEADERS = {h.lower() for h in (SIGNATURE_HEADER, TIMESTAMP_HEADER, IDEMPOTENCY_HEADER, "Content-Type",
@@ -121,8 +131,8 @@ def build_payload(notification: Notification) -> dict[str, Any]:
 
     It depends only on the notification, so a redelivery of the same step sends the same bytes.
     """
-    incidents = [i.model_dump(mode="json") for i in notification.incidents]
-    return {
+    lead = _lead_doc(notification.lead)
+    payload: dict[str, Any] = {
         "schema_version": WEBHOOK_SCHEMA_VERSION,
         "idempotency_key": notification.idempotency_key,
         "kind": notification.kind,
@@ -137,9 +147,34 @@ def build_payload(notification: Notification) -> dict[str, Any]:
         "group_labels": dict(notification.group_labels),
         "links": dict(notification.links),
         "requested_action": requested_action(notification.lead),
-        "incident": incidents[0],
-        "incidents": incidents,
     }
+    payload = cut_strings(payload, FIELD_LIMIT, MAX_ITEMS)
+    # Related incidents one at a time while the body stays under the bound: each is sized once.
+    incidents, size = [lead], json_size(payload) + 2 * json_size(lead)
+    for event in notification.incidents[1:MAX_INCIDENTS]:
+        doc = cut_strings(event.model_dump(mode="json"), FIELD_LIMIT, MAX_ITEMS)
+        size += json_size(doc) + 1
+        if size > MAX_BODY_BYTES - 1024:  # room for the notes below
+            break
+        incidents.append(doc)
+    payload.update(incident=lead, incidents=incidents)
+    if omitted := len(notification.incidents) - len(incidents):
+        payload["incidents_omitted"] = omitted
+    if "truncated" in lead or len(incidents) < min(len(notification.incidents), MAX_INCIDENTS):
+        payload["truncated"] = lead.pop("truncated", None) or f"related incidents over {MAX_BODY_BYTES} bytes left out"
+    return payload
+
+
+def _lead_doc(event: IncidentEvent) -> dict[str, Any]:
+    """The lead incident as JSON, within half the body bound: chart series left out first, then its details."""
+    doc = cut_strings(event.model_dump(mode="json"), FIELD_LIMIT, MAX_ITEMS)
+    if json_size(doc) <= MAX_BODY_BYTES // 4:  # it is sent twice (``incident`` and ``incidents[0]``)
+        return doc
+    doc = {k: v for k, v in doc.items() if k != "series"}
+    if json_size(doc) <= MAX_BODY_BYTES // 4:
+        return {**doc, "truncated": "the lead incident's chart series left out"}
+    doc = {k: v for k, v in doc.items() if k not in ("evidence", "labels", "actions")}
+    return {**doc, "truncated": "only the lead incident's identity kept"}
 
 
 def encode_body(payload: dict[str, Any]) -> bytes:

@@ -11,6 +11,10 @@ The API's guard accepts the cookie for reads only (GET, HEAD). Writes keep needi
 ``Authorization: Bearer`` header, which the silences page's script sends with the token typed into it, so
 another site cannot make a signed-in browser create or expire a silence (CSRF). A console page that is
 refused redirects here (:func:`login_redirect`) instead of answering a JSON 401.
+
+Guessing is throttled (:class:`LoginThrottle`): after 5 wrong tokens from one address within a minute, or
+50 from all addresses together, sign-in answers 429 with ``Retry-After`` until the oldest failure is a
+minute old (the bearer-token API is not affected).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hmac
 import html
 import secrets
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
@@ -67,6 +72,46 @@ class ConsoleSessions:
         return request.method in _COOKIE_METHODS and self.valid(request.cookies.get(SESSION_COOKIE), token)
 
 
+class LoginThrottle:
+    """Failed sign-ins in the last `window_s`: per client address at most `per_client`, all together at
+    most `overall`; past either, :meth:`wait` says how long until the oldest failure leaves the window.
+    At most `max_clients` addresses are tracked (the oldest forgotten: the overall bound still holds)."""
+
+    def __init__(self, *, per_client: int = 5, overall: int = 50, window_s: float = 60.0,
+                 max_clients: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_client, self.overall, self.window_s, self.max_clients = per_client, overall, window_s, max_clients
+        self.clock = clock
+        self._clients: OrderedDict[str, deque[float]] = OrderedDict()
+        self._all: deque[float] = deque(maxlen=overall)
+        self.refused = 0  # sign-in attempts answered 429
+
+    def _left(self, failures: deque[float], bound: int, now: float) -> float | None:
+        while failures and failures[0] <= now - self.window_s:
+            failures.popleft()
+        return failures[0] + self.window_s - now if len(failures) >= bound else None
+
+    def wait(self, client: str) -> float | None:
+        """Seconds `client` must wait before its next try (None: it may try now)."""
+        now = self.clock()
+        mine = self._clients.get(client)
+        left = self._left(mine, self.per_client, now) if mine is not None else None
+        overall = self._left(self._all, self.overall, now)
+        waits = [w for w in (left, overall) if w is not None]
+        return max(waits) if waits else None
+
+    def failed(self, client: str) -> None:
+        now = self.clock()
+        mine = self._clients.pop(client, None) or deque(maxlen=self.per_client)
+        mine.append(now)
+        self._clients[client] = mine  # most recent last
+        while len(self._clients) > self.max_clients:
+            self._clients.popitem(last=False)
+        self._all.append(now)
+
+    def succeeded(self, client: str) -> None:
+        self._clients.pop(client, None)
+
+
 def is_console_path(path: str) -> bool:
     return path in ("/", CONSOLE_PATH) or path.startswith(CONSOLE_PATH + "/")
 
@@ -107,9 +152,11 @@ the session cookie only lets you read.</p>
     return web.Response(text=body, content_type="text/html", charset="utf-8", status=status)
 
 
-def add_login_routes(app: web.Application, token: Callable[[], bytes | None], sessions: ConsoleSessions) -> None:
+def add_login_routes(app: web.Application, token: Callable[[], bytes | None], sessions: ConsoleSessions,
+                     throttle: LoginThrottle | None = None) -> None:
     """``GET`` and ``POST`` :data:`LOGIN_PATH`. `token` gives the configured API token (None: none, and no
-    one can sign in)."""
+    one can sign in); `throttle` bounds the guesses (a fresh :class:`LoginThrottle` by default)."""
+    throttle = throttle if throttle is not None else LoginThrottle()
 
     async def show(_request: web.Request) -> web.Response:
         return login_page()
@@ -126,9 +173,17 @@ def add_login_routes(app: web.Application, token: Callable[[], bytes | None], se
             form = parse_qs((await request.read()).decode("utf-8"), max_num_fields=8)
         except (UnicodeDecodeError, ValueError):
             return login_page("The form could not be read.", status=400)
+        client = request.remote or "?"
+        if (wait := throttle.wait(client)) is not None:  # checked before the token: a guess is not even tried
+            throttle.refused += 1
+            response = login_page("Too many wrong tokens: try again in a minute.", status=429)
+            response.headers["Retry-After"] = str(max(int(wait + 0.999), 1))
+            return response
         given = (form.get("token") or [""])[0].strip().encode()
         if not hmac.compare_digest(given, expected):
+            throttle.failed(client)
             return login_page("Wrong token.", status=401)
+        throttle.succeeded(client)
         response = web.Response(status=303, headers={"Location": CONSOLE_PATH})
         response.set_cookie(SESSION_COOKIE, sessions.issue(expected), max_age=int(sessions.ttl_s), path="/",
                             httponly=True, samesite="Strict", secure=request.secure)

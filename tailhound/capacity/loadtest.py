@@ -4,7 +4,8 @@ The playbook: load-test with the real token mix (:mod:`.token_mix`), ramping fro
 and record where TTFT and TPOT bend. This module is the asyncio side:
 
 - it refuses any target not explicitly configured (:func:`check_target`): an http(s) URL given by the
-  user, on a loopback address unless its host is allowed with ``--allow-host``;
+  user, on a loopback address unless its host is allowed with ``--allow-host``; no request (completions,
+  the model lookup, ``/metrics``) follows a redirect, whose host was never checked;
 - it starts the load driver -- locust, headless, in a child process (:mod:`.locust_driver`: gevent
   patches the interpreter it runs in) -- with the plan as JSON, and reads its per-request records (JSON
   lines) as they come;
@@ -228,7 +229,10 @@ def engine_figures(text: str) -> dict[str, float]:
 
 
 async def _fetch_text(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str:
-    async with session.get(url, headers=headers) as resp:
+    # Never follow a redirect: its target was not checked by check_target, and the API key would go there.
+    async with session.get(url, headers=headers, allow_redirects=False) as resp:
+        if 300 <= resp.status < 400:
+            raise TailhoundError(f"{url}: HTTP {resp.status}, a redirect (not followed: load goes only to --target)")
         if resp.status != 200:
             raise TailhoundError(f"{url}: HTTP {resp.status}")
         raw = await read_body(resp, MAX_METRICS_BYTES, url)  # whole, or a CollectError (a TailhoundError)

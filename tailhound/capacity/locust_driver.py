@@ -158,9 +158,12 @@ class Driver:
         chunks, usage_tokens, err, finished, eof = 0, None, None, False, False
         resp = None
         try:
-            resp = client.post(self.plan["path"], data=data, headers=self.headers, stream=True,
+            # allow_redirects=False: a hop's host was never checked against the target rule
+            resp = client.post(self.plan["path"], data=data, headers=self.headers, stream=True, allow_redirects=False,
                                timeout=(min(10.0, self.timeout_s), self.timeout_s), name="completion")
-            if resp.status_code != 200:
+            if 300 <= resp.status_code < 400:
+                err = f"HTTP {resp.status_code} redirect not followed"
+            elif resp.status_code != 200:
                 err = f"HTTP {resp.status_code}" if resp.status_code else _describe(getattr(resp, "error", None))
             else:
                 parser = SSEParser()

@@ -41,7 +41,7 @@ from tailhound.streams.latency import LatencyTracker
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset import RuleSet
 
-ENGINE_SOURCES = ("vllm", "tgi", "nim")
+ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 DEFAULT_WINDOW_S = 60.0
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_BINS = 24

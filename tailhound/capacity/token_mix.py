@@ -36,7 +36,7 @@ from tailhound.capacity.model import TokenSummary
 from tailhound.errors import TailhoundError
 
 #: The engine jobs whose recordings carry a token mix (the inference engines of the catalog).
-ENGINE_JOBS = ("vllm", "tgi", "nim")
+ENGINE_JOBS = ("vllm", "tgi", "nim", "sglang")
 #: The peak request rate is the highest mean over a window this long (or the whole recording if shorter).
 PEAK_WINDOW_S = 60.0
 #: Upper bound of a sampled length (a longer one is a broken histogram, not a prompt).

@@ -38,7 +38,7 @@ MIG_MODES = ("device", "instance")
 #: How a `per` label's value is written in an entity ("0/mig3" for GPU 0's GPU instance 3).
 ENTITY_PREFIX = {MIG_LABEL: "mig"}
 #: The inference engines a rule can name in `engines:` (their snapshot source has the same name).
-ENGINES = ("vllm", "tgi", "nim")
+ENGINES = ("vllm", "tgi", "nim", "sglang")
 #: Signal name prefixes of the inference-engine group (what engine coverage is about).
 ENGINE_PREFIXES = ("engine.", "latency.", "tokens.", "model.")
 #: Coverage of one signal on one engine (:meth:`Catalog.engine_coverage`).
@@ -243,13 +243,26 @@ def _mig_specs(spec: SignalSpec) -> list[SignalSpec]:
     return out
 
 
+def _add_engine_sources(source: str, mappings: dict, signals: dict[str, SignalSpec]) -> None:
+    """An engine entry's own ``sources`` (signal -> mapping): the engine's metrics kept in one block of the file
+    instead of a line under every signal; they become that signal's mappings for the engine's source."""
+    for signal, value in mappings.items():
+        spec = signals.get(signal)
+        if spec is None:
+            raise ValueError(f"sources: unknown signal {signal!r}")
+        if source in spec.sources:
+            raise ValueError(f"sources: {signal} already maps source {source} under `signals`")
+        spec.sources[source] = _source_metrics(value)
+
+
 def _engines(data: object, signals: dict[str, SignalSpec], origin: str) -> dict[str, EngineCoverage]:
     out: dict[str, EngineCoverage] = {}
     for name, entry in (data or {}).items():  # type: ignore[union-attr]
         try:
             if name not in ENGINES:
                 raise ValueError(f"unknown engine (one of {list(ENGINES)})")
-            unknown = set(entry) - {"source", "title", "references", "not_exposed", "stand_ins", "conditional"}
+            unknown = set(entry) - {"source", "title", "references", "sources", "not_exposed", "stand_ins",
+                                    "conditional"}
             if unknown:
                 raise ValueError(f"unknown keys {sorted(unknown)}")
             cov = EngineCoverage(
@@ -258,6 +271,7 @@ def _engines(data: object, signals: dict[str, SignalSpec], origin: str) -> dict[
                 not_exposed={str(k): str(v) for k, v in (entry.get("not_exposed") or {}).items()},
                 stand_ins={str(k): str(v) for k, v in (entry.get("stand_ins") or {}).items()},
                 conditional={str(k): str(v) for k, v in (entry.get("conditional") or {}).items()})
+            _add_engine_sources(cov.source, entry.get("sources") or {}, signals)
             for what, notes in (("not_exposed", cov.not_exposed), ("stand_ins", cov.stand_ins),
                                 ("conditional", cov.conditional)):
                 for signal in notes:
@@ -308,17 +322,19 @@ def parse_catalog(data: dict, origin: str = "signals.yaml") -> Catalog:
             if spec.name in signals:
                 raise ConfigError(f"{origin}: signal {spec.name} is defined twice")
             signals[spec.name] = spec
-            for src, mappings in spec.sources.items():
-                for sm in mappings:
-                    entries = by_metric.setdefault((src, sm.metric), [])
-                    if any(other.match == sm.match for _, other in entries):
-                        raise ConfigError(f"{origin}: {src} metric {sm.metric} {dict(sm.match)} is mapped twice")
-                    if entries and entries[0][0].kind != spec.kind:
-                        raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} "
-                                          f"and as {spec.kind}")
-                    entries.append((spec, sm))
-                    entries.sort(key=lambda e: -len(e[1].match))
-    return Catalog(signals=signals, by_metric=by_metric, engines=_engines(data.get("engines"), signals, origin))
+    engines = _engines(data.get("engines"), signals, origin)  # may add an engine's own `sources`
+    for spec in signals.values():
+        for src, mappings in spec.sources.items():
+            for sm in mappings:
+                entries = by_metric.setdefault((src, sm.metric), [])
+                if any(other.match == sm.match for _, other in entries):
+                    raise ConfigError(f"{origin}: {src} metric {sm.metric} {dict(sm.match)} is mapped twice")
+                if entries and entries[0][0].kind != spec.kind:
+                    raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} "
+                                      f"and as {spec.kind}")
+                entries.append((spec, sm))
+                entries.sort(key=lambda e: -len(e[1].match))
+    return Catalog(signals=signals, by_metric=by_metric, engines=engines)
 
 
 @cache

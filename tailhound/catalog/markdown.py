@@ -33,6 +33,7 @@ SOURCE_INFO: dict[str, str] = {
     "vllm": "vLLM's `/metrics` (scrape job `vllm`); V1 and V0 metric names.",
     "tgi": "Text Generation Inference's `/metrics` (scrape job `tgi`).",
     "nim": "NVIDIA NIM for LLMs' metrics endpoint (scrape job `nim`).",
+    "sglang": "SGLang's `/metrics` (`--enable-metrics`, scrape job `sglang`).",
     "dcgm": "dcgm-exporter (scrape job `dcgm`); both naming generations.",
     "node": "node_exporter (scrape job `node`), or the agent's `procnet` collector, which renders the same names.",
     "blackbox": "blackbox_exporter `/probe` (scrape job `blackbox`); `node` is the probed target's host.",
@@ -68,7 +69,7 @@ GROUPS: tuple[Group, ...] = (
           "`mig: instance`, fed by dcgm-exporter lines that carry `GPU_I_ID` only.",
           _prefixed("mig.")),
     Group("inference-engine", "Inference engine",
-          "Per engine (one vLLM / TGI / NIM server; `engine` label, else the scrape's `instance`): load, "
+          "Per engine (one vLLM / TGI / NIM / SGLang server; `engine` label, else the scrape's `instance`): load, "
           "KV cache, tokens and the server-side latency histograms. `model.*` signals exist only in the model "
           "stage (model- and fleet-scope rules, all engines of a model added up).",
           _prefixed("engine.", "latency.", "tokens.", "model.")),

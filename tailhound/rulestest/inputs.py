@@ -34,10 +34,10 @@ from tailhound.recording import ScrapeRecord
 from .series import SeriesError, parse_selector, parse_series
 
 #: engine sources and the label that names one engine of a node in them (vLLM: engine, else the instance)
-ENGINE_SOURCES = ("vllm", "tgi", "nim")
+ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 GPU_SOURCES = ("dcgm", "nvml")
 #: scrape order within a step (the simulator's: the engine first); other sources follow in name order
-SOURCE_ORDER = ("vllm", "tgi", "nim", "dcgm", "nvml", "node", "blackbox", "netprobe", "streamprobe")
+SOURCE_ORDER = ("vllm", "tgi", "nim", "sglang", "dcgm", "nvml", "node", "blackbox", "netprobe", "streamprobe")
 DEFAULT_COUNT = 10.0
 DEFAULT_MODEL = "test-model"
 
@@ -93,6 +93,13 @@ def default_buckets(source: str, metric: str, spec: SignalSpec | None) -> tuple[
         if spec is not None and spec.name.startswith("tokens."):
             return h.tgi_linear_buckets(8192)
         return h.TGI_DURATION_BUCKETS
+    if source == "sglang":
+        from tailhound.agents.simulator import sglang
+
+        name = spec.name if spec is not None else ""
+        return {"latency.ttft": sglang.TTFT_BUCKETS, "latency.tpot": sglang.ITL_BUCKETS,
+                "latency.queue": sglang.QUEUE_BUCKETS}.get(
+            name, sglang.TOKEN_BUCKETS if name.startswith("tokens.") else sglang.E2E_BUCKETS)
     if spec is not None and spec.name.startswith("tokens."):
         return h.build_1_2_5_buckets(131072)
     if spec is not None and spec.name == "latency.ttft":

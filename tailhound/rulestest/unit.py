@@ -94,7 +94,7 @@ class IncidentCheck(_Strict):
 
 
 class NodeModel(_Strict):
-    engine: Literal["vllm", "tgi", "nim"] = "vllm"
+    engine: Literal["vllm", "tgi", "nim", "sglang"] = "vllm"
     gpu_source: Literal["dcgm", "nvml"] = "dcgm"
     model: str = DEFAULT_MODEL
 

@@ -45,6 +45,10 @@ ENGINE_CORE = {"engine.requests_running", "engine.requests_waiting", "latency.e2
     ("nim.prom", "nim", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot", "engine.max_requests"}),
     ("tgi.prom", "tgi", ENGINE_CORE | {"latency.queue", "latency.tpot", "tokens.prompt", "tokens.generation",
                                        "engine.requests_received", "engine.batch_max_tokens"}),
+    ("sglang_docs_2024.prom", "sglang", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
+                                                      "engine.prompt_tokens", "engine.generation_tokens"}),
+    ("sglang.prom", "sglang", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
+                                             "latency.queue", "engine.requests_finished", "tokens.prompt"}),
 ])
 def test_engines_map_to_the_same_signals(fixture, job, expected):
     got = canonical(snapshot(fixture, job))
@@ -57,6 +61,9 @@ def test_vllm_v1_entities_are_engines_and_v0_falls_back_to_the_instance():
     v0 = extract(snapshot("vllm_v0.prom", "vllm"))
     assert v0["engine.kv_cache_usage"] == {"10.0.0.5:8000": pytest.approx(0.9612)}
     assert extract(snapshot("tgi.prom", "tgi"))["engine.requests_waiting"] == {"10.0.0.5:8000": 5.0}
+    sgl = extract(snapshot("sglang_docs_2024.prom", "sglang"))  # SGLang's own docs example (2024)
+    assert sgl["engine.requests_waiting"] == {"10.0.0.5:8000": 2826.0}
+    assert sgl["engine.kv_cache_usage"] == {"10.0.0.5:8000": pytest.approx(0.28)}
 
 
 @pytest.mark.parametrize("fixture", ["dcgm_exporter.prom", "dcgm_exporter_3x.prom", "dcgm_exporter_legacy.prom"])
@@ -119,3 +126,15 @@ def test_match_selects_by_label():
 def test_catalog_errors(data, message):
     with pytest.raises(ConfigError, match=message):
         parse_catalog(data)
+
+
+def test_dcgm_hardware_error_fields_of_the_default_counters():
+    """XID code, remapped rows and the remap-failure flag (issue 27) land on the signals gpu-hardware-error reads."""
+    snap = snapshot("dcgm_exporter_hw_errors.prom", "dcgm")
+    kinds = canonical(snap)
+    assert kinds["gpu.remapped_rows_uncorrectable"] == {"1": "counter", "2": "counter"}
+    values = extract(snap)
+    assert values["gpu.last_xid"] == {"1": 0.0, "2": 48.0}
+    rows = {s.labels["gpu"]: s.value for s in snap.find("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")}
+    assert rows == {"1": 0.0, "2": 1.0}  # a counter: rules read its rate (the first scrape has no delta yet)
+    assert values["gpu.row_remap_failure"] == {"1": 0.0, "2": 0.0}

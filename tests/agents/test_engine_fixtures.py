@@ -2,7 +2,8 @@
 engine signals the catalog promises, and nothing the catalog says the engine does not expose.
 
 vLLM V0 and NIM are real scrapes; the vLLM V1 fixture is rendered by prometheus_client from vLLM's own metric
-definitions and the TGI one is laid out from TGI's source (no public capture of either was found).
+definitions and the TGI and SGLang ones are laid out from the engines' source (no public capture of a current
+release was found; SGLang's 2024 docs example, sglang_docs_2024.prom, is tested in test_catalog_mappings.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ ENGINE_FIXTURES = {
     "vllm": ["vllm_v1_dp2.prom", "vllm_v0_opt125m.prom"],
     "tgi": ["tgi_v3.prom"],
     "nim": ["nim_llama31_8b.prom"],
+    "sglang": ["sglang.prom"],
 }
 CORE = {"engine.requests_running", "engine.requests_waiting", "engine.requests_finished", "latency.e2e",
         "latency.tpot", "tokens.prompt", "tokens.generation"}
@@ -48,6 +50,10 @@ EXPECTED = {
     "nim_llama31_8b.prom": (CORE | {"engine.kv_cache_usage", "latency.ttft", "engine.max_requests",
                                     "engine.prompt_tokens", "engine.generation_tokens"},
                             {"latency.itl", "latency.queue"}),
+    "sglang.prom": (CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.queue", "engine.preemptions",
+                            "engine.prompt_tokens", "engine.generation_tokens", "engine.prefix_cache_hits",
+                            "engine.batch_token_capacity"},
+                    {"latency.itl", "engine.http_rejections", "engine.requests_received"}),
 }
 JOB = {f: e for e, fs in ENGINE_FIXTURES.items() for f in fs}
 
@@ -111,6 +117,26 @@ def test_nim_time_per_output_token_is_per_decode_step_and_feeds_tpot():
     assert default_catalog().lookup("nim", "time_per_output_token_seconds")[0].name == "latency.tpot"
 
 
+def test_sglang_has_one_entity_per_server_from_two_label_sets():
+    """Tokenizer metrics (model_name, engine_type) and scheduler metrics (plus tp/pp/moe_ep ranks) are one engine:
+    neither has an `engine` label, so both fall back to the scraped instance."""
+    sgl = extract(build(body("sglang.prom"), "sglang"))
+    assert sgl["engine.requests_running"] == {INSTANCE: 31.0} and sgl["engine.requests_waiting"] == {INSTANCE: 0.0}
+    assert sgl["engine.kv_cache_usage"] == {INSTANCE: pytest.approx(0.09)}
+    assert sgl["engine.batch_token_capacity"] == {INSTANCE: 478000.0}
+
+
+def test_sglang_inter_token_latency_is_per_token_and_feeds_tpot():
+    """One observation per generated token after the first (collector.observe_inter_token_latency adds a chunk's
+    token count to its bucket): count = generated tokens - requests, as NIM's per-step histogram."""
+    snap = build(body("sglang.prom"), "sglang")
+    [h] = [s for s in snap.samples if s.name == "sglang:inter_token_latency_seconds"]
+    gen = next(s.value for s in snap.samples if s.name == "sglang:generation_tokens_total")
+    finished = next(s.value for s in snap.samples if s.name == "sglang:num_requests_total")
+    assert h.count == gen - finished == 369590
+    assert default_catalog().lookup("sglang", h.name)[0].name == "latency.tpot"
+
+
 def test_vllm_prefers_the_per_request_tpot_and_keeps_v0s_per_step_one_as_a_stand_in():
     catalog = default_catalog()
     tpot = [sm.metric for sm in catalog.spec("latency.tpot").sources["vllm"]]
@@ -138,6 +164,8 @@ def _earlier(text: str) -> str:
     ("tgi_v3.prom", INSTANCE, ["latency.tpot.p95", "latency.itl.p95", "latency.queue.mean", "latency.prefill.p95",
                                "tokens.generation.mean"]),
     ("nim_llama31_8b.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95", "latency.e2e.p99"]),
+    ("sglang.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95", "latency.tpot.mean", "latency.queue.mean",
+                               "latency.e2e.p99", "tokens.prompt.mean", "tokens.generation.mean"]),
 ])
 def test_two_scrapes_give_the_window_statistics_rules_read(fixture, entity, signals):
     builder, tracker = SnapshotBuilder(), LatencyTracker()

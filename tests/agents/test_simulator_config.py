@@ -23,6 +23,7 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "warm-gpu",
         "long-prompt-hol",
         "slow-node",
+        "gpu-xid-error",
         "power-cap",
     }
 
@@ -129,7 +130,7 @@ def test_engine_dcgm_and_noise_options() -> None:
     assert SimConfig().sources == ("vllm", "dcgm", "node", "blackbox")
     assert SimConfig(engine="tgi").sources == ("tgi", "dcgm", "node", "blackbox")  # "vllm" names the engine
     assert SimConfig(engine="tgi", sources=("tgi", "dcgm")).sources == ("tgi", "dcgm")
-    for bad in ({"engine": "sglang"}, {"dcgm_fields": "some"}, {"noise": "loud"}):
+    for bad in ({"engine": "llamacpp"}, {"dcgm_fields": "some"}, {"noise": "loud"}):
         with pytest.raises(ValueError, match="unknown"):
             SimConfig(**bad)
     with pytest.raises(ValueError, match="unknown source"):

@@ -249,6 +249,29 @@ def test_ingress_overflow() -> None:
     assert max(deltas(values(ticks, N2, "node", "node_netstat_TcpExt_ListenOverflows"))) == 0
 
 
+# ------------------------------------------------------------------------------ GPU hardware error (issue 27)
+
+
+def test_gpu_xid_error_reports_xid_48_a_remapped_row_and_takes_the_engine_down() -> None:
+    """XID 48 and one uncorrectable remapped row on the faulty GPU only, the node's engine scrapes fail for
+    the fault, the other node takes its traffic, and a reset at the end clears the XID (the row stays)."""
+    ticks = simulate((f"gpu-xid-error{WINDOW}:node={N1}:gpus=2",), sources=("vllm", "dcgm", "node", "blackbox"))
+    xid = gpu_series(ticks, N1, "DCGM_FI_DEV_XID_ERRORS", 2)
+    rows = gpu_series(ticks, N1, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 2)
+    assert set(xid[:START_K]) == {0.0} and set(xid[START_K:END_K]) == {48.0} and set(xid[END_K:]) == {0.0}
+    assert set(rows[:START_K]) == {0.0} and set(rows[START_K:]) == {1.0}
+    for gpu in (0, 1, 3):
+        assert set(gpu_series(ticks, N1, "DCGM_FI_DEV_XID_ERRORS", gpu)) == {0.0}
+    assert set(gpu_series(ticks, N2, "DCGM_FI_DEV_XID_ERRORS", 2)) == {0.0}
+    engine = [snapshot_of(t, N1, "vllm") for t in ticks]
+    assert all(s is not None and s.error for s in engine[START_K:END_K])
+    assert not any(s is not None and s.error for s in engine[:START_K] + engine[END_K + 1:])
+    def finished(run: list[Tick]) -> float:
+        counts = deltas([h.count for h in histograms(run, N2, "vllm", "vllm:e2e_request_latency_seconds")])
+        return mean_over(counts, START_K + 8, END_K)
+
+    healthy = simulate((), sources=("vllm", "dcgm", "node", "blackbox"))
+    assert finished(ticks) > 1.25 * finished(healthy)  # two nodes' traffic on one, up to its capacity
 def test_power_cap_lowers_clocks_with_sw_power_cap_and_normal_temperatures() -> None:
     """A 450 W limit under load: SM clock down, reason sw_power_cap and never a thermal one, power at the
     limit, temperatures cooler than uncapped, the engine

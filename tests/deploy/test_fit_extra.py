@@ -19,6 +19,7 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.recording import write_records
 from tailhound.streams.loadfit import training_rows
 from tailhound.streams.loadmodel import FIT_INSTALL_HINT, LoadModel
+from tests.streams.test_loadfit import RULE
 
 from .helpers import ROOT
 
@@ -35,16 +36,6 @@ sys.meta_path.insert(0, _NotInstalled())
 """
 #: printed last by every child: which of the blocked packages it holds (must be none)
 LOADED = f"\nprint('LOADED', sorted(m for m in sys.modules if m.partition('.')[0] in {BLOCKED!r}))\n"
-RULE = """\
-groups:
-  - name: g
-    rules:
-      - name: ttft-over-load-baseline
-        scope: engine
-        when: {signal: latency.ttft.p95, above_baseline: 3.0, min_observations: 20}
-        for: 2m
-        root_cause: capacity
-"""
 
 
 def child(code: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -377,10 +377,14 @@ def test_a_replay_after_a_restart_is_refused(kube, token_file):
 def test_replay_cache_file_is_pruned_by_the_window_and_bounded(tmp_path):
     path, now = tmp_path / "replay.json", [1000.0]
     bounded = remediation.ReplayCache(tmp_path / "bounded.json", window_s=300, max_keys=3, clock=lambda: now[0])
-    for i in range(5):
-        bounded.add(f"k{i}", 1000)
-    assert list(bounded.keys) == ["k2", "k3", "k4"]  # at most max_keys, oldest forgotten first
-    assert list(json.loads((tmp_path / "bounded.json").read_text())["keys"]) == ["k2", "k3", "k4"]
+    for i, ts in enumerate((600, 1000, 1000)):
+        assert bounded.full_for() is None
+        bounded.add(f"k{i}", ts)
+    assert bounded.full_for() is None  # k0 (signed at 600) is past its window: forgotten to make room
+    bounded.add("k3", 1000)
+    assert list(bounded.keys) == ["k1", "k2", "k3"]
+    assert bounded.full_for() == 300  # every key could still be replayed: none is forgotten
+    assert list(json.loads((tmp_path / "bounded.json").read_text())["keys"]) == ["k1", "k2", "k3"]
     cache = remediation.ReplayCache(path, window_s=300, max_keys=10, clock=lambda: now[0])
     cache.add("old", 900)
     cache.add("new", 1000)

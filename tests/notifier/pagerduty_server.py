@@ -22,6 +22,8 @@ from aiohttp import web
 
 SEVERITIES = {"critical", "error", "warning", "info"}
 ACTIONS = {"trigger", "acknowledge", "resolve"}
+#: The Events API v2 refuses a request body over 512 KB.
+MAX_EVENT_BYTES = 512 * 1024
 
 
 @dataclass
@@ -108,6 +110,8 @@ class FakePagerDuty:
                 body = fault.body if fault.body is not None else {"status": "error", "message": "fault injected"}
                 return web.json_response(body, status=fault.status, headers=headers)
         errors = self.validate(event)
+        if len(raw) > MAX_EVENT_BYTES:
+            errors.append(f"Event object is larger than {MAX_EVENT_BYTES} bytes")
         if errors:
             return web.json_response(
                 {"status": "invalid event", "message": "Event object is invalid", "errors": errors}, status=400)
@@ -129,7 +133,7 @@ class FakePagerDuty:
 async def serve_pagerduty() -> AsyncIterator[FakePagerDuty]:
     """A :class:`FakePagerDuty` on a free loopback port; its ``url`` is the enqueue endpoint."""
     fake = FakePagerDuty()
-    app = web.Application()
+    app = web.Application(client_max_size=8 * MAX_EVENT_BYTES)  # the size check is PagerDuty's own
     app.router.add_post("/v2/enqueue", fake.handle)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()

@@ -161,6 +161,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("long-prompt-hol", "long-prompt head-of-line blocking on one node",
              (Fault(f"long-prompt-hol@{_at(F)}+10m:node=gpu-node-2",
                     Expect("head-of-line-blocking", "gpu-node-2", max_delay_min=7.5)),)),
+    # --- issue 27: hardware errors, flapping, the batch knee, scale-out lag ---
+    # off-peak (like the rolling deploy): the other engines absorb the dead one's traffic; at peak the queue
+    # they build is a second, capacity incident (correlation does not yet fold it into the hardware error)
+    Scenario("gpu-xid-error", "a GPU's double-bit ECC error (XID 48, a remapped row) takes its engine down",
+             (Fault(f"gpu-xid-error@{_at(F)}+10m:node=gpu-node-2:gpus=4",
+                    Expect("gpu-hardware-error", "gpu-node-2", ("4",), max_delay_min=1)),),
+             {"nodes": 3, "dcgm_fields": "default", "start_ts": DEPLOY_WINDOW_TS}),
+    # SGLang: KV usage is sglang:token_usage, preemptions its retractions (no engine label: the instance)
+    Scenario("sglang-kv-pressure", "SGLang fleet",
+             (Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),),
+             {"engine": "sglang"}),
     # real request arrivals and token mixes (Azure LLM inference 2023), the busiest minute at 80 % of capacity
     # (agents/simulator/trace.py): the conversation trace rises 60 % over minutes 22-37; the code trace, started
     # at its minute 46 (it loops at 57.3), bursts from nothing to 8.8x, 11.7x and 6.6x its mean within 15 s at

@@ -1,5 +1,5 @@
 """The real-fleet scenario suite (issue 12): realistic noise, default dcgm-exporter counters, fleet-wide
-faults, a retry storm, a TGI fleet, two faults at once, a rolling deploy, a warm GPU and head-of-line
+faults, a retry storm, a TGI fleet, an SGLang fleet, two faults at once, a rolling deploy, a warm GPU and head-of-line
 blocking, each replayed through the default rule pack and scored against its target (tests/scenarios/suite.py).
 
 A scenario whose target today's rules or correlation miss is xfail(strict) with what goes wrong

@@ -163,6 +163,9 @@ def test_engine_fixes_name_the_versions_and_the_engines_that_lack_the_metric():
     assert texts == [
         ("vllm", "scrape vLLM's OpenAI server (http://<node>:8000/metrics) as job `vllm` in agent.yaml: it sends "
                  "vllm:num_preemptions_total (vLLM V0 and V1)", False),
+        ("sglang", "start SGLang with --enable-metrics and scrape http://<node>:30000/metrics as job `sglang` in "
+                   "agent.yaml: it sends sglang:num_retracted_requests_total (recent SGLang releases; older ones "
+                   "only have the gauge sglang:num_retracted_reqs)", False),
         ("tgi", "TGI sends nothing that carries engine.preemptions", True),
     ]
     assert problem_lines(c) == [

@@ -27,6 +27,7 @@ ENGINE_FIXTURES = {
     "vllm": ["vllm_v1_dp2.prom", "vllm_v0_opt125m.prom"],
     "tgi": ["tgi_v3.prom"],
     "nim": ["nim_llama31_8b.prom"],
+    "sglang": ["sglang.prom"],
 }
 #: what the worker itself computes for every engine (the model stage), never in a scrape
 WORKER_SIGNALS = frozenset({"model.nodes_with_cause"})
@@ -82,18 +83,18 @@ any:
   - {signal: latency.ttft.p99, above: {signal: sla.ttft_p99}}
   - {signal: latency.queue.p99, above: {signal: sla.ttft_p99}}
 """)
-    assert supported_engines(ttft_or_queue) == {"vllm", "tgi", "nim"}
+    assert supported_engines(ttft_or_queue) == {"vllm", "tgi", "nim", "sglang"}
     both = when("""
 all:
   - {signal: latency.ttft.p99, above: {signal: sla.ttft_p99}}
   - {signal: latency.queue.p99, above: {signal: sla.ttft_p99}}
 """)
-    assert supported_engines(both) == {"vllm"}
+    assert supported_engines(both) == {"vllm", "sglang"}
     assert missing(both.when, catalog_signals("nim")) == ["latency.queue"]
     assert fed(both.when, catalog_signals("vllm"))
     gpu_only = when("{signal: gpu.dram_bw_util, reduce: max, above: 0.75}")
     assert supported_engines(gpu_only) == {"any"}
-    assert supported_engines(when("not: {signal: latency.ttft.p99, above: 1}")) == {"vllm", "nim"}
+    assert supported_engines(when("not: {signal: latency.ttft.p99, above: 1}")) == {"vllm", "nim", "sglang"}
 
 
 @pytest.mark.parametrize("rule", RULES.rules, ids=lambda r: r.name)
@@ -118,7 +119,7 @@ PROPOSALS = {
 any:
   - {signal: latency.ttft.p99, above: {signal: sla.ttft_p99}, min_observations: 20}
   - {signal: latency.queue.p99, above: {signal: sla.ttft_p99}, min_observations: 20}
-""", {"vllm", "tgi", "nim"}),
+""", {"vllm", "tgi", "nim", "sglang"}),
     # vLLM preempts; NIM has no preemption counter; TGI never preempts and has no usage gauge, but its reserved
     # token budget full while requests wait is the same admission stall
     "kv-cache-pressure": ("""
@@ -131,7 +132,7 @@ any:
   - all:
       - {signal: engine.kv_cache_reserved, at_least: 0.95}
       - {signal: engine.requests_waiting, above: 0}
-""", {"vllm", "tgi", "nim"}),
+""", {"vllm", "tgi", "nim", "sglang"}),
     # reserved >= used, so reserved < 0.9 implies usage < 0.9 (TGI); NIM still lacks a queue-time histogram
     "head-of-line-blocking": ("""
 all:
@@ -140,7 +141,7 @@ all:
   - any:
       - {signal: engine.kv_cache_usage, below: 0.9}
       - {signal: engine.kv_cache_reserved, below: 0.9}
-""", {"vllm", "tgi"}),
+""", {"vllm", "tgi", "sglang"}),
     # TGI: failures by reason over arrivals (engine.request_failure_ratio) instead of HTTP status classes
     "retry-storm": ("""
 all:
@@ -178,5 +179,6 @@ groups:
         when: {signal: latency.ttft.p99, above: 1}
 """, "x.yaml")[0]
     assert engines_text(declared) == "engines: vllm, nim"
-    assert engines_text(when("{signal: latency.ttft.p99, above: 1}")) == "engines: vllm, nim (computed, not declared)"
+    assert engines_text(when("{signal: latency.ttft.p99, above: 1}")) == \
+        "engines: vllm, nim, sglang (computed, not declared)"
     assert engines_text(when("{signal: gpu.dram_bw_util, reduce: max, above: 1}")).startswith("any engine")

@@ -114,7 +114,8 @@ def test_engines_field_is_optional_and_kept():
 
 
 @pytest.mark.parametrize(("mutate", "line", "needle"), [
-    (lambda t: t.replace("[vllm, tgi, nim]", "[vllm, sglang]"), 6, "engines.1: Input should be 'vllm', 'tgi', 'nim'"),
+    (lambda t: t.replace("[vllm, tgi, nim]", "[vllm, llamacpp]"), 6,
+     "engines.1: Input should be 'vllm', 'tgi', 'nim', 'sglang'"),
     (lambda t: t.replace("[vllm, tgi, nim]", "[]"), 6, "at least one engine"),
     (lambda t: t.replace("[vllm, tgi, nim]", "[vllm, vllm]"), 6, "listed twice"),
     (lambda t: t.replace("[vllm, tgi, nim]", "[any, vllm]"), 6, "`any` stands alone"),
@@ -124,6 +125,10 @@ def test_engines_field_is_optional_and_kept():
     (lambda t: t.replace("latency.tpot.p95", "latency.ttft.p95"), 6,
      "tgi cannot feed it (it does not expose latency.ttft"),
     (lambda t: t.replace("latency.tpot.p95", "latency.queue.mean"), 6, "nim cannot feed it"),
+    # SGLang counts no rejections (signals.yaml engines.sglang.not_exposed)
+    (lambda t: t.replace("[vllm, tgi, nim]", "[vllm, sglang]").replace(
+        "{signal: latency.tpot.p95, above_baseline: 2.0}", "{signal: engine.http_rejections.rate, above: 1}"), 6,
+     "sglang cannot feed it (it does not expose engine.http_rejections"),
 ])
 def test_bad_engines_name_file_and_line(mutate, line, needle):
     with pytest.raises(RuleFileError) as exc:

@@ -46,6 +46,13 @@ def test_every_engine_signal_is_accounted_for_on_every_engine():
     ("vllm", "latency.tpot", STAND_IN),
     ("vllm", "latency.itl", CONDITIONAL),
     ("vllm", "engine.max_requests", NOT_EXPOSED),
+    ("sglang", "latency.tpot", STAND_IN),
+    ("sglang", "latency.itl", NOT_EXPOSED),
+    ("sglang", "latency.ttft", MAPPED),
+    ("sglang", "engine.kv_cache_usage", MAPPED),
+    ("sglang", "latency.queue", CONDITIONAL),
+    ("sglang", "engine.preemptions", CONDITIONAL),
+    ("sglang", "engine.http_rejections", NOT_EXPOSED),
 ])
 def test_engine_coverage(engine, signal, status):
     assert default_catalog().engine_coverage(engine)[signal][0] == status
@@ -75,7 +82,9 @@ def _engines(entry: dict) -> dict:
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ({"sglang": {}}, "unknown engine"),
+    ({"llamacpp": {}}, "unknown engine"),
+    ({"tgi": {"sources": {"engine.nope": "n"}}}, "sources: unknown signal 'engine.nope'"),
+    ({"tgi": {"sources": {"engine.y": "y2"}}}, "engine.y already maps source tgi under `signals`"),
     ({"tgi": {"not_exposed": {"engine.nope": "?"}}}, "unknown signal 'engine.nope'"),
     ({"tgi": {"not_exposed": {"engine.y": "?"}}}, "engine.y is mapped for source tgi"),
     ({"tgi": {"stand_ins": {"engine.x": "?"}}}, "engine.x is not mapped for source tgi"),
@@ -85,6 +94,30 @@ def _engines(entry: dict) -> dict:
 def test_engine_section_errors(entry, message):
     with pytest.raises(ConfigError, match=message.replace("[", "\\[").replace("]", "\\]")):
         parse_catalog(_engines(entry))
+
+
+def test_an_engine_block_maps_its_own_source():
+    """`engines.<name>.sources` maps the engine's metrics as a line under each signal would."""
+    cat = parse_catalog(_engines({"tgi": {"sources": {"engine.x": ["x_new", {"metric": "x_old", "scale": 0.01}]},
+                                          "conditional": {"engine.x": "old name in old releases"}}}))
+    assert cat.lookup("tgi", "x_new")[0].name == "engine.x"
+    assert cat.lookup("tgi", "x_old") == (cat.spec("engine.x"), 0.01)
+    assert cat.engine_coverage("tgi")["engine.x"][0] == CONDITIONAL
+    assert cat.lookup("vllm", "x")[0].name == "engine.x"
+
+
+def test_sglang_metric_names():
+    cat = default_catalog()
+    for metric, signal in (("sglang:num_running_reqs", "engine.requests_running"),
+                           ("sglang:num_queue_reqs", "engine.requests_waiting"),
+                           ("sglang:token_usage", "engine.kv_cache_usage"),
+                           ("sglang:inter_token_latency_seconds", "latency.tpot"),
+                           ("sglang:time_per_output_token_seconds", "latency.tpot"),
+                           ("sglang:queue_time_seconds", "latency.queue"),
+                           ("sglang:num_requests_total", "engine.requests_finished"),
+                           ("tailhound_engine_tpot_mean_seconds", "model.engine_tpot_mean")):
+        assert cat.lookup("sglang", metric)[0].name == signal, metric
+    assert cat.lookup("sglang", "vllm:num_requests_running") is None
 
 
 def test_match_absent_and_present():
