@@ -63,7 +63,7 @@ XID_DOUBLE_BIT_ECC = 48
 #: Power cap (``nvidia-smi -pl``, a facility's power budget): the GPUs' board limit lowered from 700 W to
 #: this; under load the clock drops until the board draws no more (clock-event reason sw_power_cap),
 #: temperatures stay normal (less power, less heat). Not a fault to page for: the fleet runs as configured.
-POWER_CAP_LIMIT_W = 450.0
+POWER_CAP_LIMIT_W = 500.0
 
 
 @dataclass

@@ -180,10 +180,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {"nodes": 4, "load_trace": _trace("conv")}),
     Scenario("trace-code-healthy", "negative: healthy fleet under the Azure code trace (on/off bursts)", (),
              {"nodes": 4, "load_trace": _trace("code"), "load_trace_start_s": 46 * 60.0}),
-    # the GPUs' power limit at 450 W (of 700): under load the SM clock drops (clock-event reason sw_power_cap),
-    # temperatures stay normal; decode is memory-bound, so the engines lose a few percent, no more
+    # the GPUs' power limit cut to 500 W (of 700) at minute 20: under load the SM clock drops (clock-event reason
+    # sw_power_cap), temperatures stay normal; decode is memory-bound, so the engines lose a few percent only
     Scenario("power-capped", "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
-             (Fault("power-cap@0", None),), {"nodes": 4}),
+             (Fault(f"power-cap@{_at(F - 5)}", None),), {"nodes": 4}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
