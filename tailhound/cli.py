@@ -82,6 +82,8 @@ def demo(
     ] = "127.0.0.1:0",
     hold: Annotated[float, typer.Option(
         min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran.")] = 0.0,
+    load_trace: Annotated[Path | None, typer.Option(
+        help="Request trace (CSV) for the fleet's arrivals and token mix (docs/simulator.md).")] = None,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
@@ -90,7 +92,15 @@ def demo(
 
     settings = _settings(config)
     setup_logging(log_level, log_format, default_level="warning")  # the demo's own output is its console
-    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold)
+    if load_trace is not None:  # a bad trace fails here, before the broker and the worker start
+        from tailhound.agents.simulator.trace import load_trace as read_trace
+
+        try:
+            read_trace(load_trace)
+        except (ValueError, OSError) as exc:
+            raise TailhoundError(f"demo: {exc}") from None
+    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold,
+                       load_trace=None if load_trace is None else str(load_trace))
     if fault:
         opts.faults = list(fault)
     result = asyncio.run(run_demo(settings, opts, console))

@@ -248,3 +248,11 @@ def test_the_public_traces_load_within_bounds(name: str) -> None:
         assert len(tr.arrivals) == 8819 and per_15s > 10  # on/off: 15 s windows up to ~12x the mean
     else:
         assert len(tr.arrivals) == 19366 and per_15s < 2
+
+
+def test_demo_refuses_a_bad_trace_before_starting_anything(tmp_path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text("arrived_at,num_prefill_tokens\n0,1\n")
+    result = CliRunner().invoke(app, ["demo", "--load-trace", str(path), "--console", ""])
+    assert result.exit_code != 0
+    assert "missing column(s) num_decode_tokens" in str(result.exception)
