@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -37,6 +36,7 @@ from .histogram import (
 )
 from .load import poisson
 from .sglang import sglang_histograms, sglang_samples
+from .trace import TraceQueue
 
 MAX_NUM_SEQS = 256
 MAX_MODEL_LEN = 32768
@@ -166,10 +166,8 @@ class Engine:
         self._carry = 0.0
         self.down = False
         self.last = EngineTick(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, ITL_BASE_S)
-        #: load-trace requests waiting in the queue (prompt, output tokens), their token sums, the last means
-        self._pending: deque[tuple[int, int]] = deque()
-        self._pending_tokens = [0, 0]
-        self._mix_means = (MEAN_PROMPT, MEAN_GEN)
+        #: load-trace requests waiting in the queue (prompt, output tokens)
+        self.trace_queue = TraceQueue((MEAN_PROMPT, MEAN_GEN), DEFAULT_MAX_TOKENS)
         if self.tgi:
             # TGI exports no labels; the scrape adds instance (host:port) and the agent config the model.
             self.labels = {"model_name": model, "instance": instance}
@@ -228,8 +226,7 @@ class Engine:
         self.waiting = 0
         self._carry = 0.0
         self.last = EngineTick(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, ITL_BASE_S)
-        self._pending.clear()
-        self._pending_tokens = [0, 0]
+        self.trace_queue.clear()
 
     def step(self, dt: float, arrivals: int, effects: NodeEffects, clock_slowdown: float,
              requests: list[tuple[int, int]] | None = None) -> EngineTick:
@@ -286,7 +283,8 @@ class Engine:
         aborted = max(0, waiting - max_waiting)
         waiting -= aborted
         self.waiting = waiting
-        served_requests = None if requests is None else self._trace_queue(requests, arrivals, served, aborted)
+        served_requests = (None if requests is None
+                           else self.trace_queue.advance(requests, arrivals, served, aborted, waiting))
         rate = served / dt
         if effects.retry_storm:
             wait_s = waiting / capacity_rps
@@ -335,37 +333,13 @@ class Engine:
                      long_share: float) -> tuple[float, float]:
         """Mean prompt and output lengths of the trace requests waiting and arriving (the last ones when
         none are), as the mix's means are in the built-in case (prompt scale, long generations)."""
-        n = len(self._pending) + len(requests)
-        if n:
-            self._mix_means = ((self._pending_tokens[0] + sum(p for p, _ in requests)) / n,
-                               (self._pending_tokens[1] + sum(min(g, DEFAULT_MAX_TOKENS) for _, g in requests)) / n)
-        mean_prompt, mean_gen = self._mix_means
+        mean_prompt, mean_gen = self.trace_queue.next_means(requests)
         mean_prompt = min(mean_prompt * prompt_scale, MAX_MODEL_LEN / 2)
         if long_share:
             mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
             mean_gen = (1.0 - long_share) * mean_gen + long_share * _capped_lognormal_mean(
                 LONG_GEN_MEDIAN, LONG_GEN_SIGMA, DEFAULT_MAX_TOKENS)
         return mean_prompt, mean_gen
-
-    def _trace_queue(self, requests: list[tuple[int, int]], admitted: int, served: int,
-                     aborted: int) -> list[tuple[int, int]]:
-        """Move the tick's trace requests through the FIFO queue: `admitted` of them join (a retry storm's
-        re-sent requests repeat the tick's), the first `served` leave to be completed, the next `aborted`
-        gave up; whatever the queue bound refused (TGI's 429s, a closed-loop client holding back) is the
-        newest. Returns the served ones; afterwards the queue holds exactly ``self.waiting``."""
-        pending, sums = self._pending, self._pending_tokens
-        if not requests and admitted:  # re-sent requests of a tick the trace left empty: the last mix's means
-            requests = [(max(1, round(self._mix_means[0])), max(1, round(self._mix_means[1])))]
-        for k in range(admitted):
-            pending.append(requests[k % len(requests)])
-        out = [pending.popleft() for _ in range(min(served, len(pending)))]
-        for _ in range(min(aborted, len(pending))):
-            pending.popleft()
-        while len(pending) > self.waiting:
-            pending.pop()
-        sums[0] = sum(p for p, _ in pending)
-        sums[1] = sum(min(g, DEFAULT_MAX_TOKENS) for _, g in pending)
-        return out
 
     def _storm_admit(self, fresh: int, capacity: float, capacity_rps: float) -> tuple[int, int]:
         """Retry storm: (requests admitted to the queue, HTTP attempts) this tick.

@@ -25,6 +25,7 @@ import csv
 import io
 import math
 import random
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +141,51 @@ def load_trace(path: str | Path) -> RequestTrace:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     return parse_trace(text, path.name)
+
+
+class TraceQueue:
+    """One engine's waiting trace requests (FIFO, as (prompt, output) tokens) and the mean lengths of what it
+    serves next, which set its capacity the way the built-in mix's means do."""
+
+    def __init__(self, default_means: tuple[float, float], max_output: int) -> None:
+        self.pending: deque[tuple[int, int]] = deque()
+        self.means = default_means
+        self.max_output = max_output
+        self._sums = (0, 0)
+
+    def clear(self) -> None:
+        """The engine restarted: nothing waits."""
+        self.pending.clear()
+        self._sums = (0, 0)
+
+    def next_means(self, requests: list[tuple[int, int]]) -> tuple[float, float]:
+        """Mean prompt and output tokens of what waits plus `requests` (the last means when nothing does)."""
+        n = len(self.pending) + len(requests)
+        if n:
+            cap = self.max_output
+            self.means = ((self._sums[0] + sum(p for p, _ in requests)) / n,
+                          (self._sums[1] + sum(min(g, cap) for _, g in requests)) / n)
+        return self.means
+
+    def advance(self, requests: list[tuple[int, int]], admitted: int, served: int, aborted: int,
+                waiting: int) -> list[tuple[int, int]]:
+        """Move a tick's requests through the queue: `admitted` of them join (a retry storm's re-sent
+        requests repeat the tick's), the first `served` leave to be completed, the next `aborted` gave up;
+        what the queue bound refused (TGI's 429s, a closed-loop client holding back) is the newest. Returns
+        the served ones; afterwards the queue holds exactly `waiting` requests, the engine's count."""
+        pending = self.pending
+        if not requests and admitted:  # re-sent requests of a tick the trace left empty: the last means
+            requests = [(max(1, round(self.means[0])), max(1, round(self.means[1])))]
+        for k in range(admitted):
+            pending.append(requests[k % len(requests)])
+        out = [pending.popleft() for _ in range(min(served, len(pending)))]
+        for _ in range(min(aborted, len(pending))):
+            pending.popleft()
+        while len(pending) > waiting:
+            pending.pop()
+        cap = self.max_output
+        self._sums = (sum(p for p, _ in pending), sum(min(g, cap) for _, g in pending))
+        return out
 
 
 class TraceLoad:

@@ -126,7 +126,7 @@ def test_engine_serves_the_trace_tokens_and_its_queue_matches_its_count() -> Non
     flood = [(2000, 200)] * 8000
     eng.step(15.0, len(flood), NodeEffects(), 1.0, flood)
     assert eng.waiting > 0
-    assert len(eng._pending) == eng.waiting
+    assert len(eng.trace_queue.pending) == eng.waiting
     served_before, tokens_before = eng.success["stop"] + eng.success["length"], eng.prompt_tokens
     eng.step(15.0, 0, NodeEffects(), 1.0, [])
     served = eng.success["stop"] + eng.success["length"] - served_before
@@ -140,9 +140,9 @@ def test_engine_queue_stays_in_step_under_storm_tgi_overload_and_restart() -> No
         for k in range(12):
             reqs = [] if k % 4 == 3 else [(3000, 300)] * (3000 if k < 6 else 20)
             eng.step(15.0, len(reqs), effects, 1.0, reqs)
-            assert len(eng._pending) == eng.waiting, (kind, k)
+            assert len(eng.trace_queue.pending) == eng.waiting, (kind, k)
         eng.restart()
-        assert not eng._pending and eng.waiting == 0
+        assert not eng.trace_queue.pending and eng.waiting == 0
 
 
 def test_mix_capacity_matches_the_engine_at_saturation() -> None:
