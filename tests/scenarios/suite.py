@@ -4,9 +4,11 @@ pure function that scores a replay against them (used by test_real_fleets.py and
 Each scenario is a simulated fleet (2-4 nodes, "realistic" noise: fleet-wide traffic swings and bursts,
 request-mix and inlet-temperature drift, probe outliers, retransmit blips, missed scrapes) with zero, one
 or two faults, 40 minutes of fleet time (faults from minute 25: rolling baselines need 20), replayed through
-the default rule pack. The expectations are the targets, what a correct system reports: one incident per
-fault, at the fault's place (a node and its GPUs, or the whole model/fleet for a fleet-wide fault), with
-the right root cause from its first event; nothing at all for the negatives.
+the default rule pack. The trace negatives drive arrivals and token mix from real request traces
+(../shared/data/traces, docs/simulator.md); without the files they skip locally and fail under CI. The
+expectations are the targets, what a correct system reports: one incident per fault, at the fault's place
+(a node and its GPUs, or the whole model/fleet for a fleet-wide fault), with the right root cause from its
+first event; nothing at all for the negatives.
 
 Scoring (:func:`score`), per fault:
 
