@@ -82,6 +82,8 @@ def demo(
     ] = "127.0.0.1:0",
     hold: Annotated[float, typer.Option(
         min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran.")] = 0.0,
+    load_trace: Annotated[Path | None, typer.Option(
+        help="Request trace (CSV) for the fleet's arrivals and token mix (docs/simulator.md).")] = None,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
@@ -90,7 +92,15 @@ def demo(
 
     settings = _settings(config)
     setup_logging(log_level, log_format, default_level="warning")  # the demo's own output is its console
-    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold)
+    if load_trace is not None:  # a bad trace fails here, before the broker and the worker start
+        from tailhound.agents.simulator.trace import load_trace as read_trace
+
+        try:
+            read_trace(load_trace)
+        except (ValueError, OSError) as exc:
+            raise TailhoundError(f"demo: {exc}") from None
+    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold,
+                       load_trace=None if load_trace is None else str(load_trace))
     if fault:
         opts.faults = list(fault)
     result = asyncio.run(run_demo(settings, opts, console))
@@ -160,19 +170,27 @@ def simulate(
         str, typer.Option(help="dcgm-exporter fields: all, or default (the exporter's default counters only).")
     ] = "all",
     noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
+    load_trace: Annotated[Path | None, typer.Option(
+        help="Request trace (CSV: arrived_at, num_prefill_tokens, num_decode_tokens) for arrivals and token mix.")
+    ] = None,
+    load_trace_peak: Annotated[float, typer.Option(
+        min=0.01, max=4.0, help="Share of the fleet's capacity the trace's busiest minute reaches.")] = 0.8,
+    load_trace_start: Annotated[str, typer.Option(help="Where in the trace to start, e.g. 46m (it loops).")] = "0",
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Publish a simulated fleet's snapshots to the configured broker's telemetry topic (or --record them)."""
-    from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
+    from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig, parse_duration
 
     setup_logging(log_level, log_format, default_level="warning")
     try:
-        sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise)
-    except (ValueError, TypeError) as exc:
+        sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise,
+                               load_trace=None if load_trace is None else str(load_trace),
+                               load_trace_peak=load_trace_peak, load_trace_start_s=parse_duration(load_trace_start))
+        sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
+    except (ValueError, TypeError, OSError) as exc:
         raise TailhoundError(f"simulate: {exc}") from None
-    sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
     ticks = TickProgress(sim, ProgressReporter("simulate", unit="ticks", enabled=progress,
                                                 total=max(1, round(minutes * 60 / sim.config.interval_s))))
     if record is not None:

@@ -60,6 +60,8 @@ class DemoOptions:
     console_listen: str = "127.0.0.1:0"
     #: keep the console (and the notifier) up this long after the fleet ran, seconds (Ctrl-C ends it sooner)
     hold_s: float = 0.0
+    #: a request trace whose arrivals and token mix drive the fleet (docs/simulator.md); None: the daily curve
+    load_trace: str | None = None
 
 
 @dataclass
@@ -117,7 +119,7 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
             "allow_unauthenticated_writes": True}),
     })
     faults = [FaultSpec.parse(f) for f in opts.faults]
-    sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed), faults)
+    sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed, load_trace=opts.load_trace), faults)
     origin = sim.config.start_ts
     receiver = ConsoleReceiver(ConsoleConfig(type="console", name="console"), console, origin=origin)
 

@@ -26,6 +26,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "long-prompt-prefill",
     "generation-length-growth",
     "load-imbalance",
+    "power-cap",
 )
 
 #: Faults that act on one tick only (their duration is ignored).
@@ -33,11 +34,11 @@ ONE_SHOT_FAULTS: frozenset[str] = frozenset({"short-blip", "engine-restart"})
 
 #: Faults that act on individual GPUs (the others act on a node).
 GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded",
-                                        "warm-gpu", "gpu-xid-error"})
+                                        "warm-gpu", "gpu-xid-error", "power-cap"})
 
 #: Faults that start on the client side or are rolled out fleet-wide: without ``node=`` they act on every
 #: node (the others act on the first node).
-FLEET_DEFAULT_FAULTS: frozenset[str] = frozenset({"traffic-surge", "retry-storm", "rolling-deploy"})
+FLEET_DEFAULT_FAULTS: frozenset[str] = frozenset({"traffic-surge", "retry-storm", "rolling-deploy", "power-cap"})
 
 #: Node value that targets every node of the fleet.
 ALL_NODES = "*"
@@ -76,9 +77,9 @@ class FaultSpec:
     """One fault to inject: what, when (seconds from simulation start), for how long, where.
 
     ``node=None`` targets the fault's default (the first node; every node for ``traffic-surge``,
-    ``retry-storm`` and ``rolling-deploy``); ``node="*"`` targets every node. ``gpus=()`` picks the
-    fault's default GPUs (thermal: 3 and 5; warm GPU: 6; GPU XID error: 4; memory-bandwidth and NVLink faults: every GPU
-    of the node). ``duration_s=None`` lasts until the end. ``short-blip`` and ``engine-restart`` act on
+    ``retry-storm``, ``rolling-deploy`` and ``power-cap``); ``node="*"`` targets every node. ``gpus=()`` picks
+    the fault's default GPUs (thermal: 3 and 5; warm GPU: 6; GPU XID error: 4; memory-bandwidth and NVLink faults:
+    every GPU of the node). ``duration_s=None`` lasts until the end. ``short-blip`` and ``engine-restart`` act on
     the first tick at or after ``start_s`` only. ``rolling-deploy`` restarts the engines of its nodes one
     after another, spread evenly over its duration (default: 3 minutes apart).
     """
@@ -190,6 +191,13 @@ class SimConfig:
     #: Also export the API server's HTTP status counters (vLLM: http_requests_total by status class, as
     #: prometheus_fastapi_instrumentator groups them). TGI always exports its tgi_request_failure counter.
     http_metrics: bool = False
+    #: A request trace (CSV: arrived_at, num_prefill_tokens, num_decode_tokens; trace.py) whose arrivals and
+    #: token mix replace the daily curve and the built-in mix (and the realistic profile's fleet-wide swings).
+    load_trace: str | None = None
+    #: The share of the fleet's capacity the trace's busiest minute reaches (its rate is scaled to that).
+    load_trace_peak: float = 0.8
+    #: Where in the trace the run starts (s; the trace loops, so any offset works).
+    load_trace_start_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -204,6 +212,12 @@ class SimConfig:
                                    DCGM_PROFILES), ("noise", self.noise, NOISE_PROFILES)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
+        if not math.isfinite(self.load_trace_peak) or not 0.0 < self.load_trace_peak <= 4.0:
+            raise ValueError(f"load_trace_peak must be in (0, 4], got {self.load_trace_peak}")
+        if not math.isfinite(self.load_trace_start_s) or self.load_trace_start_s < 0:
+            raise ValueError(f"load_trace_start_s must be >= 0, got {self.load_trace_start_s}")
+        if self.load_trace is not None and not str(self.load_trace).strip():
+            raise ValueError("load_trace: empty path")
         sources = tuple(self.sources)
         known_sources = (self.engine, *SOURCES[1:])
         if self.engine != "vllm":  # "vllm" in the default sources names the engine, whichever it is

@@ -36,6 +36,7 @@ from .histogram import (
 )
 from .load import poisson
 from .sglang import sglang_histograms, sglang_samples
+from .trace import TraceQueue
 
 MAX_NUM_SEQS = 256
 MAX_MODEL_LEN = 32768
@@ -120,6 +121,26 @@ def mixed_mean_gen(long_share: float) -> float:
     return (1.0 - long_share) * normal + long_share * long
 
 
+def _capacity(mean_prompt: float, mean_gen: float, s_dec: float, s_pre: float) -> tuple[float, float, float, float,
+                                                                                   float, float]:
+    """(capacity in requests/s, batch cap, KV-bound batch, mean KV tokens a request holds, per-sequence step
+    cost, mean prefill time) of an engine serving a mix with these mean lengths at these slowdowns."""
+    ctx = mean_prompt + mean_gen / 2  # mean tokens a running request holds in the KV cache
+    c_eff = ITL_PER_SEQ_S + ITL_PER_KV_TOKEN_S * ctx
+    prefill_mean = s_pre * (PREFILL_OVERHEAD_S + mean_prompt / PREFILL_TOKENS_PER_S)
+    kv_limit = 0.97 * KV_CAPACITY_TOKENS / ctx
+    b_cap = min(float(MAX_NUM_SEQS), kv_limit)
+    capacity_rps = b_cap / (prefill_mean + mean_gen * s_dec * (ITL_BASE_S + c_eff * b_cap))
+    return capacity_rps, b_cap, kv_limit, ctx, c_eff, prefill_mean
+
+
+def mix_capacity_rps(mean_prompt: float, mean_gen: float) -> float:
+    """Requests/s one healthy engine completes at saturation for a mix with these mean lengths (the
+    simulator's own model: what a trace's rate is scaled against)."""
+    mean_prompt = min(mean_prompt, MAX_MODEL_LEN / 2)
+    return _capacity(mean_prompt, min(mean_gen, float(DEFAULT_MAX_TOKENS)), 1.0, 1.0)[0]
+
+
 @dataclass(frozen=True)
 class EngineTick:
     """What the other models need to know about the engine's last tick."""
@@ -150,6 +171,8 @@ class Engine:
         self._carry = 0.0
         self.down = False
         self.last = EngineTick(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, ITL_BASE_S)
+        #: load-trace requests waiting in the queue (prompt, output tokens)
+        self.trace_queue = TraceQueue((MEAN_PROMPT, MEAN_GEN), DEFAULT_MAX_TOKENS)
         if self.tgi:
             # TGI exports no labels; the scrape adds instance (host:port) and the agent config the model.
             self.labels = {"model_name": model, "instance": instance}
@@ -210,9 +233,12 @@ class Engine:
         self.waiting = 0
         self._carry = 0.0
         self.last = EngineTick(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, ITL_BASE_S)
+        self.trace_queue.clear()
 
-    def step(self, dt: float, arrivals: int, effects: NodeEffects, clock_slowdown: float) -> EngineTick:
-        """Advance one tick of `dt` seconds with `arrivals` new requests."""
+    def step(self, dt: float, arrivals: int, effects: NodeEffects, clock_slowdown: float,
+             requests: list[tuple[int, int]] | None = None) -> EngineTick:
+        """Advance one tick of `dt` seconds with `arrivals` new requests (`requests`: their (prompt, output)
+        tokens, from a load trace; None: drawn from the built-in mix)."""
         if effects.engine_restart:
             self.restart()  # requests arriving while the engine restarts are refused
             return self.last
@@ -226,11 +252,14 @@ class Engine:
         s_dec = effects.decode_slowdown * clock_slowdown
         s_pre = effects.prefill_slowdown * clock_slowdown
         long_share = effects.long_gen_share
-        mean_prompt = min(MEAN_PROMPT * effects.prompt_scale, MAX_MODEL_LEN / 2)
-        mean_gen = MEAN_GEN
-        if long_share:
-            mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
-            mean_gen = mixed_mean_gen(long_share)
+        if requests is None:
+            mean_prompt = min(MEAN_PROMPT * effects.prompt_scale, MAX_MODEL_LEN / 2)
+            mean_gen = MEAN_GEN
+            if long_share:
+                mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
+                mean_gen = mixed_mean_gen(long_share)
+        else:  # a trace's mix: the means of what waits and arrives (the requests served next)
+            mean_prompt, mean_gen = self._trace_means(requests, effects.prompt_scale, long_share)
         mean_gen *= effects.gen_scale
         self._stall = 0.0
         if effects.long_prompt_share:  # unchunked long prefills stall the decode loop: every step waits
@@ -239,12 +268,7 @@ class Engine:
             self._long_prefill_s = s_pre * (PREFILL_OVERHEAD_S + LONG_PROMPT_MEAN / PREFILL_TOKENS_PER_S)
             self._stall = min(0.6, arrivals / dt * share * self._long_prefill_s)
             s_dec *= 1.0 + self._stall
-        ctx = mean_prompt + mean_gen / 2  # mean tokens a running request holds in the KV cache
-        c_eff = ITL_PER_SEQ_S + ITL_PER_KV_TOKEN_S * ctx
-        prefill_mean = s_pre * (PREFILL_OVERHEAD_S + mean_prompt / PREFILL_TOKENS_PER_S)
-        kv_limit = 0.97 * KV_CAPACITY_TOKENS / ctx
-        b_cap = min(float(MAX_NUM_SEQS), kv_limit)
-        capacity_rps = b_cap / (prefill_mean + mean_gen * s_dec * (ITL_BASE_S + c_eff * b_cap))
+        capacity_rps, b_cap, kv_limit, ctx, c_eff, prefill_mean = _capacity(mean_prompt, mean_gen, s_dec, s_pre)
 
         # Fluid queue: serve up to capacity, keep the rest waiting, let clients time out.
         waiting_before = self.waiting
@@ -274,6 +298,8 @@ class Engine:
         aborted = max(0, waiting - max_waiting)
         waiting -= aborted
         self.waiting = waiting
+        served_requests = (None if requests is None
+                           else self.trace_queue.advance(requests, arrivals, served, aborted, waiting))
         rate = served / dt
         if effects.retry_storm:
             wait_s = waiting / capacity_rps
@@ -300,7 +326,8 @@ class Engine:
 
         util = 1.0 if waiting > 0 else min(1.0, rate / capacity_rps)
         prompt_sum, gen_sum = self._complete(
-            served, itl, s_pre, running_f, util, effects, dt, waiting_before / capacity_rps, waiting / capacity_rps
+            served, itl, s_pre, running_f, util, effects, dt, waiting_before / capacity_rps, waiting / capacity_rps,
+            served_requests,
         )
         self.success["abort"] += aborted
         if self.tgi:
@@ -316,6 +343,18 @@ class Engine:
             itl_s=itl,
         )
         return self.last
+
+    def _trace_means(self, requests: list[tuple[int, int]], prompt_scale: float,
+                     long_share: float) -> tuple[float, float]:
+        """Mean prompt and output lengths of the trace requests waiting and arriving (the last ones when
+        none are), as the mix's means are in the built-in case (prompt scale, long generations)."""
+        mean_prompt, mean_gen = self.trace_queue.next_means(requests)
+        mean_prompt = min(mean_prompt * prompt_scale, MAX_MODEL_LEN / 2)
+        if long_share:
+            mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
+            mean_gen = (1.0 - long_share) * mean_gen + long_share * _capped_lognormal_mean(
+                LONG_GEN_MEDIAN, LONG_GEN_SIGMA, DEFAULT_MAX_TOKENS)
+        return mean_prompt, mean_gen
 
     def _storm_admit(self, fresh: int, capacity: float, capacity_rps: float) -> tuple[int, int]:
         """Retry storm: (requests admitted to the queue, HTTP attempts) this tick.
@@ -356,8 +395,10 @@ class Engine:
     def _complete(
         self, served: int, itl: float, s_pre: float, running_f: float, util: float,
         effects: NodeEffects, dt: float, wait_start: float, wait_end: float,
+        requests: list[tuple[int, int]] | None = None,
     ) -> tuple[int, int]:  # fmt: skip
-        """Draw the `served` requests that finished this tick and record them."""
+        """Draw the `served` requests that finished this tick and record them (`requests`: their trace tokens;
+        a trace's output lengths are what the model generated, so only the context limit truncates them)."""
         rng = self._rng
         random_, exp, log, z, zn = rng.random, math.exp, math.log, _Z, _Z_N
         ln_prompt = math.log(PROMPT_MEDIAN * effects.prompt_scale)
@@ -380,15 +421,22 @@ class Engine:
         ln_long = math.log(LONG_GEN_MEDIAN)
         tgi = self.tgi
         limits: list[int] = []
-        for _ in range(served):
-            p = min(prompt_cap, max(16, int(exp(ln_prompt + PROMPT_SIGMA * z[int(random_() * zn)]))))
+        prompt_scale, gen_scale = effects.prompt_scale, effects.gen_scale
+        for k in range(served):
+            if requests is not None:
+                p, g = requests[k]
+                p = min(prompt_cap, max(1, int(p * prompt_scale)))
+                g = max(1, int(g * gen_scale)) if gen_scale != 1.0 else g
+                limit = DEFAULT_MAX_TOKENS
+            else:
+                p = min(prompt_cap, max(16, int(exp(ln_prompt + PROMPT_SIGMA * z[int(random_() * zn)]))))
             if long_prompts and random_() < long_prompts:
                 p = min(prompt_cap, int(exp(ln_long_prompt + LONG_PROMPT_SIGMA * z[int(random_() * zn)])))
             if long_share and random_() < long_share:  # (no draw at all without long generations)
                 p = max(16, int(p * LONG_PROMPT_SCALE))
                 limit = DEFAULT_MAX_TOKENS
                 g = 1 + int(exp(ln_long + LONG_GEN_SIGMA * z[int(random_() * zn)]))
-            else:
+            elif requests is None:
                 limit = SHORT_MAX_TOKENS if random_() < 0.1 else DEFAULT_MAX_TOKENS
                 g = 1 + int(exp(ln_gen + GEN_SIGMA * z[int(random_() * zn)]))
             if tgi:

@@ -70,6 +70,10 @@ GEN_GROWTH_SCALE = 2.0
 #: Load imbalance: the load balancer (round-robin over uneven requests, session stickiness) sends the
 #: fault's nodes this multiple of their share; the model's other nodes get the rest (same total traffic).
 IMBALANCE_HOT_SCALE = 1.8
+#: Power cap (``nvidia-smi -pl``, a facility's power budget): the GPUs' board limit lowered from 700 W to
+#: this; under load the clock drops until the board draws no more (clock-event reason sw_power_cap),
+#: temperatures stay normal (less power, less heat). Not a fault to page for: the fleet runs as configured.
+POWER_CAP_LIMIT_W = 500.0
 
 
 @dataclass
@@ -90,6 +94,7 @@ class NodeEffects:
     net_loss: float = 0.0
     ingress_overflow: bool = False
     warm_gpus: frozenset[int] = frozenset()
+    power_capped_gpus: frozenset[int] = frozenset()  # board power limit lowered to POWER_CAP_LIMIT_W
     retry_storm: bool = False
     engine_down: bool = False  # rolling deploy: the engine is being replaced (drained, scrapes fail)
     long_gen_share: float = 0.0  # share of requests that ask for long generations (head-of-line blocking)
@@ -202,6 +207,8 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
             eff.engine_restart = True
         elif name == "warm-gpu":
             eff.warm_gpus = eff.warm_gpus | fault_gpus(f, gpus_per_node)
+        elif name == "power-cap":
+            eff.power_capped_gpus = eff.power_capped_gpus | fault_gpus(f, gpus_per_node)
         elif name == "retry-storm":
             eff.retry_storm = True
             if t_s < f.start_s + STORM_TRIGGER_S:

@@ -8,13 +8,14 @@ from collections.abc import Iterator, Sequence
 from tailhound.snapshot import Snapshot
 
 from .config import FaultSpec, SimConfig
-from .engine import TGI_PORT, Engine
-from .faults import WARM_GPU_EXTRA_C, XID_DOUBLE_BIT_ECC, NodeEffects, node_effects, validate_faults
-from .gpu import GpuState
+from .engine import TGI_PORT, Engine, mix_capacity_rps
+from .faults import POWER_CAP_LIMIT_W, WARM_GPU_EXTRA_C, XID_DOUBLE_BIT_ECC, NodeEffects, node_effects, validate_faults
+from .gpu import POWER_CAP_W, GpuState
 from .load import LoadModel
 from .network import BlackboxProbe, NodeNetwork
 from .noise import FleetNoise, NodeNoise
 from .sglang import SGLANG_PORT
+from .trace import TraceLoad, load_trace
 
 #: What a failed scrape records (the engine being replaced, or an endpoint that timed out once).
 DOWN_ERROR = "connection refused"
@@ -24,11 +25,14 @@ TIMEOUT_ERROR = "scrape timed out"
 class _Node:
     """Every model of one node, each with its own seeded random stream."""
 
-    def __init__(self, config: SimConfig, name: str) -> None:
+    def __init__(self, config: SimConfig, name: str, trace_load: TraceLoad | None = None) -> None:
         def rng(part: str) -> random.Random:
             return random.Random(f"tailhound-sim/{config.seed}/{name}/{part}")
 
         self.name = name
+        self.start_ts = config.start_ts
+        self.trace_load = trace_load
+        self._trace_rng = rng("trace")
         self.engine_source = config.engine
         self.load = LoadModel(rng("load"))
         if config.engine == "vllm":
@@ -57,14 +61,21 @@ class _Node:
         warm, inlet = eff.warm_gpus, eff.inlet_offset_c
         for gpu in self.gpus:
             extra = inlet + WARM_GPU_EXTRA_C if gpu.index in warm else inlet
+            gpu.power_limit_w = POWER_CAP_LIMIT_W if gpu.index in eff.power_capped_gpus else POWER_CAP_W
             gpu.update_thermal(dt, prev_util, gpu.index in eff.overheating_gpus, extra)
             gpu.set_hardware_error(XID_DOUBLE_BIT_ECC if gpu.index in eff.xid_gpus else None)
         # Tensor parallelism: every step waits for the slowest GPU of the group.
         clock_slowdown = max(gpu.slowdown for gpu in self.gpus)
-        _, arrivals = self.load.arrivals(ts, dt, eff.arrival_scale)
+        requests = None
+        if self.trace_load is not None:
+            share = self.load.node_share * eff.arrival_scale
+            requests = self.trace_load.node_requests(self._trace_rng, ts - self.start_ts, dt, share)
+            arrivals = len(requests)
+        else:
+            _, arrivals = self.load.arrivals(ts, dt, eff.arrival_scale)
         if eff.engine_down:
-            arrivals = 0  # drained from the load balancer
-        tick = self.engine.step(dt, arrivals, eff, clock_slowdown)
+            arrivals, requests = 0, (None if requests is None else [])  # drained from the load balancer
+        tick = self.engine.step(dt, arrivals, eff, clock_slowdown, requests)
         token_rate = tick.prompt_tps + tick.generation_tps
         for gpu in self.gpus:
             gpu.update_load(
@@ -113,6 +124,15 @@ class _Node:
         return out
 
 
+def _trace_load(config: SimConfig) -> TraceLoad:
+    """The config's trace, its rate scaled so that its busiest minute loads the fleet to `load_trace_peak`
+    of the engines' capacity for the trace's own token mix."""
+    trace = load_trace(str(config.load_trace))
+    capacity = config.nodes * mix_capacity_rps(*trace.mean_tokens())
+    return TraceLoad(trace, config.load_trace_peak * capacity / trace.peak_rps(), config.nodes,
+                     config.load_trace_start_s)
+
+
 class FleetSimulator:
     """Deterministic fleet simulator: same config, seed and faults give identical snapshots."""
 
@@ -121,9 +141,11 @@ class FleetSimulator:
         self.faults: tuple[FaultSpec, ...] = tuple(faults)
         self._names = config.node_names()
         validate_faults(self.faults, self._names, config.gpus_per_node)
-        self._nodes = [_Node(config, name) for name in self._names]
+        self.trace_load = _trace_load(config) if config.load_trace is not None else None
+        self._nodes = [_Node(config, name, self.trace_load) for name in self._names]
+        # a trace carries the fleet's own swings and bursts: the realistic profile adds only per-node noise
         self._noise = (FleetNoise(random.Random(f"tailhound-sim/{config.seed}/fleet/noise"))
-                       if config.noise == "realistic" else None)
+                       if config.noise == "realistic" and self.trace_load is None else None)
         self._t = 0.0  # simulated seconds from start of the next tick
 
     @property

@@ -32,6 +32,10 @@ NVLINK_BYTES_PER_TOKEN = 4.6e6  # TP8 all-reduce traffic per token and GPU (70B,
 INLET_TEMP_C = 28.0
 THERMAL_RESISTANCE_C_PER_W = 0.065
 IDLE_POWER_W, DYNAMIC_POWER_W, POWER_CAP_W = 80.0, 600.0, 700.0
+#: How a clock lowered by the power limit slows the engine: (max / clock) ** this (thermal clocks: 0.9).
+#: Decode streams weights from HBM, whose clock the power limit leaves alone: H100s capped 15-30 % below
+#: their TDP lose a few percent of LLM decode throughput.
+POWER_CAP_CLOCK_EXPONENT = 0.35
 #: Thermal time constants (s): heating under a cooling fault, normal heating, cooling.
 TAU_FAULT_S, TAU_HEAT_S, TAU_COOL_S = 35.0, 40.0, 60.0
 
@@ -80,6 +84,10 @@ class GpuState:
         self.perf_clock = MAX_SM_CLOCK_MHZ
         self.sm_clock = MAX_SM_CLOCK_MHZ
         self.reasons = 0
+        #: the board power limit (W): the fleet sets it per tick (a power-cap fault lowers it)
+        self.power_limit_w = POWER_CAP_W
+        self._busy = 0.0  # last tick's activity, for the clock a lowered power limit allows
+        self._power_capped = False  # the clock is what the power limit allows (and no thermal slowdown)
         self.util_pct = 0.0
         self.dram_active = 0.0
         self.nvlink_tx = self.nvlink_rx = 0.0
@@ -103,7 +111,11 @@ class GpuState:
     @property
     def slowdown(self) -> float:
         """How much slower this GPU computes than at max clock (>= 1)."""
-        return (MAX_SM_CLOCK_MHZ / self.perf_clock) ** 0.9 if self.perf_clock < MAX_SM_CLOCK_MHZ else 1.0
+        if self.perf_clock >= MAX_SM_CLOCK_MHZ:
+            return 1.0
+        # a power-capped clock (no thermal reason) costs memory-bound decode little: the memory clock stays
+        exponent = POWER_CAP_CLOCK_EXPONENT if self._power_capped else 0.9
+        return (MAX_SM_CLOCK_MHZ / self.perf_clock) ** exponent
 
     def update_thermal(self, dt: float, utilization: float, overheating: bool, extra_c: float = 0.0) -> None:
         """Temperature follows the last tick's power (or a failing cooler); clocks follow temperature.
@@ -129,6 +141,14 @@ class GpuState:
         else:
             self.perf_clock = MAX_SM_CLOCK_MHZ - abs(round(rng.gauss(0.0, 10.0)))
             self.reasons = 0
+        self._power_capped = False
+        if self.power_limit_w < POWER_CAP_W and self._busy > 0.0:
+            # the clock at which last tick's work draws the limit: P = idle + dynamic * busy * ratio**1.3
+            ratio = ((self.power_limit_w - 5.0 - IDLE_POWER_W) / (DYNAMIC_POWER_W * self._busy)) ** (1 / 1.3)
+            if ratio < self.perf_clock / MAX_SM_CLOCK_MHZ:
+                self.perf_clock = round(MAX_SM_CLOCK_MHZ * max(0.4, ratio))
+                self.reasons |= REASON_SW_POWER_CAP
+                self._power_capped = not self.reasons & (REASON_SW_THERMAL | REASON_HW_THERMAL)
 
     def set_hardware_error(self, xid: int | None) -> None:
         """A hardware XID while `xid` is set (one row remapped for it, once); None: the GPU was reset."""
@@ -151,9 +171,10 @@ class GpuState:
         reasons = self.reasons | (REASON_GPU_IDLE if idle else 0)
         clock_ratio = self.sm_clock / MAX_SM_CLOCK_MHZ
         busy = 0.0 if idle else 0.25 + 0.7 * u
+        self._busy = busy
         power = IDLE_POWER_W + DYNAMIC_POWER_W * busy * clock_ratio**1.3 + rng.gauss(0.0, 4.0)
-        if power > POWER_CAP_W - 10:
-            power = POWER_CAP_W - rng.uniform(0.0, 10.0)
+        if power > self.power_limit_w - 10:
+            power = self.power_limit_w - rng.uniform(0.0, 10.0)
             reasons |= REASON_SW_POWER_CAP
         self.power_w = max(IDLE_POWER_W * 0.9, power)
         self.reasons = reasons

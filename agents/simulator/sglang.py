@@ -12,14 +12,11 @@ preemptions). Served with ``--enable-metrics --collect-tokens-histogram``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tailhound.snapshot import CounterSample, GaugeSample, Sample
 
 from .histogram import CumulativeHistogram
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 SGLANG_PORT = 30000
 #: TokenizerMetricsCollector's default bounds.
@@ -61,9 +58,10 @@ def sglang_histograms() -> dict[str, CumulativeHistogram]:
     }
 
 
-def sglang_samples(engine: Engine, hist: dict[str, CumulativeHistogram], model: str,
+def sglang_samples(engine: Any, hist: dict[str, CumulativeHistogram], model: str,
                    kv_capacity_tokens: int) -> list[Sample]:
-    """The engine's metrics as an SGLang server exposes them (tokenizer and scheduler label sets)."""
+    """The engine's metrics as an SGLang server exposes them (tokenizer and scheduler label sets); `engine` is an
+    ``engine.Engine`` (not imported: engine.py imports this module)."""
     tok = {"model_name": model, "engine_type": "unified"}
     sch = {**tok, **SCHEDULER_RANKS}
     last = engine.last

@@ -27,6 +27,7 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "long-prompt-prefill",
         "generation-length-growth",
         "load-imbalance",
+        "power-cap",
     }
 
 

@@ -272,3 +272,28 @@ def test_gpu_xid_error_reports_xid_48_a_remapped_row_and_takes_the_engine_down()
 
     healthy = simulate((), sources=("vllm", "dcgm", "node", "blackbox"))
     assert finished(ticks) > 1.25 * finished(healthy)  # two nodes' traffic on one, up to its capacity
+def test_power_cap_lowers_clocks_with_sw_power_cap_and_normal_temperatures() -> None:
+    """A 500 W limit under load: SM clock down, reason sw_power_cap and never a thermal one, power at the
+    limit, temperatures cooler than uncapped, the engine
+    less than a fifth slower (decode is memory-bound: the clock costs little)."""
+    sources = ("vllm", "dcgm")
+    capped = simulate(("power-cap@10m",), minutes=25, sources=sources)
+    free = simulate((), minutes=25, sources=sources)
+    for node in (N1, N2):  # every node: a fleet-wide setting by default
+        for gpu in (0, 7):
+            clock = gpu_series(capped, node, "DCGM_FI_DEV_SM_CLOCK", gpu)
+            reasons = [int(r) for r in gpu_series(capped, node, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu)]
+            power = gpu_series(capped, node, "DCGM_FI_DEV_POWER_USAGE", gpu)
+            temps = gpu_series(capped, node, "DCGM_FI_DEV_GPU_TEMP", gpu)
+            assert all(r & 0x60 == 0 for r in reasons)
+            assert not any(r & 0x4 for r in reasons[:40])
+            busy = range(42, 100)
+            assert sum(bool(reasons[k] & 0x4) for k in busy) > 0.8 * len(busy)
+            assert statistics.fmean(clock[k] for k in busy) < 0.98 * 1980  # the clock gives way at busy ticks
+            assert min(clock[k] for k in busy) < 0.92 * 1980
+            assert max(power[k] for k in busy) <= 500.0
+            free_temps = gpu_series(free, node, "DCGM_FI_DEV_GPU_TEMP", gpu)
+            assert max(temps[k] for k in busy) < 75 and statistics.fmean(temps[k] for k in busy) < statistics.fmean(
+                free_temps[k] for k in busy)
+        itl, free_itl = itl_means(capped, node), itl_means(free, node)
+        assert 1.0 < mean_over(itl, 44, 100) / mean_over(free_itl, 44, 100) < 1.2

@@ -56,6 +56,7 @@ SKIP: dict[tuple[str, str], str] = {
         "the capacity file of the step above, in /etc",
     ("docs/doctor.md", "tailhound doctor scrape.jsonl --rules ./rules"): "the reader's own rules directory",
     ("docs/rules-testing.md", "tailhound rules test my-tests.yaml"): "the reader's own tests and rules",
+    ("docs/simulator.md", "tailhound simulate --record code.jsonl"): "the public request traces next to a checkout",
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --truth truth.yaml"): "the reader's truth file",
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --rules rules --against main"): "a git checkout",
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --against /tmp/old-rules"): "an older rule pack",

@@ -4,9 +4,11 @@ pure function that scores a replay against them (used by test_real_fleets.py and
 Each scenario is a simulated fleet (2-4 nodes, "realistic" noise: fleet-wide traffic swings and bursts,
 request-mix and inlet-temperature drift, probe outliers, retransmit blips, missed scrapes) with zero, one
 or two faults, 40 minutes of fleet time (faults from minute 25: rolling baselines need 20), replayed through
-the default rule pack. The expectations are the targets, what a correct system reports: one incident per
-fault, at the fault's place (a node and its GPUs, or the whole model/fleet for a fleet-wide fault), with
-the right root cause from its first event; nothing at all for the negatives.
+the default rule pack. The trace negatives drive arrivals and token mix from real request traces
+(../shared/data/traces, docs/simulator.md); without the files they skip locally and fail under CI. The
+expectations are the targets, what a correct system reports: one incident per fault, at the fault's place
+(a node and its GPUs, or the whole model/fleet for a fleet-wide fault), with the right root cause from its
+first event; nothing at all for the negatives.
 
 Scoring (:func:`score`), per fault:
 
@@ -28,6 +30,7 @@ Scoring (:func:`score`), per fault:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,6 +43,9 @@ from tailhound.streams.replay import replay_records
 from tailhound.streams.ruleset import load_rules
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
+#: The public request traces (../shared/data/traces next to the checkout; not in the wheel, see its README);
+#: TAILHOUND_TRACES_DIR points elsewhere.
+TRACES = Path(os.environ.get("TAILHOUND_TRACES_DIR") or Path(__file__).resolve().parents[3] / "shared/data/traces")
 
 FAULT_AT_MIN = 25
 MINUTES = 40
@@ -100,6 +106,10 @@ class Scenario:
 
 def _at(minutes: float) -> str:
     return f"{minutes:g}m"
+
+
+def _trace(name: str) -> str:
+    return str(TRACES / f"azure_llm_2023_{name}.csv")
 
 
 F = FAULT_AT_MIN
@@ -175,6 +185,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("load-imbalance", "one replica gets 1.8x its share, its peers idle (round-robin, stickiness)",
              (Fault(f"load-imbalance@{_at(F)}+10m:node=gpu-node-2", Expect("load-imbalance", "gpu-node-2")),),
              {"nodes": 3}),
+    # real request arrivals and token mixes (Azure LLM inference 2023), the busiest minute at 80 % of capacity
+    # (agents/simulator/trace.py): the conversation trace rises 60 % over minutes 22-37; the code trace, started
+    # at its minute 46 (it loops at 57.3), bursts from nothing to 8.8x, 11.7x and 6.6x its mean within 15 s at
+    # minutes 20.8, 25.5 and 34.8, after the rolling baselines have their 20 minutes
+    Scenario("trace-conv-healthy", "negative: healthy fleet under the Azure conversation trace", (),
+             {"nodes": 4, "load_trace": _trace("conv")}),
+    Scenario("trace-code-healthy", "negative: healthy fleet under the Azure code trace (on/off bursts)", (),
+             {"nodes": 4, "load_trace": _trace("code"), "load_trace_start_s": 46 * 60.0}),
+    # the GPUs' power limit cut to 500 W (of 700) at minute 20: under load the SM clock drops (clock-event reason
+    # sw_power_cap), temperatures stay normal; decode is memory-bound, so the engines lose a few percent only
+    Scenario("power-capped", "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
+             (Fault(f"power-cap@{_at(F - 5)}", None),), {"nodes": 4}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
@@ -190,8 +212,20 @@ AGGREGATE_GAP: str | None = "1 wrong-cause incident (retry-storm for a TGI surge
 SCENARIOS = {name: replace(sc, gap=GAPS.get(name)) for name, sc in SCENARIOS.items()}
 
 
+def missing_trace(scenario: Scenario) -> str | None:
+    """Why the scenario cannot run here (its load trace is missing), or None."""
+    trace = scenario.config.get("load_trace")
+    if trace is None or Path(trace).is_file():
+        return None
+    return (f"{scenario.name}: needs the request trace {trace} (the public traces live in ../shared/data/traces "
+            "next to the checkout, see its README; TAILHOUND_TRACES_DIR points elsewhere)")
+
+
 def replay(scenario: Scenario, rules_dir: Path = RULES) -> tuple[list[IncidentEvent], float]:
     """Simulate the scenario and replay it through the rule pack: (incident events, fleet start time)."""
+    missing = missing_trace(scenario)
+    if missing:
+        raise FileNotFoundError(missing)
     sim = FleetSimulator(scenario.sim_config(), [f.fault for f in scenario.faults])
     result = replay_records(iter_records(sim, scenario.minutes), load_rules(rules_dir))
     return result.events, sim.config.start_ts

@@ -9,17 +9,23 @@ numbers are in BENCHMARKS.md ("Diagnosis on the scenario suite (issue 12)"; ``py
 
 from __future__ import annotations
 
+import os
 from functools import cache
 
 import pytest
 
-from tests.scenarios.suite import AGGREGATE_GAP, SCENARIOS, ScenarioScore, aggregate, replay, score
+from tests.scenarios.suite import AGGREGATE_GAP, SCENARIOS, ScenarioScore, aggregate, missing_trace, replay, score
 
 
 @cache
 def run(name: str) -> ScenarioScore:
     """Simulate, replay and score one scenario (once per session)."""
     sc = SCENARIOS[name]
+    missing = missing_trace(sc)
+    if missing:  # the traces are not in the wheel; CI has them (a missing one there is a bug)
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(missing + "; CI must run it, not skip it")
+        pytest.skip(missing)
     events, start = replay(sc)
     return score(sc, events, start)
 
@@ -54,5 +60,6 @@ def test_every_fault_is_detected_somewhere():
         for f in result.faults:
             if f.expect is not None:
                 assert f.incidents, f"{name}: {f.spec} opened nothing"
-        if name in ("healthy", "warm-gpu", "rolling-deploy", "tgi-healthy"):
+        if name in ("healthy", "warm-gpu", "rolling-deploy", "tgi-healthy", "trace-conv-healthy", "trace-code-healthy",
+                    "power-capped"):
             assert not result.incidents, (name, result.problems())
