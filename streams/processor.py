@@ -194,12 +194,8 @@ class SnapshotProcessor:
     def evict(self, node: str, raw_state: RawState | None, now: float) -> list[IncidentEvent]:
         """Forget `node` (over the cap, see :meth:`admit`): its open incidents resolve ("node gone") at event
         time `now`, returned; the caller deletes its stored state, so if it sends again it starts fresh."""
-        cached = self._states.get(node)
-        if cached is not None and (raw_state is None or raw_state.get("version") == cached.version):
-            state = cached
-        elif raw_state is not None:
-            state = NodeState.model_validate(raw_state)
-        else:
+        state = self._state_of(node, raw_state, cached_alone=True)
+        if state is None:
             self.forget(node)
             return []
         seen = max(state.last_ts.values(), default=state.persisted_at)
@@ -299,11 +295,8 @@ class SnapshotProcessor:
         incidents resolve with a "node gone" event (returned; the caller deletes the stored state). None when
         it is not silent after all (the cached state knows a newer snapshot than the stored one)."""
         cached = self._states.get(node)
-        if cached is not None and raw_state is not None and raw_state.get("version") == cached.version:
-            state = cached
-        elif raw_state is not None:
-            state = NodeState.model_validate(raw_state)
-        else:
+        state = self._state_of(node, raw_state, cached_alone=False)
+        if state is None:
             self.forget(node)
             return []
         seen = max(state.last_ts.values(), default=state.persisted_at)
@@ -314,6 +307,14 @@ class SnapshotProcessor:
         events = resolve_gone(state.incidents, self.rules, node, state.models, now, seen)
         self.forget(node)
         return events
+
+    def _state_of(self, node: str, raw_state: RawState | None, cached_alone: bool) -> NodeState | None:
+        """The node's state: the cached one when it is the stored version (with `cached_alone`, also when
+        nothing is stored), else the stored one; None when there is neither."""
+        cached = self._states.get(node)
+        if cached is not None and (cached_alone if raw_state is None else raw_state.get("version") == cached.version):
+            return cached
+        return NodeState.model_validate(raw_state) if raw_state is not None else None
 
     def forget(self, node: str) -> None:
         """Drop what is kept in memory for `node`."""
