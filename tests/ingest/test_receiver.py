@@ -35,7 +35,8 @@ HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf
 T0 = 1_700_000_000_000
 NODE = "gpu-node-2"
 INSTANCE = "10.0.0.7:9400"
-JOBS = {"blackbox": "blackbox", "dcgm": "dcgm", "nim": "nim", "node": "node", "tgi": "tgi", "vllm": "vllm"}
+JOBS = {"blackbox": "blackbox", "dcgm": "dcgm", "nim": "nim", "node": "node", "sglang": "sglang", "tgi": "tgi",
+        "vllm": "vllm"}
 PAGES = sorted(p.name for p in AGENT_FIXTURES.glob("*.prom") if p.name != "prometheus3_utf8.prom")
 #: pages with counters that neither the catalog nor their names (`_total`) make counters: without the metadata
 #: Prometheus sends (every minute), they are gauges until it comes
