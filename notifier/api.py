@@ -310,7 +310,9 @@ async def start_site(app: web.Application, listen: str, limits: ServerLimits | N
     is actually bound decides: a name such as localhost may resolve to several addresses)."""
     limits = limits if limits is not None else ServerLimits()
     host, port = split_listen(listen)
-    app.middlewares.insert(0, body_deadline(limits))  # outermost: no handler waits on a slow body
+    # after the request checks and the token (a refused request's body is never read: 401 before 413), before
+    # every handler: no handler waits on a slow body
+    app.middlewares.append(body_deadline(limits))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, **runner_options(limits))
     await runner.setup()
     site = GuardedSite(runner, host, port, limits)
