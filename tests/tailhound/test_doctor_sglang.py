@@ -48,8 +48,8 @@ def test_doctor_shows_the_engine_rules_an_sglang_page_feeds(tmp_path):
     assert got["kv-cache-pressure"] == ("partial", ("engine.batch_max_tokens",))
     assert got["head-of-line-blocking"] == ("partial", ("engine.batch_max_tokens",))
     assert got["retry-storm"][0] == "blind"  # SGLang counts no rejections
-    assert re.search(r"^vLLM: engine\.http_rejections, engine\.http_requests \(for retry-storm\); or from TGI$",
-                     result.output, re.M)
+    assert re.search(r"^vLLM: engine\.http_rejections, engine\.http_requests, latency\.itl \(for "
+                     r"head-of-line-blocking-long-prompts, retry-storm\); or from TGI$", result.output, re.M)
 
 
 def test_node_slower_than_peers_is_fed_by_the_engines_histograms(tmp_path):

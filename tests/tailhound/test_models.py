@@ -121,7 +121,7 @@ def test_vocabulary_is_complete_and_documented():
         "network-path", "ingress-saturation", "health-check-flapping", "stream-buffering", "capacity",
         "kv-cache-pressure", "gpu-memory-bandwidth", "gpu-thermal-throttle", "nvlink-degraded",
         "pcie-bottleneck", "retry-storm", "head-of-line-blocking", "node-degraded",
-        "load-imbalance", "generation-length-growth"}
+        "load-imbalance", "generation-length-growth", "gpu-hardware-error"}
     assert set(ROOT_CAUSES) == set(RootCause)
     assert all(info.meaning and info.title for info in ROOT_CAUSES.values())
 
