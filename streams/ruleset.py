@@ -29,16 +29,14 @@ from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.durations import parse_duration
 from tailhound.errors import ConfigFileError, RuleFileError
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
-from tailhound.yamlfile import compose_strict, yaml_error_text
+from tailhound.yamlfile import compose_strict, read_config_text
 from tailhound.yamlfile import line_of as _line_of
-from tailhound.yamlfile import read_text as read_yaml_text
 
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
 from .demand import history_windows
@@ -275,13 +273,7 @@ def load_rules(directory: str | Path, catalog: Catalog | None = None) -> RuleSet
 
 def load_rule_file(path: str | Path, catalog: Catalog | None = None) -> list[Rule]:
     path = Path(path)
-    try:
-        text = read_yaml_text(path)
-    except OSError as exc:
-        raise RuleFileError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise RuleFileError(str(path), None, yaml_error_text(exc)) from exc
-    return parse_rule_text(text, str(path), catalog)
+    return parse_rule_text(read_config_text(path, RuleFileError), str(path), catalog)
 
 
 def parse_rule_text(text: str, origin: str, catalog: Catalog | None = None) -> list[Rule]:

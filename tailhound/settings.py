@@ -22,8 +22,7 @@ from tailhound.durations import Duration
 from tailhound.errors import ConfigError, ConfigFileError
 from tailhound.resources import default_rules_dir
 from tailhound.snapshot import LIMITS
-from tailhound.yamlfile import compose_strict, file_error, mapping_key, mapping_value, yaml_error_text
-from tailhound.yamlfile import read_text as read_yaml_text
+from tailhound.yamlfile import compose_strict, file_error, mapping_key, mapping_value, read_config_text
 
 CONFIG_ENV = "TAILHOUND_CONFIG"
 ENV_PREFIX = "TAILHOUND_"
@@ -373,12 +372,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
 def read_settings_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], yaml.Node | None, str]:
     """(values, YAML node tree, origin) of a settings file; ConfigFileError when it cannot be used."""
     p = Path(path)
-    try:
-        text = read_yaml_text(p)
-    except OSError as exc:
-        raise ConfigFileError(str(p), None, f"cannot read settings file: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(str(p), None, yaml_error_text(exc)) from exc
+    text = read_config_text(p, ConfigFileError, "cannot read settings file")
     node, loaded = compose_strict(text, str(p))
     if loaded is not None and not isinstance(loaded, dict):
         raise ConfigFileError(str(p), 1, "a settings file is a mapping of settings (broker, streams, notifier, ...)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -165,6 +166,18 @@ def read_text(path: str | Path, limits: YamlLimits = LIMITS) -> str:
     return data.decode("utf-8")
 
 
+def read_config_text(path: str | Path, error: Callable[[str, int | None, str], Exception],
+                     cannot_read: str = "cannot read") -> str:
+    """:func:`read_text`, with what goes wrong (unreadable, too large) raised as ``error(file, None, why)``: the
+    caller's own exception (a config, rule or rule-test file error)."""
+    try:
+        return read_text(path)
+    except OSError as exc:
+        raise error(str(path), None, f"{cannot_read}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise error(str(path), None, yaml_error_text(exc)) from None
+
+
 def mapping_pair(node: yaml.Node | None, key: str) -> tuple[yaml.Node, yaml.Node] | None:
     """The (key, value) nodes of `key` in a mapping node; the last one when the key is there twice (as YAML
     keeps); None when `node` is not a mapping or lacks the key."""
@@ -249,10 +262,4 @@ def file_error(origin: str, problems: list[Problem]) -> ConfigFileError:
 
 def load_yaml_model(path: str | Path, model: type[M], *, env: bool = False) -> M:
     p = Path(path)
-    try:
-        text = read_text(p)
-    except OSError as exc:
-        raise ConfigFileError(str(p), None, f"cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(str(p), None, yaml_error_text(exc)) from exc
-    return parse_yaml_model(text, model, str(p), env=env)
+    return parse_yaml_model(read_config_text(p, ConfigFileError), model, str(p), env=env)

@@ -29,8 +29,7 @@ from tailhound.durations import Duration
 from tailhound.errors import ConfigFileError, RuleFileError
 from tailhound.incident import IncidentEvent
 from tailhound.vocabulary import RootCause, Severity
-from tailhound.yamlfile import compose_with_duplicates, line_of, yaml_error_text
-from tailhound.yamlfile import read_text as read_yaml_text
+from tailhound.yamlfile import compose_with_duplicates, line_of, read_config_text, yaml_error_text
 
 from .inputs import DEFAULT_MODEL, InputError, NodeSetup, SeriesInput, SeriesRenderer
 
@@ -195,12 +194,7 @@ class FileResult:
 
 def load_test_file(path: str | Path) -> tuple[RuleTestFile, yaml.Node | None]:
     p = Path(path)
-    try:
-        text = read_yaml_text(p)
-    except OSError as exc:
-        raise RuleTestFileError(str(p), None, f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise RuleTestFileError(str(p), None, yaml_error_text(exc)) from None
+    text = read_config_text(p, RuleTestFileError)
     try:
         node, data, _ = compose_with_duplicates(text)
     except yaml.YAMLError as exc:
