@@ -18,17 +18,8 @@ from tailhound.notifier.api import ApiAccess
 from tailhound.streams import reload as reload_module
 from tailhound.streams.reload import RuleReloader
 from tailhound.streams.ruleset import load_rules
+from tests.deploy.test_observability import RULE
 from tests.hostile.yaml_attacks import alias_rule_file, nested_flow
-
-RULE = """groups:
-  - name: t
-    rules:
-      - name: hot
-        scope: gpu
-        when: {signal: gpu.temperature, above: 85}
-        severity: critical
-        root_cause: gpu-thermal-throttle
-"""
 
 
 def reloader_on(tmp_path, applied: list) -> tuple[RuleReloader, CollectorRegistry]:
