@@ -27,7 +27,7 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.snapshot import Snapshot
 from tailhound.streams.model_stage import ModelStage, split_rules
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import RuleSet, load_rules
+from tailhound.streams.ruleset.rulefile import RuleSet, load_rules
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 #: above this many nodes tracemalloc is left out (it slows the step ~5x and adds its own memory)

@@ -20,7 +20,7 @@ from tailhound.errors import ConfigFileError  # noqa: E402
 from tailhound.http_guard import ServerLimits  # noqa: E402
 from tailhound.notifier.config import parse_config  # noqa: E402
 from tailhound.streams.reload import RuleReloader  # noqa: E402
-from tailhound.streams.ruleset import load_rules, parse_rule_text  # noqa: E402
+from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text  # noqa: E402
 from tests.hostile.slow_clients import closed_by_server, connect, drip  # noqa: E402
 from tests.hostile.test_servers_federation_bombs import brotli_bomb, pull  # noqa: E402
 from tests.hostile.test_servers_slow_clients import good_sends, ingest_server  # noqa: E402

@@ -45,7 +45,7 @@ from tailhound.notifier.config import NotifierConfig, parse_config
 from tailhound.notifier.pipeline import Notifier
 from tailhound.streams.processor import MemoryStateStore
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import RuleSet, load_rules
+from tailhound.streams.ruleset.rulefile import RuleSet, load_rules
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 SLACK_CONFIG = ("route: {receiver: slack}\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import write_recording
 from tailhound.streams.replay import replay_files
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 FAULT = "thermal-throttle@20m+15m"

@@ -33,7 +33,7 @@ from pathlib import Path
 from tailhound.broker import EmbeddedBroker
 from tailhound.kafka import ensure_topics, group_lag
 from tailhound.settings import Settings
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 
 from .streams_throughput import RULES, fleet_messages, produce
 

@@ -34,7 +34,7 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.streams.baseline import _warm_template, bench_memory
 from tailhound.streams.latency_window import LatencyWindow
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 from .replay_speed import RULES
 

@@ -67,7 +67,7 @@ from tailhound.kafka import ensure_topics, group_lag, make_producer
 from tailhound.settings import Settings
 from tailhound.streams.codec import decode_message
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -336,7 +336,7 @@ def counting_worker_app(settings: Settings, counter: Counter, rules: bool = True
             counter.tick()
             return result
 
-    from tailhound.worker import create_worker_app
+    from tailhound.worker.compose import create_worker_app
 
     tailhound.streams.app.SnapshotProcessor = CountingProcessor
     return create_worker_app(settings, load_rules(settings.rules_dir))  # as `tailhound worker` builds it

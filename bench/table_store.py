@@ -8,7 +8,7 @@ Two measurements on the bundled broker:
   every table read decodes the node's JSON state (what Faust's RocksDB store does by itself);
 - ``recovery``: the ``node-state`` changelog is filled with ``nodes`` states (a real ~25 KB state of the
   simulated fleet, one copy per node name, keyed and partitioned as the worker writes them), then a
-  ``tailhound worker`` (:class:`tailhound.worker_process.WorkerProcess`) is started and timed from its
+  ``tailhound worker`` (:class:`tailhound.worker.process.WorkerProcess`) is started and timed from its
   start until its log says Faust's "Worker ready" (what ``GET /-/ready`` reports), and in its log from its
   partition assignment to Faust's "Worker ready" (the recovery alone); its RSS is read 1 s after ready.
   Per store: ``memory`` (reads the whole changelog), ``rocksdb-cold`` (empty data_dir: reads the whole
@@ -42,8 +42,8 @@ from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
 from tailhound.streams.codec import StateCodec, decode_snapshot
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
-from tailhound.worker_process import WorkerProcess
+from tailhound.streams.ruleset.rulefile import load_rules
+from tailhound.worker.process import WorkerProcess
 
 STORES = {"memory": "memory", "rocksdb": "rocksdb", "rocksdb-decode": "rocksdb"}
 

@@ -2,7 +2,7 @@
 
 Each repetition runs two child processes, interleaved so machine noise hits both alike:
 
-- ``now``: ``tailhound.worker.create_worker_app`` as ``tailhound worker`` builds it (no broker contact);
+- ``now``: ``tailhound.worker.compose.create_worker_app`` as ``tailhound worker`` builds it (no broker contact);
 - ``eager-sklearn``: the same after importing numpy and scikit-learn's QuantileRegressor and metrics, which
   is what every worker paid before load models imported them only to fit (``streams.loadmodel``).
 
@@ -23,8 +23,8 @@ t0 = time.perf_counter()
 if {eager}:
     import numpy, sklearn.linear_model, sklearn.metrics  # noqa: F401
 from tailhound.settings import Settings
-from tailhound.streams.ruleset import load_rules
-from tailhound.worker import create_worker_app
+from tailhound.streams.ruleset.rulefile import load_rules
+from tailhound.worker.compose import create_worker_app
 s = Settings(broker="kafka://127.0.0.1:1", streams={{"data_dir": {data_dir!r}}})
 create_worker_app(s, load_rules(s.rules_dir))
 print(json.dumps({{"s": time.perf_counter() - t0,

@@ -19,9 +19,9 @@ Where things are:
   and its state is deleted) while a message of its partition is processed;
 - node- and model-stage incident events meet in the ``rollup`` agent (one partition, :mod:`tailhound.streams.
   rollup_agent`), which takes them in event-time order, whatever worker sent them (the stages publish their
-  partitions' watermarks next to their events, :mod:`tailhound.streams.rollup_order`), and publishes one
+  partitions' watermarks next to their events, :mod:`tailhound.streams.rollup.order`), and publishes one
   incident per fault; with several workers of one group, every partition runs on exactly one of them;
-- pages leave from the notifier (:mod:`tailhound.notifier.service`), which :mod:`tailhound.worker` adds to
+- pages leave from the notifier (:mod:`tailhound.notifier.service`), which :mod:`tailhound.worker.compose` adds to
   this app as a task unless ``notifier.enabled`` is false (of several workers, one is the active notifier).
 """
 
@@ -60,9 +60,9 @@ from .intake import (
 from .model_stage import ModelStage, split_rules
 from .pipeline_metrics import PipelineMetrics
 from .processor import AHEAD_OF_SOURCE, SnapshotProcessor, Unprocessable, load_models
-from .rollup_agent import ProgressMarks, add_rollup, send_tick
-from .rollup_order import TICK_KEY, EventOrder
-from .ruleset import RuleSet
+from .rollup.agent import ProgressMarks, add_rollup, send_tick
+from .rollup.order import TICK_KEY, EventOrder
+from .ruleset.rulefile import RuleSet
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     stats = _STATS[app] = IntakeStats()
     model_stage.on_evict = lambda kind, name: stats.evictions.evicted(
         kind, name, s.max_models if kind == MODEL else s.max_nodes)
-    order = EventOrder(s.rollup_max_delay_s)  # the roll-up's event-time order (tailhound.streams.rollup_order)
+    order = EventOrder(s.rollup_max_delay_s)  # the roll-up's event-time order (tailhound.streams.rollup.order)
     # the stages' watermarks, for that order
     marks = ProgressMarks(node_incidents.send, order.enabled, model_partition_of=lambda key: partition_of(key))
     bounds = TimeBounds(s.max_future_skew_s, s.max_age_s)

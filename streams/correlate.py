@@ -28,7 +28,7 @@ from tailhound.incident import Evidence, IncidentEvent, Scope, incident_id
 from tailhound.snapshot import Snapshot
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 
-from .ruleset import Rule, RuleSet
+from .ruleset.rulefile import Rule, RuleSet
 
 #: Most fundamental first: a cause explains the ones after it.
 CAUSAL_RANK: tuple[RootCause, ...] = (

@@ -9,7 +9,7 @@ the finished count and the in-flight gauges; baselines, peers and trends need on
 what the worker computes from its settings or state (``sla.ttft_p99``, ``model.nodes_with_cause``)
 needs nothing.
 
-A rule's ``when`` follows the evaluator's three-valued logic (:mod:`tailhound.streams.condition_eval`:
+A rule's ``when`` follows the evaluator's three-valued logic (:mod:`tailhound.streams.ruleset.condition_eval`:
 a leaf without data is "no news", never true or false), so what it needs is worked out for both
 outcomes, as alternatives (any one set of signals, once present, is enough):
 
@@ -37,11 +37,11 @@ from tailhound.capacity_file import SETTING as CAPACITY_SETTING
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.catalog.fixes import Fix, fixes_for, signal_note
 
-from .conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
 from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
 from .engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
 from .engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
-from .ruleset import Rule, RuleSet
+from .ruleset.conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
+from .ruleset.rulefile import Rule, RuleSet
 from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS, signal_per
 
 Status = Literal["ok", "partial", "blind"]

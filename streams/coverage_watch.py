@@ -27,7 +27,7 @@ from tailhound.snapshot import Snapshot
 
 from .coverage import RuleCoverage, coverage, problem_lines, summary
 from .evaluator import source_key
-from .ruleset import RuleSet
+from .ruleset.rulefile import RuleSet
 
 log = logging.getLogger(__name__)
 

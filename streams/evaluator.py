@@ -13,8 +13,8 @@ Per rule and node:
 
 Rules read the node's merged view (:mod:`tailhound.streams.nodesignals`): the latest value of every signal from
 every source of the node, counter rates, and derived ratios (computed per signal as rules read it);
-conditions are judged by :mod:`tailhound.streams.condition_eval`'s semantics, compiled once per rule set by
-:mod:`tailhound.streams.rule_plan`. A rule holding no state is stepped only when the snapshot changed a signal it
+conditions are judged by :mod:`tailhound.streams.ruleset.condition_eval`'s semantics, compiled once per rule set by
+:mod:`tailhound.streams.ruleset.plan`. A rule holding no state is stepped only when the snapshot changed a signal it
 reads. Snapshots older than the newest already seen from the same source (and instance) on the node are
 ignored, so a re-delivered message (at-least-once) changes nothing.
 """
@@ -31,7 +31,7 @@ from .evidence import render_action
 from .loadmodel import LoadModel
 from .node_state import FiringEntity, NodeState, RuleState, heal_future, source_key
 from .nodesignals import LatestValues
-from .ruleset import RuleSet
+from .ruleset.rulefile import RuleSet
 from .stages import PIPELINE, STAGE_NAMES, Step
 
 __all__ = ["DEFAULT_STALE_AFTER_S", "FiringEntity", "NodeState", "RuleState", "evaluate", "heal_future",
@@ -59,7 +59,7 @@ def evaluate(
     carries one privately, so calling evaluate() in a loop works too. `timings`, when given, adds the
     seconds each stage took to its entry (``{"admit": ..., "signals": ..., "rules": ...}``). Window
     statistics (``latency.ttft.p95`` ...) are derived only where `rules` or `models` can read them
-    (:mod:`tailhound.streams.signal_reads`), all of them with `all_stats`.
+    (:mod:`tailhound.streams.ruleset.signal_reads`), all of them with `all_stats`.
     """
     carried = state._latest if state is not None else None
     if state is None:

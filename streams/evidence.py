@@ -1,7 +1,7 @@
 """What a firing rule shows a person: its evidence and its rendered actions (pure).
 
 :func:`rule_evidence` turns a rule's leaves into observations (value vs threshold / baseline / other
-signal, see :func:`tailhound.streams.condition_eval.observations`) and adds the rule's context signals, with the
+signal, see :func:`tailhound.streams.ruleset.condition_eval.observations`) and adds the rule's context signals, with the
 load of the window next to any latency percentile; :func:`render_action` fills an action template.
 """
 
@@ -12,8 +12,8 @@ import re
 from tailhound.catalog import Catalog
 from tailhound.incident import Evidence, Scope
 
-from .condition_eval import EvalContext, observations
-from .ruleset import Rule
+from .ruleset.condition_eval import EvalContext, observations
+from .ruleset.rulefile import Rule
 from .signals import decode_clock_event_reasons
 
 #: Latency percentiles are always shown with the load of the same window (the token mix and the

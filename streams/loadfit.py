@@ -15,7 +15,7 @@ from tailhound.recording import ScrapeRecord
 
 from .loadmodel import WindowFeatures, features_of
 from .processor import MemoryStateStore, SnapshotProcessor
-from .ruleset import RuleSet
+from .ruleset.rulefile import RuleSet
 
 ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 

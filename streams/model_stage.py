@@ -42,7 +42,7 @@ from .engine_peers import EnginePeerWindows, peer_histograms
 from .fleet_cap import MODEL, MODEL_NODE, RecentNames
 from .model_merge import merge
 from .processor import MemoryStateStore, SnapshotProcessor
-from .ruleset import Rule, RuleSet
+from .ruleset.rulefile import Rule, RuleSet
 
 ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim", "sglang"})
 MODEL_SCOPES = frozenset({"model", "fleet"})
@@ -349,7 +349,7 @@ class ModelStage:
 
     def watermark(self, keys: Iterable[str]) -> float | None:
         """The oldest :attr:`ModelAggregator.watermark` of `keys`: their next events are dated later (a
-        progress marker for the roll-up's event-time order, :mod:`tailhound.streams.rollup_order`)."""
+        progress marker for the roll-up's event-time order, :mod:`tailhound.streams.rollup.order`)."""
         marks = [m for k in keys if (agg := self.aggregators.get(k)) is not None and (m := agg.watermark) is not None]
         return min(marks) if marks else None
 

@@ -15,12 +15,12 @@ reloads (:mod:`tailhound.streams.reload`):
 - ``tailhound_rollup_order_events_total{how}``: member events the roll-up took in event-time order
   (``how="ordered"``), released by the wall-clock bound before every partition vouched for them
   (``"forced"``) or arriving after later ones were released (``"late"``), see
-  :mod:`tailhound.streams.rollup_order` (counted where the roll-up runs);
+  :mod:`tailhound.streams.rollup.order` (counted where the roll-up runs);
 - ``tailhound_rollup_order_pending``: events waiting for their turn;
 - ``tailhound_detection_lag_seconds``: wall-clock time from the event time of the snapshot that opened an
   incident to its publication (how far behind the telemetry the worker runs, plus the publish).
 
-Consumer lag is the worker's (:mod:`tailhound.worker_metrics`): it needs the Kafka consumer.
+Consumer lag is the worker's (:mod:`tailhound.worker.metrics`): it needs the Kafka consumer.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class PipelineMetrics:
             self._open[ev.incident_id] = str(ev.root_cause)
 
     def rollup_order_seen(self, state, released: int) -> None:
-        """The roll-up's order state after a message (:class:`tailhound.streams.rollup_order.OrderState`), and
+        """The roll-up's order state after a message (:class:`tailhound.streams.rollup.order.OrderState`), and
         how many member events it released then."""
         late, forced = self.rollup_order.get("late", 0), self.rollup_order.get("forced", 0)
         if state.late > late or state.forced > forced:

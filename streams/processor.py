@@ -39,8 +39,8 @@ from .evaluator import NodeState, evaluate, heal_future, source_key
 from .fleet_cap import RecentNames
 from .loadmodel import LoadModel
 from .nodesignals import LatestValues
-from .ruleset import RuleSet
-from .signal_reads import window_stats_read
+from .ruleset.rulefile import RuleSet
+from .ruleset.signal_reads import window_stats_read
 
 RawState = dict[str, Any]
 PERSIST_EVERY_S = 60.0

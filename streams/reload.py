@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tailhound.errors import ConfigFileError
 
-from .rule_check import check_paths
-from .ruleset import RuleSet, load_rules
+from .ruleset.check import check_paths
+from .ruleset.rulefile import RuleSet, load_rules
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 :class:`tailhound.streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
 memory instead of a changelogged table; engine snapshots also feed the model stage
 (:mod:`tailhound.streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does, and
-every incident event goes through the roll-up (:mod:`tailhound.streams.rollup`: one incident per fault
+every incident event goes through the roll-up (:mod:`tailhound.streams.rollup.incidents`: one incident per fault
 across nodes), as the worker's third agent does.
 The output is one ``IncidentEvent`` JSON object per line, in
 the order the events happened; the same recording and rules always give the same bytes.
@@ -38,10 +38,10 @@ from .intake import NodeExpiry, Progression, TimeBounds, entities
 from .loadmodel import LoadModel
 from .model_stage import ModelStage, split_rules
 from .processor import MemoryStateStore, SnapshotProcessor
-from .rollup import RollupState, rollup
-from .rollup_order import MODEL_STAGE, NODE_STAGE, EventOrder, OrderState
-from .ruleset import RuleSet
-from .watermarks import PartitionClock
+from .rollup.incidents import RollupState, rollup
+from .rollup.order import MODEL_STAGE, NODE_STAGE, EventOrder, OrderState
+from .rollup.watermarks import PartitionClock
+from .ruleset.rulefile import RuleSet
 
 
 @dataclass
@@ -89,7 +89,7 @@ def replay_snapshots(snapshots: Iterable[Snapshot], rules: RuleSet, out: IO[str]
     expiry = NodeExpiry(node_expiry_s or None)
     t0 = time.perf_counter()
 
-    # the roll-up takes the events in event-time order, as the worker's does (tailhound.streams.rollup_order):
+    # the roll-up takes the events in event-time order, as the worker's does (tailhound.streams.rollup.order):
     # held back until the stages' watermarks pass them, here without a wall-clock bound
     order, ordered = EventOrder(math.inf, idle_wall_s=0.0, cold_s=0.0), OrderState()
     clock = PartitionClock()

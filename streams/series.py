@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from tailhound.incident import MAX_SERIES, MAX_SERIES_ENTITIES, MAX_SERIES_POINTS, Evidence, EvidenceSeries
 
-from .condition_eval import EvalContext
+from .ruleset.condition_eval import EvalContext
 
 #: traces one node keeps at most (rules x signals of its pending and firing rules)
 MAX_TRACES = 32
@@ -125,7 +125,7 @@ def _set(trace: SeriesTrace, series: dict[str, list[float | None]], entity: str,
 
 
 def _baseline_of(detail: str) -> str:
-    """What an observation's baseline is, from its reading (tailhound.streams.condition_eval.observations)."""
+    """What an observation's baseline is, from its reading (tailhound.streams.ruleset.condition_eval.observations)."""
     if "median of its" in detail:
         return "peers"
     for kind in ("load-model", "rolling"):

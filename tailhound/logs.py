@@ -2,7 +2,7 @@
 
 Lines look like a Prometheus component's (go-kit logfmt)::
 
-    ts=2026-12-01T21:21:41.123Z level=info logger=tailhound.worker msg="tailhound worker starting" version=0.1.0
+    ts=2026-12-01T21:21:41.123Z level=info logger=tailhound.worker.compose msg="tailhound worker starting" version=0.1.0
 
 ``--log-format logfmt|json`` and ``--log-level`` on the command line win over ``TAILHOUND_LOG_FORMAT`` /
 ``TAILHOUND_LOG_LEVEL``, which win over the defaults (logfmt, info). Fields given with ``extra={...}`` are

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from tailhound.settings import Settings
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 
 _PORT = re.compile(r"worker endpoint on 127\.0\.0\.1:(\d+)")
 

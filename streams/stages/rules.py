@@ -1,17 +1,17 @@
 """Rules: every rule whose signals this snapshot changed (or that holds state) steps its entities -- a
 condition that holds makes an entity pending, held for the rule's ``for`` it fires, false for
 ``keep_firing_for`` (or unseen for ``stale_after_s``) it stops -- then the firing and pending rules are
-summed up for correlation. Rules are compiled once per rule set (:mod:`tailhound.streams.rule_plan`)."""
+summed up for correlation. Rules are compiled once per rule set (:mod:`tailhound.streams.ruleset.plan`)."""
 
 from __future__ import annotations
 
 from tailhound.catalog import Catalog
 
-from ..condition_eval import EvalContext
 from ..correlate import Firing
 from ..evidence import rule_evidence
 from ..node_state import FiringEntity, RuleState
-from ..rule_plan import RulePlan, entity_order, plans_for
+from ..ruleset.condition_eval import EvalContext
+from ..ruleset.plan import RulePlan, entity_order, plans_for
 from ..series import SeriesTrace, record
 from .step import Step
 

@@ -11,7 +11,7 @@ from tailhound.snapshot import Snapshot
 
 from ..node_state import NodeState
 from ..nodesignals import CurrentValues, snapshot_values
-from ..signal_reads import window_stats_read
+from ..ruleset.signal_reads import window_stats_read
 from ..signals import SLA_SIGNALS, SignalValues
 from .step import Step
 

@@ -9,12 +9,12 @@ from tailhound.catalog import Catalog
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
-from ..condition_eval import EvalContext
 from ..correlate import Firing
 from ..loadmodel import LoadModel
 from ..node_state import NodeState
 from ..nodesignals import CurrentValues, LatestValues
-from ..ruleset import RuleSet
+from ..ruleset.condition_eval import EvalContext
+from ..ruleset.rulefile import RuleSet
 from ..signals import SignalValues
 
 
@@ -30,7 +30,7 @@ class Step:
     stale_after_s: float
     models: dict[str, LoadModel] | None = None
     sla: dict[str, dict[str, float]] | None = None
-    #: derive every window statistic, not only those the rules and models can read (streams/signal_reads.py)
+    #: derive every window statistic, not only those the rules and models can read (streams/ruleset/signal_reads.py)
     all_stats: bool = False
     #: signals: the snapshot's own values, and the node's merged view (computed per signal as rules read it)
     fresh: SignalValues = field(default_factory=dict)

@@ -5,13 +5,13 @@ while the entity is in trouble) -- and the evaluation context the rules are judg
 from __future__ import annotations
 
 from ..baseline import RollingBaseline
-from ..condition_eval import EvalContext
-from ..condition_eval import _reduce as reduce_values
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
 from ..loadmodel import LoadModel, expected_for, features_of
 from ..node_state import NodeState
 from ..nodesignals import CurrentValues
-from ..ruleset import RuleSet, split_baseline_key
+from ..ruleset.condition_eval import EvalContext
+from ..ruleset.condition_eval import _reduce as reduce_values
+from ..ruleset.rulefile import RuleSet, split_baseline_key
 from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, RATE_RATIOS, SignalValues
 from .step import Step
 

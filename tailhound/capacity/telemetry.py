@@ -39,7 +39,7 @@ from tailhound.capacity.recommend import CapacityAnalysis, LoadPoint, analyse
 from tailhound.recording import ScrapeRecord
 from tailhound.streams.latency import LatencyTracker
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import RuleSet
+from tailhound.streams.ruleset.rulefile import RuleSet
 
 ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 DEFAULT_WINDOW_S = 60.0

@@ -224,7 +224,7 @@ def render_engine_coverage(catalog: Catalog) -> list[str]:
            "through `Catalog.engine_coverage`). *yes*: mapped; *stand-in*: a close but different metric is mapped "
            "(notes below); *some versions*: mapped, present in some versions or configurations only; **no**: the "
            "engine has no such metric (notes below say what comes closest). A rule's `engines:` lists the engines "
-           "that can feed all of its conditions (streams/engine_support.py checks it).", "",
+           "that can feed all of its conditions (streams/ruleset/engine_support.py checks it).", "",
            "| signal | " + " | ".join(f"{e.name} ({e.source})" for e in engines) + " |",
            "|---|" + "---|" * len(engines)]
     for name in catalog.engine_signals():

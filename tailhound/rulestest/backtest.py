@@ -351,7 +351,7 @@ class BacktestReport:
 def replay(paths: list[Path], rules_dir: Path, label: str, sla: dict | None, progress: bool, warn: Warn,
            bounds: list[float]) -> Replayed:
     from tailhound.streams.replay import replay_records
-    from tailhound.streams.ruleset import load_rules
+    from tailhound.streams.ruleset.rulefile import load_rules
 
     rs = load_rules(rules_dir)
     pr = ReadProgress(total_bytes=sum(p.stat().st_size for p in paths if p.exists()))

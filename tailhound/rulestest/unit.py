@@ -273,13 +273,13 @@ _RULESETS: dict[tuple[tuple[Path, int, int], ...], Any] = {}
 
 def load_ruleset(files: Iterable[Path]):  # noqa: ANN201 - a streams RuleSet
     """A RuleSet of exactly these files (loaded once per run); names defined twice are an error."""
-    from tailhound.streams.ruleset import RuleSet, load_rule_file
+    from tailhound.streams.ruleset.rulefile import RuleSet, load_rule_file
 
     paths = tuple(files)
     key = tuple((p, *_stamp(p)) for p in paths)  # an edited file is read again
     if key not in _RULESETS and len({p.parent for p in paths}) == 1 \
             and set(paths) == {p.resolve() for p in _yaml_in(paths[0].parent)}:
-        from tailhound.streams.ruleset import load_rules
+        from tailhound.streams.ruleset.rulefile import load_rules
 
         _RULESETS[key] = load_rules(paths[0].parent)  # a whole directory: loaded as the worker loads it
     if key not in _RULESETS:

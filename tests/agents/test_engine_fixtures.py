@@ -16,8 +16,8 @@ import pytest
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import NOT_EXPOSED, default_catalog
 from tailhound.recording import ScrapeRecord
-from tailhound.streams.engine_support import catalog_signals, snapshot_signals
 from tailhound.streams.latency import LatencyTracker
+from tailhound.streams.ruleset.engine_support import catalog_signals, snapshot_signals
 from tailhound.streams.signals import extract
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,7 +14,7 @@ from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import snapshot_to_record
 from tailhound.agents.simulator.sglang import ITL_BUCKETS, QUEUE_BUCKETS, SGLANG_PORT, TTFT_BUCKETS
 from tailhound.agents.simulator.timeseries import Tick, snapshot_of, values
-from tailhound.streams.engine_support import catalog_signals, snapshot_signals
+from tailhound.streams.ruleset.engine_support import catalog_signals, snapshot_signals
 from tailhound.streams.signals import extract
 
 N1 = "gpu-node-1"

@@ -9,7 +9,7 @@ from bench.__main__ import parse_args
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.streams.processor import MemoryStateStore
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 
 def test_notifier_sections_can_run_alone():

@@ -17,7 +17,7 @@ from tailhound.capacity.model import LoadTestResult
 from tailhound.capacity_file import capacity_limits, load_capacity_file
 from tailhound.cli import app
 from tailhound.notifier.webconsole.capacity_page import capacity_page
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 pytestmark = pytest.mark.slow
 

@@ -88,11 +88,11 @@ def test_the_blocker_blocks(tmp_path):
 def test_the_worker_evaluates_a_fitted_load_model_without_scikit_learn(fitted):
     """The worker's evaluation path (the Faust agent's step, as replay runs it) with the load model loaded."""
     code = f"""
-import tailhound.worker, tailhound.streams.app  # the worker process's modules
+import tailhound.worker.compose, tailhound.streams.app  # the worker process's modules
 from tailhound.recording import read_records
 from tailhound.streams.processor import load_models
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 models = load_models([{str(fitted['model'])!r}])
 result = replay_records(read_records({str(fitted['faulty'])!r}), load_rules({str(fitted['rules'])!r}), models=models)
 from tailhound.streams.loadmodel import WindowFeatures, expected_for

@@ -71,8 +71,8 @@ def _registries(tmp: Path) -> list[CollectorRegistry]:
     from tailhound.streams.intake import IntakeStats, StatsCollector
     from tailhound.streams.pipeline_metrics import PipelineMetrics
     from tailhound.streams.reload import RuleReloader
-    from tailhound.streams.ruleset import load_rules
-    from tailhound.worker_metrics import ConsumerLagCollector
+    from tailhound.streams.ruleset.rulefile import load_rules
+    from tailhound.worker.metrics import ConsumerLagCollector
 
     (tmp / "t.yaml").write_text(RULE, encoding="utf-8")
     rules = load_rules(tmp)

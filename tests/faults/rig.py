@@ -28,7 +28,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_consumer, servers
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.worker_group import WorkerGroup
 

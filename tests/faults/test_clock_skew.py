@@ -21,7 +21,7 @@ from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.snapshot import GaugeSample, Snapshot
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.faults.conftest import scale
 from tests.kafka_helpers import consume

@@ -34,7 +34,7 @@ from tailhound.deadletter import MAX_PAYLOAD_BYTES, DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.snapshot import Snapshot
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.faults.conftest import scale
 from tests.kafka_helpers import consume

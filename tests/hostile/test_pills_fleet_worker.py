@@ -12,7 +12,7 @@ import pytest
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.streams.app import STATE_TABLE
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.kafka_helpers import consume
 

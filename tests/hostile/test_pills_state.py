@@ -18,7 +18,7 @@ from tailhound.streams.processor import (
     Unprocessable,
 )
 from tailhound.streams.replay import replay_snapshots
-from tailhound.streams.ruleset import RuleSet, load_rules, parse_rule_text
+from tailhound.streams.ruleset.rulefile import RuleSet, load_rules, parse_rule_text
 from tests.factories import dcgm_snapshot
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")

@@ -12,7 +12,7 @@ from tailhound.agents.wire import encode_snapshot
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.hostile.test_pills_state import engine, many_gpus
 from tests.kafka_helpers import consume

@@ -1,4 +1,4 @@
-"""Compressed /federate bodies (tailhound/ingest/federation_decode.py): a 405-byte brotli body that inflates
+"""Compressed /federate bodies (ingest/federation_decode.py): a 405-byte brotli body that inflates
 to 256 MiB, or a gzip one to 64 MiB, is a failed pull once `max_body_bytes` are decoded, with Python memory
 bounded by the limit (httpx inflated a whole chunk before the size check: 1,617 bytes took RSS to 2.4 GB);
 real gzip, deflate and brotli bodies give the same snapshots as plain text; other encodings are refused."""

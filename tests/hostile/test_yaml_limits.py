@@ -18,8 +18,8 @@ from tailhound.notifier.config import load_config, parse_config
 from tailhound.notifier.config_check import check_file, label_space
 from tailhound.rulestest.unit import load_test_file
 from tailhound.settings import load_settings
-from tailhound.streams.rule_check import check_paths
-from tailhound.streams.ruleset import load_rules, parse_rule_text
+from tailhound.streams.ruleset.check import check_paths
+from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text
 from tailhound.yamlfile import LIMITS, YamlLimitError, YamlLimits, compose_with_duplicates, safe_load
 from tests.hostile.yaml_attacks import alias_notifier_file, alias_rule_file, huge, nested_block, nested_flow
 

@@ -13,11 +13,11 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from tailhound import worker_web
 from tailhound.notifier.api import ApiAccess
 from tailhound.streams import reload as reload_module
 from tailhound.streams.reload import RuleReloader
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
+from tailhound.worker.compose import web as worker_web
 from tests.deploy.test_observability import RULE
 from tests.hostile.yaml_attacks import alias_rule_file, nested_flow
 

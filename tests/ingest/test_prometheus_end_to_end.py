@@ -14,7 +14,7 @@ from tailhound.ingest.prometheus_snippet import keep_regex
 from tailhound.ingest.service import IngestService
 from tailhound.kafka import ensure_topics
 from tailhound.settings import Settings
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.ingest.pages import dcgm_page, vllm_page
 from tests.ingest.prometheus_proc import Prometheus, page_jobs
 from tests.kafka_helpers import consume

@@ -26,8 +26,8 @@ from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.catalog.fixes import default_fixbook
-from tailhound.doctor import collect_targets, diagnose, render_table
-from tailhound.doctor_prometheus import observe_prometheus
+from tailhound.doctor.prometheus import observe_prometheus
+from tailhound.doctor.report import collect_targets, diagnose, render_table
 from tailhound.ingest.config import IngestServiceConfig
 from tailhound.ingest.federation import FederationConfig, FederationPuller
 from tailhound.ingest.prometheus_snippet import write_relabel_configs
@@ -35,7 +35,7 @@ from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
 from tailhound.resources import default_rules_dir
 from tailhound.snapshot import Snapshot
 from tailhound.streams.coverage import signals_of_metrics
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.conftest import require_tool
 from tests.exporters import NODE_EXPORTER_INSTALL, running, start_blackbox_exporter, start_node_exporter
 from tests.http_helpers import serve_app

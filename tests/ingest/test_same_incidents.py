@@ -30,7 +30,7 @@ from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
 from tailhound.streams.replay import replay_records, replay_snapshots
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.ingest.prometheus_view import HEADERS, PrometheusView, federate_page, ticks
 
 RULES = Path(__file__).resolve().parents[2] / "rules"

@@ -3,7 +3,7 @@
 Scenarios of the real-fleet suite (tests/scenarios/suite.py) are recorded, replayed offline, and sent through
 the real broker to 1, 2 or 3 worker processes sharing 4 or 8 partitions. Node rules run where a node's
 partition lives, the model stage where its model's partition lives, and the roll-up on one partition, fed
-by every worker; its event-time order (tailhound.streams.rollup_order) makes the result independent of which
+by every worker; its event-time order (tailhound.streams.rollup.order) makes the result independent of which
 worker ran ahead. Compared: every incident event (id, sequence, cause, severity, scope, evidence ...), not
 only the outcome.
 
@@ -23,7 +23,7 @@ from tailhound.agents.simulator.recording import write_recording
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics
 from tailhound.streams.replay import replay_files
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.kafka_helpers import consume
 from tests.scenarios.suite import RULES, SCENARIOS
 from tests.worker_group import WorkerGroup

@@ -13,8 +13,8 @@ from tailhound.agents.simulator.recording import write_recording
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics
 from tailhound.streams.replay import replay_files
-from tailhound.streams.ruleset import load_rules
-from tailhound.worker_process import WorkerProcess
+from tailhound.streams.ruleset.rulefile import load_rules
+from tailhound.worker.process import WorkerProcess
 from tests.kafka_helpers import consume
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -16,7 +16,7 @@ import pytest
 
 from tailhound.agents.publisher import SnapshotPublisher
 from tailhound.kafka import ensure_topics
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.conftest import require_tool
 from tests.factories import dcgm_snapshot
 from tests.kafka_helpers import consume

@@ -19,7 +19,7 @@ from tailhound.kafka import ensure_topics
 from tailhound.settings import IngestSettings, Settings
 from tailhound.snapshot import Snapshot
 from tailhound.streams.codec import decode_snapshot
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.kafka_helpers import consume
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -12,7 +12,7 @@ from tailhound.agents.publisher import SnapshotPublisher
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.kafka_helpers import consume
 

@@ -13,8 +13,8 @@ from aiokafka.errors import KafkaError
 
 from tailhound.errors import TailhoundError
 from tailhound.settings import Settings
-from tailhound.worker_guard import bound_commit_retries
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.guard import bound_commit_retries
+from tailhound.worker.process import WorkerProcess
 
 
 async def test_a_commit_that_keeps_failing_raises_after_the_limit(monkeypatch):
@@ -73,7 +73,7 @@ async def test_a_committed_offset_beyond_the_log_end_reads_the_partition_from_it
     from aiokafka.structs import OffsetAndMetadata
 
     from tailhound.kafka import ensure_topics, make_consumer, make_producer
-    from tailhound.worker_guard import reset_offsets_past_log_end
+    from tailhound.worker.guard import reset_offsets_past_log_end
 
     await ensure_topics(settings)
     topic = settings.telemetry_topic
@@ -114,7 +114,7 @@ def test_the_worker_retries_a_send_answered_unknown_as_an_unknown_topic(monkeypa
     # its metadata) until the topic guard has declared the topic again, instead of Faust dropping the message
     from aiokafka.errors import UnknownError, UnknownTopicOrPartitionError
 
-    from tailhound.worker_guard import retry_unknown_produce_errors
+    from tailhound.worker.guard import retry_unknown_produce_errors
 
     monkeypatch.setattr(UnknownError, "retriable", False)
     monkeypatch.setattr(UnknownError, "invalid_metadata", False, raising=False)

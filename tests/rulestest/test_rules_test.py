@@ -18,7 +18,7 @@ from tailhound.catalog import default_catalog
 from tailhound.rulestest.inputs import NodeSetup, SeriesInput, SeriesRenderer
 from tailhound.rulestest.unit import format_file_result, load_test_file, run_file
 from tailhound.streams.histograms import histogram_quantile
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"

@@ -40,7 +40,7 @@ from tailhound.agents.simulator.faults import fault_nodes
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.incident import IncidentEvent
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 #: The public request traces (../shared/data/traces next to the checkout; not in the wheel, see its README);

@@ -19,7 +19,7 @@ from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.incident import IncidentEvent
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 FAULT_AT_MIN = 25

@@ -13,7 +13,7 @@ import tailhound.streams.app
 from tailhound.settings import Settings
 from tailhound.streams.app import MODEL_STATE_TABLE, ROLLUP_STATE_TABLE, STATE_TABLE, create_app, make_worker, tune_gc
 from tailhound.streams.codec import STATE_CODEC_NAME
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")
 

@@ -7,7 +7,7 @@ from faust.serializers import codecs
 
 from tailhound.streams.codec import CODEC_NAME, STATE_CODEC_NAME, Malformed, decode_snapshot, register
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")

@@ -6,9 +6,9 @@ import pytest
 
 from tailhound.errors import RuleFileError
 from tailhound.snapshot import CounterSample, GaugeSample, Snapshot
-from tailhound.streams.condition_eval import EvalContext, entities_of, holds, observations, rising, value_of
 from tailhound.streams.evaluator import evaluate
-from tailhound.streams.ruleset import RuleSet, parse_rule_text
+from tailhound.streams.ruleset.condition_eval import EvalContext, entities_of, holds, observations, rising, value_of
+from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 from tests.factories import dcgm_snapshot
 
 T0 = 1_767_225_600.0
@@ -223,7 +223,7 @@ def test_latency_evidence_comes_with_the_load_of_the_window():
     from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
     from tailhound.agents.simulator.recording import iter_records
     from tailhound.streams.replay import replay_records
-    from tailhound.streams.ruleset import load_rules
+    from tailhound.streams.ruleset.rulefile import load_rules
 
     sim = FleetSimulator(SimConfig(nodes=1, seed=3), [FaultSpec.parse("kv-cache-pressure@25m+6m")])
     events = replay_records(iter_records(sim, 32), load_rules(Path(__file__).resolve().parents[2] / "rules")).events

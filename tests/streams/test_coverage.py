@@ -22,7 +22,7 @@ from tailhound.streams.coverage import (
     signals_of_metrics,
     summary,
 )
-from tailhound.streams.ruleset import RuleSet, load_rules, parse_rule_text
+from tailhound.streams.ruleset.rulefile import RuleSet, load_rules, parse_rule_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "agents" / "fixtures"
 CATALOG = default_catalog()

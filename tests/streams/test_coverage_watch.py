@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from tailhound.snapshot import GaugeSample, Snapshot
 from tailhound.streams.coverage_watch import CoverageWatch
-from tailhound.streams.ruleset import RuleSet, parse_rule_text
+from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 
 RULES = RuleSet(rules=parse_rule_text("""
 groups:

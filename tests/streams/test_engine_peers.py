@@ -18,7 +18,7 @@ from tailhound.streams.engine_peers import (
     peer_histograms,
 )
 from tailhound.streams.model_stage import ModelStage, runs_in_model_stage, split_rules
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 T0 = 1_790_000_010.0
 RULES = Path(__file__).resolve().parents[2] / "rules"

@@ -8,7 +8,8 @@ import pytest
 
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
-from tailhound.streams.engine_support import (
+from tailhound.streams.ruleset.docs import engines_text
+from tailhound.streams.ruleset.engine_support import (
     base_signals,
     catalog_signals,
     fed,
@@ -17,8 +18,7 @@ from tailhound.streams.engine_support import (
     snapshot_signals,
     supported_engines,
 )
-from tailhound.streams.rule_docs import engines_text
-from tailhound.streams.ruleset import load_rules, parse_rule_text
+from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "agents" / "fixtures"

@@ -6,7 +6,7 @@ import pytest
 
 from tailhound.incident import Evidence, Scope
 from tailhound.streams.evaluator import evaluate, render_action
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")

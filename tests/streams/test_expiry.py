@@ -11,7 +11,7 @@ from tailhound.streams.correlate import NODE_GONE, RESOLUTION_LABEL
 from tailhound.streams.intake import NodeExpiry
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")

@@ -17,12 +17,12 @@ from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.snapshot import HistogramDelta
-from tailhound.streams.condition_eval import EvalContext, entities_of, holds
 from tailhound.streams.histograms import Histogram, histogram_quantile
 from tailhound.streams.latency_window import LatencyWindow
 from tailhound.streams.nodesignals import LatestValues, counter_rates, snapshot_values
-from tailhound.streams.rule_plan import plans_for
-from tailhound.streams.ruleset import load_rules, parse_rule_text
+from tailhound.streams.ruleset.condition_eval import EvalContext, entities_of, holds
+from tailhound.streams.ruleset.plan import plans_for
+from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text
 from tailhound.streams.signals import extract
 
 

@@ -10,7 +10,7 @@ from tailhound.streams.fleet_cap import MODEL, MODEL_NODE, NODE, EvictionLog, Re
 from tailhound.streams.intake import IntakeStats, StatsCollector
 from tailhound.streams.model_stage import ROSTER_PREFIX, ModelAggregator, ModelStage, split_rules
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 from tests.hostile.test_pills_state import engine
 

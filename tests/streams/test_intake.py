@@ -32,7 +32,7 @@ from tailhound.streams.intake import (
     TimeBounds,
 )
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")

@@ -10,7 +10,7 @@ from tailhound.streams.loadfit import training_rows
 from tailhound.streams.loadmodel import LoadModel
 from tailhound.streams.processor import load_models
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import RuleSet, parse_rule_text
+from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 
 RULE = """\
 groups:

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from tailhound.streams.correlate import RESOLUTION_LABEL, RULE_REMOVED
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.reload import RuleReloader
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 
 T0 = 1_767_225_600.0

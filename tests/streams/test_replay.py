@@ -10,7 +10,7 @@ from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import write_recording
 from tailhound.incident import IncidentEvent
 from tailhound.streams.replay import replay_files
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from tailhound.agents.render import ExpositionWriter
 from tailhound.recording import ScrapeRecord
 from tailhound.streams.replay import replay_records
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 
 T0 = 1_767_225_600.0
 LE = [1.0, 5.0, 10.0, 15.0, 20.0, 30.0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tailhound.incident import IncidentEvent, Scope
-from tailhound.streams.rollup import JOIN_WINDOW_S, RollupState, group_key, rollup
+from tailhound.streams.rollup.incidents import JOIN_WINDOW_S, RollupState, group_key, rollup
 from tests.notifier.factories import T0, incident_event
 
 MODEL = "llama-3-70b"

@@ -11,8 +11,8 @@ import pytest
 
 from tailhound.incident import IncidentEvent
 from tailhound.streams.model_stage import ModelAggregator
-from tailhound.streams.rollup import RollupState, rollup
-from tailhound.streams.rollup_order import (
+from tailhound.streams.rollup.incidents import RollupState, rollup
+from tailhound.streams.rollup.order import (
     MODEL_STAGE,
     NODE_STAGE,
     TICK_KEY,
@@ -22,7 +22,7 @@ from tailhound.streams.rollup_order import (
     parse_progress,
     progress_key,
 )
-from tailhound.streams.watermarks import PartitionClock
+from tailhound.streams.rollup.watermarks import PartitionClock
 from tests.notifier.factories import T0
 from tests.streams.test_model_stage import engine_snapshot
 from tests.streams.test_rollup import model_event, node_event

@@ -1,10 +1,10 @@
-"""Chart series of rolled-up incidents (streams/rollup_series.py): the nodes side by side, the source's own
+"""Chart series of rolled-up incidents (streams/rollup/series.py): the nodes side by side, the source's own
 series, and members kept without theirs (a fleet-wide group stays small)."""
 
 from __future__ import annotations
 
 from tailhound.incident import MAX_SERIES, MAX_SERIES_ENTITIES, MAX_SERIES_POINTS, EvidenceSeries
-from tailhound.streams.rollup import RollupState, rollup
+from tailhound.streams.rollup.incidents import RollupState, rollup
 from tests.notifier.factories import T0
 from tests.streams.test_rollup import node_event
 

@@ -1,4 +1,4 @@
-"""``tailhound rules check`` (streams/rule_check.py): every problem of every file, at its line and column, with
+"""``tailhound rules check`` (streams/ruleset/check.py): every problem of every file, at its line and column, with
 a hint; duplicate keys, placeholders, Prometheus durations, GitHub annotations and exit codes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tailhound.streams.rule_check import Problem, check_paths, check_text
+from tailhound.streams.ruleset.check import Problem, check_paths, check_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tailhound.streams.rule_docs import render_root_causes
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.docs import render_root_causes
+from tailhound.streams.ruleset.rulefile import load_rules
 from tailhound.vocabulary import RootCause
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Incidents record where their rule is defined and the rule pack's version (streams/rule_pack.py)."""
+"""Incidents record where their rule is defined and the rule pack's version (streams/ruleset/pack.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.streams.rule_pack import pack_version
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.pack import pack_version
+from tailhound.streams.ruleset.rulefile import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = ("groups:\n  - name: g\n    rules:\n      - name: hot\n        scope: gpu\n"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tailhound.errors import RuleFileError
-from tailhound.streams.ruleset import load_rules, parse_duration, parse_rule_text
+from tailhound.streams.ruleset.rulefile import load_rules, parse_duration, parse_rule_text
 
 REPO_RULES = Path(__file__).resolve().parents[2] / "rules"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tailhound.incident import MAX_SERIES, MAX_SERIES_ENTITIES, MAX_SERIES_POINTS, Evidence
-from tailhound.streams.condition_eval import EvalContext
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.condition_eval import EvalContext
+from tailhound.streams.ruleset.rulefile import load_rules
 from tailhound.streams.series import MAX_TRACES, SeriesTrace, export, prune, record
 from tests.factories import dcgm_snapshot
 from tests.streams.test_evaluator import run

@@ -12,7 +12,7 @@ from tailhound.snapshot import Snapshot
 from tailhound.streams import table_store
 from tailhound.streams.app import ROLLUP_STATE_TABLE, STATE_TABLE, create_app
 from tailhound.streams.processor import SnapshotProcessor
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tailhound.streams.table_store import StateStore, StoredState
 
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules")

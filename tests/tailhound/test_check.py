@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tailhound.check import check_file, detect_kind
 from tailhound.cli import app
+from tailhound.cli.check_files import check_file, detect_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

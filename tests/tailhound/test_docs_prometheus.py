@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.doctor import hint_text
+from tailhound.doctor.report import hint_text
 from tailhound.ingest.config import parse_ingest_config
 from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.prometheus_snippet import remote_write_snippet
@@ -161,7 +161,7 @@ def test_the_readme_points_here():
     assert "`TAILHOUND_INGEST__CONFIG`" in config
     check_settings_env_name("TAILHOUND_INGEST__CONFIG")
     where = readme.split("Where to look:", 1)[1].split("Design rules:", 1)[0]
-    assert "tailhound/ingest/" in where and "docs/prometheus.md" in where
+    assert "ingest/" in where and "docs/prometheus.md" in where
     two_ways = readme.split("## Two ways in", 1)[1].split("\n## ", 1)[0]
     assert "(docs/prometheus.md)" in two_ways and "(docs/agent.md)" in two_ways
     for args in _commands(two_ways):

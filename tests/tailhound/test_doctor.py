@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 from tailhound.catalog import default_catalog
 from tailhound.catalog.dcgm_counters import default_fields
 from tailhound.cli import app
-from tailhound.doctor import collect_targets, diagnose, guess_job, parse_target, read_recordings, render_table
+from tailhound.doctor.report import collect_targets, diagnose, guess_job, parse_target, read_recordings, render_table
 from tailhound.errors import TailhoundError
 from tailhound.recording import ScrapeRecord, write_records
 from tailhound.resources import default_rules_dir
 from tailhound.settings import Settings
-from tailhound.streams.ruleset import load_rules
-from tailhound.worker import create_worker_app, metrics_registry
+from tailhound.streams.ruleset.rulefile import load_rules
+from tailhound.worker.compose import create_worker_app, metrics_registry
 from tests.http_helpers import serve_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "agents" / "fixtures"

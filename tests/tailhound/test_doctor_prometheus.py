@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from tailhound.catalog import default_catalog
 from tailhound.cli import app
-from tailhound.doctor import Observed, diagnose, render_table
-from tailhound.doctor_prometheus import job_hints, observe_prometheus, parse_job_sources
+from tailhound.doctor.prometheus import job_hints, observe_prometheus, parse_job_sources
+from tailhound.doctor.report import Observed, diagnose, render_table
 from tailhound.errors import TailhoundError
 from tailhound.resources import default_rules_dir
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.http_helpers import serve_app
 from tests.ingest.test_federation import PAGES, T0, federate_body
 from tests.tailhound.test_doctor import THERMAL_RULE

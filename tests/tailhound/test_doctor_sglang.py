@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from tailhound.catalog import default_catalog
 from tailhound.cli import app
-from tailhound.doctor import diagnose, guess_job, read_recordings
+from tailhound.doctor.report import diagnose, guess_job, read_recordings
 from tailhound.recording import ScrapeRecord, write_records
 from tailhound.resources import default_rules_dir
-from tailhound.streams.ruleset import load_rules
+from tailhound.streams.ruleset.rulefile import load_rules
 from tests.tailhound.test_doctor import only_default_counters
 
 FIXTURES = Path(__file__).resolve().parents[1] / "agents" / "fixtures"

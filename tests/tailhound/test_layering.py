@@ -10,10 +10,10 @@ Floors, lowest first (what each may import besides itself):
   rebuild snapshots from recordings through the agent's own pipeline, so replay sees what an agent sends);
 - ``tailhound.ingest`` (Prometheus remote write into snapshots): core and ``tailhound.agents`` (the agent's
   snapshot pipeline builds the snapshots, so the streams side cannot tell them from an agent's);
-- the applications (``cli``, ``ingest_cli``, ``demo``, ``worker``, ``worker_process``, ``worker_web``,
-  ``worker_metrics``, ``__main__``,
-  ``rulestest``, ``capacity``):
-  everything.
+- the applications, each a package of its own folder (:data:`APP_PACKAGES`: the command line, the worker
+  process, the demo, the doctor, rule tests and backtests, capacity planning) and ``__main__``: everything.
+
+A module's floor is the folder it lives in: nothing is listed by hand but the application folders.
 
 Imports inside functions and ``TYPE_CHECKING`` blocks count: a lazy import is still a dependency.
 """
@@ -30,11 +30,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
-APPS = {"tailhound.cli", "tailhound.demo", "tailhound.doctor", "tailhound.worker", "tailhound.worker_process",
-        "tailhound.worker_web", "tailhound.worker_metrics", "tailhound.__main__", "tailhound.ingest_cli",
-        "tailhound.doctor_prometheus", "tailhound.check"}
-#: packages of the applications floor: rule tests and backtests, capacity planning (load tests, knees)
-APP_PACKAGES = ("tailhound.rulestest", "tailhound.capacity")
+#: the applications floor, by folder: one package per process or command group
+APP_PACKAGES = ("tailhound.cli", "tailhound.worker", "tailhound.demo", "tailhound.doctor", "tailhound.rulestest",
+                "tailhound.capacity")
 ALLOWED = {
     "core": {"core"},
     "agents": {"core", "agents"},
@@ -44,7 +42,7 @@ ALLOWED = {
     "ingest": {"core", "agents", "ingest"},
     "apps": {"core", "agents", "notifier", "streams", "ingest", "apps"},
 }
-BARE = re.compile(r"^\s*(?:from|import)\s+(agents|streams|notifier)(?:\.|\s|$)", re.M)
+BARE = re.compile(r"^\s*(?:from|import)\s+(agents|streams|notifier|ingest)(?:\.|\s|$)", re.M)
 
 
 def modules() -> dict[str, Path]:
@@ -66,7 +64,7 @@ MODULES = modules()
 
 
 def floor(module: str) -> str:
-    if module in APPS or any(module == p or module.startswith(f"{p}.") for p in APP_PACKAGES):
+    if module == "tailhound.__main__" or any(module == p or module.startswith(f"{p}.") for p in APP_PACKAGES):
         return "apps"  # rule tests, backtests, capacity planning: replay through streams, inputs built as agents do
     for pkg in ("agents", "streams", "notifier", "ingest"):
         if module == f"tailhound.{pkg}" or module.startswith(f"tailhound.{pkg}."):
@@ -109,9 +107,10 @@ GRAPH = {m: imports(m, p) for m, p in MODULES.items()}
 
 
 def test_the_namespace_is_tailhound_only():
-    assert set(PACKAGE_DIRS) >= {"tailhound", "tailhound.agents", "tailhound.streams", "tailhound.notifier"}
+    assert set(PACKAGE_DIRS) >= {"tailhound", "tailhound.agents", "tailhound.streams", "tailhound.notifier",
+                                 "tailhound.ingest"}
     assert all(p == "tailhound" or p.startswith("tailhound.") for p in PACKAGE_DIRS)
-    for pkg in ("agents", "streams", "notifier"):
+    for pkg in ("agents", "streams", "notifier", "ingest"):
         assert not (ROOT / "tailhound" / pkg).exists(), f"tailhound/{pkg} would shadow the mapped {pkg}/ folder"
 
 
@@ -132,7 +131,7 @@ def test_a_bare_import_of_a_mapped_folder_fails_loudly():
     import subprocess
     import sys
 
-    for pkg in ("agents", "streams", "notifier"):
+    for pkg in ("agents", "streams", "notifier", "ingest"):
         r = subprocess.run([sys.executable, "-c", f"import {pkg}"], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode != 0 and f"import tailhound.{pkg}, not {pkg}" in r.stderr
 
@@ -192,3 +191,18 @@ def test_no_import_circles():
         if v not in index:
             visit(v)
     assert circles == []
+
+
+def test_the_core_folder_holds_no_application():
+    """tailhound/ itself is the core: every module at its root is imported by some floor below the applications
+    or is a shared helper; a module there that imports an application floor is an application in the wrong
+    folder."""
+    root_modules = [m for m, p in MODULES.items() if p.parent == ROOT / "tailhound" and m != "tailhound.__main__"]
+    misplaced = sorted(m for m in root_modules if any(floor(t) == "apps" for t in GRAPH[m]))
+    assert misplaced == [], f"applications at the core's root (give them a folder): {misplaced}"
+
+
+@pytest.mark.parametrize("folder", ["agents", "streams", "notifier", "ingest"])
+def test_each_layer_is_a_top_level_folder(folder):
+    assert (ROOT / folder / "__init__.py").is_file()
+    assert PACKAGE_DIRS[f"tailhound.{folder}"] == folder

@@ -97,7 +97,7 @@ def test_setup_replaces_the_handlers_and_the_start_line_is_written_at_any_level(
     setup_logging("warning", "json", stream=out)  # twice: still one handler
     kinds = [type(h).__name__ for h in logging.getLogger().handlers]
     assert kinds.count("_TailhoundHandler") == 1 and "StreamHandler" not in kinds  # pytest's own stay
-    logging.getLogger("tailhound.worker").info("not at warning")
+    logging.getLogger("tailhound.worker.compose").info("not at warning")
     log_start("worker", web_listen="127.0.0.1:9096", broker=None)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert len(lines) == 1

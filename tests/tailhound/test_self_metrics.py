@@ -76,7 +76,7 @@ def test_the_notifier_metrics_count_deliveries_by_outcome():
 def test_readiness_means_started_recovered_and_not_rebalancing():
     import asyncio
 
-    from tailhound.worker_metrics import readiness
+    from tailhound.worker.metrics import readiness
 
     completed = asyncio.Event()
     recovery = SimpleNamespace(completed=completed, in_recovery=True)

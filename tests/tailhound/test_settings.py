@@ -69,7 +69,7 @@ def test_settings_model_forbids_unknown_fields():
 def test_worker_child_env_round_trips_every_streams_setting(tmp_path, monkeypatch):
     """The demo/test worker child gets its settings through env: complex values must survive."""
     from tailhound.settings import Settings, load_settings
-    from tailhound.worker_process import WorkerProcess
+    from tailhound.worker.process import WorkerProcess
 
     s = Settings(broker="kafka://127.0.0.1:9", streams={"ttft_p99_sla_s": {"batch-*": 10.0, "*": 1.5},
                                                         "load_models": [tmp_path / "m.json"]})

@@ -1,5 +1,5 @@
 """``tailhound doctor``: which rules can fire with the signals a recording, live targets or a Prometheus carry
-(``--prometheus``: :mod:`tailhound.doctor_prometheus`, read as the federation ingest reads it).
+(``--prometheus``: :mod:`tailhound.doctor.prometheus`, read as the federation ingest reads it).
 
 What a source sends is read the way the agent reads it: each recorded (or scraped) collection becomes
 a snapshot through :mod:`tailhound.agents.pipeline` (dcgm-exporter's NOT_SUPPORTED values dropped), and
@@ -41,7 +41,7 @@ from tailhound.streams.coverage import (
     signals_of_metrics,
     summary,
 )
-from tailhound.streams.ruleset import RuleSet
+from tailhound.streams.ruleset.rulefile import RuleSet
 
 MAX_TARGETS = 32
 SAMPLE_EVERY_S = 60.0

@@ -1,4 +1,4 @@
-"""The Faust side of the roll-up and its event-time order (:mod:`tailhound.streams.rollup_order`).
+"""The Faust side of the roll-up and its event-time order (:mod:`tailhound.streams.rollup.order`).
 
 - :class:`ProgressMarks`: the node and model stages publish their partitions' watermarks (progress
   markers) on the roll-up's topic, next to their incident events, and forget what they kept for the
@@ -21,12 +21,12 @@ import faust
 
 from tailhound.incident import IncidentEvent
 
-from .intake import NOT_AN_INCIDENT, IntakeStats
-from .model_stage import BUCKET_S, ModelStage
-from .pipeline_metrics import PipelineMetrics
-from .processor import SnapshotProcessor
-from .rollup import RollupState, rollup
-from .rollup_order import (
+from ..intake import NOT_AN_INCIDENT, IntakeStats
+from ..model_stage import BUCKET_S, ModelStage
+from ..pipeline_metrics import PipelineMetrics
+from ..processor import SnapshotProcessor
+from .incidents import RollupState, rollup
+from .order import (
     MODEL_STAGE,
     NODE_STAGE,
     TICK_KEY,

@@ -4,9 +4,9 @@ It gets its settings through ``TAILHOUND_*`` env, its own session (so a terminal
 parent, which stops children in order) and ``PR_SET_PDEATHSIG`` (so it never outlives the parent).
 
 Stopping is bounded: SIGTERM, then SIGKILL after a grace period (the worker itself exits within
-:data:`tailhound.worker_guard.SHUTDOWN_GRACE_S` of the signal). :meth:`WorkerProcess.supervise` is a
+:data:`tailhound.worker.guard.SHUTDOWN_GRACE_S` of the signal). :meth:`WorkerProcess.supervise` is a
 minimal supervisor, like ``Restart=on-failure`` of systemd: a worker that exited non-zero (it gives up when
-commits keep failing, see :mod:`tailhound.worker_guard`) is started again after a back-off.
+commits keep failing, see :mod:`tailhound.worker.guard`) is started again after a back-off.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.snapshot import Snapshot
 
+from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT
+from ..engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
+from ..engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
+from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
 from .conditions import Absent, AllOf, AnyOf, NotOf, SignalCondition
-from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
-from .engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
-from .engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
-from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
 
 ANY = "any"
 
@@ -121,7 +121,7 @@ def fed(condition: object, available: frozenset[str], catalog: Catalog | None = 
 
 def supported_engines(rule: object, catalog: Catalog | None = None,
                       available: Mapping[str, frozenset[str]] | None = None) -> frozenset[str]:
-    """The engines that can feed `rule` (a :class:`~tailhound.streams.ruleset.Rule` or a bare condition):
+    """The engines that can feed `rule` (a :class:`~tailhound.streams.ruleset.rulefile.Rule` or a bare condition):
     ``{"any"}`` when it reads no engine signal; else the engines whose signals (`available`: engine -> signal
     names, by default what the catalog maps for each) feed its ``when``."""
     catalog = catalog or default_catalog()

@@ -1,6 +1,6 @@
 """Watermarks: per partition, the event time that everything later from that partition will come after.
 
-The roll-up (:mod:`tailhound.streams.rollup_order`) puts the incident events of every worker back in
+The roll-up (:mod:`tailhound.streams.rollup.order`) puts the incident events of every worker back in
 event-time order. It can only release an event once no earlier one can still come, and it learns that from
 *progress markers* the stages publish next to their incident events, on the same topic, in order:
 

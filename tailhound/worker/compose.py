@@ -16,7 +16,6 @@ import weakref
 import faust
 from prometheus_client import CollectorRegistry
 
-from tailhound import worker_web
 from tailhound.capacity_file import CAPACITY_SIGNALS
 from tailhound.errors import ConfigError
 from tailhound.notifier.api import ApiAccess
@@ -26,15 +25,16 @@ from tailhound.streams.app import create_app, intake_stats, make_worker, rule_sw
 from tailhound.streams.coverage_watch import WINDOW_S, CoverageWatch
 from tailhound.streams.intake import StatsCollector
 from tailhound.streams.reload import RuleReloader
-from tailhound.streams.ruleset import RuleSet
-from tailhound.worker_guard import (
+from tailhound.streams.ruleset.rulefile import RuleSet
+from tailhound.worker import web as worker_web
+from tailhound.worker.guard import (
     bound_commit_retries,
     guard_topics,
     reset_offsets_past_log_end,
     retry_unknown_produce_errors,
     stop_within,
 )
-from tailhound.worker_metrics import ConsumerLagCollector, readiness
+from tailhound.worker.metrics import ConsumerLagCollector, readiness
 
 log = logging.getLogger(__name__)
 #: each worker app's own Prometheus metrics (see metrics_registry)
@@ -126,7 +126,7 @@ def add_rule_reload(app: faust.App, settings: Settings, rules: RuleSet, watch: C
 
 
 async def run_endpoint(app: faust.App, settings: Settings) -> None:
-    """The worker endpoint (:mod:`tailhound.worker_web`) until cancelled. It starts with the process, before
+    """The worker endpoint (:mod:`tailhound.worker.web`) until cancelled. It starts with the process, before
     table recovery (Faust starts tasks and services only after it), so probes and Prometheus see a
     recovering worker as "not ready" rather than down."""
     if not settings.streams.web_listen:
@@ -176,7 +176,7 @@ def prepare_data_dir(settings: Settings) -> None:
 
 def run_worker(settings: Settings, rules: RuleSet) -> None:
     """Run a Faust worker until SIGINT/SIGTERM (stopped within SHUTDOWN_GRACE_S of it); it declares its topics
-    again if the broker loses them and exits non-zero when commits keep failing (:mod:`tailhound.worker_guard`).
+    again if the broker loses them and exits non-zero when commits keep failing (:mod:`tailhound.worker.guard`).
     Does not return (raises SystemExit)."""
     bound_commit_retries()
     reset_offsets_past_log_end()

@@ -30,7 +30,7 @@ from tailhound.notifier.config import parse_config
 from tailhound.notifier.receivers.console import ConsoleConfig, ConsoleReceiver
 from tailhound.notifier.service import NotifierService
 from tailhound.settings import Settings, SinksSettings
-from tailhound.worker_process import WorkerProcess
+from tailhound.worker.process import WorkerProcess
 
 DEMO_FAULT = "thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"
 #: the notifier's config for the demo: fleet time runs 60x, so its waits (in wall time) are short

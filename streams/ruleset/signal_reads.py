@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
-from .evidence import LOAD_CONTEXT
-from .ruleset import RuleSet
-from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS
+from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT
+from ..evidence import LOAD_CONTEXT
+from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS
+from .rulefile import RuleSet
 
 #: what a load model reads of the view besides its own signal (tailhound.streams.loadmodel.features_of)
 MODEL_FEATURES = ("tokens.prompt.mean", "tokens.generation.mean", "engine.requests_running",

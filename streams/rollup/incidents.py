@@ -32,8 +32,8 @@ from pydantic import BaseModel, Field
 from tailhound.incident import EvidenceSeries, IncidentEvent, Scope
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 
-from .correlate import MAX_EVIDENCE, PATH_CAUSES, RESIDUAL_CAUSES, rank_of
-from .rollup_series import Headline, group_series, keep_headline
+from ..correlate import MAX_EVIDENCE, PATH_CAUSES, RESIDUAL_CAUSES, rank_of
+from .series import Headline, group_series, keep_headline
 
 #: a node incident joins an open group of its cause if it opens at most this long after the group did
 JOIN_WINDOW_S = 900.0
@@ -65,7 +65,7 @@ class Group(BaseModel):
     #: of it is not published
     published: str = ""
     #: chart data (members are kept without theirs): each member's headline line, and the full series of
-    #: the member whose evidence the group shows, as of its latest event (tailhound.streams.rollup_series)
+    #: the member whose evidence the group shows, as of its latest event (tailhound.streams.rollup.series)
     headlines: dict[str, Headline] = Field(default_factory=dict)
     source_series: dict[str, list[EvidenceSeries]] = Field(default_factory=dict)
 

@@ -4,7 +4,7 @@
   the process's (``process_*``, ``python_*``: :mod:`tailhound.endpoints`);
 - ``GET /-/healthy``: the process serves (liveness);
 - ``GET /-/ready``: 200 once the tables are recovered and the worker processes telemetry, else 503 with
-  the reason (readiness; :func:`tailhound.worker_metrics.readiness`);
+  the reason (readiness; :func:`tailhound.worker.metrics.readiness`);
 - ``POST /-/reload``: reload the rule pack now (:mod:`tailhound.streams.reload`); 200 with the version
   when it was swapped in, 422 with every problem when it was rejected (the old rules keep running).
 

@@ -25,3 +25,6 @@ a ``remote_write`` at tailhound instead of deploying agents. This package is the
 
 The HTTP server, the Kafka publisher, the worker/CLI wiring and federation pull are built on top of it.
 """
+
+if __name__ != "tailhound.ingest":  # the folder is mapped into the namespace (pyproject.toml, package-dir)
+    raise ImportError(f"import tailhound.ingest, not {__name__}: this folder is the tailhound.ingest package")

@@ -1,7 +1,7 @@
 """``tailhound rules check``: every problem of every rule file at once, each at its line and column, with a
 hint (pure; no broker).
 
-What :func:`tailhound.streams.ruleset.load_rules` refuses at the first error, this reports in full, the
+What :func:`tailhound.streams.ruleset.rulefile.load_rules` refuses at the first error, this reports in full, the
 way promtool does for Prometheus rules and more:
 
 - YAML syntax, and duplicate keys (YAML keeps the last one silently: ``for: 1m`` then ``for: 30m``);
@@ -37,10 +37,10 @@ from tailhound.yamlfile import mapping_value as _value
 from tailhound.yamlfile import read_text as read_yaml_text
 from tailhound.yamlfile import yaml_error_text
 
+from ..signal_names import known_signals
+from ..signals import signal_per
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
-from .ruleset import Engine, Rule, RuleGroup, Scope, _check_engines
-from .signal_names import known_signals
-from .signals import signal_per
+from .rulefile import Engine, Rule, RuleGroup, Scope, _check_engines
 
 #: what an action may name besides the signals its rule reports (streams/evidence.py render_action)
 SCOPE_PLACEHOLDERS = ("node", "gpus", "model", "engine")

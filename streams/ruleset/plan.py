@@ -1,11 +1,11 @@
 """Rules compiled once into closures, so a snapshot does not walk condition models (pure).
 
-:func:`tailhound.streams.condition_eval.holds` interprets a ``when:`` tree: per leaf it dispatches on the model
+:func:`tailhound.streams.ruleset.condition_eval.holds` interprets a ``when:`` tree: per leaf it dispatches on the model
 type, looks the signal's entity labels up, builds the right-hand side and compares. The worker judges
 every rule that reads a snapshot's signals for every entity, ~10 rules x 8 GPUs per dcgm snapshot,
 so :class:`RulePlan` does that work once per rule: it resolves each leaf's signal, reduction and bound
 to a closure with the same answers as ``holds`` (True, False or None for "no news"), and keeps what
-:func:`tailhound.streams.condition_eval.entities_of` needs. ``all``/``any`` stop at the first False/True, which
+:func:`tailhound.streams.ruleset.condition_eval.entities_of` needs. ``all``/``any`` stop at the first False/True, which
 gives the same answer (the other children only read). ``any`` is False once a branch is judged false and
 none holds, even if other branches lack their signals (see ``holds``).
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from tailhound.catalog import Catalog
 
+from ..signals import signal_per
 from .condition_eval import EvalContext, _reduce, peer_median, rising
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
-from .ruleset import Rule, RuleSet, baseline_key
-from .signals import signal_per
+from .rulefile import Rule, RuleSet, baseline_key
 
 #: (ctx, entity) -> True / False / None (no news)
 Check = Callable[[EvalContext, str], "bool | None"]
@@ -36,7 +36,7 @@ def entity_order(e: str) -> tuple[int, str]:
 
 
 def compile_value(signal: str, reduce: Reduce | None, scope: str, catalog: Catalog) -> Value:
-    """:func:`tailhound.streams.condition_eval.value_of` for one (signal, reduce, scope)."""
+    """:func:`tailhound.streams.ruleset.condition_eval.value_of` for one (signal, reduce, scope)."""
     per = signal_per(signal, catalog) or ()
     if reduce is None:
         if not per:
@@ -65,7 +65,7 @@ def compile_value(signal: str, reduce: Reduce | None, scope: str, catalog: Catal
 
 
 def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value:
-    """:func:`tailhound.streams.condition_eval.limit_of`'s value (its source only matters for evidence)."""
+    """:func:`tailhound.streams.ruleset.condition_eval.limit_of`'s value (its source only matters for evidence)."""
     b = cond.bound
     if not isinstance(b, Ref):
         limit = float(b)  # type: ignore[arg-type]
@@ -135,7 +135,7 @@ def _compile_absent(cond: Absent, catalog: Catalog) -> Check:
 
 
 def compile_condition(cond: object, scope: str, catalog: Catalog) -> Check:
-    """A closure answering :func:`tailhound.streams.condition_eval.holds` for `cond`."""
+    """A closure answering :func:`tailhound.streams.ruleset.condition_eval.holds` for `cond`."""
     if isinstance(cond, SignalCondition):
         return _compile_signal(cond, scope, catalog)
     if isinstance(cond, Absent):
@@ -212,7 +212,7 @@ class RulePlan:
         )
 
     def entities(self, ctx: EvalContext) -> list[str]:
-        """:func:`tailhound.streams.condition_eval.entities_of`: the entities the rule can judge now, in order."""
+        """The entities the rule can judge now, in order (:func:`~tailhound.streams.ruleset.condition_eval.entities_of`)."""
         found: set[str] = set()
         for signal in self.entity_signals:
             vals = ctx.values.get(signal)

@@ -19,7 +19,7 @@ Shape, close to Prometheus rule files::
 
 ``engines:`` (optional) says which inference engines a rule supports: some of ``vllm``, ``tgi``, ``nim``, ``sglang``, or
 ``[any]`` for a rule that reads no engine signal. The loader refuses an engine that cannot feed the rule
-(it lacks a signal every branch of the condition needs; streams/engine_support.py), and ``any`` on a rule
+(it lacks a signal every branch of the condition needs; streams/ruleset/engine_support.py), and ``any`` on a rule
 that reads engine signals.
 """
 
@@ -38,10 +38,10 @@ from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 from tailhound.yamlfile import compose_strict, read_config_text
 from tailhound.yamlfile import line_of as _line_of
 
+from ..demand import history_windows
+from ..signals import signal_per
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
-from .demand import history_windows
-from .rule_pack import pack_version
-from .signals import signal_per
+from .pack import pack_version
 
 __all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
            "Engine", "load_rules", "load_rule_file", "parse_rule_text", "parse_duration"]
@@ -72,7 +72,7 @@ class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     _signals: frozenset[str] | None = PrivateAttr(default=None)
     _leaves: list | None = PrivateAttr(default=None)
-    #: where it is defined (``rules/gpu.yaml:14``) and the version of the pack it came from (streams/rule_pack.py)
+    #: where it is defined (``rules/gpu.yaml:14``) and the version of the pack it came from (streams/ruleset/pack.py)
     _origin: str | None = PrivateAttr(default=None)
     _pack_version: str | None = PrivateAttr(default=None)
 
@@ -125,7 +125,7 @@ class Rule(BaseModel):
 
     @property
     def pack_version(self) -> str | None:
-        """The version of the rule pack it was loaded with (:func:`tailhound.streams.rule_pack.pack_version`)."""
+        """The version of the rule pack it was loaded with (:func:`tailhound.streams.ruleset.pack.pack_version`)."""
         return self._pack_version
 
     @property
@@ -204,7 +204,7 @@ class RuleSet(BaseModel):
 
     @cached_property
     def plan_cache(self) -> dict:
-        """The rules compiled per catalog (:func:`tailhound.streams.rule_plan.plans_for`); filled on first use."""
+        """The rules compiled per catalog (:func:`tailhound.streams.ruleset.plan.plans_for`); filled on first use."""
         return {}
 
     @cached_property

@@ -73,7 +73,7 @@ def _notifier(path: Path) -> Checked:
 
 
 def _rules(path: Path) -> Checked:
-    from tailhound.streams.rule_check import check_paths
+    from tailhound.streams.ruleset.check import check_paths
 
     problems, _ = check_paths([path])
     return Checked(str(path), "rules", problems)

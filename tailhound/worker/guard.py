@@ -21,7 +21,7 @@
   topic, no coordinator): a worker whose topics never came back stalled, logging about seven errors a second.
   :func:`bound_commit_retries` makes a commit that has not gone through after :data:`COMMIT_RETRY_S` raise:
   Faust crashes the worker and it exits non-zero, for its supervisor (Kubernetes, systemd, the demo's
-  :class:`tailhound.worker_process.WorkerProcess`) to start it again; a new worker recovers its tables from
+  :class:`tailhound.worker.process.WorkerProcess`) to start it again; a new worker recovers its tables from
   their changelogs.
 - **Stopping on time.** SIGINT/SIGTERM stop Faust gracefully (commit, flush, leave the group). When that takes
   more than :data:`SHUTDOWN_GRACE_S` (a broker that does not answer the last commit, a machine busy with other
@@ -45,7 +45,7 @@ from aiokafka.errors import KafkaError
 from tailhound.kafka import ensure_topics, existing_topics, topic_specs
 from tailhound.settings import Settings
 
-log = logging.getLogger("tailhound.worker")
+log = logging.getLogger("tailhound.worker.compose")
 
 #: how often the worker checks that its topics still exist
 TOPIC_CHECK_S = 2.0

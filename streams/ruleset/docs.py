@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from tailhound.vocabulary import ROOT_CAUSES
 
+from ..correlate import CAUSAL_RANK, domain_of
 from .conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
-from .correlate import CAUSAL_RANK, domain_of
-from .ruleset import Rule, RuleSet
+from .rulefile import Rule, RuleSet
 
 HEADER = """\
 # Root causes

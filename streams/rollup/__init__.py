@@ -1,0 +1,1 @@
+"""Roll-up: node incidents folded into one per fault, in event-time order behind watermarks."""

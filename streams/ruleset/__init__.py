@@ -1,0 +1,1 @@
+"""Rules: the rule-file schema and loader, the `when:` language, its evaluation and compiled plans."""

@@ -1,0 +1,1 @@
+"""`tailhound demo`: the whole path on one machine, on the embedded broker."""

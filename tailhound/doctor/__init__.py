@@ -1,0 +1,1 @@
+"""`tailhound doctor`: which rules can fire with the signals a source carries."""

@@ -1,0 +1,1 @@
+"""The worker process: Faust app composition, its guard, web endpoints and metrics."""
