@@ -8,7 +8,7 @@ Each input is either a load test's result (``tailhound loadtest``: one JSON docu
 kind is told from the first line (a recording's lines have ``node`` and ``job``). Every load test gives one
 recommendation (``source: loadtest:<file>``); the recordings are read one after the other as one telemetry
 stream, one recommendation per model (``source: telemetry:<files>``). :func:`register` adds the command to
-an app (``tailhound/cli.py`` does).
+an app (``tailhound/cli/`` does).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A Typer app with one command registered the way `tailhound` registers it (tailhound/cli.py)."""
+"""A Typer app with one command registered the way `tailhound` registers it (tailhound/cli/)."""
 
 from __future__ import annotations
 

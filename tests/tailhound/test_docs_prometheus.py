@@ -20,7 +20,7 @@ from tests.notifier.test_docs import _shell_commands
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "prometheus.md"
 README = ROOT / "README.md"
-INGEST_SOURCES = ROOT / "tailhound" / "ingest"
+INGEST_SOURCES = ROOT / "ingest"
 
 
 def text() -> str:
