@@ -36,7 +36,7 @@ from tailhound.vocabulary import RootCause
 
 from .condition_eval import EvalContext
 from .evidence import rule_evidence
-from .rule_plan import plans_for
+from .rule_plan import RulePlan, plans_for
 from .ruleset import Rule, RuleSet
 
 #: rule name, the incident's entities -> what the rule compares now (empty: it cannot judge the node)
@@ -136,9 +136,11 @@ def observer(rules: RuleSet, ctx: EvalContext | None, catalog: Catalog) -> Obser
     """What a rule compares now on the node, for the incident's entities (else the first it can judge)."""
     if ctx is None:
         return None
-    plans = {p.name: p for p in plans_for(rules, catalog)}
+    plans: dict[str, RulePlan] = {}  # filled on the first call: most snapshots make no incident event
 
     def observe(name: str, entities: list[str]) -> list[Evidence]:
+        if not plans:
+            plans.update((p.name, p) for p in plans_for(rules, catalog))
         plan = plans.get(name)
         if plan is None:
             return []

@@ -159,3 +159,27 @@ def test_candidates_stay_in_the_incidents_domain():
     cands, _ = diagnose(RootCause.KV_CACHE_PRESSURE, domain_of, rank_of, {"kv-full": ["e"]},
                         {"kv-full": [], "lossy": []}, set(), ruleset().index)
     assert [c.root_cause for c in cands] == [RootCause.KV_CACHE_PRESSURE]
+
+
+def test_through_the_processor_a_quiet_rule_of_a_candidate_shows_what_it_compared():
+    from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
+    from tests.factories import dcgm_snapshot
+
+    text = RULES.split("      - {name: kv-full")[0] + (
+        "      - {name: slow-clock, scope: gpu, when: {signal: gpu.sm_clock, below: 1000},\n"
+        "         root_cause: gpu-thermal-throttle}\n")
+    processor, store = SnapshotProcessor(RuleSet(rules=parse_rule_text(text, "test.yaml"))), MemoryStateStore()
+    events = []
+    for k in range(3):
+        snap = dcgm_snapshot(T0 + 15 * k, hot={3: (91.0, 1500.0)})
+        step = processor.step(store.get(snap.node), snap)
+        store[snap.node] = step.state
+        events += step.events
+    (opened,) = events
+    (lead,) = opened.candidates
+    assert [(f.rule, f.state) for f in lead.supports] == [("hot", "firing")]
+    (quiet,) = lead.against
+    assert quiet.rule == "slow-clock" and quiet.state == "quiet"
+    assert [(e.signal, e.value, e.threshold, e.labels) for e in quiet.evidence] == [
+        ("gpu.sm_clock", 1500.0, 1000.0, {"gpu": "3"})]
+    assert lead.score == 0.5  # one of its two rules holds
