@@ -52,3 +52,16 @@ def test_a_webhook_is_told_the_cause_is_not_certain():
     payload = build_payload(notification(incidents=[ambiguous()]))
     assert payload["incident"]["differential"]["runner_up"] == "capacity"
     assert [c["root_cause"] for c in payload["incident"]["candidates"]] == ["retry-storm", "capacity"]
+
+
+def test_the_terminal_panel_shows_the_differential():
+    from rich.console import Console
+
+    from tailhound.console import render_incident
+
+    console = Console(width=400, record=True, color_system=None)
+    console.print(render_incident(ambiguous()))
+    text = console.export_text()
+    assert "not certain  retry-storm or capacity: Counters export the sum." in text and CHECK in text
+    console.print(render_incident(incident_event()))
+    assert console.export_text().count("not certain") == 0  # export_text clears: the second panel alone
