@@ -65,3 +65,14 @@ def test_the_terminal_panel_shows_the_differential():
     assert "not certain  retry-storm or capacity: Counters export the sum." in text and CHECK in text
     console.print(render_incident(incident_event()))
     assert console.export_text().count("not certain") == 0  # export_text clears: the second panel alone
+
+
+def test_alertmanager_description_names_the_runner_up_and_the_check():
+    from tailhound.notifier.receivers.alertmanager_alerts import alert_annotations
+
+    n = notification(incidents=[ambiguous()])
+    description = alert_annotations(n.lead, n)["description"]
+    assert "Not certain: retry-storm or capacity. Counters export the sum." in description
+    assert f"Tell them apart: {CHECK}" in description
+    plain = notification()
+    assert "Not certain" not in alert_annotations(plain.lead, plain)["description"]
