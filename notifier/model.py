@@ -74,9 +74,11 @@ class Notification(BaseModel):
         return all(i.transient for i in self.incidents)
 
     def title(self) -> str:
-        """One line: ``[FIRING] gpu-thermal-throttle: <summary> (+2 related)``."""
+        """One line: ``[FIRING] gpu-thermal-throttle: <summary> (+2 related)``; where the lead's cause has a
+        look-alike the signals cannot rule out, ``[FIRING] retry-storm or capacity?: ...``."""
         state = "RESOLVED" if self.resolved else ("FLAPPING" if self.flapping else "FIRING")
         more = f" (+{len(self.incidents) - 1} related)" if len(self.incidents) > 1 else ""
         lead = self.lead
         summary = lead.summary or lead.scope.describe()
-        return f"[{state}] {lead.root_cause}: {summary}{more}"
+        cause = f"{lead.root_cause} or {lead.runner_up}?" if lead.runner_up else str(lead.root_cause)
+        return f"[{state}] {cause}: {summary}{more}"

@@ -15,7 +15,8 @@ decides what a person is told:
   alone for ``attach_grace`` opens an incident with that cause (a P99 breach with a growing queue and
   no GPU-side cause is a capacity problem);
 - transient vs persistent: an incident whose causes are all usually transient (network-side) is
-  marked transient; if it is still open after :data:`PERSISTENT_AFTER_S` it becomes persistent.
+  marked transient; if it is still open after :data:`PERSISTENT_AFTER_S` it becomes persistent;
+- every event carries its ranked candidate causes, and the check where two stay close (:mod:`.candidates`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from tailhound.incident import Evidence, IncidentEvent, Scope, incident_id
+from tailhound.incident import Differential, Evidence, IncidentEvent, Scope, incident_id
 from tailhound.snapshot import Snapshot
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 
+from .candidates import Observe, diagnose
+from .evidence import render_action
 from .ruleset.rulefile import Rule, RuleSet
 
 #: Most fundamental first: a cause explains the ones after it.
@@ -101,6 +104,7 @@ class Episode(BaseModel):
     transient: bool = False
     #: the last evidence seen while firing, so the `resolved` event still says what it was about
     evidence: list[Evidence] = Field(default_factory=list)
+    differential: Differential | None = None
 
 
 class Firing(BaseModel):
@@ -112,11 +116,11 @@ class Firing(BaseModel):
 
 
 def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: dict[str, Firing], rules: RuleSet,
-              snapshot: Snapshot, models: list[str], pending: set[str] | frozenset[str] = frozenset()
-              ) -> list[IncidentEvent]:
+              snapshot: Snapshot, models: list[str], pending: set[str] | frozenset[str] = frozenset(),
+              observe: Observe | None = None) -> list[IncidentEvent]:
     """Update the node's open incidents from what fires now; returns the lifecycle events.
 
-    `pending` names the rules with entities that hold but have not held for their `for` yet."""
+    `pending`: rules that hold, not yet for their `for`; `observe`: what a quiet rule compares (:mod:`.candidates`)."""
     by_name = rules.index
     events: list[IncidentEvent] = _reconcile(episodes, by_name, firing, snapshot, models) if any(
         ep.root_rule not in by_name or any(m not in by_name for m in ep.members) for ep in episodes.values()) else []
@@ -140,7 +144,7 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             episodes[domain] = ep
             _attach(ep, mine, {})
             _attach(ep, symptoms if domain == _symptom_home(episodes) else {}, {})
-            events.append(_event("opened", ep, by_name, firing, snapshot, models))
+            events.append(_event("opened", ep, by_name, firing, snapshot, models, pending, observe))
         elif ep is not None and not _keeps_open(ep, mine, by_name):
             ep.sequence += 1
             events.append(_event("resolved", ep, by_name, firing, snapshot, models))
@@ -163,7 +167,7 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
                 ep.transient, changed = False, True
             if changed:
                 ep.sequence += 1
-                events.append(_event("updated", ep, by_name, firing, snapshot, models))
+                events.append(_event("updated", ep, by_name, firing, snapshot, models, pending, observe))
     if not held:
         events += _orphan_symptoms(episodes, orphans, symptoms, by_name, snapshot, firing, models,
                                    causes_pending=any(n in by_name and by_name[n].root_cause is not None
@@ -256,7 +260,8 @@ def _orphan_symptoms(episodes: dict[str, Episode], orphans: dict[str, float], sy
 
 
 def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, Firing], snapshot: Snapshot,
-           models: list[str]) -> IncidentEvent:
+           models: list[str], pending: set[str] | frozenset[str] = frozenset(), observe: Observe | None = None
+           ) -> IncidentEvent:
     scope = _scope(ep, by_name, snapshot.node, models)
     root = by_name[ep.root_rule]
     ordered = [ep.root_rule] + sorted(n for n in ep.members if n != ep.root_rule)
@@ -278,22 +283,24 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
         summary += f"; explains {', '.join(explains)}"
     if also:
         summary += f"; also firing: {', '.join(also)}"
-    from .evidence import render_action
-
     actions = [render_action(a, scope, evidence) for a in root.actions]
+    candidates = []
+    if kind != "resolved":  # a resolved incident keeps the differential it was paged with
+        candidates, ep.differential = diagnose(RootCause(ep.root_cause), domain_of, rank_of, ep.members,
+                                               {n: f.evidence for n, f in firing.items()}, pending, by_name, observe)
     return IncidentEvent(
         incident_id=ep.incident_id, event=kind, sequence=ep.sequence, ts=snapshot.ts,  # type: ignore[arg-type]
         root_cause=RootCause(ep.root_cause), severity=severity, opened_at=ep.opened_at,
         resolved_at=snapshot.ts if kind == "resolved" else None, scope=scope, transient=ep.transient,
         summary=summary, evidence=evidence, actions=actions, rule=ep.root_rule,
         labels={**root.labels, "rules": ",".join(sorted(ep.members))},
-        rule_origin=root.origin, rules_version=root.pack_version,
+        rule_origin=root.origin, rules_version=root.pack_version, candidates=candidates,
+        differential=ep.differential,
     )
 
 
 def _distinct(evidence: Iterable[Evidence]) -> list[Evidence]:
-    """Each observation once (member rules share context signals: tokens, running requests ...), first
-    (the root rule's) wins."""
+    """Each observation once (rules share context signals), the root rule's first."""
     seen: set[tuple] = set()
     out: list[Evidence] = []
     for ev in evidence:
@@ -328,7 +335,6 @@ NODE_GONE = "node-gone"
 
 class _At(BaseModel):
     """Where and when an event is, for _event (which reads a snapshot's ts and node)."""
-
     ts: float
     node: str
 

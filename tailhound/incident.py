@@ -144,6 +144,60 @@ class EvidenceSeries(BaseModel):
         return [e for e in self.values if e not in self.focus]
 
 
+#: bounds of an event's differential diagnosis: candidates per event, rule findings per candidate side
+MAX_CANDIDATES = 6
+MAX_FINDINGS = 8
+FINDING_EVIDENCE = 4
+
+RuleStateName = Literal["firing", "pending", "quiet"]
+
+
+class RuleFinding(BaseModel):
+    """What one rule of a candidate cause said when the event was made: firing, pending (its condition holds,
+    not yet for its `for`) or quiet (its condition does not hold), with the values it compared."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    rule: str
+    state: RuleStateName
+    evidence: list[Evidence] = Field(default_factory=list, max_length=FINDING_EVIDENCE)
+
+    def describe(self) -> str:
+        values = "; ".join(e.describe() for e in self.evidence)
+        return f"{self.rule} {self.state}" + (f": {values}" if values else "")
+
+
+class Candidate(BaseModel):
+    """One candidate cause of an incident, with the evidence for it (its rules that fire or are pending) and
+    against it (its rules that are quiet, and firing signals it does not explain)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    root_cause: RootCause
+    score: float = Field(ge=0, le=1, description="How well it explains the incident's firing rules (1: all of them) "
+                                                 "times the share of its own rules that support it.")
+    supports: list[RuleFinding] = Field(default_factory=list, max_length=MAX_FINDINGS,
+                                        description="Its rules that fire or are pending.")
+    against: list[RuleFinding] = Field(default_factory=list, max_length=MAX_FINDINGS,
+                                       description="Its rules that are quiet.")
+    unexplained: list[str] = Field(default_factory=list, max_length=MAX_FINDINGS * 2,
+                                   description="Firing rules of the incident this cause does not explain.")
+
+
+class Differential(BaseModel):
+    """The lead cause and the runner-up the telemetry cannot tell apart, and the one check that does."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    lead: RootCause
+    runner_up: RootCause
+    why: str = Field(description="Why the recorded signals do not separate them.")
+    check: str = Field(description="The one check that tells them apart.")
+
+    def describe(self) -> str:
+        return f"{self.lead} or {self.runner_up}: {self.why} Check: {self.check}"
+
+
 class IncidentEvent(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -172,6 +226,17 @@ class IncidentEvent(BaseModel):
         default_factory=list, max_length=MAX_SERIES,
         description="Recent history of the evidence signals, for charts (the incident console). Carried on the "
                     "incidents topic; left out of what receivers (Slack, PagerDuty, webhooks) are sent.")
+    candidates: list[Candidate] = Field(
+        default_factory=list, max_length=MAX_CANDIDATES,
+        description="The ranked candidate causes, the root cause first, each with the evidence for and against it.")
+    differential: Differential | None = Field(
+        default=None, description="Set when the root cause and the runner-up cannot be told apart from the "
+                                  "recorded signals: the runner-up and the check that separates them.")
+
+    @property
+    def runner_up(self) -> RootCause | None:
+        """The cause named next to the root cause when the two stay close (see `differential`)."""
+        return self.differential.runner_up if self.differential else None
 
     def key(self) -> bytes:
         """The Kafka message key: the incident id."""

@@ -201,6 +201,9 @@ def alert_annotations(incident: IncidentEvent, notification: Notification) -> di
     ]
     if not _firing(incident, notification):
         lines.append(f"Resolved: {iso(incident.resolved_at or incident.ts)}")
+    if incident.differential is not None:  # the runner-up the signals cannot rule out, and the check
+        d = incident.differential
+        lines += [f"Not certain: {d.lead} or {d.runner_up}. {d.why}", f"Tell them apart: {d.check}"]
     lines.append(f"Rule: {incident.rule}{rule_place(incident)}")
     lines.append(f"Incident: {incident.incident_id} (tailhound group {notification.group_id}, "
                  f"notification {notification.kind} #{notification.sequence})")

@@ -49,7 +49,8 @@ FIELD_LIMIT = 1024
 MAX_ITEMS = 100
 MAX_LINKS = 10
 #: Custom details dropped first when they do not fit, least useful to whoever is paged first.
-_DROPPABLE_DETAILS = ["related", "group_labels", "labels", "incident_ids", "evidence", "suggested_actions"]
+_DROPPABLE_DETAILS = ["related", "candidates", "group_labels", "labels", "incident_ids", "evidence",
+                      "suggested_actions"]
 _DETAIL_IN_REASON = 1000
 
 PagerDutySeverity = Literal["critical", "error", "warning", "info"]
@@ -122,6 +123,10 @@ def custom_details(notification: Notification) -> dict[str, Any]:
         "opened_at": _iso(lead.opened_at),
         "notification": f"{notification.kind} #{notification.sequence}",
     }
+    if lead.differential is not None:  # the runner-up the signals cannot rule out, and the check
+        details["differential"] = lead.differential.model_dump(mode="json")
+    if lead.candidates:
+        details["candidates"] = [{"root_cause": str(c.root_cause), "score": c.score} for c in lead.candidates]
     if lead.labels:
         details["labels"] = dict(lead.labels)
     if notification.group_labels:

@@ -162,6 +162,15 @@ def _context(n: Notification) -> Block:
     return {"type": "context", "elements": [mrkdwn(text, SECTION_LIMIT)]}
 
 
+def differential_text(ev: IncidentEvent) -> str:
+    """The lead, the runner-up, why the signals do not separate them and the check that does (mrkdwn)."""
+    d = ev.differential
+    assert d is not None
+    text = (f"*Not certain: {escape(str(d.lead))} or {escape(str(d.runner_up))}* — {escape(d.why)}\n"
+            f"*Tell them apart:* {escape(d.check)}")
+    return truncate(text, SECTION_LIMIT)
+
+
 def render_message(n: Notification, *, mention: str | None = None,
                    console_url: str | None = None) -> tuple[str, list[Block]]:
     """The channel message for the group's current state: (fallback text, blocks).
@@ -182,6 +191,8 @@ def render_message(n: Notification, *, mention: str | None = None,
     blocks.append(_fields(n))
     lead = n.lead
     if not n.resolved:
+        if lead.differential is not None:
+            blocks.append(_section(differential_text(lead)))
         if lead.evidence:
             items = [truncate("• " + escape(e.describe()), ITEM_LIMIT) for e in lead.evidence]
             blocks.append(_section(capped_list("*Evidence*", items)))

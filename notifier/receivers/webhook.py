@@ -118,12 +118,16 @@ def _iso(ts: float) -> str:
 def requested_action(incident: IncidentEvent) -> dict[str, Any]:
     """What the remediation endpoint is asked to do about `incident`, and where."""
     scope = incident.scope
-    return {
+    action = {
         "type": ACTION_BY_ROOT_CAUSE.get(str(incident.root_cause), DEFAULT_ACTION),
         "root_cause": str(incident.root_cause),
         "target": {"node": scope.node, "engine": scope.engine, "model": scope.model, "endpoint": scope.endpoint},
         "suggested_actions": list(incident.actions),
     }
+    if incident.differential is not None:  # automation should not act on a cause the signals cannot confirm
+        action.update(certain=False, runner_up=str(incident.differential.runner_up),
+                      check=incident.differential.check)
+    return action
 
 
 def build_payload(notification: Notification) -> dict[str, Any]:
@@ -170,9 +174,9 @@ def _lead_doc(event: IncidentEvent) -> dict[str, Any]:
     doc = cut_strings(event.model_dump(mode="json"), FIELD_LIMIT, MAX_ITEMS)
     if json_size(doc) <= MAX_BODY_BYTES // 4:  # it is sent twice (``incident`` and ``incidents[0]``)
         return doc
-    doc = {k: v for k, v in doc.items() if k != "series"}
+    doc = {k: v for k, v in doc.items() if k not in ("series", "candidates")}
     if json_size(doc) <= MAX_BODY_BYTES // 4:
-        return {**doc, "truncated": "the lead incident's chart series left out"}
+        return {**doc, "truncated": "the lead incident's chart series and candidates left out"}
     doc = {k: v for k, v in doc.items() if k not in ("evidence", "labels", "actions")}
     return {**doc, "truncated": "only the lead incident's identity kept"}
 

@@ -10,7 +10,8 @@ UTC. Everything that comes from outside (summaries, scope, labels, evidence, sil
 The tests and the browser tests find elements by ``data-testid``: ``incident-filters`` (with ``filter-text``,
 ``filter-state``, ``filter-cause``, ``filter-severity``), ``incident-count``, ``incident-table``,
 ``incident-row``, ``incident``, ``evidence``, ``series``, ``actions``, ``notifications``, ``notification-row``,
-``suppressed``, ``silence-incident``, and the silences page's hooks (:func:`silences_page`).
+``suppressed``, ``silence-incident``, ``differential``, ``candidates``, ``candidate``, and the silences page's
+hooks (:func:`silences_page`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, urlencode
 
+from tailhound.incident import IncidentEvent, RuleFinding
 from tailhound.notifier.webconsole.assets import FILTER_SCRIPT, SILENCES_SCRIPT, STYLE
 from tailhound.notifier.webconsole.charts import peer_svg, timeline_svg
 from tailhound.notifier.webconsole.formatting import format_span, format_time, format_value, safe_text
@@ -184,13 +186,40 @@ def incident_detail(view: IncidentView, now: float, *, live: bool, base: str = "
     evidence = "".join(f"<li><code>{safe_text(e.describe())}</code></li>" for e in ev.evidence)
     parts = [head, f'<{sub}>Evidence</{sub}>',
              f'<ul data-testid="evidence">{evidence}</ul>' if evidence else '<p class="muted">No evidence.</p>',
-             f'<{sub}>Charts</{sub}>', _charts(view)]
+             f'<{sub}>Differential diagnosis</{sub}>', _diagnosis(ev), f'<{sub}>Charts</{sub}>', _charts(view)]
     actions = "".join(f"<li>{_code_spans(a)}</li>" for a in ev.actions)
     parts += [f'<{sub}>Suggested actions</{sub}>',
               f'<ol data-testid="actions">{actions}</ol>' if actions else '<p class="muted">None.</p>']
     parts += [f'<{sub}>Notifications</{sub}>', _notifications(view, live=live)]
     return (f'<article class="incident" id="{safe_text(ev.incident_id)}" data-testid="incident" '
             f'data-incident="{safe_text(ev.incident_id)}">' + "".join(parts) + "</article>")
+
+
+def _diagnosis(ev: IncidentEvent) -> str:
+    """Why this cause and not another: the look-alike the signals cannot rule out with the check that does,
+    and the ranked candidates with the rules for and against each (``tailhound explain`` in words)."""
+    out = ""
+    if ev.differential is not None:
+        d = ev.differential
+        out += (f'<p class="notice" data-testid="differential"><strong>Not certain: {safe_text(str(d.lead))} or '
+                f'{safe_text(str(d.runner_up))}.</strong> {safe_text(d.why)}<br><strong>Tell them apart:</strong> '
+                f'{safe_text(d.check)}</p>')
+    if not ev.candidates:
+        return out + ('<p class="muted">No candidates on this event (they are recorded while the incident is '
+                      f'open: <code>tailhound explain {safe_text(ev.incident_id)}</code>).</p>')
+    rows = []
+    for k, c in enumerate(ev.candidates, 1):
+        missed = ", ".join(f"<code>{safe_text(n)}</code>" for n in c.unexplained) or "—"
+        rows.append(f'<tr data-testid="candidate"><td>{k}</td><td>{safe_text(str(c.root_cause))}</td>'
+                    f'<td class="nowrap">{c.score:.2f}</td><td class="small"><ul>{_findings(c.supports)}</ul></td>'
+                    f'<td class="small"><ul>{_findings(c.against)}</ul></td><td class="small">{missed}</td></tr>')
+    return (out + '<table data-testid="candidates"><thead><tr><th>#</th><th>Cause</th><th>Score</th>'
+            '<th>For (firing, pending)</th><th>Against (quiet)</th><th>Does not explain</th></tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
+
+
+def _findings(items: list[RuleFinding]) -> str:
+    return "".join(f"<li><code>{safe_text(f.describe())}</code></li>" for f in items)
 
 
 def silence_matchers(view: IncidentView) -> list[str]:

@@ -217,4 +217,5 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
         evidence=evidence, actions=list(source.actions), rule=source.rule,
         rule_origin=source.rule_origin, rules_version=source.rules_version,
         labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)}, series=series,
+        candidates=list(source.candidates), differential=source.differential,
     )

@@ -5,6 +5,7 @@ any longer are dropped."""
 
 from __future__ import annotations
 
+from ..candidates import observer
 from ..correlate import correlate
 from ..series import prune, series_of
 from .step import Step
@@ -13,7 +14,7 @@ from .step import Step
 def stage(step: Step) -> bool:
     state = step.state
     step.events = correlate(state.incidents, state.orphans, step.firing, step.rules, step.snapshot, state.models,
-                            step.pending)
+                            step.pending, observer(step.rules, step.ctx, step.catalog))
     traces = state.traces
     if traces:
         if step.events:

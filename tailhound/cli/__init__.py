@@ -22,6 +22,7 @@ _add_notifier_commands()
 # registration order is the order `tailhound --help` lists the commands in
 from . import processes  # noqa: E402, F401, I001
 from . import replay  # noqa: E402, F401
+from . import explain  # noqa: E402, F401
 from . import reference  # noqa: E402, F401
 from . import rules  # noqa: E402, F401
 from . import baseline  # noqa: E402, F401

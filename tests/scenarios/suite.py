@@ -25,6 +25,11 @@ Scoring (:func:`score`), per fault:
 - **first cause right**: of its incidents, how many name their final root cause in their first event;
 - **wrong causes**: its incidents whose final root cause is not the expected one, plus spurious
   incidents, plus any incident of a negative (a fault that must not page).
+
+A scenario marked ``ambiguous`` is one whose causes the recorded signals cannot separate (a TGI surge and a
+retry storm): an incident names a cause when it is the root cause or the runner-up of its differential
+(``IncidentEvent.differential``), so the target is "never a confident wrong cause; the right cause is the
+lead or the named runner-up".
 """
 
 from __future__ import annotations
@@ -94,6 +99,8 @@ class Scenario:
     minutes: float = MINUTES
     #: what today's rules/correlation get wrong (the test is xfail(strict) while this is set)
     gap: str | None = None
+    #: the telemetry cannot separate its cause from a look-alike: the runner-up counts (module docstring)
+    ambiguous: bool = False
 
     def sim_config(self) -> SimConfig:
         # vLLM's API server always exports http_requests_total: so does every scenario
@@ -151,8 +158,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("slow-node-early", "a slow node before any baseline exists (peers only)",
              (Fault("slow-node@3m+20m:node=gpu-node-2", Expect("node-degraded", "gpu-node-2", max_delay_min=7)),),
              {"nodes": 3}, minutes=30),
+    # TGI answers the surge's excess with 429: from aggregate counters a retry storm looks the same
     Scenario("tgi-surge", "TGI fleet",
-             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),), {"engine": "tgi"}),
+             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),), {"engine": "tgi"}, ambiguous=True),
     Scenario("tgi-healthy", "TGI fleet (negative)", (), {"engine": "tgi"}),
     Scenario("two-faults", "two simultaneous faults on different nodes",
              (Fault(f"thermal-throttle@{_at(F)}+10m:node=gpu-node-1:gpus=3,5",
@@ -201,14 +209,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
 #: xfail(strict): it turns into a loud XPASS failure once fixed, and then its line goes.
-GAPS: dict[str, str] = {
-    "tgi-surge": "TGI answers the surge's excess with 429 (tgi_request_failure{err=\"overloaded\"}: its queue is "
-                 "bounded by --max-concurrent-requests), and retry-storm fires: 429s with more requests than usual "
-                 "is the playbook's retry storm, and aggregate counters cannot tell new users from clients retrying "
-                 "(that needs a retry signal: a client-side retry counter or request ids at the ingress)",
-}
+GAPS: dict[str, str] = {}
 #: Why the aggregate targets are not met today (None once they are).
-AGGREGATE_GAP: str | None = "1 wrong-cause incident (retry-storm for a TGI surge, see GAPS)"
+AGGREGATE_GAP: str | None = None
 SCENARIOS = {name: replace(sc, gap=GAPS.get(name)) for name, sc in SCENARIOS.items()}
 
 
@@ -236,6 +239,18 @@ def replay(scenario: Scenario, rules_dir: Path = RULES) -> tuple[list[IncidentEv
 class Incident:
     incident_id: str
     events: tuple[IncidentEvent, ...]
+    #: of an ambiguous scenario: the runner-up of an event's differential counts as named
+    ambiguous: bool = False
+
+    def named(self, event: IncidentEvent) -> set[str]:
+        """The causes an event names: its root cause, and in an ambiguous scenario its runner-up."""
+        runner = event.runner_up if self.ambiguous else None
+        return {str(event.root_cause)} | ({str(runner)} if runner else set())
+
+    @property
+    def first_right(self) -> bool:
+        """The first event already names the final cause (or, ambiguous, the final lead is among what it names)."""
+        return self.final_cause in self.named(self.events[0])
 
     @property
     def opened(self) -> float:
@@ -272,10 +287,12 @@ class Incident:
         if scope.gpus:
             where += " GPUs " + ",".join(scope.gpus)
         first = "" if self.first_cause == self.final_cause else f" (opened as {self.first_cause})"
-        return f"{self.final_cause} @ {where}{first}"
+        runner = self.events[-1].runner_up
+        close = f" (runner-up {runner})" if runner else ""
+        return f"{self.final_cause}{close} @ {where}{first}"
 
     def matches(self, expect: Expect) -> bool:
-        if self.final_cause != expect.root_cause or self.place != expect.place:
+        if expect.root_cause not in self.named(self.events[-1]) or self.place != expect.place:
             return False
         return not expect.gpus or set(self.events[-1].scope.gpus) == set(expect.gpus)
 
@@ -338,11 +355,11 @@ class ScenarioScore:
         return out
 
 
-def incidents_of(events: Iterable[IncidentEvent]) -> list[Incident]:
+def incidents_of(events: Iterable[IncidentEvent], ambiguous: bool = False) -> list[Incident]:
     by_id: dict[str, list[IncidentEvent]] = {}
     for e in events:
         by_id.setdefault(e.incident_id, []).append(e)
-    return sorted((Incident(k, tuple(v)) for k, v in by_id.items()), key=lambda i: (i.opened, i.incident_id))
+    return sorted((Incident(k, tuple(v), ambiguous) for k, v in by_id.items()), key=lambda i: (i.opened, i.incident_id))
 
 
 def _window(f: FaultSpec, interval_s: float) -> tuple[float, float]:
@@ -357,7 +374,7 @@ def score(scenario: Scenario, events: Sequence[IncidentEvent], start_ts: float) 
     specs = [f.fault for f in scenario.faults]
     claimed: dict[int, list[Incident]] = {k: [] for k in range(len(specs))}
     spurious: list[Incident] = []
-    for inc in incidents_of(events):
+    for inc in incidents_of(events, scenario.ambiguous):
         t = inc.opened - start_ts
         candidates = []
         for k, (case, spec) in enumerate(zip(scenario.faults, specs, strict=True)):
@@ -378,10 +395,10 @@ def score(scenario: Scenario, events: Sequence[IncidentEvent], start_ts: float) 
         if exp is None:
             wrong = tuple(i.describe() for i in incs)
         else:
-            wrong = tuple(i.describe() for i in incs if i.final_cause != exp.root_cause)
+            wrong = tuple(i.describe() for i in incs if exp.root_cause not in i.named(i.events[-1]))
         out.append(FaultScore(
             spec=case.spec, expect=exp, incidents=incs, right=exp is not None and any(i.matches(exp) for i in incs),
-            detect_min=detect_min, first_right=sum(i.first_cause == i.final_cause for i in incs), wrong=wrong))
+            detect_min=detect_min, first_right=sum(i.first_right for i in incs), wrong=wrong))
     return ScenarioScore(scenario.name, tuple(out), tuple(spurious))
 
 
@@ -430,7 +447,7 @@ def aggregate(scores: Iterable[ScenarioScore]) -> Aggregate:
     all_incs = [i for s in scores for i in s.incidents]
     return Aggregate(
         faults=len(pos), incidents=sum(len(f.incidents) for f in pos),
-        first_right=sum(i.first_cause == i.final_cause for i in all_incs), all_incidents=len(all_incs),
+        first_right=sum(i.first_right for i in all_incs), all_incidents=len(all_incs),
         wrong=sum(len(s.wrong) for s in scores),
         negative_incidents=sum(len(f.incidents) for s in scores for f in s.faults if f.expect is None)
         + sum(len(s.spurious) for s in scores if all(f.expect is None for f in s.faults)),
@@ -450,7 +467,7 @@ def table(scores: Sequence[ScenarioScore], seconds: dict[str, float] | None = No
             if f is None:
                 got = "; ".join(i.describe() for i in spurious) or "nothing"
                 lines.append(f"| {s.name} | - | nothing | {got} | - | - | {len(spurious)} | "
-                             f"{sum(i.first_cause == i.final_cause for i in spurious)}/{len(spurious)} | "
+                             f"{sum(i.first_right for i in spurious)}/{len(spurious)} | "
                              f"{len(spurious)} | {'yes' if s.met else 'no'} |")
                 continue
             incs = list(f.incidents) + spurious
@@ -462,7 +479,7 @@ def table(scores: Sequence[ScenarioScore], seconds: dict[str, float] | None = No
             ttd = "-" if f.detect_min is None else f"{f.detect_min:.2f} min"
             wrong = len(f.wrong) + len(spurious)
             lines.append(f"| {s.name} | `{f.spec}` | {exp} | {got} | {right} | {ttd} | {len(f.incidents)} | "
-                         f"{sum(i.first_cause == i.final_cause for i in incs)}/{len(incs)} | {wrong} | "
+                         f"{sum(i.first_right for i in incs)}/{len(incs)} | {wrong} | "
                          f"{'yes' if f.met and not spurious else 'no'} |")
     return "\n".join(lines)
 

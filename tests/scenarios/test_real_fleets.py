@@ -3,7 +3,9 @@ faults, a retry storm, a TGI fleet, an SGLang fleet, two faults at once, a rolli
 blocking, each replayed through the default rule pack and scored against its target (tests/scenarios/suite.py).
 
 A scenario whose target today's rules or correlation miss is xfail(strict) with what goes wrong
-(suite.GAPS); fixing it makes the test XPASS, which fails until its line in GAPS goes. The per-scenario
+(suite.GAPS); fixing it makes the test XPASS, which fails until its line in GAPS goes. A scenario marked
+ambiguous (tgi-surge: a surge TGI answers with 429s looks like a retry storm) counts the runner-up the
+incident names with its differential, never a confident wrong cause. The per-scenario
 numbers are in BENCHMARKS.md ("Diagnosis on the scenario suite (issue 12)"; ``python -m bench.scenarios``).
 """
 

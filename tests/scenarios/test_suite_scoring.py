@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tailhound.incident import IncidentEvent, Scope
+from dataclasses import replace
+
+from tailhound.incident import Differential, IncidentEvent, Scope
 from tests.scenarios.suite import (
     FLEET,
     SCENARIOS,
@@ -114,3 +116,16 @@ def test_every_scenario_is_valid():
             assert f.fault.start_s >= 20 * 60 or sc.name.endswith("-early")
             if f.expect is not None and f.expect.place != FLEET:
                 assert f.expect.place in cfg.node_names()
+
+
+def test_an_ambiguous_scenario_counts_the_named_runner_up_and_nothing_else_does():
+    diff = Differential(lead="retry-storm", runner_up="capacity", why="sums", check="per client IP")
+    paged = [ev("m", 1, 26, "retry-storm", nodes=("gpu-node-1",)).model_copy(update={"differential": diff})]
+    ambiguous = replace(SURGE, ambiguous=True)
+    s = score(ambiguous, paged, T0)
+    assert s.met and not s.faults[0].wrong and s.faults[0].first_right == 1
+    assert "retry-storm (runner-up capacity) @ model/fleet" in table([s])
+    assert not score(SURGE, paged, T0).met  # not marked ambiguous: the runner-up does not count
+    confident = [ev("m", 1, 26, "retry-storm", nodes=("gpu-node-1",))]
+    assert not score(ambiguous, confident, T0).met  # a confident wrong cause never counts
+    assert SCENARIOS["tgi-surge"].ambiguous and not SCENARIOS["tgi-surge"].gap

@@ -144,3 +144,14 @@ def test_a_nodes_capacity_incident_while_the_balancer_overloads_that_node_is_mut
     assert state.muted == {}
     elsewhere = feed([node_event("n3", ts=T0 + 90, opened_at=T0 + 90)], state)
     assert [(e.root_cause, e.scope.node) for e in elsewhere] == [("capacity", "n3")]
+
+
+def test_a_rolled_up_incident_keeps_its_leads_candidates_and_differential():
+    from tailhound.incident import Candidate, Differential
+
+    diff = Differential(lead="retry-storm", runner_up="capacity", why="sums", check="per client IP")
+    cands = [Candidate(root_cause="retry-storm", score=1.0), Candidate(root_cause="capacity", score=0.5)]
+    out = feed([node_event(n, cause="retry-storm", ts=T0 + k * 30, opened_at=T0 + k * 30, candidates=cands,
+                           differential=diff) for k, n in enumerate(("n1", "n2"))])
+    last = out[-1]
+    assert last.scope.nodes == ["n1", "n2"] and last.runner_up == "capacity" and last.candidates == cands
