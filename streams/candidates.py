@@ -34,8 +34,8 @@ from tailhound.incident import (
 )
 from tailhound.vocabulary import RootCause
 
-from .ruleset.condition_eval import EvalContext
 from .evidence import rule_evidence
+from .ruleset.condition_eval import EvalContext
 from .ruleset.plan import RulePlan, plans_for
 from .ruleset.rulefile import Rule, RuleSet
 
