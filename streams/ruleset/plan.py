@@ -212,7 +212,7 @@ class RulePlan:
         )
 
     def entities(self, ctx: EvalContext) -> list[str]:
-        """The entities the rule can judge now, in order (:func:`~tailhound.streams.ruleset.condition_eval.entities_of`)."""
+        """The entities the rule can judge now, in order (``condition_eval.entities_of``)."""
         found: set[str] = set()
         for signal in self.entity_signals:
             vals = ctx.values.get(signal)
