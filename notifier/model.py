@@ -21,13 +21,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tailhound.incident import IncidentEvent
+from tailhound.vocabulary import highest_severity
 
 NotificationKind = Literal["opened", "updated", "resolved"]
 
 #: Receiver-specific memory of an earlier delivery for the same group (e.g. Slack channel + ts).
 Receipt = dict[str, str]
 
-_SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
 
 
 class Notification(BaseModel):
@@ -66,7 +66,7 @@ class Notification(BaseModel):
     @property
     def severity(self) -> str:
         """The highest severity among the group's incidents."""
-        return max((i.severity for i in self.incidents), key=lambda s: _SEVERITY_ORDER.get(s, 0))
+        return highest_severity(i.severity for i in self.incidents)
 
     @property
     def transient(self) -> bool:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from tailhound.incident import Differential, Evidence, IncidentEvent, Scope, incident_id
 from tailhound.snapshot import Snapshot
-from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
+from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity, highest_severity
 
 from .candidates import Observe, diagnose
 from .evidence import render_action
@@ -77,7 +77,6 @@ CORRELATION_WAIT_S = 120.0
 EXPLAINED = -1.0
 MAX_EVIDENCE = 48
 KEPT_EVIDENCE = 12
-_SEVERITY = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 def domain_of(cause: RootCause | str) -> str:
@@ -273,8 +272,7 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
         ep.evidence = evidence[:KEPT_EVIDENCE]
     else:
         evidence = list(ep.evidence)
-    severity = max((by_name[n].severity for n in ep.members if n in by_name), key=lambda s: _SEVERITY[s],
-                   default=root.severity)
+    severity = highest_severity((by_name[n].severity for n in ep.members if n in by_name), default=root.severity)
     title = ROOT_CAUSES[RootCause(ep.root_cause)].title
     explains = sorted(n for n in ep.members if by_name[n].symptom)
     also = sorted(n for n in ep.members if n != ep.root_rule and not by_name[n].symptom)

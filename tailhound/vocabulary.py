@@ -7,8 +7,10 @@ whether it is usually transient (network-side, recovers within minutes) or persi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 
 class RootCause(StrEnum):
@@ -25,17 +27,34 @@ class RootCause(StrEnum):
     RETRY_STORM = "retry-storm"
     HEAD_OF_LINE_BLOCKING = "head-of-line-blocking"
     NODE_DEGRADED = "node-degraded"
-    # --- issue 27: hardware errors ---
     GPU_HARDWARE_ERROR = "gpu-hardware-error"
-    # engine-side causes of issue 27 (traffic shape and balance)
+    # traffic shape and balance
     LOAD_IMBALANCE = "load-imbalance"
     GENERATION_LENGTH_GROWTH = "generation-length-growth"
 
 
 class Severity(StrEnum):
+    """Ordered: info < warning < critical (:meth:`rank`, :func:`highest_severity`)."""
+
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
+
+    @classmethod
+    def rank(cls, value: str) -> int:
+        """0 info, 1 warning, 2 critical; a value outside the vocabulary ranks lowest."""
+        return _SEVERITY_RANK.get(value, 0)
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+_S = TypeVar("_S", bound=str)
+
+
+def highest_severity(values: Iterable[_S], default: _S | None = None) -> _S:
+    """The most severe of `values` (the first of equals); `default` when there are none."""
+    if default is None:
+        return max(values, key=Severity.rank)
+    return max(values, key=Severity.rank, default=default)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from tailhound.notifier.config import Route
 from tailhound.notifier.matchers import incident_labels, matches_all
+from tailhound.vocabulary import highest_severity
 
 from . import Candidate, Context
-
-_ORDER = {"info": 0, "warning": 1, "critical": 2}
 
 
 def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
@@ -36,7 +35,7 @@ def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
 def route_labels(cand: Candidate) -> dict[str, str]:
     labels = incident_labels(cand.incidents[0])
     labels.update(cand.group.labels)
-    labels["severity"] = max((e.severity for e in cand.incidents), key=lambda s: _ORDER.get(s, 0))
+    labels["severity"] = highest_severity(e.severity for e in cand.incidents)
     labels["transient"] = "true" if all(e.transient for e in cand.incidents) else "false"
     return labels
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from tailhound.incident import EvidenceSeries, IncidentEvent, Scope
-from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
+from tailhound.vocabulary import ROOT_CAUSES, RootCause, highest_severity
 
 from ..correlate import MAX_EVIDENCE, PATH_CAUSES, RESIDUAL_CAUSES, rank_of
 from .series import Headline, group_series, keep_headline
@@ -38,7 +38,6 @@ from .series import Headline, group_series, keep_headline
 #: a node incident joins an open group of its cause if it opens at most this long after the group did
 JOIN_WINDOW_S = 900.0
 FLEET = "fleet"
-_SEVERITY = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 #: cause -> the causes whose open incident on the same node explains it: the model stage sees across engines
 #: what the node stage cannot (a node out of headroom because the balancer overloads it, not the model)
 EXPLAINED_ON_NODE: dict[RootCause, frozenset[RootCause]] = {
@@ -210,7 +209,7 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
     series = group_series(group.source_series.get(source.incident_id, []), lines, open_nodes)
     return IncidentEvent(
         incident_id=group.incident_id, event=kind, sequence=group.sequence, ts=ts,  # type: ignore[arg-type]
-        root_cause=cause, severity=max((m.severity for m in members), key=lambda s: _SEVERITY[s]),
+        root_cause=cause, severity=highest_severity(m.severity for m in members),
         opened_at=group.opened_at, resolved_at=ts if kind == "resolved" else None, scope=scope,
         transient=all(m.transient for m in open_members),
         summary=summary if one_node else summary + f"; {len(nodes)} nodes",
