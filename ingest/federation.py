@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.catalog import Catalog
 from tailhound.durations import Duration
+from tailhound.errors import PullError
 from tailhound.ingest.federation_decode import BoundedDecoder, DecodeRefused, accept_encoding
 from tailhound.ingest.federation_text import (  # noqa: F401 (the selectors: re-exported)
     MAX_SELECTOR,
@@ -134,7 +135,7 @@ class FederationConfig(BaseModel):
 # -- pulling ------------------------------------------------------------------------------------------------
 
 
-class FederationError(Exception):
+class FederationError(PullError):
     """A pull that brought nothing (the message says why: connection, status, size, content type)."""
 
 

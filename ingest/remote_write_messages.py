@@ -27,6 +27,8 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tailhound.errors import MalformedMessage
+
 #: The bits of Prometheus' stale marker (value.StaleNaN), and the marker as the 8 bytes a Sample carries.
 STALE_NAN_BITS = 0x7FF0000000000002
 _STALE_BYTES = struct.pack("<Q", STALE_NAN_BITS)
@@ -45,7 +47,7 @@ def is_stale(value: float) -> bool:
     return value != value and struct.pack("<d", value) == _STALE_BYTES
 
 
-class RemoteWriteError(ValueError):
+class RemoteWriteError(MalformedMessage, ValueError):
     """A request body that is not a valid remote-write 1.0 request (or over a limit): why, in a countable
     ``reason``, and the HTTP ``status`` to answer (400, 413 for a body or a message too large)."""
 

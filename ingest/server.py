@@ -28,6 +28,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tailhound.endpoints import healthy_response, ready_response
+from tailhound.errors import InputTooLarge
 from tailhound.http_guard import BodyTimeout, GuardedSite, ServerLimits, read_body_within, runner_options
 from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.receiver import IngestResult
@@ -39,8 +40,8 @@ log = logging.getLogger("tailhound.ingest")
 Accept = Callable[[bytes, dict[str, str]], Awaitable[IngestResult]]
 
 
-class TooLarge(Exception):
-    pass
+class TooLarge(InputTooLarge):
+    """A remote-write body over ``max_body_bytes``."""
 
 
 web_exceptions = (RequestPayloadError, ConnectionResetError)

