@@ -28,8 +28,15 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tailhound.endpoints import healthy_response, ready_response
-from tailhound.http_guard import BodyTimeout, GuardedSite, ServerLimits, read_body_within, runner_options
-from tailhound.ingest.metrics import IngestMetrics
+from tailhound.http_guard import (
+    BodyTimeout,
+    DroppedConnections,
+    GuardedSite,
+    ServerLimits,
+    read_body_within,
+    runner_options,
+)
+from tailhound.ingest.metrics import PREFIX, IngestMetrics
 from tailhound.ingest.receiver import IngestResult
 from tailhound.logs import log_always
 
@@ -121,6 +128,8 @@ class IngestServer:
         self.stopping = False
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
+        # tailhound_ingest_http_connections_dropped_total{reason}: zero until the site runs
+        metrics.registry.register(DroppedConnections(PREFIX, lambda: [self.site.counter] if self.site else []))
 
     async def start(self, app: web.Application, listen: str) -> int:
         host, _, port = listen.rpartition(":")
