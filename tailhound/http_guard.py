@@ -119,15 +119,16 @@ _EXPORTED: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, list[Connectio
     weakref.WeakKeyDictionary()
 
 
-def export_dropped(registry: CollectorRegistry, prefix: str, counter: ConnectionCounter) -> None:
+def export_dropped(registry: CollectorRegistry, prefix: str, counter: ConnectionCounter | None = None) -> None:
     """Add `counter`'s drops to ``<prefix>_http_connections_dropped_total`` in `registry` (one collector per
-    prefix and registry: a site started again adds to the same counter)."""
+    prefix and registry: a site started again adds to the same counter; no `counter`: the family, at zero)."""
     by_prefix = _EXPORTED.setdefault(registry, {})
     if prefix not in by_prefix:
         counters: list[ConnectionCounter] = []
         by_prefix[prefix] = counters
         registry.register(DroppedConnections(prefix, lambda: list(counters)))
-    by_prefix[prefix].append(counter)
+    if counter is not None:
+        by_prefix[prefix].append(counter)
 
 
 class _GuardedHandler(RequestHandler):

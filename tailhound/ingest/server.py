@@ -30,9 +30,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tailhound.endpoints import healthy_response, ready_response
 from tailhound.http_guard import (
     BodyTimeout,
-    DroppedConnections,
     GuardedSite,
     ServerLimits,
+    export_dropped,
     read_body_within,
     runner_options,
 )
@@ -128,8 +128,6 @@ class IngestServer:
         self.stopping = False
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
-        # tailhound_ingest_http_connections_dropped_total{reason}: zero until the site runs
-        metrics.registry.register(DroppedConnections(PREFIX, lambda: [self.site.counter] if self.site else []))
 
     async def start(self, app: web.Application, listen: str) -> int:
         host, _, port = listen.rpartition(":")
@@ -139,6 +137,7 @@ class IngestServer:
                                     **runner_options(self.limits))
         await self.runner.setup()
         site = self.site = GuardedSite(self.runner, host, int(port), self.limits)
+        export_dropped(self.metrics.registry, PREFIX, site.counter)  # tailhound_ingest_http_connections_dropped
         try:
             await site.start()
         except BaseException:
