@@ -11,10 +11,12 @@ from tailhound.notifier.webconsole.access import LOGIN_PATH, LoginThrottle
 from tailhound.notifier.webconsole.request_checks import allowed_console_hosts, host_allowed
 from tailhound.notifier.webconsole.routes import script_hash
 from tailhound.settings import NotifierSettings
+from tests.faults.conftest import scale
 from tests.notifier.webconsole.api_helpers import TOKEN, api, fetch
 
 SILENCE = '{"matchers": ["node=\\"gpu-node-3\\""], "author": "x", "comment": "csrf", "duration": "30d"}'
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+GUESSES = scale(40, 2000)  # wrong tokens tried
 
 
 async def test_dns_rebinding_reads_are_refused():
@@ -70,7 +72,7 @@ async def test_token_guessing_is_throttled():
     async with api(access) as (_, base):
         access.loopback = False
         statuses = []
-        for i in range(40):
+        for i in range(GUESSES):
             status, headers, _ = await fetch(base, LOGIN_PATH, method="POST", headers=FORM, data=f"token=guess{i}")
             statuses.append(status)
         assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}
