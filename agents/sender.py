@@ -43,6 +43,7 @@ from tailhound.agents.wire import encode_snapshot
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import LIMITS, Snapshot, bundle_bytes
+from tailhound.wire.v3 import bundle_parts, is_v3
 
 log = logging.getLogger("tailhound.agent.sender")
 
@@ -112,7 +113,11 @@ def bundle_batch(batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_sn
         if len(run) == 1:
             out.append(run[0])
         elif run:
-            out.append(Message(key=run[0].key, value=bundle_bytes(run[0].key.decode(), [m.value for m in run])))
+            values = [m.value for m in run]
+            node = run[0].key.decode()
+            # a run is of one format: the sender encodes every snapshot with the same wire version
+            value = bundle_parts(node, values) if is_v3(values[0]) else bundle_bytes(node, values)
+            out.append(Message(key=run[0].key, value=value))
         run.clear()
 
     for m in batch:

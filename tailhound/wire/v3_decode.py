@@ -1,0 +1,202 @@
+"""Version-3 telemetry -> the snapshot objects the worker's step reads, bounded; never raises.
+
+msgspec checks the types and the sizes of every list while it reads (a list longer than the limits is
+refused at its header, before its items are read); this module checks what the schema of version 1 checks
+(:mod:`tailhound.snapshot`: finite values, counters >= 0, cumulative buckets, label limits, names) and builds
+the structs of :mod:`tailhound.wire.decoded`, which the step reads as it reads a
+:class:`~tailhound.snapshot.Snapshot`: each label set's dict is built once per part and shared by its samples,
+each bucket layout once. A message that fails any check is
+a :class:`Refused` (a dead letter's ``kind`` and reason), whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import re
+from dataclasses import dataclass
+
+import msgspec
+
+from tailhound.snapshot import LIMITS, name_problem
+from tailhound.wire.decoded import Counter, DecodedSnapshot, Gauge, HistDelta, Histogram
+from tailhound.wire.v3 import WIRE_VERSION, Hist, Message, Part
+
+_DECODER = msgspec.msgpack.Decoder(Message)
+_SOURCE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+_isfinite = math.isfinite
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a version-3 message was not read: a countable `kind` and a reason for people."""
+
+    kind: str
+    reason: str
+
+
+class _Bad(Exception):
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+def decode_v3(raw: bytes) -> list[DecodedSnapshot] | Refused:
+    """The snapshots of version-3 message `raw`, in order, or why not (its size is the caller's check)."""
+    try:
+        msg = _DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        return Refused(_kind_of(str(exc)), f"version-3 message: {exc}"[:1000])
+    except msgspec.DecodeError as exc:
+        return Refused("bad_msgpack", f"version-3 message is not MessagePack: {exc}"[:1000])
+    if msg.version != WIRE_VERSION:
+        return Refused("invalid", f"telemetry version {msg.version} in a version-3 frame")
+    problem = name_problem(msg.node)
+    if problem is not None:
+        return Refused("invalid", f"node: {problem}")
+    out: list[DecodedSnapshot] = []
+    for i, part in enumerate(msg.parts):
+        try:
+            out.append(_snapshot(msg.node, part))
+        except _Bad as exc:
+            return Refused(exc.kind, f"parts.{i}: {exc}"[:1000])
+        except (IndexError, TypeError, ValueError) as exc:  # an id out of range, a column of the wrong length
+            return Refused("invalid", f"parts.{i}: {exc}"[:1000])
+    return out
+
+
+#: where msgspec reports a list over its limit: ``$[2][<part>][<field>]...`` (field numbers of :class:`Part`)
+_WHERE = re.compile(r"`\$\[2\]\[\d+\]\[(\d+)\](\[)?")
+_LABEL_FIELDS = {6: "too_many_labels", 8: "too_many_labels"}
+_BUCKET_FIELDS = (9, 16)
+
+
+def _kind_of(error: str) -> str:
+    """A countable kind for msgspec's error text (a list over its limit names the field it is in)."""
+    if "`str` of length <=" in error:
+        return "label_too_long"
+    if "length <=" not in error:
+        return "invalid"
+    where = _WHERE.search(error)
+    if where is None:
+        return "invalid"  # too many parts, or a name too long
+    field, deeper = int(where[1]), where[2] is not None
+    if field in _LABEL_FIELDS and (deeper or field == 6):
+        return _LABEL_FIELDS[field]
+    if field in _BUCKET_FIELDS and deeper:
+        return "too_many_buckets"
+    return "too_many_samples"
+
+
+def _time(value: float | None, what: str, upper: float = math.inf) -> None:
+    if value is not None and not (_isfinite(value) and 0 < value <= upper):
+        raise _Bad("non_finite" if not _isfinite(value) else "out_of_range",
+                   f"{what} {value!r} must be finite and > 0" + (f" and <= {upper:g}" if upper < math.inf else ""))
+
+
+def _labels(strings: list[str], flat: list[int]) -> dict[str, str]:
+    if len(flat) % 2:
+        raise _Bad("invalid", "a label set has an odd number of string ids")
+    labels = {strings[flat[j]]: strings[flat[j + 1]] for j in range(0, len(flat), 2)}
+    if len(labels) * 2 != len(flat):
+        raise _Bad("invalid", "a label set names one label twice")
+    if any(len(k) > LIMITS.max_label_name for k in labels):
+        raise _Bad("label_too_long", f"a label name is longer than {LIMITS.max_label_name} characters")
+    return labels
+
+
+def _layout(le: list[float]) -> list[float]:
+    if not le:
+        raise _Bad("invalid", "a bucket layout is empty")
+    if not (_isfinite(le[0]) and _isfinite(le[-1]) and all(map(operator.lt, le, le[1:]))):
+        raise _Bad("invalid", "bucket bounds `le` must be finite and strictly increasing (+Inf is `count`)")
+    return le
+
+
+def _counts(counts: list[float], n: int, top: float, what: str) -> None:
+    if len(counts) != n:
+        raise _Bad("invalid", f"{what} has {len(counts)} bucket counts for {n} bounds")
+    if not all(map(_isfinite, counts)):
+        raise _Bad("non_finite", f"{what}: bucket counts must be finite")
+    if counts and (counts[0] < 0 or counts[-1] > top):
+        raise _Bad("out_of_range", f"{what}: bucket counts must be >= 0 and at most `count`")
+
+
+def _snapshot(node: str, p: Part) -> DecodedSnapshot:
+    _time(p.ts, "ts")
+    _time(p.interval_s, "interval_s", LIMITS.max_interval_s)
+    _time(p.prev_ts, "prev_ts")
+    if not _SOURCE.match(p.source):
+        raise _Bad("invalid", f"source {p.source[:80]!r} must match ^[a-z][a-z0-9_-]{{0,39}}$")
+    if any(len(k) > LIMITS.max_label_name for k in p.labels):
+        raise _Bad("label_too_long", f"a common label name is longer than {LIMITS.max_label_name} characters")
+    strings, kinds, names, values = p.strings, p.kinds, p.names, p.values
+    n = len(kinds)
+    if not (len(names) == len(p.labelsets) == len(values) == n):
+        raise _Bad("invalid", "the sample columns kinds, names, labelsets and values differ in length")
+    if not all(map(_isfinite, values)):
+        raise _Bad("non_finite", "sample values must be finite")
+    sample_names = [strings[k] for k in names]
+    if not all(0 < len(name) <= 200 for name in sample_names):
+        raise _Bad("invalid", "a sample name must be 1 to 200 characters long")
+    sets = [_labels(strings, flat) for flat in p.sets]
+    layouts = [_layout(le) for le in p.layouts]
+    resets = set(p.resets)
+    if resets and not (min(resets) >= 0 and max(resets) < n):
+        raise _Bad("invalid", "a reset names no sample")
+    samples: list[object] = []
+    deltas = iter(p.deltas)
+    hists = iter(p.hists)
+    for i in range(n):
+        kind, name, labels, value = kinds[i], sample_names[i], sets[p.labelsets[i]], values[i]
+        if kind == 0:
+            if i in resets:
+                raise _Bad("invalid", f"gauge {name} cannot reset")
+            samples.append(Gauge(name, labels, value))
+        elif kind == 1:
+            delta = next(deltas)
+            if value < 0 or (delta is not None and not (_isfinite(delta) and delta >= 0)):
+                raise _Bad("non_finite" if delta is not None and not _isfinite(delta) else "out_of_range",
+                           f"counter {name}: value and delta must be finite and >= 0")
+            samples.append(Counter(name, labels, value, delta, i in resets))
+        elif kind == 2:
+            samples.append(_histogram(name, labels, value, next(hists), layouts, i in resets))
+        else:
+            raise _Bad("invalid", f"sample kind {kind} is not 0 (gauge), 1 (counter) or 2 (histogram)")
+    if next(deltas, None) is not None or next(hists, None) is not None or len(p.deltas) > n or len(p.hists) > n:
+        raise _Bad("invalid", "more counter deltas or histograms than samples of their kind")
+    return DecodedSnapshot(ts=p.ts, node=node, source=p.source, interval_s=p.interval_s, labels=p.labels,
+                           samples=samples, prev_ts=p.prev_ts, gap=p.gap, error=p.error)
+
+
+def _cumulative(counts: list[float], steps: bool, name: str) -> list[float]:
+    """`counts` as cumulative counts (`steps`: they are per-bucket increases, each >= 0)."""
+    if not steps:
+        return counts
+    if counts and min(counts) < 0:
+        raise _Bad("out_of_range", f"histogram {name}: bucket increases must be >= 0")
+    return list(itertools.accumulate(counts))
+
+
+def _histogram(name: str, labels: dict[str, str], count: float, h: Hist, layouts: list[list[float]],
+               reset: bool) -> Histogram:
+    if count < 0 or not _isfinite(h.sum):
+        raise _Bad("out_of_range" if count < 0 else "non_finite", f"histogram {name}: count >= 0, sum finite")
+    le = layouts[h.layout]
+    counts = _cumulative(h.counts, h.steps, name)
+    _counts(counts, len(le), count, f"histogram {name}")
+    if not all(map(operator.le, counts, counts[1:])):
+        raise _Bad("invalid", f"histogram {name}: bucket counts must be cumulative (non-decreasing)")
+    delta = None
+    d = h.delta
+    if d is not None:
+        if not (_isfinite(d.count) and d.count >= 0 and _isfinite(d.sum)):
+            raise _Bad("non_finite" if not (_isfinite(d.count) and _isfinite(d.sum)) else "out_of_range",
+                       f"histogram {name}: delta count must be finite and >= 0, its sum finite")
+        dcounts = _cumulative(d.counts, h.steps, name)
+        _counts(dcounts, len(le), math.inf, f"histogram {name} delta")
+        if dcounts and min(dcounts) < 0:
+            raise _Bad("out_of_range", f"histogram {name}: delta bucket counts must be >= 0")
+        delta = HistDelta(dcounts, d.count, d.sum)
+    return Histogram(name, labels, le, counts, count, h.sum, delta, reset)
