@@ -12,6 +12,11 @@ as one telemetry message of version 2 (:class:`tailhound.snapshot.SnapshotBundle
 bytes by :func:`bundle_batch`), so the worker pays its per-message cost once per node and tick instead of
 once per source. Workers before bundles reject them (dead letter), so turn it on after the workers.
 
+Wire version (``wire``, agent.yaml ``publish.wire``): 1 encodes each snapshot as JSON, 3 as compact MessagePack
+(:mod:`tailhound.wire`); bundles of version-3 messages are version-3 messages of several parts
+(:func:`tailhound.wire.bundle_parts`). The encoder is :func:`tailhound.agents.wire.encoder`, the one every
+publisher uses.
+
 Duplicates: the bundled broker (Tansu) has no idempotent producer, so the producer's own retries are
 what carries a batch through a short outage: ``request_timeout_s`` (default 120 s) is longer than
 the outages we ride out without re-sending. Only a batch whose request timed out after reaching the
@@ -39,7 +44,7 @@ from aiokafka.errors import KafkaError
 
 from tailhound.agents.buffer import Message, Outbox
 from tailhound.agents.metrics import PublishMetrics
-from tailhound.agents.wire import encode_snapshot
+from tailhound.agents.wire import encoder
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import LIMITS, Snapshot, bundle_bytes
@@ -136,9 +141,10 @@ class SnapshotSender:
                  linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
                  producer: AIOKafkaProducer | None = None,
                  declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
-                 bundle: bool = False) -> None:
+                 bundle: bool = False, wire: int = 1) -> None:
         self.topic = settings.telemetry_topic
         self.bundle = bundle
+        self._encode = encoder(wire)
         self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max
         # The sender lingers (below), not the producer: the producer would only see the snapshots the
         # sender handed it before awaiting their acknowledgement, so one tick's snapshots went out in
@@ -170,7 +176,7 @@ class SnapshotSender:
         self._task = asyncio.create_task(self._run(), name="snapshot-sender")
 
     def enqueue(self, snap: Snapshot) -> None:
-        self.outbox.append(Message(key=snap.key(), value=encode_snapshot(snap)))
+        self.outbox.append(Message(key=snap.key(), value=self._encode(snap)))
         self._enqueued_at[self._seq_in] = time.monotonic()
         self._seq_in += 1
         self.metrics.enqueued.inc()
