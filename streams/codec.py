@@ -29,7 +29,7 @@ from faust.serializers import codecs
 from pydantic import ValidationError
 
 from tailhound.snapshot import BUNDLE_SCHEMA_VERSION, LIMITS, Snapshot, SnapshotBundle
-from tailhound.wire import DecodedSnapshot, Refused, decode_v3, is_v3, snapshot_json
+from tailhound.wire import DecodedSnapshot, Refused, decode_v3, snapshot_json
 
 CODEC_NAME = "tailhound-snapshot"
 STATE_CODEC_NAME = "tailhound-state"
@@ -64,6 +64,8 @@ def decode_snapshot(raw: bytes | None, max_bytes: int | None = LIMITS.max_messag
         return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
 
 
+#: the first byte of a MessagePack telemetry message (a 3-array: version, node, parts); no JSON text starts so
+MSGPACK_TRIPLE = b"\x93"
 #: how an agent writes a bundle (``tailhound.snapshot.bundle_bytes``): taken for one without trying version 1
 _BUNDLE_PREFIX = b'{"schema_version":%d,' % BUNDLE_SCHEMA_VERSION
 
@@ -80,8 +82,8 @@ def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message
     """A telemetry message of any version as its snapshots (one for version 1, the parts in order for versions
     2 and 3: :mod:`tailhound.wire`, told apart by its first bytes), or why not; never raises. Limits as
     :func:`decode_snapshot`, the size one for the whole message; a message with one bad part is rejected whole."""
-    if is_v3(raw) and (max_bytes is None or len(raw) <= max_bytes):
-        return _decode_v3(raw)
+    if raw and raw[:1] == MSGPACK_TRIPLE and (max_bytes is None or len(raw) <= max_bytes):
+        return _decode_v3(raw)  # (version 3, or a later MessagePack version: refused with its number)
     if raw and raw.startswith(_BUNDLE_PREFIX) and (max_bytes is None or len(raw) <= max_bytes):
         return _decode_bundle(raw)
     value = decode_snapshot(raw, max_bytes)

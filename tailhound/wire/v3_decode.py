@@ -26,6 +26,7 @@ from tailhound.wire.v3 import WIRE_VERSION, Hist, Message, Part
 _DECODER = msgspec.msgpack.Decoder(Message)
 _SOURCE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _isfinite = math.isfinite
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,10 @@ def decode_v3(raw: bytes) -> list[DecodedSnapshot] | Refused:
             out.append(_snapshot(msg.node, part))
         except _Bad as exc:
             return Refused(exc.kind, f"parts.{i}: {exc}"[:1000])
-        except (IndexError, TypeError, ValueError) as exc:  # an id out of range, a column of the wrong length
-            return Refused("invalid", f"parts.{i}: {exc}"[:1000])
+        except IndexError as exc:  # an id past its table
+            return Refused("invalid", f"parts.{i}: an id points past its table ({exc})"[:1000])
+        except Exception as exc:  # noqa: BLE001 - whatever else is wrong with a part is a reason, not a crash
+            return Refused("invalid", f"parts.{i}: cannot be read: {exc!r}"[:1000])
     return out
 
 
@@ -155,16 +158,21 @@ def _snapshot(node: str, p: Part) -> DecodedSnapshot:
                 raise _Bad("invalid", f"gauge {name} cannot reset")
             samples.append(Gauge(name, labels, value))
         elif kind == 1:
-            delta = next(deltas)
+            delta = next(deltas, _MISSING)
+            if delta is _MISSING:
+                raise _Bad("invalid", "fewer counter deltas than counters")
             if value < 0 or (delta is not None and not (_isfinite(delta) and delta >= 0)):
                 raise _Bad("non_finite" if delta is not None and not _isfinite(delta) else "out_of_range",
                            f"counter {name}: value and delta must be finite and >= 0")
             samples.append(Counter(name, labels, value, delta, i in resets))
         elif kind == 2:
-            samples.append(_histogram(name, labels, value, next(hists), layouts, i in resets))
+            hist = next(hists, None)
+            if hist is None:
+                raise _Bad("invalid", "fewer histograms than histogram samples")
+            samples.append(_histogram(name, labels, value, hist, layouts, i in resets))
         else:
             raise _Bad("invalid", f"sample kind {kind} is not 0 (gauge), 1 (counter) or 2 (histogram)")
-    if next(deltas, None) is not None or next(hists, None) is not None or len(p.deltas) > n or len(p.hists) > n:
+    if next(deltas, _MISSING) is not _MISSING or next(hists, None) is not None:
         raise _Bad("invalid", "more counter deltas or histograms than samples of their kind")
     return DecodedSnapshot(ts=p.ts, node=node, source=p.source, interval_s=p.interval_s, labels=p.labels,
                            samples=samples, prev_ts=p.prev_ts, gap=p.gap, error=p.error)
