@@ -14,7 +14,8 @@ record batch aiokafka builds for it (record framing included), compressed as the
 at the fast level, :func:`tailhound.agents.sender.use_lz4_level`) and as the simulator/demo publisher used to
 (gzip); the median over the ticks measured. Encode: snapshot objects -> bytes; decode: bytes -> the
 snapshot objects the step reads (:func:`tailhound.streams.codec.decode_message` for v1/v2, the same entry for v3,
-which dispatches on the first bytes); each the median of `reps` passes over all messages, per snapshot.
+which dispatches on the first bytes); each the median of `reps` passes over all messages, per snapshot, in
+process CPU time (the machine is shared: wall time would count other processes' turns).
 ``python -m bench.wire_format [ticks] [reps]``.
 """
 
@@ -79,9 +80,9 @@ def batch_bytes(values: list[tuple[bytes, bytes]], codec: str) -> int:
 def _per_snapshot_us(fun: Callable[[], object], count: int, reps: int) -> float:
     runs = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fun()
-        runs.append((time.perf_counter() - t0) / count * 1e6)
+        runs.append((time.process_time() - t0) / count * 1e6)
     return statistics.median(runs)
 
 

@@ -1,0 +1,17 @@
+"""The wire-format benchmark runs and reports every format (a smoke run: no timings asserted)."""
+
+from __future__ import annotations
+
+from bench import wire_format
+from bench.__main__ import parse_args
+
+
+def test_wire_bench_runs_and_version_3_is_smaller():
+    assert parse_args(["--only", "wire"]).sections == ["wire"]
+    result = wire_format.run(ticks=4, reps=1)
+    rows = result["rows"]
+    assert set(rows) == {"v1 JSON", "v2 bundle", "v3 msgpack", "v3 msgpack bundled", "v3 as JSON"}
+    assert result["snapshots"] == 16  # 4 node-ticks of vLLM, dcgm, node and blackbox
+    assert rows["v3 msgpack"]["raw_bytes"] * 4 < rows["v1 JSON"]["raw_bytes"]  # sizes are not timings
+    assert rows["v3 msgpack"]["lz4"] < rows["v1 JSON"]["lz4"]
+    assert "| v3 msgpack |" in wire_format.report(result)
