@@ -14,8 +14,9 @@ once per source. Workers before bundles reject them (dead letter), so turn it on
 
 Wire version (``wire``, agent.yaml ``publish.wire``): 1 encodes each snapshot as JSON, 3 as compact MessagePack
 (:mod:`tailhound.wire`); bundles of version-3 messages are version-3 messages of several parts
-(:func:`tailhound.wire.bundle_parts`). The encoder is :func:`tailhound.agents.wire.encoder`, the one every
-publisher uses.
+(:func:`tailhound.wire.bundle_parts`); ``layout_every_s`` (``publish.layout_every_s``) makes version 3 send
+each source's layout once and reference it (:class:`tailhound.wire.v3.LayoutMemory`). The encoder is
+:func:`tailhound.agents.wire.encoder`, the one every publisher uses.
 
 Duplicates: the bundled broker (Tansu) has no idempotent producer, so the producer's own retries are
 what carries a batch through a short outage: ``request_timeout_s`` (default 120 s) is longer than
@@ -141,10 +142,10 @@ class SnapshotSender:
                  linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
                  producer: AIOKafkaProducer | None = None,
                  declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
-                 bundle: bool = False, wire: int = 1) -> None:
+                 bundle: bool = False, wire: int = 1, layout_every_s: float = 0.0) -> None:
         self.topic = settings.telemetry_topic
         self.bundle = bundle
-        self._encode = encoder(wire)
+        self._encode = encoder(wire, layout_every_s)
         self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max
         # The sender lingers (below), not the producer: the producer would only see the snapshots the
         # sender handed it before awaiting their acknowledgement, so one tick's snapshots went out in

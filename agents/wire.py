@@ -29,6 +29,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from tailhound.snapshot import CounterSample, GaugeSample, Snapshot
 from tailhound.wire import encode_message
+from tailhound.wire.v3 import LayoutMemory
 
 #: telemetry versions an agent can publish (one snapshot a message; bundles join them: ``publish.bundle``)
 WIRE_VERSIONS = (1, 3)
@@ -49,13 +50,15 @@ def encode_snapshot(snap: Snapshot) -> bytes:
     samples = _SAMPLES.dump_json(snap.samples, exclude_none=True)
     return header.replace(_PLACEHOLDER, b'"samples":' + samples, 1)
 
-def encoder(version: int = 1) -> Callable[[Snapshot], bytes]:
+def encoder(version: int = 1, layout_every_s: float = 0.0) -> Callable[[Snapshot], bytes]:
     """The one encoder of telemetry `version` every publisher uses (the agent's and the ingest's sender, the
-    simulator's publisher): 1 is JSON (:func:`encode_snapshot`), 3 MessagePack (:mod:`tailhound.wire`)."""
+    simulator's publisher): 1 is JSON (:func:`encode_snapshot`), 3 MessagePack (:mod:`tailhound.wire`); with
+    `layout_every_s` > 0 version 3 sends each source's layout once and references it, again in full at least
+    every `layout_every_s` (:class:`tailhound.wire.v3.LayoutMemory`)."""
     if version == 1:
         return encode_snapshot
     if version == 3:
-        return encode_message
+        return LayoutMemory(layout_every_s).encode if layout_every_s > 0 else encode_message
     raise ValueError(f"telemetry version {version!r} cannot be published; one of {WIRE_VERSIONS}")
 
 

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from tailhound.snapshot import BUNDLE_SCHEMA_VERSION, LIMITS, Snapshot, SnapshotBundle
 from tailhound.wire import DecodedSnapshot, Refused, decode_v3, snapshot_json
+from tailhound.wire.v3_decode import LayoutCache
 
 CODEC_NAME = "tailhound-snapshot"
 STATE_CODEC_NAME = "tailhound-state"
@@ -78,12 +79,15 @@ class Parts(list):
     bundled: bool = False
 
 
-def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes) -> Parts | Malformed:
+def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes,
+                   layouts: LayoutCache | None = None) -> Parts | Malformed:
     """A telemetry message of any version as its snapshots (one for version 1, the parts in order for versions
     2 and 3: :mod:`tailhound.wire`, told apart by its first bytes), or why not; never raises. Limits as
-    :func:`decode_snapshot`, the size one for the whole message; a message with one bad part is rejected whole."""
+    :func:`decode_snapshot`, the size one for the whole message; a message with one bad part is rejected whole.
+    `layouts`: the version-3 layouts read before (:class:`tailhound.wire.v3_decode.LayoutCache`), for parts
+    that reference theirs."""
     if raw and raw[:1] == MSGPACK_TRIPLE and (max_bytes is None or len(raw) <= max_bytes):
-        return _decode_v3(raw)  # (version 3, or a later MessagePack version: refused with its number)
+        return _decode_v3(raw, layouts)  # (version 3, or a later MessagePack version: refused with its number)
     if raw and raw.startswith(_BUNDLE_PREFIX) and (max_bytes is None or len(raw) <= max_bytes):
         return _decode_bundle(raw)
     value = decode_snapshot(raw, max_bytes)
@@ -102,8 +106,8 @@ def part_bytes(raw: bytes, parts: Parts, snapshot: Snapshot | DecodedSnapshot) -
     return snapshot_json(snapshot)
 
 
-def _decode_v3(raw: bytes) -> Parts | Malformed:
-    values = decode_v3(raw)
+def _decode_v3(raw: bytes, layouts: LayoutCache | None) -> Parts | Malformed:
+    values = decode_v3(raw, layouts)
     if isinstance(values, Refused):
         return Malformed(values.reason, "decode" if values.kind == "bad_msgpack" else "validate", raw, values.kind)
     parts = Parts(values)

@@ -10,12 +10,17 @@ sight), ``resets`` (indexes of the samples that reset) and ``hists`` (one per hi
 sum, delta; integer counts as per-bucket increases, mostly zeros, which compress to almost nothing).
 Integral values travel as MessagePack integers (1-5 bytes instead of 9) and read back as the same floats.
 
+With :class:`LayoutMemory` (agent.yaml ``publish.layout_every_s``) a part carries the id of its tables
+(``layout_id``, 16 bytes of BLAKE2b) and, once the worker has seen them, leaves them out (``ref``): then only
+the values travel, about a third of the bytes after compression.
+
 A message starts with the bytes :data:`MAGIC` (a 3-array, then the integer 3), which no JSON message
 (versions 1 and 2) can start with, so a worker tells the versions apart by the first two bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from collections.abc import Sequence
@@ -64,6 +69,9 @@ class Part(msgspec.Struct, array_like=True, frozen=True):
     prev_ts: float | None
     gap: bool
     error: _Str | None
+    #: the id of this part's tables (labels to labelsets), or empty; with `ref` they were left out (see LayoutMemory)
+    layout_id: Annotated[bytes, msgspec.Meta(max_length=16)]
+    ref: bool
     labels: Annotated[dict[_Str, _Str], msgspec.Meta(max_length=LIMITS.max_labels)]
     strings: Annotated[list[_Str], msgspec.Meta(max_length=2 * LIMITS.max_labels * _Samples)]
     sets: Annotated[list[Annotated[list[_Id], msgspec.Meta(max_length=2 * LIMITS.max_labels)]],
@@ -166,8 +174,9 @@ def to_part(snap: Snapshot | DecodedSnapshot) -> Part:
                 deltas.append(None if delta is None else _compact(delta))
         if kind != "gauge" and s.reset:
             resets.append(i)
-    return Part(snap.ts, snap.source, snap.interval_s, snap.prev_ts, snap.gap, snap.error, dict(snap.labels),
-                list(strings), set_list, layout_list, bytes(kinds), names, labelsets, values, deltas, resets, hists)
+    return Part(snap.ts, snap.source, snap.interval_s, snap.prev_ts, snap.gap, snap.error, b"", False,
+                dict(snap.labels), list(strings), set_list, layout_list, bytes(kinds), names, labelsets, values, deltas,
+                resets, hists)
 
 
 def encode_snapshots(node: str, snapshots: Sequence[Snapshot | DecodedSnapshot]) -> bytes:
@@ -178,6 +187,41 @@ def encode_snapshots(node: str, snapshots: Sequence[Snapshot | DecodedSnapshot])
 def encode_message(snap: Snapshot | DecodedSnapshot) -> bytes:
     """`snap` alone as a version-3 message."""
     return encode_snapshots(snap.node, (snap,))
+
+
+class LayoutMemory:
+    """Version-3 encoding that sends each source's layout (its tables: common labels, strings, label sets,
+    bucket layouts, kinds, names) once and then references it by id (``publish.layout_every_s``).
+
+    A layout is sent in full on first sight, whenever it changes (a new id), and again when `every_s` of event
+    time passed since it last was (or time went back), so a worker that started or took over the node's
+    partition since can read the node's snapshots again within `every_s`; until then they are dead letters
+    (``unknown_layout``). The `max_layouts` most recently sent are remembered (per sender: one agent, or
+    one ingest)."""
+
+    def __init__(self, every_s: float, max_layouts: int = 65_536) -> None:
+        self.every_s = every_s
+        self.max_layouts = max_layouts
+        self._sent: dict[tuple[str, bytes], float] = {}
+
+    def part(self, snap: Snapshot | DecodedSnapshot) -> Part:
+        part = to_part(snap)
+        tables = (part.labels, part.strings, part.sets, part.layouts, part.kinds, part.names, part.labelsets)
+        layout_id = hashlib.blake2b(_ENCODER.encode(tables), digest_size=16).digest()
+        key = (snap.node, layout_id)
+        last = self._sent.get(key)
+        if last is not None and 0 <= snap.ts - last < self.every_s:
+            return msgspec.structs.replace(part, layout_id=layout_id, ref=True, labels={}, strings=[], sets=[],
+                                           layouts=[], kinds=b"", names=[], labelsets=[])
+        self._sent.pop(key, None)  # (re-inserted last: the dict's order is the order they were sent in)
+        self._sent[key] = snap.ts
+        if len(self._sent) > self.max_layouts:
+            del self._sent[next(iter(self._sent))]
+        return msgspec.structs.replace(part, layout_id=layout_id)
+
+    def encode(self, snap: Snapshot | DecodedSnapshot) -> bytes:
+        """`snap` alone as a version-3 message, its layout in full or referenced."""
+        return _ENCODER.encode(Message(WIRE_VERSION, snap.node, [self.part(snap)]))
 
 
 def is_v3(raw: bytes | None) -> bool:

@@ -15,6 +15,7 @@ import itertools
 import math
 import operator
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import msgspec
@@ -43,8 +44,9 @@ class _Bad(Exception):
         self.kind = kind
 
 
-def decode_v3(raw: bytes) -> list[DecodedSnapshot] | Refused:
-    """The snapshots of version-3 message `raw`, in order, or why not (its size is the caller's check)."""
+def decode_v3(raw: bytes, layouts: LayoutCache | None = None) -> list[DecodedSnapshot] | Refused:
+    """The snapshots of version-3 message `raw`, in order, or why not (its size is the caller's check).
+    `layouts` keeps the layouts read in full, for the parts that reference them (none: such parts are refused)."""
     try:
         msg = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -59,7 +61,7 @@ def decode_v3(raw: bytes) -> list[DecodedSnapshot] | Refused:
     out: list[DecodedSnapshot] = []
     for i, part in enumerate(msg.parts):
         try:
-            out.append(_snapshot(msg.node, part))
+            out.append(_snapshot(msg.node, part, layouts))
         except _Bad as exc:
             return Refused(exc.kind, f"parts.{i}: {exc}"[:1000])
         except IndexError as exc:  # an id past its table
@@ -71,8 +73,9 @@ def decode_v3(raw: bytes) -> list[DecodedSnapshot] | Refused:
 
 #: where msgspec reports a list over its limit: ``$[2][<part>][<field>]...`` (field numbers of :class:`Part`)
 _WHERE = re.compile(r"`\$\[2\]\[\d+\]\[(\d+)\](\[)?")
-_LABEL_FIELDS = {6: "too_many_labels", 8: "too_many_labels"}
-_BUCKET_FIELDS = (9, 16)
+_FIELD = {name: i for i, name in enumerate(Part.__struct_fields__)}
+_LABELS, _SETS = _FIELD["labels"], _FIELD["sets"]
+_BUCKET_FIELDS = (_FIELD["layouts"], _FIELD["hists"])
 
 
 def _kind_of(error: str) -> str:
@@ -85,8 +88,8 @@ def _kind_of(error: str) -> str:
     if where is None:
         return "invalid"  # too many parts, or a name too long
     field, deeper = int(where[1]), where[2] is not None
-    if field in _LABEL_FIELDS and (deeper or field == 6):
-        return _LABEL_FIELDS[field]
+    if field == _LABELS or (field == _SETS and deeper):
+        return "too_many_labels"
     if field in _BUCKET_FIELDS and deeper:
         return "too_many_buckets"
     return "too_many_samples"
@@ -109,7 +112,7 @@ def _labels(strings: list[str], flat: list[int]) -> dict[str, str]:
     return labels
 
 
-def _layout(le: list[float]) -> list[float]:
+def _bounds(le: list[float]) -> list[float]:
     if not le:
         raise _Bad("invalid", "a bucket layout is empty")
     if not (_isfinite(le[0]) and _isfinite(le[-1]) and all(map(operator.lt, le, le[1:]))):
@@ -126,33 +129,89 @@ def _counts(counts: list[float], n: int, top: float, what: str) -> None:
         raise _Bad("out_of_range", f"{what}: bucket counts must be >= 0 and at most `count`")
 
 
-def _snapshot(node: str, p: Part) -> DecodedSnapshot:
+@dataclass(frozen=True)
+class Layout:
+    """The checked tables of a part: what a part that references its layout leaves out."""
+
+    labels: dict[str, str]
+    kinds: bytes
+    names: list[str]
+    sample_labels: list[dict[str, str]]
+    layouts: list[list[float]]
+
+
+class LayoutCache:
+    """The layouts the worker has read in full, by (node, layout id), the `max_layouts` most recently used
+    (a bound: a node whose layouts were evicted sends them again within its ``layout_every_s``)."""
+
+    def __init__(self, max_layouts: int = 32_768) -> None:
+        self.max_layouts = max_layouts
+        self._layouts: OrderedDict[tuple[str, bytes], Layout] = OrderedDict()
+
+    def get(self, node: str, layout_id: bytes) -> Layout | None:
+        layout = self._layouts.get((node, layout_id))
+        if layout is not None:
+            self._layouts.move_to_end((node, layout_id))
+        return layout
+
+    def put(self, node: str, layout_id: bytes, layout: Layout) -> None:
+        self._layouts[(node, layout_id)] = layout
+        self._layouts.move_to_end((node, layout_id))
+        while len(self._layouts) > self.max_layouts:
+            self._layouts.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._layouts)
+
+
+def _layout_of(p: Part) -> Layout:
+    """The part's own tables, checked."""
+    if any(len(k) > LIMITS.max_label_name for k in p.labels):
+        raise _Bad("label_too_long", f"a common label name is longer than {LIMITS.max_label_name} characters")
+    strings, kinds, names = p.strings, p.kinds, p.names
+    n = len(kinds)
+    if not (len(names) == len(p.labelsets) == n):
+        raise _Bad("invalid", "the sample columns kinds, names and labelsets differ in length")
+    if kinds and max(kinds) > 2:
+        raise _Bad("invalid", f"sample kind {max(kinds)} is not 0 (gauge), 1 (counter) or 2 (histogram)")
+    sample_names = [strings[k] for k in names]
+    if not all(0 < len(name) <= 200 for name in sample_names):
+        raise _Bad("invalid", "a sample name must be 1 to 200 characters long")
+    sets = [_labels(strings, flat) for flat in p.sets]
+    return Layout(p.labels, kinds, sample_names, [sets[k] for k in p.labelsets], [_bounds(le) for le in p.layouts])
+
+
+def _snapshot(node: str, p: Part, cache: LayoutCache | None) -> DecodedSnapshot:
     _time(p.ts, "ts")
     _time(p.interval_s, "interval_s", LIMITS.max_interval_s)
     _time(p.prev_ts, "prev_ts")
     if not _SOURCE.match(p.source):
         raise _Bad("invalid", f"source {p.source[:80]!r} must match ^[a-z][a-z0-9_-]{{0,39}}$")
-    if any(len(k) > LIMITS.max_label_name for k in p.labels):
-        raise _Bad("label_too_long", f"a common label name is longer than {LIMITS.max_label_name} characters")
-    strings, kinds, names, values = p.strings, p.kinds, p.names, p.values
+    if p.ref:  # the tables were left out: those of the layout this node sent in full before
+        layout = cache.get(node, p.layout_id) if cache is not None else None
+        if layout is None:
+            raise _Bad("unknown_layout", f"layout {p.layout_id.hex()[:32]} of {node}/{p.source} was not seen in full "
+                       "here (a worker that started or took the partition since): the agent sends it again within "
+                       "its publish.layout_every_s")
+    else:
+        layout = _layout_of(p)
+        if p.layout_id and cache is not None:
+            cache.put(node, p.layout_id, layout)
+    kinds, sample_names, sample_labels, layouts = layout.kinds, layout.names, layout.sample_labels, layout.layouts
+    values = p.values
     n = len(kinds)
-    if not (len(names) == len(p.labelsets) == len(values) == n):
-        raise _Bad("invalid", "the sample columns kinds, names, labelsets and values differ in length")
+    if len(values) != n:
+        raise _Bad("invalid", f"{len(values)} values for {n} samples")
     if not all(map(_isfinite, values)):
         raise _Bad("non_finite", "sample values must be finite")
-    sample_names = [strings[k] for k in names]
-    if not all(0 < len(name) <= 200 for name in sample_names):
-        raise _Bad("invalid", "a sample name must be 1 to 200 characters long")
-    sets = [_labels(strings, flat) for flat in p.sets]
-    layouts = [_layout(le) for le in p.layouts]
     resets = set(p.resets)
-    if resets and not (min(resets) >= 0 and max(resets) < n):
+    if resets and max(resets) >= n:
         raise _Bad("invalid", "a reset names no sample")
     samples: list[object] = []
     deltas = iter(p.deltas)
     hists = iter(p.hists)
     for i in range(n):
-        kind, name, labels, value = kinds[i], sample_names[i], sets[p.labelsets[i]], values[i]
+        kind, name, labels, value = kinds[i], sample_names[i], sample_labels[i], values[i]
         if kind == 0:
             if i in resets:
                 raise _Bad("invalid", f"gauge {name} cannot reset")
@@ -165,16 +224,14 @@ def _snapshot(node: str, p: Part) -> DecodedSnapshot:
                 raise _Bad("non_finite" if delta is not None and not _isfinite(delta) else "out_of_range",
                            f"counter {name}: value and delta must be finite and >= 0")
             samples.append(Counter(name, labels, value, delta, i in resets))
-        elif kind == 2:
+        else:
             hist = next(hists, None)
             if hist is None:
                 raise _Bad("invalid", "fewer histograms than histogram samples")
             samples.append(_histogram(name, labels, value, hist, layouts, i in resets))
-        else:
-            raise _Bad("invalid", f"sample kind {kind} is not 0 (gauge), 1 (counter) or 2 (histogram)")
     if next(deltas, _MISSING) is not _MISSING or next(hists, None) is not None:
         raise _Bad("invalid", "more counter deltas or histograms than samples of their kind")
-    return DecodedSnapshot(ts=p.ts, node=node, source=p.source, interval_s=p.interval_s, labels=p.labels,
+    return DecodedSnapshot(ts=p.ts, node=node, source=p.source, interval_s=p.interval_s, labels=layout.labels,
                            samples=samples, prev_ts=p.prev_ts, gap=p.gap, error=p.error)
 
 
