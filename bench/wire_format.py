@@ -7,7 +7,11 @@ Formats, all from the same snapshots:
 - ``v1 JSON``: one JSON message per snapshot (``tailhound.agents.wire.encode_snapshot``), today's default;
 - ``v2 bundle``: one JSON message per node and tick (``publish.bundle``);
 - ``v3 msgpack``: one version-3 message per snapshot (:mod:`tailhound.wire.v3`), and bundled per node and tick;
-- ``v3 as JSON``: the same msgspec structs written as JSON instead of MessagePack (the alternative measured).
+- ``v3 as JSON``: the same msgspec structs written as JSON instead of MessagePack (the alternative measured);
+- ``v3 layouts referenced``: version 3 with ``publish.layout_every_s`` (:class:`tailhound.wire.v3.LayoutMemory`):
+  the node-ticks after each node's first carry values only; its bytes per node per 15 s are the amortized
+  ``(full + (k - 1) * values-only) / k`` with ``k = layout_every_s / 15 s`` (:data:`LAYOUT_EVERY_S`, 300 s),
+  and it decodes with the worker's layout cache.
 
 Bytes: one node's tick (its 4 snapshots, which the agent's sender publishes in one request) as the Kafka
 record batch aiokafka builds for it (record framing included), compressed as the sender compresses (lz4
@@ -22,6 +26,7 @@ process CPU time (the machine is shared: wall time would count other processes' 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import sys
 import time
@@ -38,13 +43,16 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.wire import encode_snapshot
 from tailhound.snapshot import Snapshot
 from tailhound.streams.codec import decode_message
-from tailhound.wire.v3 import WIRE_VERSION, encode_message, to_part
+from tailhound.wire.v3 import WIRE_VERSION, LayoutMemory, encode_message, to_part
 from tailhound.wire.v3 import Message as V3Message
+from tailhound.wire.v3_decode import LayoutCache
 
 NODES = 8
 SOURCES_PER_TICK = 4
 TICK_S = 15.0
 CODECS = {"lz4": 3, "gzip": 1, "none": 0}
+#: the layout refresh of the referenced-layouts row
+LAYOUT_EVERY_S = 300.0
 
 
 def fleet_ticks(ticks: int, nodes: int = NODES) -> list[list[Snapshot]]:
@@ -108,7 +116,32 @@ def run(ticks: int = 64, reps: int = 5) -> dict:
             row[codec] = statistics.median(batch_bytes(tick, codec) for tick in per_tick)
         if not name.startswith("v3 as JSON"):
             row["decode_us"] = _per_snapshot_us(lambda flat=flat: [decode_message(v) for v in flat], len(snaps), reps)
+    rows["v3 layouts referenced"] = _referenced(node_ticks, rows["v3 msgpack"], reps)
     return {"ticks": len(node_ticks), "snapshots": len(snaps), "rows": rows}
+
+
+def _referenced(node_ticks: list[list[Snapshot]], full: dict, reps: int) -> dict:
+    """The referenced-layouts row: values-only node-ticks measured, amortized with the full ones (`full`)."""
+    memory = LayoutMemory(every_s=math.inf)
+    per_tick = [[(s.key(), memory.encode(s)) for s in tick] for tick in node_ticks]
+    nodes = len({tick[0].node for tick in node_ticks})
+    values_only = per_tick[nodes:]  # after each node's first tick
+    k = LAYOUT_EVERY_S / TICK_S
+    row: dict = {"encode_us": _per_snapshot_us(
+        lambda: [memory.encode(s) for tick in node_ticks for s in tick], sum(map(len, node_ticks)), reps)}
+    sizes = {"raw_bytes": lambda tick: sum(len(v) for _k, v in tick), "lz4": lambda tick: batch_bytes(tick, "lz4"),
+             "gzip": lambda tick: batch_bytes(tick, "gzip")}
+    for field, size in sizes.items():
+        row[field] = (full[field] + (k - 1) * statistics.median(map(size, values_only))) / k
+    flat = [v for tick in per_tick for _k, v in tick]
+
+    def decode_all() -> None:
+        cache = LayoutCache()
+        for v in flat:
+            decode_message(v, layouts=cache)
+
+    row["decode_us"] = _per_snapshot_us(decode_all, len(flat), reps)
+    return row
 
 
 def report(result: dict) -> str:

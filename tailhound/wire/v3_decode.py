@@ -76,6 +76,8 @@ _WHERE = re.compile(r"`\$\[2\]\[\d+\]\[(\d+)\](\[)?")
 _FIELD = {name: i for i, name in enumerate(Part.__struct_fields__)}
 _LABELS, _SETS = _FIELD["labels"], _FIELD["sets"]
 _BUCKET_FIELDS = (_FIELD["layouts"], _FIELD["hists"])
+_SAMPLE_FIELDS = {_FIELD[f] for f in ("strings", "sets", "layouts", "kinds", "names", "labelsets", "values", "deltas",
+                                      "resets", "hists")}
 
 
 def _kind_of(error: str) -> str:
@@ -92,7 +94,7 @@ def _kind_of(error: str) -> str:
         return "too_many_labels"
     if field in _BUCKET_FIELDS and deeper:
         return "too_many_buckets"
-    return "too_many_samples"
+    return "too_many_samples" if field in _SAMPLE_FIELDS else "invalid"
 
 
 def _time(value: float | None, what: str, upper: float = math.inf) -> None:

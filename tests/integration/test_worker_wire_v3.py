@@ -1,5 +1,6 @@
 """Version-3 telemetry end to end: publisher -> real broker -> Faust worker (child process) -> the same
-incident as from version 1; a hostile version-3 message is a dead letter and the worker goes on."""
+incident as from version 1, with layouts referenced; a hostile version-3 message is a dead letter and the worker
+goes on."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ async def test_a_version_3_fleet_opens_and_resolves_the_incident_and_a_bad_messa
         finally:
             await producer.stop()
         hot = {3: (88.0, 1100.0), 5: (87.0, 1150.0)}
-        async with SnapshotPublisher(settings, wire=3) as pub:
+        # layouts referenced: each node's first snapshot carries its tables, the others only values
+        async with SnapshotPublisher(settings, wire=3, layout_every_s=300) as pub:
             for i in range(30):
                 await pub.publish([
                     dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 4 <= i < 20 else None),

@@ -90,6 +90,8 @@ CASES = [
     (raw(hists=_hist(delta=HistDelta([1], 1.0, 1.0))), "invalid"),
     (raw(strings=["", "gpu", "0", "c_total", "h_seconds", "model_name", "m"]), "invalid"),  # an empty name
     (raw(labels={"a": 5}), "invalid"),
+    (raw(ref=True, layout_id=b"x" * 16), "unknown_layout"),  # a layout this worker never saw
+    (raw(layout_id=b"x" * 17), "invalid"),
 ]
 
 
