@@ -187,8 +187,8 @@ def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
 
 class SnapshotCodec(codecs.Codec):
     def _dumps(self, obj: Any) -> bytes:
-        if isinstance(obj, Snapshot):
-            return obj.model_dump_json().encode()
+        if isinstance(obj, Snapshot | DecodedSnapshot):
+            return snapshot_json(obj)
         if isinstance(obj, bytes | bytearray):
             return bytes(obj)
         raise TypeError(f"{CODEC_NAME} encodes Snapshot objects, not {type(obj).__name__}")
