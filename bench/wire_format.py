@@ -148,13 +148,14 @@ def report(result: dict) -> str:
     base = result["rows"]["v1 JSON"]
     lines = [f"{result['ticks']} node-ticks ({result['snapshots']} snapshots: vLLM, dcgm 8 GPUs, node, blackbox); "
              "bytes per node per 15 s (median node-tick, one Kafka record batch); us per snapshot (medians)", "",
-             "| format | raw bytes | lz4 bytes | vs v1 lz4 | gzip bytes | encode us | decode us |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| format | raw bytes | lz4 bytes | vs v1 lz4 | gzip bytes | encode us | decode us | decode vs v1 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, row in result["rows"].items():
         enc = f"{row['encode_us']:.0f}" if "encode_us" in row else "(as above)"
         dec = f"{row['decode_us']:.0f}" if "decode_us" in row else "-"
+        ratio = f"{row['decode_us'] / base['decode_us']:.2f}x" if "decode_us" in row else "-"
         lines.append(f"| {name} | {row['raw_bytes']:,.0f} | {row['lz4']:,.0f} | {row['lz4'] / base['lz4']:.2f}x | "
-                     f"{row['gzip']:,.0f} | {enc} | {dec} |")
+                     f"{row['gzip']:,.0f} | {enc} | {dec} | {ratio} |")
     return "\n".join(lines)
 
 
