@@ -138,45 +138,45 @@ def to_part(snap: Snapshot | DecodedSnapshot) -> Part:
     set_list: list[list[int]] = []
     layouts: dict[tuple, int] = {}
     layout_list: list[list[float]] = []
-    kinds = bytearray()
+    kinds: list[int] = []
     names: list[int] = []
     labelsets: list[int] = []
-    values: list[float | int] = []
-    deltas: list[float | int | None] = []
+    values: list[float] = []
+    deltas: list[float | None] = []
     resets: list[int] = []
     hists: list[Hist] = []
+    string_id, set_id = strings.setdefault, sets.get
+    add_kind, add_name, add_set, add_value = kinds.append, names.append, labelsets.append, values.append
     for i, s in enumerate(snap.samples):
         kind = s.kind
-        kinds.append(_KIND[kind])
-        names.append(strings.setdefault(s.name, len(strings)))
+        add_kind(_KIND[kind])
+        add_name(string_id(s.name, len(strings)))
         key = tuple(s.labels.items())
-        ls = sets.get(key)
+        ls = set_id(key)
         if ls is None:
             ls = sets[key] = len(set_list)
-            flat: list[int] = []
-            for k, v in key:
-                flat.append(strings.setdefault(k, len(strings)))
-                flat.append(strings.setdefault(v, len(strings)))
-            set_list.append(flat)
-        labelsets.append(ls)
+            set_list.append([string_id(x, len(strings)) for pair in key for x in pair])
+        add_set(ls)
         if kind == "histogram":
-            values.append(_compact(s.count))
+            add_value(s.count)
             le = tuple(s.le)
             lay = layouts.get(le)
             if lay is None:
                 lay = layouts[le] = len(layout_list)
                 layout_list.append(list(le))
             hists.append(_hist(lay, s))
+            if s.reset:
+                resets.append(i)
         else:
-            values.append(_compact(s.value))
+            add_value(s.value)
             if kind == "counter":
-                delta = s.delta
-                deltas.append(None if delta is None else _compact(delta))
-        if kind != "gauge" and s.reset:
-            resets.append(i)
+                deltas.append(s.delta)
+                if s.reset:
+                    resets.append(i)
+    compact_deltas = [None if d is None else _compact(d) for d in deltas]
     return Part(snap.ts, snap.source, snap.interval_s, snap.prev_ts, snap.gap, snap.error, b"", False,
-                dict(snap.labels), list(strings), set_list, layout_list, bytes(kinds), names, labelsets, values, deltas,
-                resets, hists)
+                dict(snap.labels), list(strings), set_list, layout_list, bytes(kinds), names, labelsets,
+                _compact_all(values), compact_deltas, resets, hists)
 
 
 def encode_snapshots(node: str, snapshots: Sequence[Snapshot | DecodedSnapshot]) -> bytes:
