@@ -378,7 +378,7 @@ def _held_message(message: Any, snapshot: Snapshot) -> Any:
     """What a dead letter of a discarded held snapshot names: its own bytes, on the message's topic and partition
     (its offset is committed already)."""
     return SimpleNamespace(topic=message.topic, partition=message.partition, offset=None, key=snapshot.key(),
-                           value=snapshot.model_dump_json().encode())
+                           value=codec.snapshot_json(snapshot))
 
 
 def _sent_at(message: Any) -> float | None:
