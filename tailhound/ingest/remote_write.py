@@ -272,6 +272,39 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
     return Series(first if labels is None else tuple(labels), tuple(samples), tuple(stale))
 
 
+def _known_series(buf: bytes, start: int, stop: int) -> Series | None:
+    """The series at buf[start:stop] when it is what Prometheus sends every scrape: labels decoded before (the
+    same bytes), then one Sample laid out as usual (value, then timestamp); None for anything else."""
+    j = stop - 1
+    if j <= start or buf[j] >= 0x80:
+        return None
+    first = j  # the timestamp varint: continuation bytes back to the Sample's timestamp key (0x10)
+    while first > start and buf[first - 1] >= 0x80 and j - first < 9:
+        first -= 1
+    a = first - 12  # the Sample field: key 0x12, length, key 0x09 and 8 bytes of value, key 0x10
+    if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2 or buf[a + 2] != 0x09 or buf[first - 1] != 0x10:
+        return None
+    labels = _LABEL_SETS.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
+    if labels is None:
+        return None
+    raw_ts = buf[first:stop]
+    ts = _TIMESTAMPS.get(raw_ts)
+    if ts is None:
+        ts = _varint(buf, first, stop)[0]
+        if ts >= 1 << 63:
+            ts -= 1 << 64
+        if len(_TIMESTAMPS) >= 4096:
+            _TIMESTAMPS.clear()
+        _TIMESTAMPS[raw_ts] = ts
+    if buf[a + 3:a + 11] == _STALE_BYTES:
+        return _new_series(Series, (labels, (), (ts,)))
+    return _new_series(Series, (labels, ((ts, _DOUBLE.unpack_from(buf, a + 3)[0]),), ()))
+
+
+_new_series = tuple.__new__
+_TIMESTAMPS: dict[bytes, int] = {}  # a timestamp's varint -> its value: every series of a scrape has the same
+
+
 def _metadata(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> Metadata:
     type_, family, help_, unit = 0, "", "", ""
     while pos < end:
@@ -311,14 +344,31 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
     counts = _Counts()
     pos, end = 0, len(buf)
     while pos < end:
-        field_no, wire, pos = _key(buf, pos, end)
+        if buf[pos] == 0x0A and pos + 2 < end and buf[pos + 1] >= 0x80 and buf[pos + 2] < 0x80:
+            # a TimeSeries of 128 bytes to 16 KiB, the usual: its key and length read here
+            start = pos + 3
+            pos = start + ((buf[pos + 1] & 0x7F) | buf[pos + 2] << 7)
+            if pos > end:
+                raise _truncated("WriteRequest.timeseries")
+            field_no = 1
+        else:
+            field_no, wire, pos = _key(buf, pos, end)
+            if field_no == 1:
+                if wire != 2:
+                    raise _wrong_type("WriteRequest.timeseries", wire, 2)
+                start, pos = _length(buf, pos, end, "WriteRequest.timeseries")
         if field_no == 1:
-            if wire != 2:
-                raise _wrong_type("WriteRequest.timeseries", wire, 2)
-            start, pos = _length(buf, pos, end, "WriteRequest.timeseries")
             if len(series) >= lim.max_series:
                 raise RemoteWriteError("too_many_series", f"more than {lim.max_series} series in one request", 413)
-            series.append(_series(buf, start, pos, lim, counts))
+            one = _known_series(buf, start, pos) if lim.max_samples_per_series else None
+            if one is None:
+                series.append(_series(buf, start, pos, lim, counts))
+                continue
+            counts.samples += 1
+            if counts.samples > lim.max_samples:
+                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request",
+                                       413)
+            series.append(one)
         elif field_no == 3:
             if wire != 2:
                 raise _wrong_type("WriteRequest.metadata", wire, 2)
