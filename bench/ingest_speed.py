@@ -13,9 +13,8 @@ them) over `rounds` collection rounds. The same scrapes go three ways, side by s
 
 The first round of each path (first scrapes, no deltas, caches filled) is not timed: the figures are a
 running ingest's. Each figure is the median of `reps` runs over the other rounds, in CPU seconds of this
-process (the machine is
-shared); throughput counts samples (series values). The "nodes per core" column is how many nodes one core
-keeps up with at a 15 s scrape interval: nodes x timed rounds x 15 s / their CPU seconds.
+process (the machine is shared); throughput counts samples (series values). The "nodes per core" column is
+how many nodes one core keeps up with at a 15 s scrape interval: nodes x timed rounds x 15 s / their CPU seconds.
 """
 
 from __future__ import annotations

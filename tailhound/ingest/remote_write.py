@@ -281,9 +281,16 @@ def _known_series(buf: bytes, start: int, stop: int) -> Series | None:
     first = j  # the timestamp varint: continuation bytes back to the Sample's timestamp key (0x10)
     while first > start and buf[first - 1] >= 0x80 and j - first < 9:
         first -= 1
-    a = first - 12  # the Sample field: key 0x12, length, key 0x09 and 8 bytes of value, key 0x10
-    if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2 or buf[a + 2] != 0x09 or buf[first - 1] != 0x10:
+    if first - 1 <= start or buf[first - 1] != 0x10:
         return None
+    a = first - 12  # the Sample field: key 0x12, length, key 0x09 and 8 bytes of value, key 0x10
+    if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2 or buf[a + 2] != 0x09:
+        a = first - 3  # or the value left out: 0 (proto3 writes no default)
+        if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2:
+            return None
+        zero = True
+    else:
+        zero = False
     labels = _LABEL_SETS.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
     if labels is None:
         return None
@@ -296,6 +303,8 @@ def _known_series(buf: bytes, start: int, stop: int) -> Series | None:
         if len(_TIMESTAMPS) >= 4096:
             _TIMESTAMPS.clear()
         _TIMESTAMPS[raw_ts] = ts
+    if zero:
+        return _new_series(Series, (labels, ((ts, 0.0),), ()))
     if buf[a + 3:a + 11] == _STALE_BYTES:
         return _new_series(Series, (labels, (), (ts,)))
     return _new_series(Series, (labels, ((ts, _DOUBLE.unpack_from(buf, a + 3)[0]),), ()))
