@@ -36,13 +36,15 @@ Re-exported from the modules they live in: :class:`GroupingConfig`, :func:`host_
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.ingest.exposition_render import family_types as family_types
 from tailhound.ingest.exposition_render import render as render
+from tailhound.ingest.grouping_state import TARGET_DOWN as TARGET_DOWN
+from tailhound.ingest.grouping_state import Forget as Forget
+from tailhound.ingest.grouping_state import SeriesReject as SeriesReject
+from tailhound.ingest.grouping_state import _Group, _Source
 from tailhound.ingest.remote_write import Labels as Labels
 from tailhound.ingest.remote_write import Metadata as Metadata
 from tailhound.ingest.remote_write import Series as Series
@@ -57,52 +59,6 @@ from tailhound.ingest.series_labels import host_of as host_of
 from tailhound.recording import ScrapeRecord
 
 _MAX_CACHED_SERIES = 100_000  # label sets whose node, source and labels are known
-#: The error of the record of a failed scrape.
-TARGET_DOWN = "target down: Prometheus could not scrape it (up == 0)"
-
-
-class Forget(NamedTuple):
-    """A source is gone (its target left Prometheus' config, or it was forgotten to bound memory)."""
-
-    node: str
-    source: str
-    labels: dict[str, str]
-
-
-class SeriesReject(NamedTuple):
-    """Series of one request left out for one reason: how many, and the first one's labels."""
-
-    kind: str
-    reason: str
-    count: int
-    example: Labels
-
-
-class _Group:
-    __slots__ = ("ts_ms", "series", "up", "gone", "first", "last", "overflow")
-
-    def __init__(self, ts_ms: int, now: float) -> None:
-        self.ts_ms = ts_ms
-        self.series: dict[SeriesInfo, float] = {}
-        self.up: float | None = None
-        self.gone = False  # a stale marker on `up`
-        self.first = self.last = now
-        self.overflow = False
-
-
-class _Source:
-    __slots__ = ("key", "open", "emitted_ms", "prev_ms", "diffs", "layout_key", "layout")
-
-    def __init__(self, key: SourceKey) -> None:
-        self.key = key
-        self.open: dict[int, _Group] = {}
-        self.emitted_ms: int | None = None
-        self.prev_ms: int | None = None  # the latest scrape made into a record
-        self.diffs: deque[int] = deque(maxlen=8)
-        self.layout_key: tuple[frozenset[SeriesInfo], int] | None = None  # the series and metadata of the last
-        self.layout: Layout | None = None  # scrape's layout: the next scrape mostly has the same
-
-
 class Grouper:
     """Files remote-write series into per-scrape groups and hands out, in order, the records they make.
 
