@@ -18,6 +18,8 @@ and the message types, so that everything remote-write is importable from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tailhound.ingest.remote_write_encode import ScrapeSeries as ScrapeSeries
 from tailhound.ingest.remote_write_encode import encode_proto as encode_proto
 from tailhound.ingest.remote_write_encode import encode_write_request as encode_write_request
@@ -116,6 +118,8 @@ _LABEL_SETS: dict[bytes, Labels] = {}
 _CACHE_LIMITS: list[DecodeLimits | None] = [None]
 MAX_CACHED_LABELS = 50_000
 MAX_CACHED_LABEL_SETS = 50_000
+#: The last timestamp read by _known_series: its bytes (key 0x10 and varint) and value.
+_TAIL: list = [b"", 0]
 
 
 def _label(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[str, str]:
@@ -273,10 +277,12 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
     return Series(first if labels is None else tuple(labels), tuple(samples), tuple(stale))
 
 
-def _known_series(buf: bytes, start: int, stop: int) -> Series | None:
+def _known_series(buf: bytes, start: int, stop: int, _tail: list = _TAIL, _sets: dict = _LABEL_SETS,
+                  _new: Callable = tuple.__new__, _unpack: Callable = _DOUBLE.unpack_from) -> Series | None:
     """The series at buf[start:stop] when it is what Prometheus sends every scrape: labels decoded before (the
-    same bytes), then one Sample laid out as usual (value, then timestamp); None for anything else."""
-    tail, ts = _TAIL
+    same bytes), then one Sample laid out as usual (value, then timestamp); None for anything else. (The
+    keyword defaults are the module's caches and helpers, bound once: this runs for every series.)"""
+    tail, ts = _tail
     n = len(tail)
     if n and buf[stop - n:stop] == tail:  # the timestamp of the series before (a scrape's series share it)
         first = stop - n + 1
@@ -292,25 +298,20 @@ def _known_series(buf: bytes, start: int, stop: int) -> Series | None:
         ts = _varint(buf, first, stop)[0]
         if ts >= 1 << 63:
             ts -= 1 << 64
-        _TAIL[:] = (buf[first - 1:stop], ts)
+        _tail[:] = (buf[first - 1:stop], ts)
     a = first - 12  # the Sample field: key 0x12, length, key 0x09 and 8 bytes of value, key 0x10
     if a >= start and buf[a] == 0x12 and buf[a + 1] == stop - a - 2 and buf[a + 2] == 0x09:
-        labels = _LABEL_SETS.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
+        labels = _sets.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
         if labels is None:
             return None
         if buf[a + 3:a + 11] == _STALE_BYTES:
-            return _new_series(Series, (labels, (), (ts,)))
-        return _new_series(Series, (labels, ((ts, _DOUBLE.unpack_from(buf, a + 3)[0]),), ()))
+            return _new(Series, (labels, (), (ts,)))
+        return _new(Series, (labels, ((ts, _unpack(buf, a + 3)[0]),), ()))
     a = first - 3  # or the value left out: 0 (proto3 writes no default)
     if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2:
         return None
-    labels = _LABEL_SETS.get(buf[start:a])
-    return None if labels is None else _new_series(Series, (labels, ((ts, 0.0),), ()))
-
-
-_new_series = tuple.__new__
-#: The last timestamp read by _known_series: its bytes (key 0x10 and varint) and value.
-_TAIL: list = [b"", 0]
+    labels = _sets.get(buf[start:a])
+    return None if labels is None else _new(Series, (labels, ((ts, 0.0),), ()))
 
 
 def _metadata(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> Metadata:

@@ -36,7 +36,7 @@ class SeriesInfo:
     """One distinct series of a source (name and own labels), worked out once: what the parser reads off its
     line (``pname``, ``items``), or ``ok`` False when the parser would refuse it."""
 
-    __slots__ = ("name", "labels", "pname", "items", "bucket", "quantile", "ok")
+    __slots__ = ("name", "labels", "pname", "items", "label_dict", "bucket", "quantile", "ok")
 
     def __init__(self, name: str, labels: Labels) -> None:
         self.name, self.labels = name, labels
@@ -50,6 +50,7 @@ class SeriesInfo:
                 self.ok = True
             except LineError:
                 pass  # the scrape goes the text way, where the parser says why
+        self.label_dict = dict(self.items)  # copied for each sample (copying a dict is cheaper than building it)
 
     def __repr__(self) -> str:
         return f"SeriesInfo({self.name!r}, {self.labels!r})"
@@ -123,7 +124,7 @@ def families_of(lay: Layout, values: dict[SeriesInfo, float]) -> list[Family]:
         samples = []
         for i in members:
             v = values[i]
-            samples.append(_new_sample(RawSample, (i.pname, dict(i.items), 0.0 if v == 0 else v)))
+            samples.append(_new_sample(RawSample, (i.pname, i.label_dict.copy(), 0.0 if v == 0 else v)))
         out.append(Family(name=name, type=type_, samples=samples))
     return out
 
