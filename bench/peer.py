@@ -141,13 +141,14 @@ async def run_prometheus(rounds: list[list[ScrapeRecord]], interval_s: float, wa
         cpu1, served1 = cpu_seconds(prom.proc.pid), pages.served
         evals = await own_metric(prom.url, ("prometheus_rule_evaluations_total",
                                             "prometheus_rule_evaluation_failures_total"))
+        up = await prom.query("avg(up)")  # scrapes that timed out on a busy machine would show here
     finally:
         await prom.stop()
         await runner.cleanup()
     node_rounds = (served1 - served0) / len(JOBS)
     cpu = cpu1 - cpu0
     return {"cpu_s": cpu, "node_rounds": node_rounds, "nodes_per_core": TICK_S * node_rounds / cpu if cpu else 0.0,
-            "rule_evaluations": evals[0], "rule_failures": evals[1]}
+            "rule_evaluations": evals[0], "rule_failures": evals[1], "up": float(up[0]["value"][1]) if up else 0.0}
 
 
 async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
@@ -261,7 +262,9 @@ def report(result: dict) -> str:
             lines.append(f"worker + broker / Prometheus: {both / prom:.2f}x")
     failures = sum(r["rule_failures"] for r in result["runs"]["prometheus"])
     evals = sum(r["rule_evaluations"] for r in result["runs"]["prometheus"])
-    lines.append(f"\nPrometheus rule evaluations: {evals:,.0f}, failed: {failures:,.0f}")
+    up = min(r.get("up", 1.0) for r in result["runs"]["prometheus"])
+    lines.append(f"\nPrometheus rule evaluations: {evals:,.0f}, failed: {failures:,.0f}; targets up at the end: "
+                 f"{up:.0%} (lowest run)")
     return "\n".join(lines)
 
 

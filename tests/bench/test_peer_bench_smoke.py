@@ -34,7 +34,7 @@ async def test_prometheus_scrapes_the_fleet_and_evaluates_every_rule(tmp_path):
                        "agent": [peer.run_agent(rounds)], "worker": [], "broker": []}}
     prom = result["runs"]["prometheus"][0]
     assert prom["node_rounds"] >= 1 and prom["cpu_s"] >= 0
-    assert prom["rule_evaluations"] > 0 and prom["rule_failures"] == 0
+    assert prom["rule_evaluations"] > 0 and prom["rule_failures"] == 0 and 0 < prom["up"] <= 1
     assert result["runs"]["agent"][0]["node_rounds"] == 4
     text = peer.report(result)
     assert "Prometheus (scrape + TSDB + 23 PromQL rules)" in text and "nodes per core at 15 s" in text
@@ -43,10 +43,11 @@ async def test_prometheus_scrapes_the_fleet_and_evaluates_every_rule(tmp_path):
 def test_the_report_has_the_two_summary_lines():
     def row(npc: float) -> dict:
         return {"cpu_s": 1.0, "node_rounds": 10.0, "nodes_per_core": npc, "rule_evaluations": 5.0,
-                "rule_failures": 0.0}
+                "rule_failures": 0.0, "up": 1.0}
 
     result = {"nodes": 2, "rounds": 4, "interval_s": 1.0, "reps": 1, "rules": 23,
               "runs": {"prometheus": [row(1000.0)], "agent": [row(4000.0)], "worker": [row(1130.0)],
                        "broker": [row(2260.0)]}}
     text = peer.report(result)
     assert "worker / Prometheus: 1.13x" in text and "worker + broker / Prometheus: 0.75x" in text
+    assert "targets up at the end: 100%" in text
