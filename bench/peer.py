@@ -10,12 +10,13 @@ GPUs, node_exporter and blackbox pages, every page new each round) goes two ways
   ``interval_s / 15``, so each window holds the samples it holds at 15 s. Measured: Prometheus' CPU time
   (utime + stime of its process, all threads, from /proc) over the scrapes after ``warm`` rounds.
 - **tailhound**: the agent's snapshots of the same records (:class:`~tailhound.agents.pipeline.SnapshotBuilder`,
-  JSON as the sender encodes them) produced to the bundled broker and consumed by the real worker (default
-  rules) in a child process: :func:`bench.streams_throughput.measure`, the worker's CPU over all but the first
-  round. The **broker**'s CPU (its process, from /proc) is counted from the first produce to the worker's
-  last commit: the telemetry in, the worker's fetches, its changelog and model-topic traffic. The **agent**
-  figure is its snapshot pipeline and encoding in this process (CPU time, first round not timed; the HTTP
-  scrape and the Kafka client are not in it).
+  encoded as the agent's sender encodes them: :func:`~tailhound.agents.wire.encode_snapshot`) produced to
+  the bundled broker and consumed by the real worker (default rules) in a child process:
+  :func:`bench.streams_throughput.measure`, the worker's CPU over all but the first round. The **broker**'s
+  CPU (its process, from /proc) is counted from the first produce to the worker's last commit: the
+  telemetry in, the worker's fetches, its changelog and model-topic traffic. The **agent** figure is its
+  snapshot pipeline and encoding in this process (CPU time, first round not timed; the HTTP scrape and the
+  Kafka client are not in it).
 
 Each figure is nodes per core at a 15 s scrape interval: ``node rounds x 15 s / CPU seconds``; medians of
 ``reps``. The two summary lines are ratios of nodes per core (higher is better for tailhound).
@@ -36,6 +37,7 @@ from pathlib import Path
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.wire import encode_snapshot
 from tailhound.recording import ScrapeRecord
 
 RULES = Path(__file__).with_name("peer_rules.yml")
@@ -168,7 +170,7 @@ async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
 
 def snapshot_messages(rounds: list[list[ScrapeRecord]]) -> list[tuple[bytes, bytes]]:
     builder = SnapshotBuilder()
-    return [(s.key(), s.model_dump_json(exclude_none=True).encode()) for b in rounds for s in map(builder.build, b)]
+    return [(s.key(), encode_snapshot(s)) for b in rounds for s in map(builder.build, b)]
 
 
 def run_agent(rounds: list[list[ScrapeRecord]]) -> dict:
@@ -179,7 +181,7 @@ def run_agent(rounds: list[list[ScrapeRecord]]) -> dict:
     t0 = time.process_time()
     for batch in rounds[1:]:
         for rec in batch:
-            builder.build(rec).model_dump_json(exclude_none=True).encode()
+            encode_snapshot(builder.build(rec))
     cpu = time.process_time() - t0
     node_rounds = sum(len(b) for b in rounds[1:]) / len(JOBS)
     return {"cpu_s": cpu, "node_rounds": node_rounds, "nodes_per_core": TICK_S * node_rounds / cpu if cpu else 0.0}
@@ -234,7 +236,7 @@ async def run(nodes: int = 100, rounds: int = 24, interval_s: float = 2.0, warm:
 LABELS = {"prometheus": "Prometheus (scrape + TSDB + {rules} PromQL rules)",
           "worker": "tailhound worker (default rules)",
           "broker": "bundled broker (Tansu), telemetry in + worker traffic",
-          "agent": "agent snapshot pipeline + JSON encode (no HTTP, no Kafka client)"}
+          "agent": "agent snapshot pipeline + encode (no HTTP, no Kafka client)"}
 
 
 def medians(result: dict) -> dict[str, float]:
