@@ -192,7 +192,9 @@ class Grouper:
         cache = self._cache
         entry = cache.get(labels)
         if entry is None:
-            if len(cache) >= _MAX_CACHED_SERIES or len(self._infos) >= _MAX_CACHED_SERIES:
+            # the series of open scrapes survive a forget: count them out, or a full forget would come again
+            # with every new label set while they stay open (at most one a pending sample)
+            if len(cache) >= _MAX_CACHED_SERIES or len(self._infos) >= _MAX_CACHED_SERIES + self.pending_samples:
                 self._forget_series()
             parsed = parse_labels(labels, self.config, self.catalog)
             if parsed.key is not None:

@@ -111,3 +111,18 @@ def test_emptied_caches_keep_one_entry_per_series_in_an_open_scrape(monkeypatch)
     assert g.pending_samples == 5
     rec, = g.drain()
     assert sorted((f.name, f.samples[0].value) for f in rec.families()) == [(n, 2.0) for n in names]
+
+
+def test_series_of_open_scrapes_do_not_make_every_new_label_set_empty_the_caches(monkeypatch):
+    """Open scrapes keep their series through a forget; they must not count towards the next one."""
+    monkeypatch.setattr(grouping_module, "_MAX_CACHED_SERIES", 4)
+    g = Grouper(GroupingConfig())
+    forgets = []
+    forget = g._forget_series
+    monkeypatch.setattr(g, "_forget_series", lambda: (forgets.append(1), forget()))
+    g.add([s(f"open{i}", 1.0) for i in range(8)], now=0)  # one open scrape of 8 series
+    before = len(forgets)
+    g.add([s(f"new{i}", 1.0) for i in range(12)], now=1)
+    assert len(forgets) - before <= 12 // 4 + 1  # once per cache-full of new label sets, not once per label set
+    rec, = g.drain()
+    assert len(rec.families()) == 20
