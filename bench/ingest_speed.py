@@ -7,7 +7,7 @@ them) over `rounds` collection rounds. The same scrapes go three ways, side by s
   page, deltas, snapshot): the baseline;
 - **remote write**: each round as the remote-write request a Prometheus that scraped those pages sends (every
   series with its target labels; encoded beforehand, as Prometheus' work) through
-  :meth:`RemoteWriteIngest.accept` (snappy, protobuf, grouping, rendering, the same builder) and ``poll``;
+  :meth:`RemoteWriteIngest.accept` (snappy, protobuf, grouping, the families, the same builder) and ``poll``;
 - **federation**: each round as the /federate answer through :meth:`FederationPuller.ingest` (text parse,
   grouping, builder).
 
@@ -15,6 +15,9 @@ The first round of each path (first scrapes, no deltas, caches filled) is not ti
 running ingest's. Each figure is the median of `reps` runs over the other rounds, in CPU seconds of this
 process (the machine is shared); throughput counts samples (series values). The "nodes per core" column is
 how many nodes one core keeps up with at a 15 s scrape interval: nodes x timed rounds x 15 s / their CPU seconds.
+
+Stage by stage (``python -m bench.ingest_speed --stages``): decode, grouping, handing out the settled scrapes
+(their families) and the agent's builder on them, with the garbage collector on and off.
 """
 
 from __future__ import annotations
@@ -112,5 +115,68 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+STAGES = ("decode", "grouping", "hand-out", "builder")
+
+
+def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = True) -> dict[str, float]:
+    """Where remote write's CPU goes, stage by stage (median CPU seconds of the timed rounds), and the agent
+    path's total beside it; `collector` False: the same with the garbage collector off (what its full
+    collections over the caches cost)."""
+    import gc
+
+    from tailhound.ingest.remote_write import decode_write_request
+
+    batches, bodies, _ = workload(nodes, rounds)
+    runs = []
+    was = gc.isenabled()
+    if not collector:
+        gc.disable()
+    try:
+        for _ in range(reps):
+            ingest = RemoteWriteIngest(IngestConfig(grouping=_grouping(batches)))
+            grouper, settle = ingest.grouper, ingest.grouper.config.settle_s
+            ingest.accept(bodies[0], HEADERS, now=0.0)
+            ingest.accept(bodies[1], HEADERS, now=INTERVAL_S)
+            ingest.poll(now=INTERVAL_S + settle)
+            t = dict.fromkeys(STAGES, 0.0)
+            for i, body in enumerate(bodies[2:], 2):
+                t0 = time.process_time()
+                request = decode_write_request(body)
+                t1 = time.process_time()
+                grouper.add_metadata(request.metadata)
+                grouper.add(request.series, i * INTERVAL_S)
+                t2 = time.process_time()
+                records = grouper.ready(i * INTERVAL_S + settle)
+                t3 = time.process_time()
+                for rec in records:
+                    ingest.builder.build(rec)
+                t4 = time.process_time()
+                for k, a, b in zip(STAGES, (t0, t1, t2, t3), (t1, t2, t3, t4), strict=True):
+                    t[k] += b - a
+            t["agent path"] = run_agent(batches)[0]
+            runs.append(t)
+    finally:
+        if was:
+            gc.enable()
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def stages_report(on: dict[str, float], off: dict[str, float]) -> str:
+    lines = ["| stage | CPU s | share | CPU s, collector off |", "|---|---:|---:|---:|"]
+    total, total_off = sum(on[k] for k in STAGES), sum(off[k] for k in STAGES)
+    for k in STAGES:
+        lines.append(f"| {k} | {on[k]:.3f} | {on[k] / total:.0%} | {off[k]:.3f} |")
+    lines.append(f"| remote write, all | {total:.3f} | | {total_off:.3f} |")
+    lines.append(f"| agent path | {on['agent path']:.3f} | | {off['agent path']:.3f} |")
+    lines.append(f"\nremote write / agent: {total / on['agent path']:.2f}x (collector off: "
+                 f"{total_off / off['agent path']:.2f}x)")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(report(run()))
+    import sys
+
+    if "--stages" in sys.argv:
+        print(stages_report(stages(), stages(collector=False)))
+    else:
+        print(report(run()))
