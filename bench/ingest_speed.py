@@ -17,7 +17,8 @@ process (the machine is shared); throughput counts samples (series values). The 
 how many nodes one core keeps up with at a 15 s scrape interval: nodes x timed rounds x 15 s / their CPU seconds.
 
 Stage by stage (``python -m bench.ingest_speed --stages``): decode, grouping, handing out the settled scrapes
-(their families) and the agent's builder on them, with the garbage collector on and off.
+(their families) and the agent's builder on them, with the garbage collector on, off, and with what is alive
+after the warm-up frozen out of its way.
 """
 
 from __future__ import annotations
@@ -118,10 +119,12 @@ def report(rows: list[dict]) -> str:
 STAGES = ("decode", "grouping", "hand-out", "builder")
 
 
-def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = True) -> dict[str, float]:
+def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = True,
+           frozen: bool = False) -> dict[str, float]:
     """Where remote write's CPU goes, stage by stage (median CPU seconds of the timed rounds), and the agent
-    path's total beside it; `collector` False: the same with the garbage collector off (what its full
-    collections over the caches cost)."""
+    path's total beside it; `collector` False: the same with the garbage collector off (what its collections
+    cost); `frozen`: what is alive after the warm-up round frozen out of its way (as ``tailhound ingest``
+    does after its warm-up)."""
     import gc
 
     from tailhound.ingest.remote_write import decode_write_request
@@ -138,6 +141,9 @@ def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = Tr
             ingest.accept(bodies[0], HEADERS, now=0.0)
             ingest.accept(bodies[1], HEADERS, now=INTERVAL_S)
             ingest.poll(now=INTERVAL_S + settle)
+            if frozen:
+                gc.collect()
+                gc.freeze()
             t = dict.fromkeys(STAGES, 0.0)
             for i, body in enumerate(bodies[2:], 2):
                 t0 = time.process_time()
@@ -155,28 +161,26 @@ def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = Tr
                     t[k] += b - a
             t["agent path"] = run_agent(batches)[0]
             runs.append(t)
+            gc.unfreeze()
     finally:
         if was:
             gc.enable()
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def stages_report(on: dict[str, float], off: dict[str, float]) -> str:
-    lines = ["| stage | CPU s | share | CPU s, collector off |", "|---|---:|---:|---:|"]
-    total, total_off = sum(on[k] for k in STAGES), sum(off[k] for k in STAGES)
-    for k in STAGES:
-        lines.append(f"| {k} | {on[k]:.3f} | {on[k] / total:.0%} | {off[k]:.3f} |")
-    lines.append(f"| remote write, all | {total:.3f} | | {total_off:.3f} |")
-    lines.append(f"| agent path | {on['agent path']:.3f} | | {off['agent path']:.3f} |")
-    lines.append(f"\nremote write / agent: {total / on['agent path']:.2f}x (collector off: "
-                 f"{total_off / off['agent path']:.2f}x)")
-    return "\n".join(lines)
+def stages_report(on: dict[str, float], off: dict[str, float], frozen: dict[str, float]) -> str:
+    runs = {"collector on": on, "off": off, "frozen after warm-up": frozen}
+    lines = ["| stage | " + " | ".join(f"CPU s, {k}" for k in runs) + " |", "|---|" + "---:|" * len(runs)]
+    for k in (*STAGES, "agent path"):
+        lines.append(f"| {k} | " + " | ".join(f"{r[k]:.3f}" for r in runs.values()) + " |")
+    ratios = ", ".join(f"{k}: {sum(r[s] for s in STAGES) / r['agent path']:.2f}x" for k, r in runs.items())
+    return "\n".join(lines) + f"\n\nremote write / agent path: {ratios}"
 
 
 if __name__ == "__main__":
     import sys
 
     if "--stages" in sys.argv:
-        print(stages_report(stages(), stages(collector=False)))
+        print(stages_report(stages(), stages(collector=False), stages(frozen=True)))
     else:
         print(report(run()))

@@ -51,5 +51,6 @@ def test_ingest_stages_smoke():
 
     on = ingest_speed.stages(nodes=1, rounds=3, reps=1)
     off = ingest_speed.stages(nodes=1, rounds=3, reps=1, collector=False)
+    frozen = ingest_speed.stages(nodes=1, rounds=3, reps=1, frozen=True)
     assert set(on) == {*ingest_speed.STAGES, "agent path"} and all(v >= 0 for v in on.values())
-    assert "remote write / agent" in ingest_speed.stages_report(on, off)
+    assert "frozen after warm-up: " in ingest_speed.stages_report(on, off, frozen)
