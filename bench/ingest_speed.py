@@ -161,7 +161,8 @@ def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = Tr
                     t[k] += b - a
             t["agent path"] = run_agent(batches)[0]
             runs.append(t)
-            gc.unfreeze()
+            if frozen:
+                gc.unfreeze()
     finally:
         if was:
             gc.enable()
