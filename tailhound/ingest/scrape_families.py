@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from tailhound.agents.collected import CollectedRecord
 from tailhound.agents.exposition import Family, RawSample
-from tailhound.agents.exposition_lines import DEFAULT_LIMITS, LineError, parse_sample
+from tailhound.agents.exposition_lines import DEFAULT_LIMITS, LineError, parse_sample, use_limits
 from tailhound.catalog import Catalog
 from tailhound.ingest.exposition_render import family_types, series_head
 from tailhound.ingest.remote_write_messages import Labels
@@ -45,6 +45,7 @@ class SeriesInfo:
         self.pname, self.items, self.ok = name, labels, False
         head = series_head(name, labels)
         if len(head) + _MAX_VALUE_TEXT <= DEFAULT_LIMITS.max_line_length:
+            use_limits(DEFAULT_LIMITS)  # the line reader's cache holds label sets checked against these
             try:
                 self.pname, self.items, _, _ = parse_sample(head + " 0", DEFAULT_LIMITS)
                 self.ok = True
