@@ -59,6 +59,7 @@ from tailhound.ingest.federation_text import (  # noqa: F401 (the selectors: re-
 from tailhound.ingest.grouping import Forget, Grouper, GroupingConfig
 from tailhound.ingest.receiver import Emitted, Reject, build_snapshots
 from tailhound.ingest.remote_write import Labels
+from tailhound.ingest.scrape_families import GroupedRecord
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
 
@@ -316,6 +317,8 @@ class FederationPuller:
         """Deltas span at least one pull: the interval of a source whose scrapes come faster is the pull's."""
         pull = self.config.interval_s
         if rec.interval_s is not None and rec.interval_s < pull and rec.job not in self.config.grouping.interval_s:
+            if isinstance(rec, GroupedRecord):
+                return rec.with_header(interval_s=pull)
             return rec.model_copy(update={"interval_s": pull})
         return rec
 
