@@ -45,6 +45,9 @@ class NodeState(BaseModel):
     rules: dict[str, RuleState] = Field(default_factory=dict)
     #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions
     history: dict[str, list[list[float]]] = Field(default_factory=dict)
+    #: "scope:comparison|entity" -> [last verdict, last judged, change times...]: transition counters
+    #: (`crossed:` conditions, streams/crossings.py)
+    crossings: dict[str, list[float]] = Field(default_factory=dict)
     #: "signal|entity" -> RollingBaseline state, for signals rules compare with their baseline
     baselines: dict[str, dict] = Field(default_factory=dict)
     #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
@@ -137,6 +140,9 @@ def heal_future(state: NodeState, horizon: float, now: float | None = None) -> b
                 state.history[key] = kept
             else:
                 del state.history[key]
+    for key in [k for k, entry in state.crossings.items() if max(entry[1:]) > horizon]:
+        del state.crossings[key]  # a counter judged in the future: counting starts again
+        healed = True
     for key in [k for k, t in state.traces.items() if t.ts and t.ts[-1] > horizon]:
         del state.traces[key]  # a chart that ran into the future: started again by the next points
         healed = True
