@@ -27,6 +27,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "generation-length-growth",
     "load-imbalance",
     "power-cap",
+    "health-check-flap",
 )
 
 #: Faults that act on one tick only (their duration is ignored).

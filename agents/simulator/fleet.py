@@ -73,7 +73,7 @@ class _Node:
             arrivals = len(requests)
         else:
             _, arrivals = self.load.arrivals(ts, dt, eff.arrival_scale)
-        if eff.engine_down:
+        if eff.engine_down or eff.lb_removed:
             arrivals, requests = 0, (None if requests is None else [])  # drained from the load balancer
         tick = self.engine.step(dt, arrivals, eff, clock_slowdown, requests)
         token_rate = tick.prompt_tps + tick.generation_tps

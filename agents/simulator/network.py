@@ -127,6 +127,10 @@ class BlackboxProbe:
             connect += SYN_RTO_S
         if effects.probe_extra_s and not failed:
             processing += effects.probe_extra_s
+        if effects.health_timeout and not failed:  # /health queued behind inference past the timeout
+            failed = True
+        elif effects.health_extra_s and not failed:
+            processing += effects.health_extra_s * rng.uniform(0.85, 1.15)
         self.refused = effects.engine_down and not failed  # nothing listens: connection refused at once
         failed = failed or self.refused
         if failed:
