@@ -28,6 +28,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "load-imbalance",
     "power-cap",
     "health-check-flap",
+    "scale-out",
 )
 
 #: Faults that act on one tick only (their duration is ignored).

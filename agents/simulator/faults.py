@@ -112,6 +112,8 @@ class NodeEffects:
     health_extra_s: float = 0.0  # extra /health latency (health-check-flap: near the timeout)
     health_timeout: bool = False  # /health times out this tick (health-check-flap)
     lb_removed: bool = False  # the load balancer took the instance out: no traffic, engine still up
+    not_provisioned: bool = False  # scale-out: the node does not exist yet (no snapshots)
+    cold_start: bool = False  # scale-out: up and scraped, loading the model (serves nothing, /health fails)
     # realistic noise (noise.py); neutral values leave every model exactly as in the basic profile
     inlet_offset_c: float = 0.0
     retrans_blip: float = 0.0  # extra TCP retransmit ratio this tick

@@ -29,6 +29,7 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "load-imbalance",
         "power-cap",
         "health-check-flap",
+        "scale-out",
     }
 
 

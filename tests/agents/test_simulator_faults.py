@@ -319,3 +319,22 @@ def test_health_check_flap_removes_and_readds_the_node_every_cycle() -> None:
     removed_ticks = [k for k in range(START_K, END_K) if (k - START_K) % 8 >= 5]
     assert statistics.fmean(other[k] for k in removed_ticks) > 1.3 * statistics.fmean(healthy[k] for k in removed_ticks)
     assert min(running[END_K + 1:]) > 0 and set(success[END_K + 1:]) == {1.0}
+
+
+def test_scale_out_adds_a_node_that_serves_nothing_until_it_has_loaded() -> None:
+    """Before the fault the added node sends nothing; for COLD_START_S it is scraped with nothing running or
+    finished and its /health refused; then it takes its share (every node (N-1)/N of its traffic)."""
+    from tailhound.agents.simulator.scale_out import COLD_START_S
+
+    ticks = simulate((f"scale-out@10m:node={N2}",))
+    cold_k = START_K + int(COLD_START_S // 15)
+    assert all(snapshot_of(t, N2, "vllm") is None and snapshot_of(t, N2, "blackbox") is None for t in ticks[:START_K])
+    running = values(ticks, N2, "vllm", "vllm:num_requests_running")
+    success = values(ticks, N2, "blackbox", "probe_success")
+    finished = values(ticks, N2, "vllm", "vllm:request_success_total", finished_reason="stop")
+    assert set(running[START_K:cold_k]) == {0.0} and set(success[START_K:cold_k]) == {0.0}
+    assert set(finished[START_K:cold_k]) == {0.0}
+    assert min(running[cold_k + 1:]) > 0 and set(success[cold_k:]) == {1.0}
+    before = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[START_K - 20:START_K])
+    after = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[cold_k + 4:cold_k + 24])
+    assert after < 0.75 * before  # the first node hands half its traffic to the new one

@@ -206,6 +206,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {"nodes": 3}),
     Scenario("health-check-one-removal", "negative: the balancer removes a node once and re-adds it",
              (Fault(f"health-check-flap@{_at(F)}+2m:node=gpu-node-2", None),), {"nodes": 3}),
+    # a fleet-wide surge; a minute in, the autoscaler adds gpu-node-4, which loads its weights for 4 minutes
+    # (scraped, serving nothing: agents/simulator/scale_out.py): the capacity incident says the replica is not
+    # ready (scale-out-not-ready) and asks for a warm pool
+    Scenario("surge-scale-out", "an autoscaler adds a node mid-surge; it is not ready for 4 minutes",
+             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),
+              Fault(f"scale-out@{_at(F + 1)}:node=gpu-node-4", None)),
+             {"nodes": 4}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test

@@ -241,6 +241,7 @@ ISSUE_27_COVERAGE: dict[str, tuple[str, tuple[str, ...]]] = {
     "load-imbalance": ("ok", ()),
     "batch-past-tpot-knee": ("partial", ("capacity.max_num_seqs", "capacity.tpot_knee_s")),
     "health-check-flapping": ("partial", ("lb.health_timeout_margin",)),
+    "scale-out-not-ready": ("ok", ()),
 }
 
 
