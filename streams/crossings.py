@@ -16,7 +16,7 @@ from tailhound.catalog import Catalog
 from .condition_eval import EvalContext, limit_of, value_of
 from .conditions import MAX_CROSSING_TIMES, Ref, SignalCondition
 from .node_state import NodeState
-from .rule_plan import plans_for
+from .rule_plan import RulePlan, plans_for
 from .ruleset import RuleSet
 
 #: At most this many counters per node (comparisons x entities); new entities beyond it are not counted.
@@ -35,28 +35,43 @@ def leaf_key(cond: SignalCondition, scope: str) -> str:
     return f"{scope}:{name} {cond.symbol} {rhs}"
 
 
-#: id(rule set) -> (the rule set, [(key, leaf, scope, window, rule names)]): the counted leaves, found once
-_PLANS: dict[int, tuple[RuleSet, list[tuple[str, SignalCondition, str, float, tuple[str, ...]]]]] = {}
+#: id(rule set) -> (the rule set, its catalog, [(key, leaf, scope, window, rule plans)]): found once
+_PLANS: dict[int, tuple[RuleSet, Catalog, list[tuple[str, SignalCondition, str, float, tuple[RulePlan, ...]]]]] = {}
 
 
-def counted_leaves(rules: RuleSet) -> list[tuple[str, SignalCondition, str, float, tuple[str, ...]]]:
-    """Every comparison some rule counts: (key, leaf, scope, longest window, the rules reading it)."""
+def counted_leaves(rules: RuleSet, catalog: Catalog
+                   ) -> list[tuple[str, SignalCondition, str, float, tuple[RulePlan, ...]]]:
+    """Every comparison some rule counts: (key, leaf, scope, longest window, the plans of the rules reading it)."""
     found = _PLANS.get(id(rules))
-    if found is not None and found[0] is rules:
-        return found[1]
-    by_key: dict[str, tuple[SignalCondition, str, float, tuple[str, ...]]] = {}
+    if found is not None and found[0] is rules and found[1] is catalog:
+        return found[2]
+    plans = {p.name: p for p in plans_for(rules, catalog)}
+    by_key: dict[str, tuple[SignalCondition, str, float, tuple[RulePlan, ...]]] = {}
     for rule in rules.rules:
         for leaf in rule.thresholds():
             if leaf.crossed is None:
                 continue
             key = leaf_key(leaf, rule.scope.value)
-            _, _, window, names = by_key.get(key, (leaf, "", 0.0, ()))
-            by_key[key] = (leaf, rule.scope.value, max(window, leaf.crossed.within), (*names, rule.name))
+            _, _, window, readers = by_key.get(key, (leaf, "", 0.0, ()))
+            by_key[key] = (leaf, rule.scope.value, max(window, leaf.crossed.within), (*readers, plans[rule.name]))
     plan = [(key, *v) for key, v in by_key.items()]
     if len(_PLANS) > 16:
         _PLANS.clear()
-    _PLANS[id(rules)] = (rules, plan)
+    _PLANS[id(rules)] = (rules, catalog, plan)
     return plan
+
+
+#: id(leaf) -> (the leaf, the signals it compares)
+_READS: dict[int, tuple[SignalCondition, tuple[str, ...]]] = {}
+
+
+def _reads(leaf: SignalCondition) -> tuple[str, ...]:
+    found = _READS.get(id(leaf))
+    if found is None or found[0] is not leaf:
+        if len(_READS) > 256:
+            _READS.clear()
+        found = _READS[id(leaf)] = (leaf, tuple(leaf.signals()))
+    return found[1]
 
 
 def _verdict(cond: SignalCondition, ctx: EvalContext, entity: str, scope: str) -> bool | None:
@@ -74,20 +89,21 @@ def _verdict(cond: SignalCondition, ctx: EvalContext, entity: str, scope: str) -
 def record(state: NodeState, rules: RuleSet, ctx: EvalContext, updated: set[str], catalog: Catalog) -> None:
     """Judge every counted comparison whose signals this snapshot changed, for the entities its rules
     judge now, and note each change of verdict; forget counters of rules and entities that are gone."""
-    plan = counted_leaves(rules)
+    plan = counted_leaves(rules, catalog)
     store = state.crossings
     if not plan:
         if store:
             store.clear()  # no rule counts anything (a reload)
         return
     now = ctx.now
-    plans = {p.name: p for p in plans_for(rules, catalog)}
-    for key, leaf, scope, _window, names in plan:
-        if not any(s in updated for s in leaf.signals()):
+    judged = False
+    for key, leaf, scope, _window, readers in plan:
+        if updated.isdisjoint(_reads(leaf)):
             continue  # nothing it compares changed: its verdict cannot have either
+        judged = True
         entities: set[str] = set()
-        for name in names:
-            entities.update(plans[name].entities(ctx))
+        for reader in readers:
+            entities.update(reader.entities(ctx))
         for entity in entities:
             verdict = _verdict(leaf, ctx, entity, scope)
             if verdict is None:
@@ -104,7 +120,8 @@ def record(state: NodeState, rules: RuleSet, ctx: EvalContext, updated: set[str]
                 entry.append(now)
                 if len(entry) - _TIMES > MAX_CROSSING_TIMES:
                     del entry[_TIMES]
-    _forget(store, {key: window for key, _leaf, _scope, window, _names in plan}, now)
+    if judged and store:  # (old change times only matter once counted, at the next judgement)
+        _forget(store, {key: window for key, _leaf, _scope, window, _readers in plan}, now)
 
 
 def _forget(store: dict[str, list[float]], windows: dict[str, float], now: float) -> None:
