@@ -110,8 +110,8 @@ def record(state: NodeState, rules: RuleSet, ctx: EvalContext, updated: set[str]
                 continue
             slot = f"{key}|{entity}"
             entry = store.get(slot)
-            if entry is None:
-                if len(store) < MAX_CROSSING_KEYS:
+            if entry is None or len(entry) < _TIMES:  # (a malformed stored counter starts again)
+                if entry is not None or len(store) < MAX_CROSSING_KEYS:
                     store[slot] = [float(verdict), now]
                 continue
             entry[_JUDGED] = now

@@ -5,6 +5,8 @@ read and write it, :func:`tailhound.streams.evaluator.evaluate` runs them."""
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field, PrivateAttr
 
 from tailhound.catalog import Catalog
@@ -140,8 +142,8 @@ def heal_future(state: NodeState, horizon: float, now: float | None = None) -> b
                 state.history[key] = kept
             else:
                 del state.history[key]
-    for key in [k for k, entry in state.crossings.items() if max(entry[1:]) > horizon]:
-        del state.crossings[key]  # a counter judged in the future: counting starts again
+    for key in [k for k, entry in state.crossings.items() if max(entry[1:], default=math.inf) > horizon]:
+        del state.crossings[key]  # a counter judged in the future (or malformed): counting starts again
         healed = True
     for key in [k for k, t in state.traces.items() if t.ts and t.ts[-1] > horizon]:
         del state.traces[key]  # a chart that ran into the future: started again by the next points

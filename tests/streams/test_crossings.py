@@ -121,3 +121,14 @@ def test_counters_of_a_removed_rule_are_forgotten_and_future_ones_healed():
 def test_described_in_rule_docs():
     assert describe(rules_of(FLAP).rules[0].when) == \
         "(engine.requests_running <= 0) changed >= 3 times in 600 s"
+
+
+def test_a_malformed_stored_counter_starts_again():
+    rules = rules_of(FLAP)
+    state, _ = drive(rules, [5, 0])
+    [slot] = state.crossings
+    state.crossings[slot] = []
+    state, _ = evaluate(state, running(T0 + 60, 5.0), rules)
+    assert state.crossings[slot] == [0.0, T0 + 60]
+    state.crossings[slot] = []
+    assert heal_future(state, horizon=T0 + 1000) and slot not in state.crossings
