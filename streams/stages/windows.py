@@ -7,6 +7,8 @@ from __future__ import annotations
 from ..baseline import RollingBaseline
 from ..condition_eval import EvalContext
 from ..condition_eval import _reduce as reduce_values
+from ..crossings import count as crossing_count
+from ..crossings import record as record_crossings
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
 from ..loadmodel import LoadModel, expected_for, features_of
 from ..node_state import NodeState
@@ -23,11 +25,13 @@ def stage(step: Step) -> bool:
     _learn_baselines(state, step.rules, view, step.fresh, ts)
     step.ctx = EvalContext(now=ts, values=view, last_seen=step.latest.seen(), catalog=step.catalog,  # type: ignore[arg-type]
                            history=lambda s, e: _history(state, s, e),
-                           baseline=lambda s, e: _baseline(state, s, e, view, models))
+                           baseline=lambda s, e: _baseline(state, s, e, view, models),
+                           crossings=lambda c, e, scope: crossing_count(state, c, e, scope, ts))
     updated = set(step.fresh)
     for f in updated & DERIVED_BY_INPUT.keys():
         updated.update(DERIVED_BY_INPUT[f])
     step.updated = updated
+    record_crossings(state, step.rules, step.ctx, updated, step.catalog)
     return True
 
 
