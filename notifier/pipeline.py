@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,13 +44,13 @@ from .state import DeliveryLog, GroupState, Silence
 INTAKE = (dedup, group)
 NOTIFY = (select, inhibit, silence, flap, route, enqueue)
 
-__all__ = ["DEFAULT_RUNBOOK", "INTAKE", "NOTIFY", "RECHECK_S", "Notifier", "Outcome", "iso"]
+__all__ = ["DEFAULT_RUNBOOK", "INTAKE", "NOTIFY", "RECHECK_S", "Notifier", "Outcome"]
 
 DEFAULT_RUNBOOK = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
 #: expired silences stay listed this long
 SILENCE_RETENTION_S = 7 * 86400.0
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -111,11 +110,11 @@ class Notifier:
                 try:
                     s = Silence.model_validate(value)
                 except ValidationError as exc:  # e.g. written before the limits, or by hand
-                    log.warning("notifier: skipping silence record %s: %s", key, _first_error(exc))
+                    logger.warning("notifier: skipping silence record %s: %s", key, _first_error(exc))
                     continue
                 if s.source == "cli" and s.state(now) != "expired":
                     if live >= MAX_SILENCES:
-                        log.warning("notifier: skipping silence %s: already %d active or pending silences",
+                        logger.warning("notifier: skipping silence %s: already %d active or pending silences",
                                     s.id, MAX_SILENCES)
                         continue
                     live += 1
@@ -287,6 +286,3 @@ def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}"
 
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")

@@ -3,7 +3,7 @@
     stage(batch: list[T], ctx: Context) -> list[T]
 
 Intake stages (:mod:`.dedup`, :mod:`.group`) take incident events as they arrive. Notify stages take
-the groups that are due: :mod:`.select` makes each a :class:`Candidate` notification (or none),
+the groups that are due: :mod:`.select` makes each a :class:`Draft` notification (or none),
 :mod:`.inhibit`, :mod:`.silence`, :mod:`.flap` and :mod:`.route` filter and address candidates, and
 :mod:`.enqueue` turns them into notifications in the delivery logs. :mod:`tailhound.notifier.pipeline`
 assembles them; delivery (retries, backoff, circuit breaker, dead letters) is
@@ -58,7 +58,7 @@ class Context:
 
 
 @dataclass
-class Candidate:
+class Draft:
     """A notification a due group would send, before inhibition, silences, flap control and routing."""
 
     group: GroupState

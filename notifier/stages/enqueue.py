@@ -13,18 +13,18 @@ from urllib.parse import quote
 from tailhound.notifier.model import Notification, NotificationKind
 from tailhound.notifier.state import DeliveryLog, GroupState
 
-from . import Candidate, Context
+from . import Context, Draft
 from .select import schedule_repeat
 
 
-def enqueue(cands: list[Candidate], ctx: Context) -> list[Notification]:
+def enqueue(cands: list[Draft], ctx: Context) -> list[Notification]:
     out: list[Notification] = []
     for cand in cands:
         out.extend(_enqueue_one(cand, ctx))
     return out
 
 
-def receiver_kind(cand: Candidate, log: DeliveryLog) -> NotificationKind | None:
+def receiver_kind(cand: Draft, log: DeliveryLog) -> NotificationKind | None:
     """What `cand` is to the receiver of `log`, given what it was sent before (None: nothing for it)."""
     open_here = log.is_open()
     kind = cand.kind
@@ -50,7 +50,7 @@ def links(grp: GroupState, ctx: Context) -> dict[str, str]:
     return out
 
 
-def _enqueue_one(cand: Candidate, ctx: Context) -> list[Notification]:
+def _enqueue_one(cand: Draft, ctx: Context) -> list[Notification]:
     grp, now = cand.group, ctx.now
     carried = links(grp, ctx)
     created = []

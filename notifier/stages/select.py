@@ -1,6 +1,6 @@
 """Select: decide whether a due group notifies now, and what kind of notification it would send.
 
-A group that is due becomes a :class:`Candidate` when something changed since receivers were last told
+A group that is due becomes a :class:`Draft` when something changed since receivers were last told
 (opened, resolved, re-opened, new or changed incidents) or the repeat interval has passed; otherwise it
 gets no candidate and its next flush is set to the repeat. Flap bookkeeping happens here (old flips are
 pruned, ``flapping`` is set), so the later stages see a group in its current state. :func:`reschedule`
@@ -11,35 +11,35 @@ from __future__ import annotations
 
 from tailhound.notifier.state import GroupState
 
-from . import Candidate, Context
+from . import Context, Draft
 from .flap import update_flapping
 
 #: how soon a group whose notification was suppressed (silence, inhibition, flapping) is looked at again
 RECHECK_S = 15.0
 
 
-def select(groups: list[GroupState], ctx: Context) -> list[Candidate]:
+def select(groups: list[GroupState], ctx: Context) -> list[Draft]:
     out = []
     for grp in groups:
         grp.next_flush_at = None
         grp.suppressed = None
         ctx.touch(grp)
-        cand = candidate(grp, ctx)
+        cand = draft(grp, ctx)
         if cand is not None:
             out.append(cand)
     return out
 
 
-def candidate(grp: GroupState, ctx: Context) -> Candidate | None:
+def draft(grp: GroupState, ctx: Context) -> Draft | None:
     """The notification `grp` would send now (None: nothing to say yet)."""
     now = ctx.now
     update_flapping(grp, ctx)
     if grp.flapping:  # the flap stage lets one marked notification through, then holds the group
-        return Candidate(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
+        return Draft(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
     status, said = grp.status, grp.notified_status
     kind = None
     if grp.notified_flapping:  # it settled after receivers were told it flaps: tell them how it ended
-        return Candidate(group=grp, kind="resolved" if status == "resolved" else "opened",
+        return Draft(group=grp, kind="resolved" if status == "resolved" else "opened",
                          incidents=grp.ordered(), settled=True)
     if said is None:
         kind = "opened" if status == "firing" else None  # resolved before group_wait: never paged
@@ -60,7 +60,7 @@ def candidate(grp: GroupState, ctx: Context) -> Candidate | None:
     if kind is None:
         schedule_repeat(grp, ctx)
         return None
-    return Candidate(group=grp, kind=kind, incidents=grp.ordered())
+    return Draft(group=grp, kind=kind, incidents=grp.ordered())
 
 
 def schedule_repeat(grp: GroupState, ctx: Context) -> None:

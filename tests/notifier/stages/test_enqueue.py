@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tailhound.notifier.stages import Candidate
+from tailhound.notifier.stages import Draft
 from tailhound.notifier.stages.enqueue import enqueue, receiver_kind
 from tailhound.notifier.state import DeliveryLog
 
@@ -30,14 +30,14 @@ def _log(*kinds: str) -> DeliveryLog:
     ("resolved", {"settled": True}, (), None),
 ])
 def test_each_receiver_is_told_in_its_own_terms(kind, flags, told, expected):
-    cand = Candidate(group=group(), kind=kind, incidents=[], **flags)
+    cand = Draft(group=group(), kind=kind, incidents=[], **flags)
     assert receiver_kind(cand, _log(*told)) == expected
 
 
 def test_notifications_carry_the_links_and_the_group_remembers_what_was_said():
     grp = group(next_flush_at=None)  # as select leaves it
     ctx = context(runbook_url="https://docs.example/rc", console_url="https://console.example")
-    cand = Candidate(group=grp, kind="opened", incidents=grp.ordered(), receivers=["slack", "pager"])
+    cand = Draft(group=grp, kind="opened", incidents=grp.ordered(), receivers=["slack", "pager"])
     out = enqueue([cand], ctx)
     assert [(n.receiver, n.kind, n.sequence) for n in out] == [("slack", "opened", 1), ("pager", "opened", 1)]
     assert out[0].links == {"dashboard": "https://grafana.example/d/fleet",
@@ -53,14 +53,14 @@ def test_a_newer_update_replaces_one_that_was_never_attempted():
     grp = group()
     log = grp.logs["r"] = DeliveryLog(receiver="r", sequence=2, delivered=0, last_kind=None,
                                       pending=[notification("opened", "r", 1), notification("updated", "r", 2)])
-    out = enqueue([Candidate(group=grp, kind="updated", incidents=grp.ordered(), receivers=["r"])], context())
+    out = enqueue([Draft(group=grp, kind="updated", incidents=grp.ordered(), receivers=["r"])], context())
     assert [n.sequence for n in out] == [2] and [n.sequence for n in log.pending] == [1, 2]
     assert log.pending[-1].ts == T0 + 60 and log.sequence == 2
 
 
 def test_a_flapping_notice_only_marks_the_group():
     grp = group(notified_status="firing", notified_fingerprint="before")
-    out = enqueue([Candidate(group=grp, kind="updated", incidents=grp.ordered(), flapping=True, receivers=["r"])],
+    out = enqueue([Draft(group=grp, kind="updated", incidents=grp.ordered(), flapping=True, receivers=["r"])],
                   context())
     assert [(n.kind, n.flapping) for n in out] == [("opened", True)]
     assert grp.notified_flapping and grp.notified_fingerprint == "before"
