@@ -1,8 +1,8 @@
 """The notifier's YAML config (``notifier.yaml``): grouping, flap control, delivery policy, the routing
 tree, receivers, inhibit rules and declared maintenance windows.
 
-Parsed strictly (``extra="forbid"`` everywhere); :func:`load_config` names the file and line of the
-first problem. Secrets are never in this file: receivers name env variables or files
+Parsed strictly (``extra="forbid"`` everywhere); :func:`load_config` reports every problem, each at its
+file, line and column. Secrets are never in this file: receivers name env variables or files
 (:mod:`tailhound.notifier.secrets`). Webhook target hosts must also be on the allow-list in the settings
 (``notifier.webhook_allowed_hosts``), so neither a rule file nor this file alone can send incident
 data to a new host.
@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from tailhound.durations import Duration
-from tailhound.yamlfile import load_yaml_model, parse_yaml_model
 
 from .limits import MAX_MATCHERS, text_within
 from .matchers import MatcherField
+from .receiver_names import receiver_issues
 from .receivers.console import ConsoleConfig
 from .receivers.registry import ReceiverConfig
 
@@ -202,33 +203,29 @@ class NotifierConfig(_Strict):
 
     @model_validator(mode="after")
     def _receivers_exist(self) -> NotifierConfig:
-        names = [r.name for r in self.receivers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"receiver names must be unique: {', '.join(dupes)}")
-        if self.route.receiver is None:
-            raise ValueError("the top-level route needs a receiver (the default for unmatched incidents)")
-        for name in _route_receivers(self.route):
-            if name not in names:
-                raise ValueError(f"route names receiver {name!r}, which is not among the receivers "
-                                 f"({', '.join(names) or 'none'})")
+        issues = receiver_issues(self.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        if issues:
+            # its own type, so the checker (which applies the same rules to the raw file) does not say it twice
+            raise PydanticCustomError(RECEIVER_ERROR, "{issues}", {"issues": "; ".join(i.message for i in issues)})
         return self
 
     def receiver(self, name: str) -> ReceiverConfig:
         return next(r for r in self.receivers if r.name == name)
 
 
-def _route_receivers(route: Route) -> list[str]:
-    out = [route.receiver] if route.receiver else []
-    for child in route.routes:
-        out.extend(_route_receivers(child))
-    return out
+#: the pydantic error type of :func:`~tailhound.notifier.receiver_names.receiver_issues` found by the model
+RECEIVER_ERROR = "receiver_names"
 
 
 def load_config(path: str | Path) -> NotifierConfig:
-    """Parse a notifier config file; errors name the file and line (:class:`ConfigFileError`)."""
-    return load_yaml_model(path, NotifierConfig)
+    """Parse a notifier config file with the one validator (:mod:`tailhound.notifier.config_check`): a
+    :class:`ConfigFileError` holds every problem, each at its file, line and column."""
+    from .config_check import load_checked  # it validates with the models defined here
+
+    return load_checked(path)
 
 
 def parse_config(text: str, origin: str = "<notifier config>") -> NotifierConfig:
-    return parse_yaml_model(text, NotifierConfig, origin)
+    from .config_check import parse_checked
+
+    return parse_checked(text, origin)
