@@ -276,7 +276,6 @@ class _Semantic:
         self.out.append(cls(self.origin, node.start_mark.line + 1, node.start_mark.column + 1, message, hint))
 
 
-
 def _verbatim_start(node: yaml.ScalarNode, text: str) -> int | None:
     """0-based column of the scalar's first character of content when the source holds its value verbatim
     (one line, no YAML escapes)."""
