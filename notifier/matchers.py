@@ -36,7 +36,7 @@ MAX_VALUE_CHARS = 1024
 MAX_TEXT_CHARS = 2 * MAX_VALUE_CHARS + 256
 #: memory budget of one compiled expression: RE2 refuses to compile a pattern that needs more, and its
 #: lazy DFA falls back to the slower, still linear, NFA when its share runs out. 256 KiB keeps 2,000
-#: hostile 1 KiB patterns under 80 MB (1 MiB let their DFA caches grow to 700 MB).
+#: hostile 1 KiB patterns under 80 MB (with 1 MiB their DFA caches grow to 700 MB).
 RE2_MAX_MEM = 256 * 1024
 #: compiled expressions kept (routes, inhibit rules and silences rarely use more than a few hundred)
 COMPILED_CACHE_SIZE = 4096

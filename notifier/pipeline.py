@@ -109,7 +109,7 @@ class Notifier:
             elif key.startswith("silence:"):
                 try:
                     s = Silence.model_validate(value)
-                except ValidationError as exc:  # e.g. written before the limits, or by hand
+                except ValidationError as exc:  # e.g. over the limits, or written by hand
                     logger.warning("notifier: skipping silence record %s: %s", key, _first_error(exc))
                     continue
                 if s.source == "cli" and s.state(now) != "expired":
