@@ -2,9 +2,9 @@
 a receiver (the default for unmatched incidents), and every receiver a route names is defined.
 
 They read the config as plain data (any shape: what is not a mapping or a list is skipped, the structure
-check reports it), so the model (:class:`~tailhound.notifier.config.NotifierConfig`) and the checker
-(:mod:`tailhound.notifier.config_check`, which places each issue at its line) apply the same rules, and the
-checker finds these even when other parts of the file do not validate.
+check reports it), so the model (:class:`~tailhound.notifier.config.NotifierConfig`) and the validator
+(:func:`~tailhound.notifier.config.check_text`, which places each issue at its line) apply the same rules,
+and the validator finds these even when other parts of the file do not validate.
 """
 
 from __future__ import annotations
