@@ -12,12 +12,12 @@ from __future__ import annotations
 from tailhound.notifier.config import Route
 from tailhound.notifier.matchers import incident_labels, matches_all
 
-from . import Candidate, Context
+from . import Context, Draft
 
 _ORDER = {"info": 0, "warning": 1, "critical": 2}
 
 
-def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
+def route(cands: list[Draft], ctx: Context) -> list[Draft]:
     out = []
     for cand in cands:
         labels = route_labels(cand)
@@ -33,7 +33,7 @@ def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
     return out
 
 
-def route_labels(cand: Candidate) -> dict[str, str]:
+def route_labels(cand: Draft) -> dict[str, str]:
     labels = incident_labels(cand.incidents[0])
     labels.update(cand.group.labels)
     labels["severity"] = max((e.severity for e in cand.incidents), key=lambda s: _ORDER.get(s, 0))

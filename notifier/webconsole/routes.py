@@ -134,7 +134,7 @@ def find_view(notifier: Notifier, incident_id: str) -> tuple[IncidentView, Group
     return view, grp, live
 
 
-def incident_detail(view: IncidentView, grp: GroupState, live: bool) -> dict[str, Any]:
+def incident_json(view: IncidentView, grp: GroupState, live: bool) -> dict[str, Any]:
     return {"incident": view.event.model_dump(mode="json"), "state": "open" if view.open else "resolved",
             "marks": [asdict(m) for m in view.marks], "deliveries": [asdict(d) for d in view.deliveries],
             "group_id": grp.group_id, "suppressed": view.suppressed,
@@ -221,7 +221,7 @@ def add_incident_routes(app: web.Application, source: ConsoleSource) -> None:
         found = find_view(source.notifier, iid)
         if found is None:
             return _error(404, f"no incident {iid[:80]} (open, or resolved in the recent groups)")
-        return web.json_response(incident_detail(*found))
+        return web.json_response(incident_json(*found))
 
     async def preview_silence(request: web.Request) -> web.Response:
         return web.json_response(preview(source.notifier, request.query.getall("matcher", []), source.clock()))

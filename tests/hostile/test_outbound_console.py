@@ -8,7 +8,7 @@ import pytest
 
 from tailhound.notifier.api import ApiAccess
 from tailhound.notifier.webconsole.access import LOGIN_PATH, LoginThrottle
-from tailhound.notifier.webconsole.request_checks import allowed_console_hosts, host_allowed
+from tailhound.notifier.webconsole.request_checks import allowed_console_hosts, host_header_allowed
 from tailhound.notifier.webconsole.routes import script_hash
 from tailhound.settings import NotifierSettings
 from tests.faults.conftest import scale
@@ -36,9 +36,11 @@ def test_allowed_hosts_from_settings():
     settings = NotifierSettings(console_url="https://Console.Example.org/console", console_allowed_hosts=["*.corp"])
     hosts = ApiAccess.from_settings(settings).allowed_hosts
     assert hosts == allowed_console_hosts(settings.console_url, ["*.corp"]) == ("*.corp", "console.example.org")
-    assert host_allowed("console.example.org:443", hosts) and host_allowed("tailhound.corp", hosts)
-    assert not host_allowed("corp", hosts) and not host_allowed("evil.org", hosts) and not host_allowed(None, hosts)
-    assert host_allowed("10.0.0.5:9095", ()) and host_allowed("[fe80::1%eth0]:1", ())  # no rebinding via an IP
+    assert host_header_allowed("console.example.org:443", hosts) and host_header_allowed("tailhound.corp", hosts)
+    assert not host_header_allowed("corp", hosts) and not host_header_allowed("evil.org", hosts)
+    assert not host_header_allowed(None, hosts)
+    assert host_header_allowed("10.0.0.5:9095", ()) and host_header_allowed("[fe80::1%eth0]:1", ())  # no rebinding
+
 
 
 async def test_a_cross_site_write_creates_no_silence():
