@@ -52,9 +52,10 @@ lint: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python -m bench $(ARGS)
 
-# Fault drills, long variants (tens of minutes); figures in .tailhound/drills.jsonl, quoted in BENCHMARKS.md.
+# Fault drills and the hostile-input suite, long variants (tens of minutes: more messages, longer floods, more
+# connections); figures in .tailhound/drills.jsonl, quoted in BENCHMARKS.md. CI runs the short variants.
 drills: $(VENV)/.dev-installed
-	TAILHOUND_LONG_DRILLS=1 $(BIN)/python -m pytest -m drill tests/faults -s
+	TAILHOUND_LONG_DRILLS=1 $(BIN)/python -m pytest -m drill tests/faults tests/hostile -s
 
 # Regenerate the committed generated docs (tests fail when they drift from the code).
 docs: $(VENV)/.demo-installed

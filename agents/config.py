@@ -49,6 +49,15 @@ class PublishConfig(BaseModel):
         "Publish the snapshots of one tick as one message per node (telemetry version 2, a bundle): the worker "
         "handles a node's tick in one message instead of one per source. Workers before bundles reject them: "
         "turn it on once every worker reads them."))
+    wire: Literal[1, 3] = Field(default=1, description=(
+        "Telemetry version published: 1 is JSON, 3 compact MessagePack (label sets and bucket layouts once per "
+        "snapshot, values as arrays: about 0.6x the bytes after compression, decoded ~10x faster). Workers "
+        "before version 3 reject it (dead letter): turn it on once every worker reads it."))
+    layout_every_s: Duration = Field(default=0.0, ge=0, description=(
+        "With wire 3: send each source's layout (labels, names, bucket bounds) once and then only its values, "
+        "about a third of version 1's bytes; the layout goes again at least this often, so a worker that "
+        "restarted or took over the node reads it again after at most this long (its snapshots until then are "
+        "dead letters, unknown_layout). 0: every message carries its layout."))
     buffer: OutboxConfig = Field(default_factory=OutboxConfig)
 
 

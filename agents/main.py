@@ -35,7 +35,8 @@ def make_sender(settings: Settings, config: AgentConfig, metrics: AgentMetrics) 
                     spill_file=p.buffer.spill_file, spill_max_bytes=p.buffer.spill_max_bytes)
     return SnapshotSender(settings, outbox, metrics, batch_max=p.batch_max, linger_ms=p.linger_ms,
                           compression=None if p.compression == "none" else p.compression,
-                          request_timeout_s=p.request_timeout_s, bundle=p.bundle)
+                          request_timeout_s=p.request_timeout_s, bundle=p.bundle, wire=p.wire,
+                          layout_every_s=p.layout_every_s)
 
 
 def _stop_on_signals(stop: asyncio.Event) -> None:

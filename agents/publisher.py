@@ -1,4 +1,6 @@
-"""Publishes snapshots to the telemetry topic: one Kafka message per snapshot, keyed by node."""
+"""Publishes snapshots to the telemetry topic (the simulator, the demo): one Kafka message per snapshot, keyed by
+node, encoded by the agent's own encoder (:func:`tailhound.agents.wire.encoder`) and compressed as the agent's
+sender compresses (lz4 at the fast level), so what they publish is what agents publish."""
 
 from __future__ import annotations
 
@@ -8,15 +10,21 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaProducer
 
+from tailhound.agents.sender import use_lz4_level
+from tailhound.agents.wire import encoder
 from tailhound.kafka import make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
 
 class SnapshotPublisher:
-    def __init__(self, settings: Settings, producer: AIOKafkaProducer | None = None) -> None:
+    def __init__(self, settings: Settings, producer: AIOKafkaProducer | None = None, wire: int = 1,
+                 layout_every_s: float = 0.0) -> None:
         self.topic = settings.telemetry_topic
-        self.producer = producer or make_producer(settings, compression_type="gzip")
+        self._encode = encoder(wire, layout_every_s)
+        if producer is None:
+            use_lz4_level()
+        self.producer = producer or make_producer(settings, compression_type="lz4")
         self.sent = 0
         self.bytes = 0
 
@@ -32,7 +40,7 @@ class SnapshotPublisher:
         """Send a batch and wait until the broker acknowledged every message of it."""
         futures = []
         for snap in snapshots:
-            value = snap.model_dump_json().encode()
+            value = self._encode(snap)
             futures.append(await self.producer.send(self.topic, key=snap.key(), value=value))
             self.bytes += len(value)
         if futures:

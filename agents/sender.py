@@ -12,6 +12,12 @@ as one telemetry message of version 2 (:class:`tailhound.snapshot.SnapshotBundle
 bytes by :func:`bundle_batch`), so the worker pays its per-message cost once per node and tick instead of
 once per source. Workers before bundles reject them (dead letter), so turn it on after the workers.
 
+Wire version (``wire``, agent.yaml ``publish.wire``): 1 encodes each snapshot as JSON, 3 as compact MessagePack
+(:mod:`tailhound.wire`); bundles of version-3 messages are version-3 messages of several parts
+(:func:`tailhound.wire.bundle_parts`); ``layout_every_s`` (``publish.layout_every_s``) makes version 3 send
+each source's layout once and reference it (:class:`tailhound.wire.v3.LayoutMemory`). The encoder is
+:func:`tailhound.agents.wire.encoder`, the one every publisher uses.
+
 Duplicates: the bundled broker (Tansu) has no idempotent producer, so the producer's own retries are
 what carries a batch through a short outage: ``request_timeout_s`` (default 120 s) is longer than
 the outages we ride out without re-sending. Only a batch whose request timed out after reaching the
@@ -39,10 +45,11 @@ from aiokafka.errors import KafkaError
 
 from tailhound.agents.buffer import Message, Outbox
 from tailhound.agents.metrics import PublishMetrics
-from tailhound.agents.wire import encode_snapshot
+from tailhound.agents.wire import encoder
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import LIMITS, Snapshot, bundle_bytes
+from tailhound.wire.v3 import bundle_parts, is_v3
 
 log = logging.getLogger("tailhound.agent.sender")
 
@@ -112,7 +119,11 @@ def bundle_batch(batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_sn
         if len(run) == 1:
             out.append(run[0])
         elif run:
-            out.append(Message(key=run[0].key, value=bundle_bytes(run[0].key.decode(), [m.value for m in run])))
+            values = [m.value for m in run]
+            node = run[0].key.decode()
+            # a run is of one format: the sender encodes every snapshot with the same wire version
+            value = bundle_parts(node, values) if is_v3(values[0]) else bundle_bytes(node, values)
+            out.append(Message(key=run[0].key, value=value))
         run.clear()
 
     for m in batch:
@@ -131,9 +142,10 @@ class SnapshotSender:
                  linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
                  producer: AIOKafkaProducer | None = None,
                  declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
-                 bundle: bool = False) -> None:
+                 bundle: bool = False, wire: int = 1, layout_every_s: float = 0.0) -> None:
         self.topic = settings.telemetry_topic
         self.bundle = bundle
+        self._encode = encoder(wire, layout_every_s)
         self.outbox, self.metrics, self.batch_max = outbox, metrics, batch_max
         # The sender lingers (below), not the producer: the producer would only see the snapshots the
         # sender handed it before awaiting their acknowledgement, so one tick's snapshots went out in
@@ -165,7 +177,7 @@ class SnapshotSender:
         self._task = asyncio.create_task(self._run(), name="snapshot-sender")
 
     def enqueue(self, snap: Snapshot) -> None:
-        self.outbox.append(Message(key=snap.key(), value=encode_snapshot(snap)))
+        self.outbox.append(Message(key=snap.key(), value=self._encode(snap)))
         self._enqueued_at[self._seq_in] = time.monotonic()
         self._seq_in += 1
         self.metrics.enqueued.inc()

@@ -2,7 +2,7 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory),
+notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, wire, peer),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -16,7 +16,7 @@ import platform
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
 SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios",
-            "table-store", "nodes-per-core", "scale-out", "ingest", "fleet-memory")
+            "table-store", "nodes-per-core", "scale-out", "ingest", "fleet-memory", "wire", "peer")
 
 
 def machine() -> str:
@@ -119,6 +119,17 @@ def main(argv: list[str] | None = None) -> None:
         print(fleet_memory.report(fleet_memory.run(realistic=(200, 1_000), attack=(1_000, 5_000), node_cap=500,
                                                    model_sizes=(200,), model_cap=50) if quick
                                   else fleet_memory.run()))
+    if "wire" in args.sections:
+        from bench import wire_format
+
+        print("\n## Telemetry wire formats: bytes per node per 15 s, encode and decode (issue 30)\n")
+        print(wire_format.report(wire_format.run(ticks=16 if quick else 64, reps=1 if quick else 5)))
+    if "peer" in args.sections:
+        from bench import peer
+
+        print("\n## Peer: Prometheus and the worker on the same fleet, nodes per core (issue 30)\n")
+        print(peer.report(asyncio.run(peer.run(nodes=5, rounds=8, interval_s=1.0, warm=2, reps=1) if quick
+                                      else peer.run())))
 
 
 if __name__ == "__main__":

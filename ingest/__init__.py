@@ -12,13 +12,14 @@ a ``remote_write`` at tailhound instead of deploying agents. This package is the
   :mod:`tailhound.ingest.remote_write_encode` (encoded back, and a scrape as Prometheus sends it: tests,
   federation).
 - :mod:`tailhound.ingest.grouping`: samples -> one group per scrape: (node, source, target labels,
-  timestamp); each group becomes the :class:`~tailhound.recording.ScrapeRecord` the agent would have made of
-  the same page, so that the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` computes deltas,
-  resets and histograms exactly as it does for the agent. Memory is bounded (open groups, pending samples,
+  timestamp); each group becomes a record holding the families the agent's parser would read from the same
+  page (:mod:`tailhound.ingest.scrape_families`), so that the agent's
+  :class:`~tailhound.agents.pipeline.SnapshotBuilder` computes deltas, resets and histograms exactly as it
+  does for the agent. Memory is bounded (open groups, pending samples,
   sources remembered). It re-exports the two modules beside it: :mod:`tailhound.ingest.series_labels`
   (``GroupingConfig``; a series' labels -> its node, taken from a configurable label, its source, from
   ``job``, and its common labels) and :mod:`tailhound.ingest.exposition_render` (a group's samples -> the
-  exposition text of the record, a ``# TYPE`` per family).
+  exposition text of the record, a ``# TYPE`` per family, written when asked for).
 - :mod:`tailhound.ingest.receiver`: :class:`~tailhound.ingest.receiver.RemoteWriteIngest`, one request in,
   an HTTP status (204, 400/413/415 for a payload Prometheus must not resend, 401, 503/429 with Retry-After
   when the publisher is behind), the snapshots to publish and the rejects to dead-letter out.

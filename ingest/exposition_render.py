@@ -85,14 +85,19 @@ def _label_text(items: Labels) -> str:
 _HEADS: dict[tuple[str, Labels], str] = {}
 
 
+def series_head(name: str, items: Labels) -> str:
+    """A series' text up to its value: ``name{a="b"}``, or quoted for a UTF-8 name."""
+    if NAME_RE.fullmatch(name):
+        return f"{name}{{{_label_text(items)}}}" if items else name
+    # Prometheus 3's UTF-8 names: {"my.metric", a="b"}
+    return "{" + ",".join((f'"{_escape(name)}"', *([_label_text(items)] if items else []))) + "}"
+
+
 def _line(name: str, items: Labels, value: float) -> str:
     key = (name, items)
     head = _HEADS.get(key)
     if head is None:
-        if NAME_RE.fullmatch(name):
-            head = f"{name}{{{_label_text(items)}}}" if items else name
-        else:  # Prometheus 3's UTF-8 names: {"my.metric", a="b"}
-            head = "{" + ",".join((f'"{_escape(name)}"', *([_label_text(items)] if items else []))) + "}"
+        head = series_head(name, items)
         if len(_HEADS) >= _MAX_CACHED_SERIES:
             _HEADS.clear()
         _HEADS[key] = head

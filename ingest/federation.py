@@ -60,6 +60,7 @@ from tailhound.ingest.federation_text import (  # noqa: F401 (the selectors: re-
 from tailhound.ingest.grouping import Forget, Grouper, GroupingConfig
 from tailhound.ingest.receiver import Emitted, Reject, build_snapshots
 from tailhound.ingest.remote_write import Labels
+from tailhound.ingest.scrape_families import GroupedRecord
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
 
@@ -68,6 +69,8 @@ log = logging.getLogger("tailhound.ingest.federation")
 ACCEPT = "text/plain;version=0.0.4"
 _MAX_TOKEN_BYTES = 65_536
 _THREAD_BODY = 4 << 20  # bodies larger than this are parsed off the event loop
+#: what a body over the limits tells the operator
+SHARD_HINT = "pull a large fleet in shards (federation.matchers, one ingest each) or raise the limit"
 
 
 # -- configuration ------------------------------------------------------------------------------------------
@@ -92,8 +95,13 @@ class FederationConfig(BaseModel):
     sources: tuple[str, ...] | None = Field(default=None, description="Catalog sources to pull (default all).")
     matchers: dict[Annotated[str, StringConstraints(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")], str] = Field(
         default_factory=dict, description="Label values every derived selector requires (a shard: {cluster: a}).")
-    max_body_bytes: int = Field(default=64 << 20, ge=1024, le=1 << 30, description="Larger bodies are refused.")
-    max_series: int = Field(default=1_000_000, ge=1, description="Series in one body; more is refused.")
+    # a real /federate answers ~15 KB and ~68 series per 8-GPU node (dcgm, vLLM, node_exporter: BENCHMARKS.md),
+    # parsed at ~8 s of CPU per 1,000 nodes: 16 MiB is ~1,000 nodes, a pull that fits in a 15 s interval
+    max_body_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30, description=(
+        "Larger bodies (decoded) are refused, the whole pull fails: about 1,000 GPU nodes at ~15 KB each; "
+        "a larger fleet is pulled in shards (`matchers`)."))
+    max_series: int = Field(default=100_000, ge=1, le=10_000_000, description=(
+        "Series in one body; more is refused, the whole pull fails (~68 a GPU node: about 1,400 nodes)."))
     bearer_token_file: Path | None = Field(default=None, description="File holding the bearer token.")
     bearer_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                          description="Environment variable holding the bearer token.")
@@ -229,7 +237,8 @@ class FederationPuller:
                         raise FederationError(f"{url} answered {media!r}, not the text exposition format (text/plain)")
                     declared = resp.headers.get("content-length", "")
                     if declared.isdigit() and int(declared) > limit:  # compressed or not: it only grows
-                        raise FederationError(f"{url}: a body of {declared} bytes (max_body_bytes {limit})")
+                        raise FederationError(f"{url}: a body of {declared} bytes (max_body_bytes {limit}: "
+                                              f"{SHARD_HINT})")
                     # raw bytes, decoded here within the limit: httpx would inflate a whole chunk first
                     decoder = BoundedDecoder(resp.headers.get("content-encoding", ""), limit)
                     body = bytearray()
@@ -238,7 +247,7 @@ class FederationPuller:
                     decoder.finish()
                     return bytes(body)
         except DecodeRefused as exc:
-            raise FederationError(f"{url}: {exc}") from None
+            raise FederationError(f"{url}: {exc}; {SHARD_HINT}") from None
         except TimeoutError:
             raise FederationError(f"{url}: no complete answer within {cfg.timeout_s:g} s") from None
         except httpx.HTTPError as exc:
@@ -309,6 +318,8 @@ class FederationPuller:
         """Deltas span at least one pull: the interval of a source whose scrapes come faster is the pull's."""
         pull = self.config.interval_s
         if rec.interval_s is not None and rec.interval_s < pull and rec.job not in self.config.grouping.interval_s:
+            if isinstance(rec, GroupedRecord):
+                return rec.with_header(interval_s=pull)
             return rec.model_copy(update={"interval_s": pull})
         return rec
 

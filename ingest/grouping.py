@@ -9,10 +9,13 @@ timestamp.
 A group is one scrape. Remote write sends a scrape in one or more requests, and with several shards in no
 particular order, so a group stays open until no sample came for it for :attr:`GroupingConfig.settle_s`
 (Prometheus sends a partial batch after ``queue_config.batch_send_deadline``, 5 s by default); it then
-becomes a :class:`~tailhound.recording.ScrapeRecord` whose body is the exposition text of its samples, with a
-``# TYPE`` per family (:mod:`tailhound.ingest.exposition_render`), so that the agent's
-:class:`~tailhound.agents.pipeline.SnapshotBuilder` makes of it exactly the snapshot it makes of the page
-itself: same samples, deltas, resets, histograms, sentinels and limits. A source's groups come out in
+becomes a record holding the families the agent's parser would read from the exposition text of its samples,
+with a ``# TYPE`` per family (:class:`~tailhound.ingest.scrape_families.GroupedRecord`; the text itself,
+:mod:`tailhound.ingest.exposition_render`, is written only when asked for, or for a scrape the parser must
+judge), so that the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` makes of it exactly the
+snapshot it makes of the page itself: same samples, deltas, resets, histograms, sentinels and limits.
+Series are filed on the label-set objects the decoder interns (looked up by identity first), each distinct
+series once as a :class:`~tailhound.ingest.scrape_families.SeriesInfo`. A source's groups come out in
 timestamp order; a sample older than the source's latest emitted group is late (counted, dropped: its deltas
 are already computed).
 
@@ -33,16 +36,19 @@ Re-exported from the modules they live in: :class:`GroupingConfig`, :func:`host_
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
 
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.ingest.exposition_render import family_types as family_types
 from tailhound.ingest.exposition_render import render as render
+from tailhound.ingest.grouping_state import TARGET_DOWN as TARGET_DOWN
+from tailhound.ingest.grouping_state import Forget as Forget
+from tailhound.ingest.grouping_state import SeriesReject as SeriesReject
+from tailhound.ingest.grouping_state import _Group, _Source
 from tailhound.ingest.remote_write import Labels as Labels
 from tailhound.ingest.remote_write import Metadata as Metadata
 from tailhound.ingest.remote_write import Series as Series
+from tailhound.ingest.scrape_families import GroupedRecord, Layout, SeriesInfo, families_of, layout
 from tailhound.ingest.series_labels import DEFAULT_GROUPING as DEFAULT_GROUPING
 from tailhound.ingest.series_labels import SOURCE_RE as SOURCE_RE
 from tailhound.ingest.series_labels import SYNTHETIC as SYNTHETIC
@@ -53,50 +59,6 @@ from tailhound.ingest.series_labels import host_of as host_of
 from tailhound.recording import ScrapeRecord
 
 _MAX_CACHED_SERIES = 100_000  # label sets whose node, source and labels are known
-#: The error of the record of a failed scrape.
-TARGET_DOWN = "target down: Prometheus could not scrape it (up == 0)"
-
-
-class Forget(NamedTuple):
-    """A source is gone (its target left Prometheus' config, or it was forgotten to bound memory)."""
-
-    node: str
-    source: str
-    labels: dict[str, str]
-
-
-class SeriesReject(NamedTuple):
-    """Series of one request left out for one reason: how many, and the first one's labels."""
-
-    kind: str
-    reason: str
-    count: int
-    example: Labels
-
-
-class _Group:
-    __slots__ = ("ts_ms", "series", "up", "gone", "first", "last", "overflow")
-
-    def __init__(self, ts_ms: int, now: float) -> None:
-        self.ts_ms = ts_ms
-        self.series: dict[tuple[str, Labels], float] = {}
-        self.up: float | None = None
-        self.gone = False  # a stale marker on `up`
-        self.first = self.last = now
-        self.overflow = False
-
-
-class _Source:
-    __slots__ = ("key", "open", "emitted_ms", "prev_ms", "diffs")
-
-    def __init__(self, key: SourceKey) -> None:
-        self.key = key
-        self.open: dict[int, _Group] = {}
-        self.emitted_ms: int | None = None
-        self.prev_ms: int | None = None  # the latest scrape made into a record
-        self.diffs: deque[int] = deque(maxlen=8)
-
-
 class Grouper:
     """Files remote-write series into per-scrape groups and hands out, in order, the records they make.
 
@@ -109,8 +71,14 @@ class Grouper:
         self._sources: dict[SourceKey, _Source] = {}  # least recently seen first
         self._active: dict[SourceKey, _Source] = {}  # those with open scrapes
         self._closed: list[tuple[_Source, _Group] | Forget] = []  # closed, in order, waiting for ready()
-        self._cache: dict[Labels, ParsedSeries] = {}
-        self.metadata: dict[str, str] = {}  # family -> TYPE
+        # label set -> what it says and its series (None: `up` & co.); by value, and by the identity of the
+        # decoder's interned label sets (the entry holds the object, so its id is not reused meanwhile)
+        self._cache: dict[Labels, tuple[ParsedSeries, SeriesInfo | None]] = {}
+        self._by_id: dict[int, tuple[Labels, ParsedSeries, SeriesInfo | None]] = {}
+        self._infos: dict[tuple[SourceKey, str, Labels], SeriesInfo] = {}  # one per distinct series
+        self._keys: dict[SourceKey, SourceKey] = {}  # interned source keys
+        self.metadata: dict[str, str] = {}  # family -> TYPE; replaced, never changed, so records may keep it
+        self._metadata_version = 0
         self.pending_samples = 0
         self.stats: dict[str, int] = {}
 
@@ -123,11 +91,16 @@ class Grouper:
         """Remember the TYPE of each family (Prometheus sends metadata in requests of their own, every
         ``metadata_config.send_interval``, 1 min by default)."""
         meta, limit = self.metadata, self.config.max_metadata
+        copied = False
         for m in metadata:
             if m.type == "unknown" or not m.family:
                 continue
             if meta.get(m.family) == m.type:
                 continue
+            if not copied:  # records made so far render with the metadata of their time
+                meta = self.metadata = dict(meta)
+                self._metadata_version += 1
+                copied = True
             meta.pop(m.family, None)
             while meta and len(meta) >= limit:
                 del meta[next(iter(meta))]
@@ -137,16 +110,18 @@ class Grouper:
     def add(self, series: Iterable[Series], now: float) -> list[SeriesReject]:
         """File the samples of `series` (one request's); returns the series left out as bad input, by kind."""
         cfg = self.config
-        cache = self._cache
+        by_id = self._by_id
         rejects: dict[str, list] = {}
         n_late = n_samples = n_dropped = 0
+        last_key = src = None
+        last_ts, last_group = None, None  # the group the previous sample went to (series of a scrape come together)
         for s in series:
-            parsed = cache.get(s.labels)
-            if parsed is None:
-                parsed = parse_labels(s.labels, cfg, self.catalog)
-                if len(cache) >= _MAX_CACHED_SERIES:
-                    cache.clear()
-                cache[s.labels] = parsed
+            labels = s.labels
+            hit = by_id.get(id(labels))
+            if hit is not None and hit[0] is labels:
+                parsed, info = hit[1], hit[2]
+            else:
+                parsed, info = self._parse(labels)
             key = parsed.key
             if key is None:
                 if parsed.reject is None:
@@ -159,9 +134,8 @@ class Grouper:
                     else:
                         entry[1] += 1
                 continue
-            src = self._source(key)
-            name = parsed.name
-            synthetic = name in SYNTHETIC and not cfg.keep_synthetic
+            if key is not last_key:  # keys are interned: the same source as the previous series needs no lookup
+                src, last_key, last_ts = self._source(key), key, None  # (a lookup may close another's scrapes)
             for ts, value in s.samples:
                 if src.emitted_ms is not None and ts <= src.emitted_ms:
                     n_late += 1
@@ -170,15 +144,20 @@ class Grouper:
                     entry = rejects.setdefault("bad_timestamp", ["a sample dated at or before 1970", 0, s.labels])
                     entry[1] += 1
                     continue
-                group = self._group(src, ts, now)
-                if group is None:
-                    n_late += 1
-                    continue
-                if synthetic:
-                    if name == "up":
+                if ts == last_ts:
+                    group = last_group
+                else:
+                    group = self._group(src, ts, now)
+                    if group is None:
+                        n_late += 1
+                        last_ts = None
+                        continue
+                    last_ts, last_group = ts, group
+                if info is None:  # `up` and the other scrape_* series
+                    if parsed.name == "up":
                         group.up = value
                     continue
-                k = (name, parsed.labels)
+                k = info
                 if k not in group.series:
                     if group.overflow or len(group.series) >= cfg.max_group_series:
                         group.overflow = True
@@ -190,7 +169,8 @@ class Grouper:
                     self.pending_samples += 1
                     n_samples += 1
                 group.series[k] = value
-            if name == "up" and s.stale:
+            if s.stale and parsed.name == "up":
+                last_ts = None
                 for ts in s.stale:
                     if src.emitted_ms is None or ts > src.emitted_ms:
                         group = self._group(src, ts, now)
@@ -206,6 +186,38 @@ class Grouper:
         for r in out:
             self._count("rejected_" + r.kind, r.count)
         return out
+
+    def _parse(self, labels: Labels) -> tuple[ParsedSeries, SeriesInfo | None]:
+        """What `labels` say and their series, worked out once per label set (bounded caches)."""
+        cache = self._cache
+        entry = cache.get(labels)
+        if entry is None:
+            # the series of open scrapes survive a forget: count them out, or a full forget would come again
+            # with every new label set while they stay open (at most one a pending sample)
+            if len(cache) >= _MAX_CACHED_SERIES or len(self._infos) >= _MAX_CACHED_SERIES + self.pending_samples:
+                self._forget_series()
+            parsed = parse_labels(labels, self.config, self.catalog)
+            if parsed.key is not None:
+                parsed = parsed._replace(key=self._keys.setdefault(parsed.key, parsed.key))
+            info = None
+            if parsed.key is not None and not (parsed.name in SYNTHETIC and not self.config.keep_synthetic):
+                k = (parsed.key, parsed.name, parsed.labels)
+                info = self._infos.get(k)
+                if info is None:
+                    info = self._infos[k] = SeriesInfo(parsed.name, parsed.labels)
+            entry = cache[labels] = (parsed, info)
+        if len(self._by_id) >= _MAX_CACHED_SERIES:
+            self._by_id.clear()
+        self._by_id[id(labels)] = (labels, *entry)
+        return entry
+
+    def _forget_series(self) -> None:
+        """Empty the per-series caches; the series of open scrapes stay known (one key per series in a scrape)."""
+        self._cache.clear()
+        self._by_id.clear()
+        self._keys.clear()
+        self._infos = {(src.key, i.name, i.labels): i
+                       for src in self._active.values() for g in src.open.values() for i in g.series}
 
     def _source(self, key: SourceKey) -> _Source:
         sources = self._sources
@@ -343,5 +355,21 @@ class Grouper:
         if not group.series and group.up == 0:
             yield ScrapeRecord(**common_args, error=TARGET_DOWN)
             return
-        yield ScrapeRecord(**common_args, body=render(group.series, source, self.metadata, self.catalog))
+        values, metadata, catalog = group.series, self.metadata, self.catalog
+
+        def text() -> str:
+            return render({(i.name, i.labels): v for i, v in values.items()}, source, metadata, catalog)
+
+        lay = self._layout(src, group)
+        if lay is None:  # a series the parser may refuse, or near its limits: the parser decides
+            yield ScrapeRecord(**common_args, body=text())
+            return
+        yield GroupedRecord(ScrapeRecord(**common_args), families_of(lay, values), text)
+
+    def _layout(self, src: _Source, group: _Group) -> Layout | None:
+        """The families of the group's series; the source's last one when the series and metadata are the same."""
+        key = (frozenset(group.series), self._metadata_version)
+        if key != src.layout_key:
+            src.layout_key, src.layout = key, layout(group.series, src.key[1], self.metadata, self.catalog)
+        return src.layout
 

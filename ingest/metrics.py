@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tailhound.agents.metrics import PublishMetrics
+from tailhound.http_guard import export_dropped
 
 PREFIX = "tailhound_ingest"
 
@@ -39,6 +40,7 @@ class IngestMetrics(PublishMetrics):
                                     registry=r)
         self.dead_letters_dropped = Counter(f"{PREFIX}_dead_letters_dropped", "Rejects not published: the "
                                             "dead-letter queue was full (broker away).", registry=r)
+        export_dropped(r, PREFIX)  # tailhound_ingest_http_connections_dropped_total{reason}: the server's site adds
 
     def watch(self, stats: Callable[[], dict[str, int]], gauges: Callable[[], dict[str, float]]) -> None:
         """Export `stats()` as tailhound_ingest_events_total{event} and `gauges()` (name -> value) at scrape."""

@@ -5,8 +5,9 @@ Python values they decode to: :mod:`tailhound.ingest.remote_write_messages`). A 
 it (varints, length-delimited fields, fixed64 doubles, unknown fields skipped by their wire type): no protobuf
 dependency, and every loop is bounded by the body's length and by :class:`DecodeLimits`. Exemplars are
 skipped; native histograms (field 4, sent only with ``send_native_histograms``) are skipped and counted
-(:attr:`WriteRequest.skipped`). A stale marker is filed under :attr:`Series.stale`, never under
-:attr:`Series.samples`.
+(:attr:`WriteRequest.skipped`). A series as Prometheus sends it every scrape (labels whose bytes were decoded
+before, then one sample) is read from its end without walking its labels again. A stale marker is filed
+under :attr:`Series.stale`, never under :attr:`Series.samples`.
 
 Anything malformed raises :class:`RemoteWriteError` (400, or 413 for what is too large): the payload is
 permanently bad, Prometheus must not send it again.
@@ -17,7 +18,7 @@ and the message types, so that everything remote-write is importable from here.
 
 from __future__ import annotations
 
-import cramjam
+from collections.abc import Callable
 
 from tailhound.ingest.remote_write_encode import ScrapeSeries as ScrapeSeries
 from tailhound.ingest.remote_write_encode import encode_proto as encode_proto
@@ -35,6 +36,8 @@ from tailhound.ingest.remote_write_messages import RemoteWriteError as RemoteWri
 from tailhound.ingest.remote_write_messages import Series as Series
 from tailhound.ingest.remote_write_messages import WriteRequest as WriteRequest
 from tailhound.ingest.remote_write_messages import is_stale as is_stale
+from tailhound.ingest.snappy_block import decompress as decompress
+from tailhound.ingest.snappy_block import snappy_length as snappy_length
 
 
 def _truncated(what: str) -> RemoteWriteError:
@@ -115,6 +118,8 @@ _LABEL_SETS: dict[bytes, Labels] = {}
 _CACHE_LIMITS: list[DecodeLimits | None] = [None]
 MAX_CACHED_LABELS = 50_000
 MAX_CACHED_LABEL_SETS = 50_000
+#: The last timestamp read by _known_series: its bytes (key 0x10 and varint) and value.
+_TAIL: list = [b"", 0]
 
 
 def _label(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[str, str]:
@@ -272,6 +277,43 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
     return Series(first if labels is None else tuple(labels), tuple(samples), tuple(stale))
 
 
+def _known_series(buf: bytes, start: int, stop: int, _tail: list = _TAIL, _sets: dict = _LABEL_SETS,
+                  _new: Callable = tuple.__new__, _unpack: Callable = _DOUBLE.unpack_from) -> Series | None:
+    """The series at buf[start:stop] when it is what Prometheus sends every scrape: labels decoded before (the
+    same bytes), then one Sample laid out as usual (value, then timestamp); None for anything else. (The
+    keyword defaults are the module's caches and helpers, bound once: this runs for every series.)"""
+    tail, ts = _tail
+    n = len(tail)
+    if n and buf[stop - n:stop] == tail:  # the timestamp of the series before (a scrape's series share it)
+        first = stop - n + 1
+    else:
+        j = stop - 1
+        if j <= start or buf[j] >= 0x80:
+            return None
+        first = j  # the timestamp varint: continuation bytes back to the Sample's timestamp key (0x10)
+        while first > start and buf[first - 1] >= 0x80 and j - first < 9:
+            first -= 1
+        if first - 1 <= start or buf[first - 1] != 0x10:
+            return None
+        ts = _varint(buf, first, stop)[0]
+        if ts >= 1 << 63:
+            ts -= 1 << 64
+        _tail[:] = (buf[first - 1:stop], ts)
+    a = first - 12  # the Sample field: key 0x12, length, key 0x09 and 8 bytes of value, key 0x10
+    if a >= start and buf[a] == 0x12 and buf[a + 1] == stop - a - 2 and buf[a + 2] == 0x09:
+        labels = _sets.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
+        if labels is None:
+            return None
+        if buf[a + 3:a + 11] == _STALE_BYTES:
+            return _new(Series, (labels, (), (ts,)))
+        return _new(Series, (labels, ((ts, _unpack(buf, a + 3)[0]),), ()))
+    a = first - 3  # or the value left out: 0 (proto3 writes no default)
+    if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2:
+        return None
+    labels = _sets.get(buf[start:a])
+    return None if labels is None else _new(Series, (labels, ((ts, 0.0),), ()))
+
+
 def _metadata(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> Metadata:
     type_, family, help_, unit = 0, "", "", ""
     while pos < end:
@@ -311,14 +353,31 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
     counts = _Counts()
     pos, end = 0, len(buf)
     while pos < end:
-        field_no, wire, pos = _key(buf, pos, end)
+        if buf[pos] == 0x0A and pos + 2 < end and buf[pos + 1] >= 0x80 and buf[pos + 2] < 0x80:
+            # a TimeSeries of 128 bytes to 16 KiB, the usual: its key and length read here
+            start = pos + 3
+            pos = start + ((buf[pos + 1] & 0x7F) | buf[pos + 2] << 7)
+            if pos > end:
+                raise _truncated("WriteRequest.timeseries")
+            field_no = 1
+        else:
+            field_no, wire, pos = _key(buf, pos, end)
+            if field_no == 1:
+                if wire != 2:
+                    raise _wrong_type("WriteRequest.timeseries", wire, 2)
+                start, pos = _length(buf, pos, end, "WriteRequest.timeseries")
         if field_no == 1:
-            if wire != 2:
-                raise _wrong_type("WriteRequest.timeseries", wire, 2)
-            start, pos = _length(buf, pos, end, "WriteRequest.timeseries")
             if len(series) >= lim.max_series:
                 raise RemoteWriteError("too_many_series", f"more than {lim.max_series} series in one request", 413)
-            series.append(_series(buf, start, pos, lim, counts))
+            one = _known_series(buf, start, pos) if lim.max_samples_per_series else None
+            if one is None:
+                series.append(_series(buf, start, pos, lim, counts))
+                continue
+            counts.samples += 1
+            if counts.samples > lim.max_samples:
+                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request",
+                                       413)
+            series.append(one)
         elif field_no == 3:
             if wire != 2:
                 raise _wrong_type("WriteRequest.metadata", wire, 2)
@@ -331,40 +390,6 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
     skipped = {k: v for k, v in (("native_histograms", counts.native_histograms), ("exemplars", counts.exemplars))
                if v}
     return WriteRequest(series, metadata, skipped)
-
-
-def snappy_length(body: bytes) -> int:
-    """The uncompressed length a snappy block announces (its preamble: a varint of at most 5 bytes)."""
-    if not body:
-        raise RemoteWriteError("bad_snappy", "empty body: not snappy block data")
-    n, pos = _varint(body, 0, min(len(body), 5))
-    if n >= 1 << 32:
-        raise RemoteWriteError("bad_snappy", "snappy preamble longer than 32 bits")
-    return n
-
-
-def decompress(body: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> bytes:
-    """Snappy block format -> bytes, within the limits (the announced length is checked first)."""
-    if len(body) > limits.max_body_bytes:
-        raise RemoteWriteError("too_large", f"request body of {len(body)} bytes (at most {limits.max_body_bytes})",
-                               413)
-    try:
-        n = snappy_length(body)
-    except RemoteWriteError as exc:
-        if exc.reason == "truncated":
-            raise RemoteWriteError("bad_snappy", "truncated snappy preamble") from None
-        raise
-    if n > limits.max_decoded_bytes:
-        raise RemoteWriteError("too_large", f"request decompresses to {n} bytes (at most {limits.max_decoded_bytes})",
-                               413)
-    try:
-        out = cramjam.snappy.decompress_raw(body)
-    except Exception as exc:  # cramjam.DecompressionError (and what a corrupt stream may raise besides)
-        raise RemoteWriteError("bad_snappy", f"not snappy block data: {str(exc)[:200]}") from None
-    data = bytes(out)
-    if len(data) != n:
-        raise RemoteWriteError("bad_snappy", f"snappy data of {len(data)} bytes, {n} announced")
-    return data
 
 
 def decode_write_request(body: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> WriteRequest:

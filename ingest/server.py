@@ -29,8 +29,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tailhound.endpoints import healthy_response, ready_response
 from tailhound.errors import InputTooLarge
-from tailhound.http_guard import BodyTimeout, GuardedSite, ServerLimits, read_body_within, runner_options
-from tailhound.ingest.metrics import IngestMetrics
+from tailhound.http_guard import (
+    BodyTimeout,
+    GuardedSite,
+    ServerLimits,
+    export_dropped,
+    read_body_within,
+    runner_options,
+)
+from tailhound.ingest.metrics import PREFIX, IngestMetrics
 from tailhound.ingest.receiver import IngestResult
 from tailhound.logs import log_always
 
@@ -131,6 +138,7 @@ class IngestServer:
                                     **runner_options(self.limits))
         await self.runner.setup()
         site = self.site = GuardedSite(self.runner, host, int(port), self.limits)
+        export_dropped(self.metrics.registry, PREFIX, site.counter)  # tailhound_ingest_http_connections_dropped
         try:
             await site.start()
         except BaseException:

@@ -87,7 +87,8 @@ class IngestService:
             self._sender = SnapshotSender(self.settings, outbox, self.metrics, batch_max=p.batch_max,
                                           linger_ms=p.linger_ms,
                                           compression=None if p.compression == "none" else p.compression,
-                                          request_timeout_s=p.request_timeout_s, bundle=p.bundle)
+                                          request_timeout_s=p.request_timeout_s, bundle=p.bundle, wire=p.wire,
+                                          layout_every_s=p.layout_every_s)
         return self._sender
 
     def backlog(self) -> int:

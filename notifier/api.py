@@ -43,12 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tailhound.durations import Duration
 from tailhound.endpoints import OPEN_PATHS, healthy_response, metrics_response, ready_response
 from tailhound.errors import InputTooLarge
-from tailhound.http_guard import GuardedSite, ServerLimits, body_deadline, runner_options
+from tailhound.http_guard import GuardedSite, ServerLimits, body_deadline, export_dropped, runner_options
 from tailhound.logs import log_always
 from tailhound.settings import NotifierSettings
 
@@ -304,11 +305,13 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def start_site(app: web.Application, listen: str, limits: ServerLimits | None = None
+async def start_site(app: web.Application, listen: str, limits: ServerLimits | None = None, *,
+                     registry: CollectorRegistry | None = None, prefix: str = "tailhound_notifier"
                      ) -> tuple[web.AppRunner, int | None, bool]:
     """Serve `app` on ``host:port`` (port 0: any free port) within `limits` (header and body timeouts,
     connections per client): (the runner, the port bound, whether every socket is a loopback address -- what
-    is actually bound decides: a name such as localhost may resolve to several addresses)."""
+    is actually bound decides: a name such as localhost may resolve to several addresses). With a `registry`,
+    the connections dropped are exported there as ``<prefix>_http_connections_dropped_total{reason}``."""
     limits = limits if limits is not None else ServerLimits()
     host, port = split_listen(listen)
     # after the request checks and the token (a refused request's body is never read: 401 before 413), before
@@ -322,6 +325,8 @@ async def start_site(app: web.Application, listen: str, limits: ServerLimits | N
     except BaseException:
         await runner.cleanup()
         raise
+    if registry is not None:
+        export_dropped(registry, prefix, site.counter)
     sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
     loopback = bool(sockets) and all(_is_loopback(str(s.getsockname()[0])) for s in sockets)
     return runner, (sockets[0].getsockname()[1] if sockets else None), loopback
@@ -333,7 +338,7 @@ async def serve(service: NotifierControl, listen: str, access: ApiAccess | None 
     takes a free port: the one bound is ``service.api_port``. `console`: serve the incident console too."""
     access = access if access is not None else ApiAccess()
     runner, service.api_port, access.loopback = await start_site(make_app(service, access, console=console),
-                                                                 listen)
+                                                                 listen, registry=getattr(service, "registry", None))
     address = f"{split_listen(listen)[0]}:{service.api_port}"
     log_always(log, f"notifier API on {address}", address=address,
                paths="/api/v1/silences /metrics /-/healthy /-/ready" + (" / (console)" if console else ""))

@@ -1,8 +1,9 @@
 """The notifier's YAML config (``notifier.yaml``): grouping, flap control, delivery policy, the routing
 tree, receivers, inhibit rules and declared maintenance windows.
 
-Parsed strictly (``extra="forbid"`` everywhere); :func:`load_config` names the file and line of the
-first problem. Secrets are never in this file: receivers name env variables or files
+Parsed strictly (``extra="forbid"`` everywhere) by one validator, :func:`check_text`, which the notifier
+loads with (:func:`load_config`: every error at its file, line and column) and ``notifier check`` reports
+with. Secrets are never in this file: receivers name env variables or files
 (:mod:`tailhound.notifier.secrets`). Webhook target hosts must also be on the allow-list in the settings
 (``notifier.webhook_allowed_hosts``), so neither a rule file nor this file alone can send incident
 data to a new host.
@@ -10,20 +11,32 @@ data to a new host.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
+from tailhound.config_errors import locate, validation_problem
 from tailhound.durations import Duration
-from tailhound.yamlfile import load_yaml_model, parse_yaml_model
+from tailhound.errors import ConfigFileError
+from tailhound.problems import Problem, at, compose_for_check
+from tailhound.yamlfile import file_error, mapping_value, read_config_text
 
+from .config_lint import is_error, lint
+from .label_space import LabelSpace
 from .limits import MAX_MATCHERS, text_within
 from .matchers import MatcherField
+from .receiver_names import ReceiverIssue, receiver_issues
 from .receivers.console import ConsoleConfig
-from .receivers.registry import ReceiverConfig
+from .receivers.registry import RECEIVER_TYPES, ReceiverConfig
+
+logger = logging.getLogger(__name__)
 
 
 class _Strict(BaseModel):
@@ -202,33 +215,92 @@ class NotifierConfig(_Strict):
 
     @model_validator(mode="after")
     def _receivers_exist(self) -> NotifierConfig:
-        names = [r.name for r in self.receivers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"receiver names must be unique: {', '.join(dupes)}")
-        if self.route.receiver is None:
-            raise ValueError("the top-level route needs a receiver (the default for unmatched incidents)")
-        for name in _route_receivers(self.route):
-            if name not in names:
-                raise ValueError(f"route names receiver {name!r}, which is not among the receivers "
-                                 f"({', '.join(names) or 'none'})")
+        issues = receiver_issues(self.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        if issues:
+            # its own type, so the checker (which applies the same rules to the raw file) does not say it twice
+            raise PydanticCustomError(RECEIVER_ERROR, "{issues}", {"issues": "; ".join(i.message for i in issues)})
         return self
 
     def receiver(self, name: str) -> ReceiverConfig:
         return next(r for r in self.receivers if r.name == name)
 
 
-def _route_receivers(route: Route) -> list[str]:
-    out = [route.receiver] if route.receiver else []
-    for child in route.routes:
-        out.extend(_route_receivers(child))
-    return out
+#: the pydantic error type of :func:`~tailhound.notifier.receiver_names.receiver_issues` found by the model
+RECEIVER_ERROR = "receiver_names"
+
+
+# --- the one validator: every problem at its line, for the loader and the check commands ----------------------
+@dataclass
+class CheckedFile:
+    """One config file checked: its problems, and the config when it is valid."""
+
+    path: str
+    problems: list[Problem] = field(default_factory=list)
+    config: NotifierConfig | None = None
+    node: yaml.Node | None = None
+    missing: bool = False
 
 
 def load_config(path: str | Path) -> NotifierConfig:
-    """Parse a notifier config file; errors name the file and line (:class:`ConfigFileError`)."""
-    return load_yaml_model(path, NotifierConfig)
+    """The config in the file at `path`; a :class:`ConfigFileError` holds every error, each at its file, line
+    and column (warnings are logged)."""
+    p = Path(path)
+    return parse_config(read_config_text(p, ConfigFileError), str(p))
 
 
 def parse_config(text: str, origin: str = "<notifier config>") -> NotifierConfig:
-    return parse_yaml_model(text, NotifierConfig, origin)
+    checked = check_text(text, origin, None)
+    errors = [p for p in checked.problems if is_error(p)]
+    if errors or checked.config is None:
+        raise file_error(origin, errors or checked.problems)
+    for p in checked.problems:
+        logger.warning("notifier config: %s", p.text())
+    return checked.config
+
+
+def check_text(text: str, origin: str, space: LabelSpace | None) -> CheckedFile:
+    """Every problem of one notifier config (sorted by line and column): YAML syntax and duplicate keys, every
+    model error, the receiver rules, the warnings; labels are checked against `space` (None: not checked)."""
+    node, data, problems, parsed = compose_for_check(text, origin)
+    if not parsed:
+        return CheckedFile(origin, problems)
+    if data is None:
+        data, node = {}, None
+    if not isinstance(data, dict) or (node is not None and not isinstance(node, yaml.MappingNode)):
+        return CheckedFile(origin, [*problems, Problem(origin, 1, 1, "a notifier config is a mapping (grouping, "
+                                                                   "route, receivers, inhibit_rules, ...)")])
+    if node is not None:
+        problems += lint(origin, text, space, node, data)
+        problems += [_receiver_problem(issue, node, origin) for issue in receiver_issues(data)]
+    config = None
+    try:
+        config = NotifierConfig.model_validate(data)
+    except ValidationError as exc:
+        # the receiver rules were applied to the raw file above, each at its line
+        problems += [_validation_problem(err, node, origin) for err in exc.errors() if err["type"] != RECEIVER_ERROR]
+    problems.sort(key=lambda p: (p.line or 0, p.column or 0))
+    return CheckedFile(origin, problems, config if not any(map(is_error, problems)) else None, node)
+
+
+def _validation_problem(err: Any, node: yaml.Node | None, origin: str) -> Problem:
+    """A model error at its node, through the one formatter; receiver types named as such."""
+    problem = validation_problem(err, node, origin, NotifierConfig)
+    kind = err["type"]
+    if kind == "union_tag_invalid":
+        return replace(problem, message=problem.message.replace("unknown type", "unknown receiver type"),
+                       hint=problem.hint.replace("types:", "receiver types:"))
+    if kind == "union_tag_not_found":
+        return replace(problem, hint=f"receiver types: {', '.join(RECEIVER_TYPES)}")
+    target, _, _ = locate(node, list(err["loc"]))
+    ends = mapping_value(target, "ends_at")
+    if problem.message.endswith("ends_at must be after starts_at") and ends is not None:
+        return replace(problem, line=ends.start_mark.line + 1, column=ends.start_mark.column + 1)
+    return problem
+
+
+def _receiver_problem(issue: ReceiverIssue, root: yaml.Node, origin: str) -> Problem:
+    target, key_node, _ = locate(root, list(issue.loc))
+    hint = issue.hint
+    if issue.first is not None and (first := locate(root, list(issue.first))[0]) is not None:
+        hint = f"first at line {first.start_mark.line + 1}"
+    return at(origin, (key_node if issue.at_key else target) or root, issue.message, hint)

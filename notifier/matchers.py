@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import re2
@@ -35,7 +36,7 @@ MAX_VALUE_CHARS = 1024
 MAX_TEXT_CHARS = 2 * MAX_VALUE_CHARS + 256
 #: memory budget of one compiled expression: RE2 refuses to compile a pattern that needs more, and its
 #: lazy DFA falls back to the slower, still linear, NFA when its share runs out. 256 KiB keeps 2,000
-#: hostile 1 KiB patterns under 80 MB (1 MiB let their DFA caches grow to 700 MB).
+#: hostile 1 KiB patterns under 80 MB (with 1 MiB their DFA caches grow to 700 MB).
 RE2_MAX_MEM = 256 * 1024
 #: compiled expressions kept (routes, inhibit rules and silences rarely use more than a few hundred)
 COMPILED_CACHE_SIZE = 4096
@@ -135,6 +136,26 @@ class Matcher(BaseModel):
     def __str__(self) -> str:
         escaped = self.value.replace("\\", "\\\\").replace('"', '\\"')
         return f'{self.name}{self.op}"{escaped}"'
+
+
+@dataclass(frozen=True)
+class MatcherSpans:
+    """Where the parts of a matcher's text start (0-based offsets into it), for pointing at one of them."""
+
+    name: int
+    #: the value's first character (inside the quotes when it is quoted)
+    value: int
+    #: the value as written: backslash escapes not undone
+    raw_value: str
+
+
+def matcher_spans(text: str) -> MatcherSpans | None:
+    """The spans of `text` in the syntax :meth:`Matcher.parse` reads (None: not in that syntax)."""
+    m = _MATCHER.match(text) if len(text) <= MAX_TEXT_CHARS else None
+    if m is None:
+        return None
+    group = 3 if m.group(3) is not None else 4
+    return MatcherSpans(name=m.start(1), value=m.start(group), raw_value=m.group(group))
 
 
 def _check(name: str, op: str, value: str) -> _Compiled | None:

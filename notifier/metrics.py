@@ -1,4 +1,4 @@
-"""The notifier's own metrics (issue 15), read at scrape time from the running service:
+"""The notifier's own metrics, read at scrape time from the running service:
 
 - ``tailhound_notifications_total{receiver,outcome}``: notifications delivered (``sent``), failed attempts
   that will be retried or dead-lettered (``failed``), and given up (``dead_lettered``, on the dead-letter

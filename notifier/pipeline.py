@@ -3,8 +3,9 @@
 The pipeline, assembled here and nowhere else::
 
     intake:  dedup -> group                      (as incident events arrive)
-    notify:  inhibit -> silence -> flap -> route  (for groups whose flush time has come)
-    enqueue: one Notification per receiver, appended to the group's durable delivery log
+    notify:  select -> inhibit -> silence -> flap -> route -> enqueue
+             (for groups whose flush time has come; enqueue appends one Notification per receiver to
+             the group's durable delivery log)
     deliver: tailhound.notifier.deliver (retries, backoff, Retry-After, circuit breaker, dead letters)
 
 :class:`Notifier` holds the state in memory and reports which table keys changed (``dirty``), so the
@@ -18,9 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from pydantic import ValidationError
 
@@ -31,25 +30,27 @@ from . import history
 from .config import NotifierConfig
 from .limits import MAX_EXPIRED_SILENCES, MAX_SILENCES
 from .model import Notification
-from .stages import Candidate, Context
+from .stages import Context
 from .stages.dedup import dedup
-from .stages.flap import flap, update_flapping
+from .stages.enqueue import enqueue
+from .stages.flap import flap
 from .stages.group import group
 from .stages.inhibit import inhibit
 from .stages.route import route
+from .stages.select import RECHECK_S, reschedule, select
 from .stages.silence import silence
 from .state import DeliveryLog, GroupState, Silence
 
 INTAKE = (dedup, group)
-NOTIFY = (inhibit, silence, flap, route)
+NOTIFY = (select, inhibit, silence, flap, route, enqueue)
+
+__all__ = ["DEFAULT_RUNBOOK", "INTAKE", "NOTIFY", "RECHECK_S", "Notifier", "Outcome"]
 
 DEFAULT_RUNBOOK = "https://github.com/tailhound/tailhound/blob/main/docs/root-causes.md"
-#: how soon a group whose notification was suppressed (silence, inhibition, flapping) is looked at again
-RECHECK_S = 15.0
 #: expired silences stay listed this long
 SILENCE_RETENTION_S = 7 * 86400.0
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -108,12 +109,12 @@ class Notifier:
             elif key.startswith("silence:"):
                 try:
                     s = Silence.model_validate(value)
-                except ValidationError as exc:  # e.g. written before the limits, or by hand
-                    log.warning("notifier: skipping silence record %s: %s", key, _first_error(exc))
+                except ValidationError as exc:  # e.g. over the limits, or written by hand
+                    logger.warning("notifier: skipping silence record %s: %s", key, _first_error(exc))
                     continue
                 if s.source == "cli" and s.state(now) != "expired":
                     if live >= MAX_SILENCES:
-                        log.warning("notifier: skipping silence %s: already %d active or pending silences",
+                        logger.warning("notifier: skipping silence %s: already %d active or pending silences",
                                     s.id, MAX_SILENCES)
                         continue
                     live += 1
@@ -131,7 +132,8 @@ class Notifier:
 
     def _context(self, now: float) -> Context:
         return Context(now=now, config=self.config, groups=self.groups, open_groups=self.open_groups,
-                       incident_group=self.incident_group, seen=self.seen, silences=self.silences)
+                       incident_group=self.incident_group, seen=self.seen, silences=self.silences,
+                       runbook_url=self.runbook_url, console_url=self.console_url)
 
     def _outcome(self, ctx: Context, created: list[Notification] | None = None) -> Outcome:
         dirty: dict[str, dict[str, Any] | None] = {}
@@ -185,109 +187,15 @@ class Notifier:
             if slice_s is not None and done and time.perf_counter() - started >= slice_s:
                 break
             done += 1
-            grp.next_flush_at = None
-            grp.suppressed = None
-            ctx.touch(grp)
-            cand = self._candidate(grp, ctx)
-            cands: list[Any] = [cand] if cand is not None else []
+            batch: list[Any] = [grp]
             for stage in NOTIFY:
-                cands = stage(cands, ctx)
-            created.extend(n for c in cands for n in self._enqueue(c, now))
-            self._reschedule(grp, now)
+                batch = stage(batch, ctx)
+            created.extend(batch)
+            reschedule(grp, ctx)
         self._collect(ctx)
         out = self._outcome(ctx, created)
         out.more = done < len(due)
         return out
-
-    def _reschedule(self, grp: GroupState, now: float) -> None:
-        """When to look at a flushed group again besides new events: when its flips age out of the flap
-        window (flapping), soon (suppressed: a silence may end, a cause resolve), or at the repeat."""
-        at: float | None = None
-        if grp.flapping and grp.flips:
-            at = max(min(grp.flips) + self.config.flap.window + 0.001, now + RECHECK_S)
-        elif grp.suppressed is not None:
-            at = now + RECHECK_S
-        if at is not None:
-            grp.next_flush_at = at if grp.next_flush_at is None else min(grp.next_flush_at, at)
-
-    def _candidate(self, grp: GroupState, ctx: Context) -> Candidate | None:
-        now = ctx.now
-        update_flapping(grp, ctx)
-        if grp.flapping:  # the flap stage lets one marked notification through, then holds the group
-            return Candidate(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
-        status, said = grp.status, grp.notified_status
-        kind = None
-        if grp.notified_flapping:  # it settled after receivers were told it flaps: tell them how it ended
-            return Candidate(group=grp, kind="resolved" if status == "resolved" else "opened",
-                             incidents=grp.ordered(), settled=True)
-        if said is None:
-            kind = "opened" if status == "firing" else None  # resolved before group_wait: never paged
-        elif status == "resolved":
-            kind = "resolved" if said == "firing" else None
-        elif said == "resolved":
-            kind = "opened"
-        else:
-            repeat = self.config.grouping.repeat
-            last = grp.last_notified_at or now
-            if grp.fingerprint() != grp.notified_fingerprint:
-                if now < last + self.config.grouping.interval:  # flushed early (a resolve undone): wait
-                    grp.next_flush_at = last + self.config.grouping.interval
-                    return None
-                kind = "updated"
-            elif repeat and now - last >= repeat:
-                kind = "updated"
-        if kind is None:
-            self._schedule_repeat(grp)
-            return None
-        return Candidate(group=grp, kind=kind, incidents=grp.ordered())
-
-    def _schedule_repeat(self, grp: GroupState) -> None:
-        repeat = self.config.grouping.repeat
-        if repeat and grp.status == "firing" and grp.notified_status == "firing" and grp.last_notified_at:
-            at = grp.last_notified_at + repeat
-            grp.next_flush_at = at if grp.next_flush_at is None else min(grp.next_flush_at, at)
-
-    def _enqueue(self, cand: Candidate, now: float) -> list[Notification]:
-        grp = cand.group
-        links = dict(self.config.links)
-        links.setdefault("runbook", f"{self.runbook_url}#{grp.lead.root_cause}")
-        if self.console_url:
-            links.setdefault("console", f"{self.console_url}/incidents/{quote(grp.lead.incident_id, safe='')}")
-        created = []
-        for name in cand.receivers:
-            log = grp.logs.setdefault(name, DeliveryLog(receiver=name))
-            open_here = log.is_open()
-            kind = cand.kind
-            if cand.flapping:
-                kind = "updated" if log.sequence else "opened"
-            elif cand.settled and kind == "resolved":
-                if not log.sequence:
-                    continue
-            elif kind == "resolved" and not open_here:
-                continue
-            elif kind == "updated" and not open_here:
-                kind = "opened"
-            elif kind == "opened" and open_here:
-                kind = "updated"
-            incidents = grp.ordered() if kind == "resolved" else cand.incidents
-            if len(log.pending) > 1 and log.pending[-1].kind == "updated" and kind == "updated":
-                seq = log.pending.pop().sequence  # never attempted: the newer update replaces it
-            else:
-                seq = log.sequence = log.sequence + 1
-            n = Notification(group_id=grp.group_id, receiver=name, sequence=seq, kind=kind, ts=now,
-                             incidents=incidents, group_labels=grp.labels, flapping=cand.flapping, links=links)
-            log.pending.append(n)
-            log.note_created(n)
-            created.append(n)
-        grp.last_notified_at = now
-        if cand.flapping:  # receivers keep the state they were told; this only marks the group
-            grp.notified_flapping = True
-            return created
-        grp.notified_flapping = False
-        grp.notified_status = grp.status
-        grp.notified_fingerprint = grp.fingerprint()
-        self._schedule_repeat(grp)
-        return created
 
     def _collect(self, ctx: Context) -> None:
         """Forget groups that resolved more than a flap window ago and have nothing left to deliver (kept as
@@ -378,6 +286,3 @@ def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}"
 
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")

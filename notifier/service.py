@@ -250,7 +250,7 @@ class NotifierService:
         self._deliverer = self._make_deliverer()
         self.active = True
         await resume_receivers(self.receivers, self.notifier, self.clock())  # re-posting resumes (alertmanager)
-        pending = sum(len(log.pending) for g in self.notifier.groups.values() for log in g.logs.values())
+        pending = sum(len(dl.pending) for g in self.notifier.groups.values() for dl in g.logs.values())
         log.info("notifier: active with %d groups, %d silences, %d pending notifications, %d recent groups",
                  len(self.notifier.groups), len(self.notifier.silences), pending, len(self.notifier.recent))
 

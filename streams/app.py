@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 
 from tailhound.capacity_file import capacity_limits
 from tailhound.catalog import Catalog, default_catalog
-from tailhound.console import ConsoleReceiver
+from tailhound.console import ConsoleSink
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
@@ -117,7 +117,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                                partitions=1)
     rollup_state = _state_table(app, ROLLUP_STATE_TABLE, 1)
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
-    console = ConsoleReceiver() if settings.sinks.console.enabled else None
+    console = ConsoleSink() if settings.sinks.console.enabled else None
     state = _state_table(app, STATE_TABLE, settings.partitions)
     node_rules, model_rules = split_rules(rules)
     load = load_models(settings.streams.load_models)
@@ -378,7 +378,7 @@ def _held_message(message: Any, snapshot: Snapshot) -> Any:
     """What a dead letter of a discarded held snapshot names: its own bytes, on the message's topic and partition
     (its offset is committed already)."""
     return SimpleNamespace(topic=message.topic, partition=message.partition, offset=None, key=snapshot.key(),
-                           value=snapshot.model_dump_json().encode())
+                           value=codec.snapshot_json(snapshot))
 
 
 def _sent_at(message: Any) -> float | None:

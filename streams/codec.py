@@ -1,9 +1,10 @@
 """Telemetry decoding: JSON bytes -> :class:`Snapshot`, or :class:`Malformed` with a reason; and the
 JSON codec of the worker's state tables.
 
-Telemetry messages come in two versions (``schema_version``): 1 (or none) is one :class:`Snapshot`, 2 is a
-:class:`tailhound.snapshot.SnapshotBundle`, the snapshots of one node published together.
-:func:`decode_message` takes both and gives the snapshots in order; :func:`decode_snapshot` takes version 1
+Telemetry messages come in three versions: JSON with ``schema_version`` 1 (or none) is one :class:`Snapshot`, 2 is a
+:class:`tailhound.snapshot.SnapshotBundle`, the snapshots of one node published together; version 3 is
+MessagePack (:mod:`tailhound.wire`), decoded straight into the structs the step reads.
+:func:`decode_message` takes all three and gives the snapshots in order; :func:`decode_snapshot` takes version 1
 only (the model topic, which the worker itself writes one snapshot a message).
 
 :func:`decode_snapshot` never raises: a bad message becomes a :class:`Malformed` value that the agent
@@ -28,6 +29,8 @@ from faust.serializers import codecs
 from pydantic import ValidationError
 
 from tailhound.snapshot import BUNDLE_SCHEMA_VERSION, LIMITS, Snapshot, SnapshotBundle
+from tailhound.wire import DecodedSnapshot, Refused, decode_v3, snapshot_json
+from tailhound.wire.v3_decode import LayoutCache
 
 CODEC_NAME = "tailhound-snapshot"
 STATE_CODEC_NAME = "tailhound-state"
@@ -62,21 +65,29 @@ def decode_snapshot(raw: bytes | None, max_bytes: int | None = LIMITS.max_messag
         return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
 
 
+#: the first byte of a MessagePack telemetry message (a 3-array: version, node, parts); no JSON text starts so
+MSGPACK_TRIPLE = b"\x93"
 #: how an agent writes a bundle (``tailhound.snapshot.bundle_bytes``): taken for one without trying version 1
 _BUNDLE_PREFIX = b'{"schema_version":%d,' % BUNDLE_SCHEMA_VERSION
 
 
 class Parts(list):
-    """The snapshots of one telemetry message, in order; `bundled` when it was a version-2 bundle (then each
-    part has no bytes of its own on the wire: :func:`part_bytes`)."""
+    """The snapshots of one telemetry message, in order; `bundled` when it was a version-2 bundle or a
+    version-3 message (then each part has no version-1 bytes of its own on the wire: :func:`part_bytes`).
+    Version-3 parts are :class:`tailhound.wire.DecodedSnapshot` structs, which the step reads as snapshots."""
 
     bundled: bool = False
 
 
-def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes) -> Parts | Malformed:
-    """A telemetry message of either version as its snapshots (one for version 1, the bundle's parts in order
-    for version 2), or why not; never raises. Limits as :func:`decode_snapshot`, the size one for the whole
-    message; a bundle with one bad part is rejected whole."""
+def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes,
+                   layouts: LayoutCache | None = None) -> Parts | Malformed:
+    """A telemetry message of any version as its snapshots (one for version 1, the parts in order for versions
+    2 and 3: :mod:`tailhound.wire`, told apart by its first bytes), or why not; never raises. Limits as
+    :func:`decode_snapshot`, the size one for the whole message; a message with one bad part is rejected whole.
+    `layouts`: the version-3 layouts read before (:class:`tailhound.wire.v3_decode.LayoutCache`), for parts
+    that reference theirs."""
+    if raw and raw[:1] == MSGPACK_TRIPLE and (max_bytes is None or len(raw) <= max_bytes):
+        return _decode_v3(raw, layouts)  # (version 3, or a later MessagePack version: refused with its number)
     if raw and raw.startswith(_BUNDLE_PREFIX) and (max_bytes is None or len(raw) <= max_bytes):
         return _decode_bundle(raw)
     value = decode_snapshot(raw, max_bytes)
@@ -87,12 +98,21 @@ def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message
     return value
 
 
-def part_bytes(raw: bytes, parts: Parts, snapshot: Snapshot) -> bytes:
+def part_bytes(raw: bytes, parts: Parts, snapshot: Snapshot | DecodedSnapshot) -> bytes:
     """`snapshot` (one of `parts`, decoded from `raw`) as a version-1 message: `raw` itself unless it was a
-    bundle, else the snapshot encoded alone (as the agent encodes it)."""
+    bundle or of version 3, else the snapshot encoded alone as JSON."""
     if not parts.bundled:
         return raw
-    return snapshot.__pydantic_serializer__.to_json(snapshot, exclude_none=True)
+    return snapshot_json(snapshot)
+
+
+def _decode_v3(raw: bytes, layouts: LayoutCache | None) -> Parts | Malformed:
+    values = decode_v3(raw, layouts)
+    if isinstance(values, Refused):
+        return Malformed(values.reason, "decode" if values.kind == "bad_msgpack" else "validate", raw, values.kind)
+    parts = Parts(values)
+    parts.bundled = True  # its parts have no version-1 bytes of their own
+    return parts
 
 
 def _decode_bundle(raw: bytes) -> Parts | Malformed:
@@ -167,8 +187,8 @@ def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
 
 class SnapshotCodec(codecs.Codec):
     def _dumps(self, obj: Any) -> bytes:
-        if isinstance(obj, Snapshot):
-            return obj.model_dump_json().encode()
+        if isinstance(obj, Snapshot | DecodedSnapshot):
+            return snapshot_json(obj)
         if isinstance(obj, bytes | bytearray):
             return bytes(obj)
         raise TypeError(f"{CODEC_NAME} encodes Snapshot objects, not {type(obj).__name__}")

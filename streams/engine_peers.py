@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tailhound.catalog import Catalog
-from tailhound.snapshot import GaugeSample, HistogramSample, Snapshot
+from tailhound.snapshot import GaugeSample, Snapshot
 
 PEER_WINDOW_S = 180.0
 #: fewer finished requests than this over the window: no TPOT mean for the engine (too few to compare)
@@ -103,7 +103,7 @@ class EnginePeerWindows:
         engine = f"{snapshot.node}/{snapshot.labels.get('engine') or snapshot.labels.get('instance') or ''}"
         found: dict[str, tuple[float, float]] = {}
         for s in snapshot.samples:
-            if (not isinstance(s, HistogramSample) or s.delta is None
+            if (s.kind != "histogram" or s.delta is None  # (by kind: version-3 samples are structs)
                     or (s.labels.get("model_name") or common) != model):
                 continue
             for signal, metrics in names.items():

@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 
 from tailhound.deadletter import MAX_KEY, DeadLetter
 from tailhound.snapshot import LIMITS, Snapshot, entity_problem
+from tailhound.wire.v3_decode import LayoutCache
 
 from .codec import Malformed, Parts, decode_message, decode_snapshot
 from .fleet_cap import MODEL, MODEL_NODE, NODE, EvictionLog
@@ -111,6 +112,8 @@ class Gate:
         self.bounds = bounds or TimeBounds()
         self.max_message_bytes = max_message_bytes
         self.stats = stats if stats is not None else IntakeStats()
+        #: the version-3 layouts read in full, for the messages that reference them (publish.layout_every_s)
+        self.layouts = LayoutCache()
 
     def admit(self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
               ) -> Snapshot | Rejection:
@@ -130,7 +133,7 @@ class Gate:
                   ) -> Parts | Rejection:
         """:meth:`admit` for a message of either version (:func:`tailhound.streams.codec.decode_message`): its
         snapshots in order (one, or a bundle's parts), or the rejection of the whole message."""
-        values = decode_message(raw, max_bytes=self.max_message_bytes)
+        values = decode_message(raw, max_bytes=self.max_message_bytes, layouts=self.layouts)
         if isinstance(values, Malformed):
             return self._reject(Rejection(values.kind, values.reason, values.stage))
         node = values[0].node  # (a bundle's parts are all of its node)

@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from tailhound.catalog import Catalog, SignalSpec, default_catalog
-from tailhound.snapshot import HistogramDelta, HistogramSample, Snapshot
+from tailhound.snapshot import HistogramDelta, Snapshot
 
 from .histograms import Histogram, merge
 from .latency_window import LatencyWindow
@@ -173,7 +173,7 @@ class LatencyTracker:
         and entity that differ in other labels are added up."""
         found: dict[tuple[str, str], _Candidate] = {}
         for s in snapshot.samples:
-            if not isinstance(s, HistogramSample) or s.delta is None:
+            if s.kind != "histogram" or s.delta is None:  # (by kind: version-3 samples are structs)
                 continue
             mapped = self.catalog.lookup(snapshot.source, s.name, s.labels)
             if mapped is None:

@@ -5,6 +5,8 @@ read and write it, :func:`tailhound.streams.evaluator.evaluate` runs them."""
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field, PrivateAttr
 
 from tailhound.catalog import Catalog
@@ -45,6 +47,9 @@ class NodeState(BaseModel):
     rules: dict[str, RuleState] = Field(default_factory=dict)
     #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions
     history: dict[str, list[list[float]]] = Field(default_factory=dict)
+    #: "scope:comparison|entity" -> [last verdict, last judged, change times...]: transition counters
+    #: (`crossed:` conditions, streams/ruleset/crossings.py)
+    crossings: dict[str, list[float]] = Field(default_factory=dict)
     #: "signal|entity" -> RollingBaseline state, for signals rules compare with their baseline
     baselines: dict[str, dict] = Field(default_factory=dict)
     #: LatencyTracker state: windows of histogram deltas per (signal, engine) of this node
@@ -137,6 +142,9 @@ def heal_future(state: NodeState, horizon: float, now: float | None = None) -> b
                 state.history[key] = kept
             else:
                 del state.history[key]
+    for key in [k for k, entry in state.crossings.items() if max(entry[1:], default=math.inf) > horizon]:
+        del state.crossings[key]  # a counter judged in the future (or malformed): counting starts again
+        healed = True
     for key in [k for k, t in state.traces.items() if t.ts and t.ts[-1] > horizon]:
         del state.traces[key]  # a chart that ran into the future: started again by the next points
         healed = True

@@ -1,4 +1,5 @@
-"""The console receiver: renders incident lifecycle events for a person at a terminal (rich)."""
+"""Incident events rendered for a person at a terminal (rich): the worker's console sink, and the panel the
+notifier's console receiver reuses."""
 
 from __future__ import annotations
 
@@ -63,8 +64,9 @@ def render_incident(ev: IncidentEvent, origin: float | None = None, kind: str | 
     return Panel(Group(*parts), title=title, title_align="left", border_style=_STYLE[kind].split()[-1], expand=False)
 
 
-class ConsoleReceiver:
-    """Prints every incident event it is given; remembers what it printed for a summary."""
+class ConsoleSink:
+    """The worker's console sink (``sinks.console``): prints every incident event it is given once and
+    remembers what it printed for a summary. Not a notifier receiver (those take notifications)."""
 
     def __init__(self, console: Console | None = None, origin: float | None = None) -> None:
         self.console = console or make_console()

@@ -7,6 +7,10 @@ a few slow or idle clients cannot hold every slot of a server:
   (:func:`read_body_within`, and :func:`body_deadline` for handlers that read the body themselves);
 - **connections**: more than ``max_per_client`` open connections from one address, or ``max_connections``
   in all, are closed as they arrive, before aiohttp sees them (:class:`GuardedSite`).
+
+Every connection dropped for one of these is counted by reason (``header_timeout``, ``body_timeout``,
+``per_client_limit``, ``total_limit``) and exported as ``<prefix>_http_connections_dropped_total{reason}``
+(:class:`DroppedConnections`). An idle keep-alive connection closed after a whole answer is not a drop.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from tailhound.durations import Duration
@@ -47,18 +54,25 @@ class BodyTimeout(Exception):
     """The request body did not arrive within the body timeout."""
 
 
+#: why a connection was dropped: the label values of ``*_http_connections_dropped_total``
+DROP_REASONS = ("header_timeout", "body_timeout", "per_client_limit", "total_limit")
+
+
 class ConnectionCounter:
-    """Open connections per client address; refuses past the limits, counts refusals."""
+    """Open connections per client address; refuses past the limits, counts refusals and other drops."""
 
     def __init__(self, limits: ServerLimits) -> None:
         self.limits = limits
         self.open: Counter[str] = Counter()
         self.refused = 0
+        self.dropped: Counter[str] = Counter({reason: 0 for reason in DROP_REASONS})
         self._last_warning = 0.0
 
     def admit(self, peer: str) -> bool:
-        if self.open[peer] >= self.limits.max_per_client or sum(self.open.values()) >= self.limits.max_connections:
+        over_client = self.open[peer] >= self.limits.max_per_client
+        if over_client or sum(self.open.values()) >= self.limits.max_connections:
             self.refused += 1
+            self.dropped["per_client_limit" if over_client else "total_limit"] += 1
             if time.monotonic() - self._last_warning > 60:  # one line a minute, however many are refused
                 self._last_warning = time.monotonic()
                 log.warning("HTTP connection from %s refused: %d open from it (limit %d), %d in all (limit %d); "
@@ -74,13 +88,77 @@ class ConnectionCounter:
             del self.open[peer]
 
 
+def count_drop(request: web.Request, reason: str) -> None:
+    """Count a connection of `request` dropped for `reason` on its site's counter (none: not a guarded site)."""
+    counter = getattr(request.protocol, "_counter", None)
+    if isinstance(counter, ConnectionCounter):
+        counter.dropped[reason] += 1
+
+
+class DroppedConnections(Collector):
+    """``<prefix>_http_connections_dropped_total{reason}`` of the guarded sites `counters()` returns (a site
+    not started yet is simply absent; every reason is exported, zero included)."""
+
+    def __init__(self, prefix: str, counters: Callable[[], list[ConnectionCounter]]) -> None:
+        self.prefix = prefix
+        self.counters = counters
+
+    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+        family = CounterMetricFamily(f"{self.prefix}_http_connections_dropped",
+                                     "HTTP connections the server dropped, by reason (header or body timeout, "
+                                     "connection limit per client or in all).", labels=["reason"])
+        totals = Counter({reason: 0 for reason in DROP_REASONS})
+        for counter in self.counters():
+            totals.update(counter.dropped)
+        for reason in DROP_REASONS:
+            family.add_metric([reason], totals[reason])
+        yield family
+
+
+_EXPORTED: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, list[ConnectionCounter]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def export_dropped(registry: CollectorRegistry, prefix: str, counter: ConnectionCounter | None = None) -> None:
+    """Add `counter`'s drops to ``<prefix>_http_connections_dropped_total`` in `registry` (one collector per
+    prefix and registry: a site started again adds to the same counter; no `counter`: the family, at zero)."""
+    by_prefix = _EXPORTED.setdefault(registry, {})
+    if prefix not in by_prefix:
+        counters: list[ConnectionCounter] = []
+        by_prefix[prefix] = counters
+        registry.register(DroppedConnections(prefix, lambda: list(counters)))
+    if counter is not None:
+        by_prefix[prefix].append(counter)
+
+
 class _GuardedHandler(RequestHandler):
-    """aiohttp's connection handler, counted per client: a refused connection is aborted at once."""
+    """aiohttp's connection handler, counted per client: a refused connection is aborted at once; one closed
+    by the header timer while a request is incomplete (or none came) is counted a ``header_timeout`` drop."""
 
     def __init__(self, manager: web.Server, *, counter: ConnectionCounter, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._counter = counter
         self._peer: str | None = None
+        self._served = 0  # requests whose handling finished on this connection
+        self._unanswered = 0  # bytes received since the last request was handled
+
+    def data_received(self, data: bytes) -> None:
+        self._unanswered += len(data)
+        super().data_received(data)
+
+    async def _handle_request(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super()._handle_request(*args, **kwargs)
+        finally:
+            self._served += 1
+            self._unanswered = 0
+
+    def _process_keepalive(self) -> None:
+        closing = self._force_close
+        super()._process_keepalive()
+        # an idle keep-alive connection after a whole answer is an ordinary close, not a drop
+        if not closing and self._force_close and (self._served == 0 or self._unanswered > 0):
+            self._counter.dropped["header_timeout"] += 1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -148,6 +226,7 @@ async def read_body_within(request: web.Request, limit: int, timeout_s: float,
                     raise too_large()
                 chunks.append(chunk)
     except TimeoutError as exc:
+        count_drop(request, "body_timeout")
         raise BodyTimeout from exc
 
 
@@ -163,6 +242,7 @@ def body_deadline(limits: ServerLimits) -> Callable[..., Awaitable[web.StreamRes
                 async with asyncio.timeout(limits.body_timeout_s):
                     await request.read()
             except TimeoutError:
+                count_drop(request, "body_timeout")
                 return web.Response(status=408, text=f"request body not received within "
                                                      f"{limits.body_timeout_s:g} s\n", headers={"Connection": "close"})
         return await handler(request)

@@ -27,6 +27,8 @@ FAULT_NAMES: tuple[str, ...] = (
     "generation-length-growth",
     "load-imbalance",
     "power-cap",
+    "health-check-flap",
+    "scale-out",
 )
 
 #: Faults that act on one tick only (their duration is ignored).

@@ -74,6 +74,14 @@ IMBALANCE_HOT_SCALE = 1.8
 #: this; under load the clock drops until the board draws no more (clock-event reason sw_power_cap),
 #: temperatures stay normal (less power, less heat). Not a fault to page for: the fleet runs as configured.
 POWER_CAP_LIMIT_W = 500.0
+#: Health-check flapping: /health is served behind inference, so under load it answers in
+#: HEALTH_SLOW_S (near the load balancer's timeout) and then times out; after HEALTH_FAILING_S of failed
+#: checks the balancer removes the instance (no traffic, /health fast again) and re-adds it after
+#: HEALTH_REMOVED_S of passing checks; the cycle repeats every HEALTH_FLAP_CYCLE_S while the fault lasts.
+HEALTH_FLAP_CYCLE_S = 120.0
+HEALTH_SLOW_FOR_S = 45.0
+HEALTH_FAILING_S = 30.0
+HEALTH_SLOW_S = 2.5
 
 
 @dataclass
@@ -101,6 +109,11 @@ class NodeEffects:
     xid_gpus: frozenset[int] = frozenset()  # GPUs that report a hardware XID (gpu-xid-error)
     long_prompt_share: float = 0.0  # share of requests with long prompts (long-prompt head-of-line blocking)
     gen_scale: float = 1.0  # output lengths x this (generation-length growth)
+    health_extra_s: float = 0.0  # extra /health latency (health-check-flap: near the timeout)
+    health_timeout: bool = False  # /health times out this tick (health-check-flap)
+    lb_removed: bool = False  # the load balancer took the instance out: no traffic, engine still up
+    not_provisioned: bool = False  # scale-out: the node does not exist yet (no snapshots)
+    cold_start: bool = False  # scale-out: up and scraped, loading the model (serves nothing, /health fails)
     # realistic noise (noise.py); neutral values leave every model exactly as in the basic profile
     inlet_offset_c: float = 0.0
     retrans_blip: float = 0.0  # extra TCP retransmit ratio this tick
@@ -131,6 +144,15 @@ def fault_gpus(fault: FaultSpec, gpus_per_node: int) -> frozenset[int]:
     if fault.name == "gpu-xid-error":
         return frozenset((min(DEFAULT_XID_GPU, gpus_per_node - 1),))
     return frozenset(range(gpus_per_node))
+
+
+def health_flap_phase(fault: FaultSpec, t_s: float) -> str:
+    """Where a health-check-flap is at `t_s`: "slow" (in rotation, /health near the timeout), "failing"
+    (in rotation, /health timing out) or "removed" (out of the load balancer)."""
+    phase = (t_s - fault.start_s) % HEALTH_FLAP_CYCLE_S
+    if phase < HEALTH_SLOW_FOR_S:
+        return "slow"
+    return "failing" if phase < HEALTH_SLOW_FOR_S + HEALTH_FAILING_S else "removed"
 
 
 def rolling_windows(fault: FaultSpec, node_names: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -168,6 +190,10 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
         if f.name == "gpu-xid-error" and node not in fault_nodes(f, node_names):  # the LB drains the dead engine
             dead = len(fault_nodes(f, node_names))
             eff.arrival_scale *= len(node_names) / max(1, len(node_names) - dead)
+        if f.name == "health-check-flap" and node not in fault_nodes(f, node_names) \
+                and health_flap_phase(f, t_s) == "removed":  # the others take the removed instance's share
+            flapping = len(fault_nodes(f, node_names))
+            eff.arrival_scale *= len(node_names) / max(1, len(node_names) - flapping)
         if f.name == "load-imbalance":  # the balancer's other nodes get what the hot ones take on top
             hot = fault_nodes(f, node_names)
             if node not in hot and len(hot) < len(node_names):
@@ -229,4 +255,9 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
             eff.gen_scale *= GEN_GROWTH_SCALE
         elif name == "load-imbalance":
             eff.arrival_scale *= IMBALANCE_HOT_SCALE
+        elif name == "health-check-flap":
+            phase = health_flap_phase(f, t_s)
+            eff.health_extra_s = HEALTH_SLOW_S if phase == "slow" else 0.0
+            eff.health_timeout = phase == "failing"
+            eff.lb_removed = phase == "removed"
     return eff

@@ -14,6 +14,7 @@ from .gpu import POWER_CAP_W, GpuState
 from .load import LoadModel
 from .network import BlackboxProbe, NodeNetwork
 from .noise import FleetNoise, NodeNoise
+from .scale_out import apply_scale_out
 from .sglang import SGLANG_PORT
 from .trace import TraceLoad, load_trace
 
@@ -51,6 +52,7 @@ class _Node:
             self.probe.labels["target"] = f"http://{name}:{SGLANG_PORT}/health"
         self.noise = NodeNoise(rng("noise")) if config.noise == "realistic" else None
         self._missed: frozenset[str] = frozenset()
+        self._absent = False  # scale-out: not provisioned yet, nothing to scrape
         # Validate the envelope once (node name, sources, interval); ticks then skip re-validation.
         for source in config.sources:
             Snapshot(ts=config.start_ts, node=name, source=source, interval_s=config.interval_s)
@@ -73,7 +75,7 @@ class _Node:
             arrivals = len(requests)
         else:
             _, arrivals = self.load.arrivals(ts, dt, eff.arrival_scale)
-        if eff.engine_down:
+        if eff.engine_down or eff.lb_removed:
             arrivals, requests = 0, (None if requests is None else [])  # drained from the load balancer
         tick = self.engine.step(dt, arrivals, eff, clock_slowdown, requests)
         token_rate = tick.prompt_tps + tick.generation_tps
@@ -91,10 +93,13 @@ class _Node:
         self.network.update(dt, tick, eff)
         self.probe.probe(tick, eff)
         self._missed = eff.missed_scrapes | ({self.engine_source} if eff.engine_down else frozenset())
+        self._absent = eff.not_provisioned
 
     def snapshots(self, ts: float, config: SimConfig) -> list[Snapshot]:
         """One snapshot per configured source."""
         out: list[Snapshot] = []
+        if self._absent:
+            return out
         for source in config.sources:
             if source in self._missed:  # a failed scrape: the envelope and the error, no samples
                 error = DOWN_ERROR if source == self.engine_source and self.engine.down else TIMEOUT_ERROR
@@ -172,6 +177,7 @@ class FleetSimulator:
         fleet_scale = self._noise.step(cfg.interval_s) if self._noise is not None else 1.0
         for node in self._nodes:
             eff = node_effects(active, node.name, self._names, cfg.gpus_per_node, t)
+            apply_scale_out(eff, self.faults, node.name, self._names, t)
             if node.noise is not None:
                 node.noise.apply(eff, cfg.interval_s, fleet_scale, node.engine_source)
             node.step(ts, cfg.interval_s, eff)

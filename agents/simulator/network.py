@@ -127,7 +127,12 @@ class BlackboxProbe:
             connect += SYN_RTO_S
         if effects.probe_extra_s and not failed:
             processing += effects.probe_extra_s
-        self.refused = effects.engine_down and not failed  # nothing listens: connection refused at once
+        if effects.health_timeout and not failed:  # /health queued behind inference past the timeout
+            failed = True
+        elif effects.health_extra_s and not failed:
+            processing += effects.health_extra_s * rng.uniform(0.85, 1.15)
+        # nothing listens (replaced, or still loading the model): connection refused at once
+        self.refused = (effects.engine_down or effects.cold_start) and not failed
         failed = failed or self.refused
         if failed:
             connect = min(connect, PROBE_TIMEOUT_S - resolve)

@@ -54,15 +54,17 @@ import httpx
 from tailhound.errors import DeliveryError
 from tailhound.notifier.model import Notification, Receipt
 from tailhound.notifier.receivers.outbound import OutboundGuard, check_outbound
-from tailhound.notifier.receivers.webhook import USER_AGENT, retry_after_seconds, scrub, transport_failure
+from tailhound.notifier.receivers.webhook import (
+    RETRYABLE_STATUS,
+    USER_AGENT,
+    retry_after_seconds,
+    scrub,
+    transport_failure,
+)
 from tailhound.notifier.secrets import Secret
 from tailhound.notifier.state import GroupState
 
 from .alertmanager_alerts import (  # noqa: F401 - re-exported: the receiver's config and payload
-    _DETAIL_IN_REASON,
-    _LABEL_NAME,
-    _NOT_LABEL_CHAR,
-    _RETRYABLE_STATUS,
     ALERTS_PATH,
     ANNOTATION_LIMIT,
     BATCH_SIZE,
@@ -74,18 +76,20 @@ from .alertmanager_alerts import (  # noqa: F401 - re-exported: the receiver's c
     VOLATILE_LABELS,
     AlertmanagerConfig,
     BasicAuth,
-    _firing,
     alert_annotations,
     alert_labels,
     alerts_endpoint,
     build_alerts,
     frozen_from_receipt,
     generator_url,
+    incident_firing,
     iso,
     label_name,
 )
 
 log = logging.getLogger(__name__)
+#: characters of the far side's error body kept in a failure reason
+_DETAIL_IN_REASON = 300
 
 
 
@@ -165,7 +169,7 @@ class AlertmanagerReceiver:
                 log.warning("%s: %s (the others accepted it; the next re-post retries)", what, error.reason)
             posted = notification.incidents[:MAX_ALERTS_PER_NOTIFICATION]
             labels = {i.incident_id: a["labels"] for i, a in zip(posted, alerts, strict=True)}
-            firing = any(_firing(i, notification) for i in posted)
+            firing = any(incident_firing(i, notification) for i in posted)
             self._tracked[gid] = _Tracked(notification, labels, firing=firing,
                                           until=0.0 if firing else now + self.config.hold_s)
         log.info("%s: %d alert(s) accepted by %d of %d Alertmanager(s)", what, len(alerts),
@@ -209,7 +213,7 @@ class AlertmanagerReceiver:
             detail = response.text
         detail = scrub(detail, self._secret, self._authorization)[:_DETAIL_IN_REASON].strip()
         reason = f"{what}: HTTP {status}" + (f": {detail}" if detail else "")
-        if status in _RETRYABLE_STATUS or status >= 500:
+        if status in RETRYABLE_STATUS or status >= 500:
             retry_after = retry_after_seconds(response.headers.get("Retry-After")) if status in (429, 503) else None
             return DeliveryError(reason, retryable=True, retry_after=retry_after, status=status)
         if 300 <= status < 400:

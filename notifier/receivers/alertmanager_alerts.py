@@ -43,8 +43,6 @@ CORE_LABELS = ("alertname", "root_cause", "severity", "incident_id", "rule",
 VOLATILE_LABELS = ("rules",)
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _NOT_LABEL_CHAR = re.compile(r"[^a-zA-Z0-9_]")
-_RETRYABLE_STATUS = {408, 425, 429}
-_DETAIL_IN_REASON = 300
 
 
 # --- config --------------------------------------------------------------------------------------------------------
@@ -178,7 +176,8 @@ def alert_labels(incident: IncidentEvent, config: AlertmanagerConfig) -> dict[st
     return labels
 
 
-def _firing(incident: IncidentEvent, notification: Notification) -> bool:
+def incident_firing(incident: IncidentEvent, notification: Notification) -> bool:
+    """Whether `incident` is firing as `notification` tells it (a resolve ends every alert it carries)."""
     return not notification.resolved and incident.event != "resolved"
 
 
@@ -199,7 +198,7 @@ def alert_annotations(incident: IncidentEvent, notification: Notification) -> di
         f"Scope: {scope}",
         f"Opened: {iso(incident.opened_at)}",
     ]
-    if not _firing(incident, notification):
+    if not incident_firing(incident, notification):
         lines.append(f"Resolved: {iso(incident.resolved_at or incident.ts)}")
     if incident.differential is not None:  # the runner-up the signals cannot rule out, and the check
         d = incident.differential
@@ -258,7 +257,7 @@ def build_alerts(notification: Notification, config: AlertmanagerConfig, now: fl
     for incident in notification.incidents[:MAX_ALERTS_PER_NOTIFICATION]:
         labels = dict((frozen or {}).get(incident.incident_id) or alert_labels(incident, config))
         starts = incident.opened_at
-        if _firing(incident, notification):
+        if incident_firing(incident, notification):
             ends = max(now, starts) + config.hold_s
         else:  # resolved: when it resolved, never later than now (a clock ahead of ours must not keep it)
             ends = max(min(incident.resolved_at or incident.ts, now), starts)

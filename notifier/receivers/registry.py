@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
@@ -16,6 +16,9 @@ from .slack import SlackConfig, SlackReceiver
 from .webhook import WebhookConfig, WebhookReceiver
 
 ReceiverConfig = ConsoleConfig | SlackConfig | PagerDutyConfig | WebhookConfig | AlertmanagerConfig
+#: the ``type`` of every receiver kind, in the order of :data:`ReceiverConfig`
+RECEIVER_TYPES: tuple[str, ...] = tuple(get_args(kind.model_fields["type"].annotation)[0]
+                                        for kind in get_args(ReceiverConfig))
 
 
 def build_receiver(config: ReceiverConfig, *, allowed_hosts: list[str] | None = None,

@@ -71,7 +71,8 @@ _RESERVED_HEADERS = {h.lower() for h in (SIGNATURE_HEADER, TIMESTAMP_HEADER, IDE
                                          "User-Agent", "Host", "Content-Length", "Transfer-Encoding")}
 #: Headers that carry credentials: secrets come from a SecretRef, never inline in the config.
 _CREDENTIAL_HEADERS = {"authorization", "proxy-authorization", "cookie"}
-_RETRYABLE_STATUS = {408, 425, 429}
+#: HTTP statuses below 500 worth a retry (timeout, too early, too many requests)
+RETRYABLE_STATUS = {408, 425, 429}
 _BODY_IN_REASON = 200
 
 
@@ -276,7 +277,7 @@ class WebhookReceiver:
             return {}
         text = scrub(response.text, self._secret, self._previous)[:_BODY_IN_REASON].strip()
         reason = f"{what}: HTTP {status}" + (f": {text}" if text else "")
-        if status in _RETRYABLE_STATUS or status >= 500:
+        if status in RETRYABLE_STATUS or status >= 500:
             retry_after = None
             if status in (429, 503):
                 retry_after = retry_after_seconds(response.headers.get("Retry-After"))

@@ -2,10 +2,12 @@
 
     stage(batch: list[T], ctx: Context) -> list[T]
 
-Intake stages (:mod:`.dedup`, :mod:`.group`) take incident events as they arrive; notify stages
-(:mod:`.inhibit`, :mod:`.silence`, :mod:`.flap`, :mod:`.route`) take the :class:`Candidate`
-notifications of groups that are due. :mod:`tailhound.notifier.pipeline` assembles them; delivery (retries,
-backoff, circuit breaker, dead letters) is :mod:`tailhound.notifier.deliver`.
+Intake stages (:mod:`.dedup`, :mod:`.group`) take incident events as they arrive. Notify stages take
+the groups that are due: :mod:`.select` makes each a :class:`Draft` notification (or none),
+:mod:`.inhibit`, :mod:`.silence`, :mod:`.flap` and :mod:`.route` filter and address candidates, and
+:mod:`.enqueue` turns them into notifications in the delivery logs. :mod:`tailhound.notifier.pipeline`
+assembles them; delivery (retries, backoff, circuit breaker, dead letters) is
+:mod:`tailhound.notifier.deliver`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class Context:
     #: incident_id -> highest sequence seen (dedup)
     seen: dict[str, int]
     silences: dict[str, Silence]
+    #: where a notification's runbook link points (``#<root_cause>`` is added)
+    runbook_url: str = ""
+    #: the incident console's external base URL (None: notifications carry no console link)
+    console_url: str | None = None
     #: table keys changed by this call (the wiring persists them)
     dirty: set[str] = field(default_factory=set)
     #: decisions worth a log line: (group_id, what)
@@ -52,7 +58,7 @@ class Context:
 
 
 @dataclass
-class Candidate:
+class Draft:
     """A notification a due group would send, before inhibition, silences, flap control and routing."""
 
     group: GroupState

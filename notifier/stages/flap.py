@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tailhound.notifier.state import GroupState
 
-from . import Candidate, Context
+from . import Context, Draft
 
 
 def update_flapping(grp: GroupState, ctx: Context) -> bool:
@@ -33,7 +33,7 @@ def update_flapping(grp: GroupState, ctx: Context) -> bool:
     return ended
 
 
-def flap(cands: list[Candidate], ctx: Context) -> list[Candidate]:
+def flap(cands: list[Draft], ctx: Context) -> list[Draft]:
     out = []
     for cand in cands:
         if cand.flapping and cand.group.notified_flapping:

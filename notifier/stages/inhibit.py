@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from tailhound.notifier.matchers import incident_labels, matches_all
 
-from . import Candidate, Context
+from . import Context, Draft
 
 
-def inhibit(cands: list[Candidate], ctx: Context) -> list[Candidate]:
+def inhibit(cands: list[Draft], ctx: Context) -> list[Draft]:
     rules = ctx.config.inhibit_rules
     if not rules or not cands:
         return cands

@@ -13,10 +13,10 @@ from tailhound.notifier.config import Route
 from tailhound.notifier.matchers import incident_labels, matches_all
 from tailhound.vocabulary import highest_severity
 
-from . import Candidate, Context
+from . import Context, Draft
 
 
-def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
+def route(cands: list[Draft], ctx: Context) -> list[Draft]:
     out = []
     for cand in cands:
         labels = route_labels(cand)
@@ -32,7 +32,7 @@ def route(cands: list[Candidate], ctx: Context) -> list[Candidate]:
     return out
 
 
-def route_labels(cand: Candidate) -> dict[str, str]:
+def route_labels(cand: Draft) -> dict[str, str]:
     labels = incident_labels(cand.incidents[0])
     labels.update(cand.group.labels)
     labels["severity"] = highest_severity(e.severity for e in cand.incidents)

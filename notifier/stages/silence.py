@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from tailhound.notifier.matchers import incident_labels
 
-from . import Candidate, Context
+from . import Context, Draft
 
 
-def silence(cands: list[Candidate], ctx: Context) -> list[Candidate]:
+def silence(cands: list[Draft], ctx: Context) -> list[Draft]:
     if not cands:
         return cands
     active = ctx.cache.get("active_silences")

@@ -123,23 +123,27 @@ def login_redirect(request: web.Request) -> web.Response | None:
     return None
 
 
+#: the login form's CSS (allowed by its hash in the console's CSP, like the pages' STYLE)
+LOGIN_STYLE = """
+body { font: 15px/1.4 system-ui, sans-serif; margin: 0; display: grid; place-items: center; min-height: 100vh;
+        background: #f5f6f8; color: #1d2330; }
+form { background: #fff; padding: 24px 28px; border-radius: 8px; box-shadow: 0 1px 4px #0002; min-width: 300px; }
+h1 { font-size: 18px; margin: 0 0 12px; }
+label { display: block; margin-bottom: 6px; }
+input { width: 100%; box-sizing: border-box; padding: 6px 8px; font: inherit; }
+button { margin-top: 12px; padding: 6px 14px; font: inherit; }
+.error { color: #b00020; }
+.hint { color: #5b6270; font-size: 13px; }
+"""
+
+
 def login_page(message: str = "", *, status: int = 200) -> web.Response:
     """The login form (`message`: why the last try failed)."""
     note = f'<p class="error" role="alert">{html.escape(message)}</p>' if message else ""
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>tailhound: sign in</title>
-<style>
-body {{ font: 15px/1.4 system-ui, sans-serif; margin: 0; display: grid; place-items: center; min-height: 100vh;
-        background: #f5f6f8; color: #1d2330; }}
-form {{ background: #fff; padding: 24px 28px; border-radius: 8px; box-shadow: 0 1px 4px #0002; min-width: 300px; }}
-h1 {{ font-size: 18px; margin: 0 0 12px; }}
-label {{ display: block; margin-bottom: 6px; }}
-input {{ width: 100%; box-sizing: border-box; padding: 6px 8px; font: inherit; }}
-button {{ margin-top: 12px; padding: 6px 14px; font: inherit; }}
-.error {{ color: #b00020; }}
-.hint {{ color: #5b6270; font-size: 13px; }}
-</style></head>
+<style>{LOGIN_STYLE}</style></head>
 <body><form method="post" action="{LOGIN_PATH}">
 <h1>tailhound incident console</h1>{note}
 <label for="token">API token</label>

@@ -38,7 +38,8 @@ GRID_COLOUR, AXIS_COLOUR, TEXT_COLOUR, MUTED_COLOUR = "#eaeef2", "#8c959f", "#1f
 STRIP_HEIGHT = 64
 #: values beyond this magnitude are drawn at it (so spans and paddings stay finite)
 VALUE_LIMIT = 1e300
-_FONT = "font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;font-size:11px"
+#: presentation attributes, not a style attribute: the console's CSP allows no inline style
+_FONT_FAMILY = "system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif"
 #: a white outline under a label drawn over lines
 _HALO = ' stroke="#ffffff" stroke-width="3" paint-order="stroke"'
 _CHAR_W = 6.2  # rough width of an 11 px character, for legend and label layout
@@ -260,7 +261,8 @@ class _Frame:
         s = self.series
         return [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" data-testid="{testid}" '
                 f'data-signal="{safe_text(s.signal)}" aria-label="{safe_text(aria)}" width="{self.width}" '
-                f'height="{self.full_height}" viewBox="0 0 {self.width} {self.full_height}" style="{_FONT}">'
+                f'height="{self.full_height}" viewBox="0 0 {self.width} {self.full_height}" '
+                f'font-family="{_FONT_FAMILY}" font-size="11">'
                 f'<title>{safe_text(title)}</title>'
                 f'<rect x="0" y="0" width="{self.width}" height="{self.full_height}" fill="#ffffff"/>']
 

@@ -58,7 +58,7 @@ def allowed_console_hosts(console_url: str | None, extra: Iterable[str]) -> tupl
     return tuple(dict.fromkeys(names))
 
 
-def host_allowed(host_header: str | None, allowed: Iterable[str]) -> bool:
+def host_header_allowed(host_header: str | None, allowed: Iterable[str]) -> bool:
     """Whether a request naming `host_header` may be served (see the module doc)."""
     if not host_header:
         return False  # HTTP/1.1 requires one; a rebinding page always sends its own
@@ -89,7 +89,7 @@ def request_checks(allowed_hosts: Callable[[], Iterable[str]]) -> Callable[..., 
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        if not host_allowed(request.headers.get("Host"), allowed_hosts()):
+        if not host_header_allowed(request.headers.get("Host"), allowed_hosts()):
             return web.json_response({"error": f"Host {host_name(request.headers.get('Host', ''))[:100]!r} is not "
                                       "this server's (add it to notifier.console_allowed_hosts)"}, status=403)
         if request.method in _READ_METHODS:

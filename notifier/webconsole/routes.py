@@ -50,20 +50,23 @@ from tailhound.notifier.matchers import MAX_TEXT_CHARS, Matcher, incident_labels
 from tailhound.notifier.pipeline import Notifier
 from tailhound.notifier.state import GroupState, Silence
 
-from .access import CONSOLE_PATH
-from .assets import FILTER_SCRIPT, SILENCES_SCRIPT
+from .access import CONSOLE_PATH, LOGIN_STYLE
+from .assets import FILTER_SCRIPT, SILENCES_SCRIPT, STYLE
 from .view import IncidentView, event_clock_offset, views_from_groups
 
 
 def script_hash(script: str) -> str:
-    """The CSP source allowing exactly the inline ``<script>`` whose text is `script`."""
+    """The CSP source allowing exactly the inline ``<script>`` (or ``<style>``) whose text is `script`."""
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
 
 
 #: Only the console's own two scripts run: no 'unsafe-inline', so an injected <script> or handler does not.
 SCRIPT_SRC = " ".join(script_hash(s) for s in (FILTER_SCRIPT, SILENCES_SCRIPT))
+#: Only the console's own style sheets apply (the pages' and the login form's): an injected <style> or style=
+#: attribute does not (the charts use SVG presentation attributes).
+STYLE_SRC = " ".join(script_hash(s) for s in (STYLE, LOGIN_STYLE))
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
+    "Content-Security-Policy": f"default-src 'none'; img-src 'self' data:; style-src {STYLE_SRC}; "
                                f"script-src {SCRIPT_SRC}; connect-src 'self'; base-uri 'none'; "
                                "form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
@@ -131,7 +134,7 @@ def find_view(notifier: Notifier, incident_id: str) -> tuple[IncidentView, Group
     return view, grp, live
 
 
-def incident_detail(view: IncidentView, grp: GroupState, live: bool) -> dict[str, Any]:
+def incident_json(view: IncidentView, grp: GroupState, live: bool) -> dict[str, Any]:
     return {"incident": view.event.model_dump(mode="json"), "state": "open" if view.open else "resolved",
             "marks": [asdict(m) for m in view.marks], "deliveries": [asdict(d) for d in view.deliveries],
             "group_id": grp.group_id, "suppressed": view.suppressed,
@@ -218,7 +221,7 @@ def add_incident_routes(app: web.Application, source: ConsoleSource) -> None:
         found = find_view(source.notifier, iid)
         if found is None:
             return _error(404, f"no incident {iid[:80]} (open, or resolved in the recent groups)")
-        return web.json_response(incident_detail(*found))
+        return web.json_response(incident_json(*found))
 
     async def preview_silence(request: web.Request) -> web.Response:
         return web.json_response(preview(source.notifier, request.query.getall("matcher", []), source.clock()))

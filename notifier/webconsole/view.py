@@ -109,8 +109,8 @@ def _ended(ev: IncidentEvent) -> float:
 
 
 def _delivery_rows(log: DeliveryLog) -> list[DeliveryRow]:
-    """The log's recorded notifications, and pending ones it has no record of (state written before the
-    history was kept)."""
+    """The log's recorded notifications, and pending ones it has no record of (a state record without
+    ``history``)."""
     rows = [DeliveryRow(receiver=log.receiver, sequence=r.sequence, kind=r.kind, created_at=r.created_at, at=r.at,
                         outcome=r.outcome, attempts=r.attempts, error=r.error, flapping=r.flapping)
             for r in log.history]

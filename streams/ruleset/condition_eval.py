@@ -21,6 +21,8 @@ from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalConditio
 BaselineLookup = Callable[[str, str], tuple[float, str] | None]
 #: (signal, entity) -> [(ts, value), ...] oldest first
 HistoryLookup = Callable[[str, str], list[tuple[float, float]]]
+#: (condition, entity, scope) -> how often its comparison changed within `crossed.within` (None: never judged)
+CrossingLookup = Callable[[SignalCondition, str, str], "int | None"]
 #: a peer comparison needs at least this many other entities reporting the signal (else: no news)
 MIN_PEERS = 2
 
@@ -32,6 +34,7 @@ class EvalContext:
     last_seen: dict[str, dict[str, float]] = field(default_factory=dict)
     baseline: BaselineLookup = lambda _s, _e: None
     history: HistoryLookup = lambda _s, _e: []
+    crossings: CrossingLookup = lambda _c, _e, _s: None
     catalog: Catalog = field(default_factory=default_catalog)
 
     def per(self, signal: str) -> tuple[str, ...]:
@@ -115,6 +118,9 @@ def rising(points: list[tuple[float, float]], window_s: float, now: float) -> bo
 
 
 def holds(cond: object, ctx: EvalContext, entity: str, scope: str) -> bool | None:
+    if isinstance(cond, SignalCondition) and cond.crossed is not None:
+        n = ctx.crossings(cond, entity, scope)
+        return None if n is None else n >= cond.crossed.times
     if isinstance(cond, SignalCondition):
         v = value_of(ctx, cond.signal, cond.reduce, entity, scope)
         if v is None:
@@ -186,6 +192,9 @@ def observations(leaves: Iterable[object], ctx: EvalContext, entity: str, scope:
                 out.append(Evidence(signal=leaf.absent, value=round(ctx.now - seen, 3), op="absent for",
                                     threshold=leaf.for_, unit="s", labels=labels))
             continue
+        if leaf.crossed is not None:
+            out.extend(_crossing_evidence(leaf, ctx, entity, scope, labels))
+            continue
         v = value_of(ctx, leaf.signal, leaf.reduce, entity, scope)
         if v is None:
             continue
@@ -213,3 +222,18 @@ def observations(leaves: Iterable[object], ctx: EvalContext, entity: str, scope:
         out.append(Evidence(signal=name, value=round(v, 6), op=leaf.symbol, threshold=threshold, baseline=baseline,
                             unit=spec.unit if spec else "", window_s=held_s, labels=labels, detail=detail))
     return out
+
+
+def _crossing_evidence(leaf: SignalCondition, ctx: EvalContext, entity: str, scope: str, labels: dict[str, str]
+                       ) -> list[Evidence]:
+    """A transition counter's evidence: how many changes of the comparison in its window."""
+    n = ctx.crossings(leaf, entity, scope)
+    if n is None or leaf.crossed is None:
+        return []
+    name = f"{leaf.reduce.value}({leaf.signal})" if leaf.reduce else leaf.signal
+    b = leaf.bound
+    rhs = b.describe() if isinstance(b, Ref) else f"{b:g}"
+    return [Evidence(signal=name, value=float(n), op="changes >=", threshold=float(leaf.crossed.times), unit="",
+                     window_s=leaf.crossed.within, labels=labels,
+                     detail=f"`{name} {leaf.symbol} {rhs}` turned true or false {n} times "
+                            f"in {leaf.crossed.within:g} s")]

@@ -14,6 +14,10 @@ Leaves compare one signal of the rule's entity (a GPU, an engine, the node):
     {signal: engine.requests_waiting, growing_for: 5m}              trend: rose over the window
     {signal: net.listen_overflows.rate, above: 0}                   rate of a counter (per second)
     {absent: gpu.temperature, for: 2m}                              a signal that stopped arriving
+    {signal: engine.requests_running, at_most: 0,
+     crossed: {times: 3, within: 10m}}                              a transition counter: the comparison
+                                                                     turned true or false at least 3 times
+                                                                     in the last 10 minutes (ruleset/crossings.py)
 
 and combine with `all`, `any` and `not`. ``reduce`` (max, min, mean, sum, count) folds a signal whose
 entities are not the rule's (GPU values in an engine rule) over the node, or over the links of a GPU.
@@ -93,6 +97,19 @@ def _bound(v: Any) -> Any:
 
 Bound = Annotated[float | Ref, BeforeValidator(_bound)]
 _OPS = {"above": ">", "at_least": ">=", "below": "<", "at_most": "<="}
+#: Bounds of a transition counter: it keeps at most MAX_CROSSING_TIMES timestamps per entity (crossings.py).
+MAX_CROSSING_TIMES = 32
+MAX_CROSSING_WINDOW_S = 3600.0
+
+
+class Crossed(BaseModel):
+    """``crossed: {times: 3, within: 10m}``: the comparison changed verdict (either way) at least `times`
+    times within the window, in the spirit of PromQL ``changes()`` over a boolean."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    times: int = Field(ge=1, le=MAX_CROSSING_TIMES)
+    within: Duration = Field(gt=0, le=MAX_CROSSING_WINDOW_S)
 
 
 class SignalCondition(BaseModel):
@@ -108,6 +125,7 @@ class SignalCondition(BaseModel):
     at_most: Bound | None = None
     above_baseline: float | None = Field(default=None, gt=0, description="Shorthand: above: {baseline: X}.")
     growing_for: Duration | None = Field(default=None, gt=0, description="The value rose over this window.")
+    crossed: Crossed | None = Field(default=None, description="Count the comparison's changes instead.")
     min_observations: int | None = Field(
         default=None, ge=1, description="Percentile signals: at least this many requests in the window.")
 
@@ -129,6 +147,9 @@ class SignalCondition(BaseModel):
         bound = getattr(self, set_ops[0]) if set_ops else None
         if isinstance(bound, Ref) and bound.peers is not None and self.reduce is not None:
             raise ValueError("`peers` compares one entity with the others: it cannot go with `reduce`")
+        if self.crossed is not None and (not set_ops or self.growing_for is not None):
+            raise ValueError("`crossed` counts the changes of a comparison: give it one of "
+                             f"{', '.join(_OPS)} and no growing_for")
         return self
 
     def model_post_init(self, _context: Any) -> None:

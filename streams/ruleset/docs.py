@@ -41,6 +41,8 @@ def describe(cond: object) -> str:
             b = cond.bound
             rhs = b.describe() if isinstance(b, Ref) else f"{b:g}"
             parts.append(f"{name} {cond.symbol} {rhs}")
+        if cond.crossed is not None:
+            parts[-1] = f"({parts[-1]}) changed >= {cond.crossed.times} times in {cond.crossed.within:g} s"
         if cond.growing_for is not None:
             parts.append(f"{name} rising for {cond.growing_for:g} s")
         return " and ".join(parts)

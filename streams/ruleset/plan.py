@@ -134,8 +134,19 @@ def _compile_absent(cond: Absent, catalog: Catalog) -> Check:
     return check
 
 
+def _compile_crossed(cond: SignalCondition, scope: str) -> Check:
+    times = cond.crossed.times  # type: ignore[union-attr]
+
+    def check(ctx: EvalContext, entity: str) -> bool | None:
+        n = ctx.crossings(cond, entity, scope)
+        return None if n is None else n >= times
+    return check
+
+
 def compile_condition(cond: object, scope: str, catalog: Catalog) -> Check:
     """A closure answering :func:`tailhound.streams.ruleset.condition_eval.holds` for `cond`."""
+    if isinstance(cond, SignalCondition) and cond.crossed is not None:
+        return _compile_crossed(cond, scope)
     if isinstance(cond, SignalCondition):
         return _compile_signal(cond, scope, catalog)
     if isinstance(cond, Absent):

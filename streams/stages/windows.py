@@ -11,6 +11,8 @@ from ..node_state import NodeState
 from ..nodesignals import CurrentValues
 from ..ruleset.condition_eval import EvalContext
 from ..ruleset.condition_eval import _reduce as reduce_values
+from ..ruleset.crossings import count as crossing_count
+from ..ruleset.crossings import record as record_crossings
 from ..ruleset.rulefile import RuleSet, split_baseline_key
 from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, RATE_RATIOS, SignalValues
 from .step import Step
@@ -23,11 +25,13 @@ def stage(step: Step) -> bool:
     _learn_baselines(state, step.rules, view, step.fresh, ts)
     step.ctx = EvalContext(now=ts, values=view, last_seen=step.latest.seen(), catalog=step.catalog,  # type: ignore[arg-type]
                            history=lambda s, e: _history(state, s, e),
-                           baseline=lambda s, e: _baseline(state, s, e, view, models))
+                           baseline=lambda s, e: _baseline(state, s, e, view, models),
+                           crossings=lambda c, e, scope: crossing_count(state, c, e, scope, ts))
     updated = set(step.fresh)
     for f in updated & DERIVED_BY_INPUT.keys():
         updated.update(DERIVED_BY_INPUT[f])
     step.updated = updated
+    record_crossings(state, step.rules, step.ctx, updated, step.catalog)
     return True
 
 

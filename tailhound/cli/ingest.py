@@ -5,12 +5,17 @@ snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM; SIGHUP
 ``tailhound ingest -c ingest.yaml --check``: check the file (and read the token files) and say what would run.
 ``tailhound ingest --prometheus-config [--url URL]``: print the ``remote_write`` block for prometheus.yml, whose
 ``write_relabel_configs`` keep only the series tailhound reads (derived from the signal catalog).
-:func:`register` adds the command to an app (``tailhound/cli/__init__.py`` does).
+:func:`register` adds the command to an app (``tailhound/cli.py`` does).
+
+The standalone ingest freezes what is alive after its warm-up (:func:`freeze_long_lived`): its caches of
+labels and series live as long as the process, and Python's collector would walk them at every full
+collection (BENCHMARKS.md, "Prometheus ingest"). Inside a worker the worker decides.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +32,14 @@ if TYPE_CHECKING:  # loaded by the command itself (the CLI starts fast)
     from tailhound.ingest.config import IngestServiceConfig
 
 console = make_console()
+#: Seconds after start when the caches hold every target's series (a few scrape intervals and settles).
+FREEZE_AFTER_S = 120.0
+
+
+def freeze_long_lived() -> None:
+    """Collect, then move every object alive now out of the collector's generations (``gc.freeze``)."""
+    gc.collect()
+    gc.freeze()
 
 
 def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
@@ -91,8 +104,10 @@ async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | No
 
     stop = asyncio.Event()
     stop_on_signals(stop)
+    loop = asyncio.get_running_loop()
     if duration is not None:
-        asyncio.get_running_loop().call_later(duration, stop.set)
+        loop.call_later(duration, stop.set)
+    loop.call_later(FREEZE_AFTER_S, freeze_long_lived)
     service = IngestService(settings, cfg)
     if path is not None:
         ConfigReloader(path, load_ingest_config, service.reconfigure, prefix="tailhound_ingest",

@@ -141,7 +141,7 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
             result.console_url = await _console_url(notifier, opts, console)
             await _run_fleet(sim, pub, opts, console, worker, result)
             await _drain(s, worker, opts, console)
-            await _settle(result, receiver, opts)
+            await _settle(result, receiver, s.streams.rollup_max_delay_s, expect=bool(opts.faults))
             if opts.hold_s > 0 and result.console_url:
                 console.print(f"[bold]incident console[/] {result.console_url} stays up for {opts.hold_s:.0f} s "
                               "(Ctrl-C stops the demo)", soft_wrap=True)
@@ -221,13 +221,18 @@ async def _run_fleet(sim: FleetSimulator, pub: SnapshotPublisher, opts: DemoOpti
             await asyncio.sleep(delay)
 
 
-async def _settle(result: DemoResult, receiver: ConsoleReceiver, opts: DemoOptions) -> None:
-    """Give the last incident events and their notifications a few seconds to arrive."""
-    deadline = time.monotonic() + 8.0
+async def _settle(result: DemoResult, receiver: ConsoleReceiver, rollup_delay_s: float, *, expect: bool) -> None:
+    """Give the last incident events and their notifications time to arrive: once the fleet stops, no
+    watermark moves, so the roll-up releases what it holds only after its `rollup_delay_s` bound. With
+    faults injected (`expect`), nothing opened yet means the events are still on their way."""
+    deadline = time.monotonic() + rollup_delay_s + 8.0
     await asyncio.sleep(1.0)
     while time.monotonic() < deadline:
         open_ids = {e.incident_id for e in result.events if e.event == "opened"}
         closed = {e.incident_id for e in result.events if e.event == "resolved"}
+        if expect and not open_ids:
+            await asyncio.sleep(0.25)
+            continue
         if open_ids <= closed and (not open_ids or any(n.kind == "resolved" for n in receiver.sent)):
             return
         await asyncio.sleep(0.25)

@@ -34,6 +34,7 @@ from tailhound.worker.guard import (
     retry_unknown_produce_errors,
     stop_within,
 )
+from tailhound.worker.lost_logs import drop_commits_into_lost_logs, skip_recovery_of_lost_changelogs
 from tailhound.worker.metrics import ConsumerLagCollector, readiness
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,8 @@ def run_worker(settings: Settings, rules: RuleSet) -> None:
     again if the broker loses them and exits non-zero when commits keep failing (:mod:`tailhound.worker.guard`).
     Does not return (raises SystemExit)."""
     bound_commit_retries()
+    drop_commits_into_lost_logs()
+    skip_recovery_of_lost_changelogs()
     reset_offsets_past_log_end()
     retry_unknown_produce_errors()
     with contextlib.suppress(ValueError, AttributeError):  # SIGHUP reloads the rules (a task installs it)

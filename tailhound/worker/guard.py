@@ -10,8 +10,10 @@
 - **Offsets past the log.** The same loss leaves the worker's group with offsets it committed into the lost
   logs (a commit pending while the broker was away lands in the new, empty group): rejoining, the consumer
   would seek there and skip the recreated topic's first messages (measured: partition end 19, committed 66).
-  :func:`reset_offsets_past_log_end` makes every seek to committed offsets check the partitions' log ends: a
-  committed offset beyond its log end means that log was lost, and the partition is read from its beginning.
+  :func:`reset_offsets_past_log_end` makes every seek to committed offsets read from their beginning the
+  partitions of topics the broker lost (:mod:`tailhound.worker.lost_logs`: a topic check runs first) and any
+  whose committed offset lies beyond its log end (that log was lost too); until then no commit carries their
+  old offsets.
 - **Sends into lost topics.** Until the guard has declared them again, the bundled broker answers the worker's
   sends to its own topics (node-incidents, model-telemetry, changelogs) with error -1 (UNKNOWN), which aiokafka
   does not retry, and Faust drops the message: an incident event of that moment was lost.
@@ -44,6 +46,7 @@ from aiokafka.errors import KafkaError
 
 from tailhound.kafka import ensure_topics, existing_topics, topic_specs
 from tailhound.settings import Settings
+from tailhound.worker.lost_logs import LOST, check_before_seek, void_offsets
 
 log = logging.getLogger("tailhound.worker.compose")
 
@@ -60,6 +63,11 @@ EXIT_NOT_CLEAN = 1
 
 def guard_topics(app: faust.App, settings: Settings, interval_s: float = TOPIC_CHECK_S) -> None:
     """Add the task that declares the worker's topics again when they are gone (module docstring)."""
+
+    async def check() -> list[str]:
+        return await check_topics(app, settings)
+
+    LOST.check = check  # the seek at an assignment checks first (tailhound.worker.lost_logs)
 
     @app.task
     async def topic_guard() -> None:
@@ -88,7 +96,7 @@ async def check_topics(app: faust.App, settings: Settings, timeout_s: float = 10
     async with asyncio.timeout(timeout_s):
         existing = await existing_topics(settings)
         internal = _internal_topics(app)
-        missing = sorted((set(topic_specs(settings)) | set(internal)) - existing)
+        missing = LOST.observe(existing, set(topic_specs(settings)) | set(internal), internal)
         if not missing:
             return []
         log.warning("the broker lost topic(s) %s (restarted without its data, or deleted): declaring them again; "
@@ -128,8 +136,9 @@ def bound_commit_retries(limit_s: float = COMMIT_RETRY_S) -> None:
 
 
 def reset_offsets_past_log_end() -> None:
-    """Make aiokafka's ``seek_to_committed`` (what Faust calls after every assignment) read a partition whose
-    committed offset lies beyond its log end from the beginning instead (module docstring). Idempotent."""
+    """Make aiokafka's ``seek_to_committed`` (what Faust calls after every assignment) read from the beginning
+    instead a partition of a topic the broker lost, or whose committed offset lies beyond its log end (module
+    docstring). Idempotent."""
     from aiokafka import AIOKafkaConsumer
 
     original = AIOKafkaConsumer.seek_to_committed
@@ -138,20 +147,26 @@ def reset_offsets_past_log_end() -> None:
 
     async def seek_to_committed(self: AIOKafkaConsumer, *partitions: Any) -> dict:
         committed = await original(self, *partitions)
-        ahead = [tp for tp, offset in committed.items() if offset is not None and offset > 0]
-        if not ahead:
-            return committed
+        await check_before_seek()
+        void = set(void_offsets(committed))
+        LOST.read_from_start(void)
+        ahead = [tp for tp, offset in committed.items() if offset is not None and offset > 0 and tp not in void]
         try:
-            ends = await self.end_offsets(ahead)
-            lost = [tp for tp in ahead if committed[tp] > ends.get(tp, committed[tp])]
+            ends = await self.end_offsets(ahead) if ahead else {}
+            lost = [*void, *(tp for tp in ahead if committed[tp] > ends.get(tp, committed[tp]))]
             starts = await self.beginning_offsets(lost) if lost else {}
-        except KafkaError as exc:  # the broker did not answer: keep the committed offsets (as before)
+        except KafkaError as exc:  # the broker did not answer: keep the committed offsets, but not the void ones
             log.debug("could not check the committed offsets against the log ends: %r", exc)
-            return committed
+            lost, ends, starts = list(void), {}, {}
         for tp in lost:
-            log.warning("%s: committed offset %d is beyond the log end %d (the broker lost the log: restarted "
-                        "without its data, or the topic was recreated); reading it from offset %d",
-                        tp, committed[tp], ends[tp], starts.get(tp, 0))
+            if tp in void:
+                log.warning("%s: the broker lost this topic's log (restarted without its data, or deleted): "
+                            "committed offset %d points into the old one; reading it from offset %d",
+                            tp, committed[tp], starts.get(tp, 0))
+            else:
+                log.warning("%s: committed offset %d is beyond the log end %d (the broker lost the log: restarted "
+                            "without its data, or the topic was recreated); reading it from offset %d",
+                            tp, committed[tp], ends[tp], starts.get(tp, 0))
             self.seek(tp, starts.get(tp, 0))
             committed[tp] = starts.get(tp, 0)
         return committed

@@ -63,7 +63,8 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
 async def serve(listen: str, registry: CollectorRegistry, reloader: RuleReloader, access: ApiAccess,
                 ready: Callable[[], tuple[bool, str]]) -> tuple[web.AppRunner, int | None]:
     """Start the endpoint on ``host:port``; (the runner, the bound port)."""
-    runner, bound, access.loopback = await start_site(make_app(registry, reloader, access, ready), listen)
+    runner, bound, access.loopback = await start_site(make_app(registry, reloader, access, ready), listen,
+                                                        registry=registry, prefix="tailhound_worker")
     host = split_listen(listen)[0]
     log_always(log, f"worker endpoint on {host}:{bound}", address=f"{host}:{bound}",
                paths="/metrics /-/healthy /-/ready POST /-/reload")

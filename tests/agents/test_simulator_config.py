@@ -28,6 +28,8 @@ def test_fault_names_cover_the_documented_faults() -> None:
         "generation-length-growth",
         "load-imbalance",
         "power-cap",
+        "health-check-flap",
+        "scale-out",
     }
 
 

@@ -297,3 +297,44 @@ def test_power_cap_lowers_clocks_with_sw_power_cap_and_normal_temperatures() -> 
                 free_temps[k] for k in busy)
         itl, free_itl = itl_means(capped, node), itl_means(free, node)
         assert 1.0 < mean_over(itl, 44, 100) / mean_over(free_itl, 44, 100) < 1.2
+
+
+def test_health_check_flap_removes_and_readds_the_node_every_cycle() -> None:
+    """Every 2 minutes: /health near the timeout (~2.5 s) for 3 ticks, timing out for 2 (probe fails), then 3
+    ticks out of the load balancer: no running requests while the engine still scrapes fine, the other node
+    takes the traffic, /health fast again. Before the fault nothing of it."""
+    ticks = simulate((f"health-check-flap{WINDOW}:node={N1}",))
+    running = values(ticks, N1, "vllm", "vllm:num_requests_running")
+    success = values(ticks, N1, "blackbox", "probe_success")
+    duration = values(ticks, N1, "blackbox", "probe_duration_seconds")
+    assert min(running[:START_K]) > 0 and set(success[:START_K]) == {1.0} and max(duration[:START_K]) < 0.5
+    for cycle in range(START_K, END_K - 8, 8):
+        slow, failing, removed = range(cycle, cycle + 3), range(cycle + 3, cycle + 5), range(cycle + 5, cycle + 8)
+        assert all(success[k] == 1.0 and 2.0 < duration[k] < 3.0 and running[k] > 0 for k in slow)
+        assert all(success[k] == 0.0 and duration[k] == 5.0 for k in failing)
+        assert all(success[k] == 1.0 and duration[k] < 0.5 and running[k] == 0 for k in removed)
+    assert not any(snapshot_of(t, N1, "vllm").error for t in ticks)  # type: ignore[union-attr]
+    other = values(ticks, N2, "vllm", "vllm:num_requests_running")
+    healthy = values(simulate(), N2, "vllm", "vllm:num_requests_running")
+    removed_ticks = [k for k in range(START_K, END_K) if (k - START_K) % 8 >= 5]
+    assert statistics.fmean(other[k] for k in removed_ticks) > 1.3 * statistics.fmean(healthy[k] for k in removed_ticks)
+    assert min(running[END_K + 1:]) > 0 and set(success[END_K + 1:]) == {1.0}
+
+
+def test_scale_out_adds_a_node_that_serves_nothing_until_it_has_loaded() -> None:
+    """Before the fault the added node sends nothing; for COLD_START_S it is scraped with nothing running or
+    finished and its /health refused; then it takes its share (every node (N-1)/N of its traffic)."""
+    from tailhound.agents.simulator.scale_out import COLD_START_S
+
+    ticks = simulate((f"scale-out@10m:node={N2}",))
+    cold_k = START_K + int(COLD_START_S // 15)
+    assert all(snapshot_of(t, N2, "vllm") is None and snapshot_of(t, N2, "blackbox") is None for t in ticks[:START_K])
+    running = values(ticks, N2, "vllm", "vllm:num_requests_running")
+    success = values(ticks, N2, "blackbox", "probe_success")
+    finished = values(ticks, N2, "vllm", "vllm:request_success_total", finished_reason="stop")
+    assert set(running[START_K:cold_k]) == {0.0} and set(success[START_K:cold_k]) == {0.0}
+    assert set(finished[START_K:cold_k]) == {0.0}
+    assert min(running[cold_k + 1:]) > 0 and set(success[cold_k:]) == {1.0}
+    before = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[START_K - 20:START_K])
+    after = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[cold_k + 4:cold_k + 24])
+    assert after < 0.75 * before  # the first node hands half its traffic to the new one

@@ -44,3 +44,13 @@ def test_ingest_speed_smoke():
     assert [r["path"] for r in rows] == ["agent (baseline)", "remote write", "federation"]
     assert len({r["samples"] for r in rows}) == 1 and rows[0]["samples"] > 0  # every path makes every sample
     assert "nodes per core" in ingest_speed.report(rows)
+
+
+def test_ingest_stages_smoke():
+    from bench import ingest_speed
+
+    on = ingest_speed.stages(nodes=1, rounds=3, reps=1)
+    off = ingest_speed.stages(nodes=1, rounds=3, reps=1, collector=False)
+    frozen = ingest_speed.stages(nodes=1, rounds=3, reps=1, frozen=True)
+    assert set(on) == {*ingest_speed.STAGES, "agent path"} and all(v >= 0 for v in on.values())
+    assert "frozen after warm-up: " in ingest_speed.stages_report(on, off, frozen)

@@ -4,7 +4,10 @@ again on the same port, empty (memory storage: topics, messages, committed offse
 Both must recover without help: the agent counts a snapshot as sent only when the broker acknowledged it
 into a log it still has (after the restart the bundled broker acknowledges writes to topics it no longer
 has), keeps and re-sends the rest, and declares the topics again; the worker declares its own topics again,
-rejoins and processes the new telemetry, so a fault that starts after the restart is detected.
+rejoins and processes the new telemetry, so a fault that starts after the restart is detected: the group's
+offsets into the lost logs are not used (tailhound/worker/lost_logs.py: a stale committed offset inside a
+recreated log would skip its first snapshots), and the lost table changelogs are not read back (the worker's
+memory holds the tables).
 
 Figures: snapshots lost (collected after the kill and never readable), duplicated, lost with the broker
 (acknowledged before the kill: memory storage), time for the agent to send again and for the worker to
@@ -27,19 +30,6 @@ DOWN_S = scale(2, 15)  # how long the broker stays down
 HOT_TICKS = 10  # 2.5 min of fleet time: the thermal rule fires after 1 min
 
 
-# Known defects after the bundled broker restarts empty (diagnosed 2026-12-01, see the issue notes):
-# - fixed: the worker's pending commit carried its pre-restart offsets into the new group and the rejoin sought
-#   there, skipping the recreated topics' first messages (telemetry partition 1 end 19, committed 66);
-#   worker_guard.reset_offsets_past_log_end reads such a partition from its start
-#   (tests/integration/test_worker_recovery.py). Alone, the drill then passed 4 of 5 runs (was 2 of 3).
-# - fixed: what the worker published to its own topics (node-incidents, model-telemetry) before its topic guard
-#   declared them again failed with error -1 and Faust dropped it; worker_guard.retry_unknown_produce_errors
-#   has aiokafka retry it. With both: 5 of 6 runs passed.
-# - open: the failed run accepted every snapshot (484, nothing rejected, no send dropped) and still opened no
-#   incident for the fault that starts after the restart within the drill's 60 s; not diagnosed yet. Until then
-#   the drill reports, and a pass is welcome.
-@pytest.mark.xfail(reason="now and then no incident for the fault that starts right after a broker restart "
-                          "(undiagnosed; see the comment)", strict=False)
 async def test_broker_restart_loses_nothing_after_the_kill_and_both_recover(tmp_path, drill_report):
     async with asyncio.timeout(scale(120, 300)):
         async with Rig(tmp_path) as rig:

@@ -8,13 +8,15 @@ import pytest
 
 from tailhound.notifier.api import ApiAccess
 from tailhound.notifier.webconsole.access import LOGIN_PATH, LoginThrottle
-from tailhound.notifier.webconsole.request_checks import allowed_console_hosts, host_allowed
+from tailhound.notifier.webconsole.request_checks import allowed_console_hosts, host_header_allowed
 from tailhound.notifier.webconsole.routes import script_hash
 from tailhound.settings import NotifierSettings
+from tests.faults.conftest import scale
 from tests.notifier.webconsole.api_helpers import TOKEN, api, fetch
 
 SILENCE = '{"matchers": ["node=\\"gpu-node-3\\""], "author": "x", "comment": "csrf", "duration": "30d"}'
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+GUESSES = scale(40, 2000)  # wrong tokens tried
 
 
 async def test_dns_rebinding_reads_are_refused():
@@ -34,9 +36,11 @@ def test_allowed_hosts_from_settings():
     settings = NotifierSettings(console_url="https://Console.Example.org/console", console_allowed_hosts=["*.corp"])
     hosts = ApiAccess.from_settings(settings).allowed_hosts
     assert hosts == allowed_console_hosts(settings.console_url, ["*.corp"]) == ("*.corp", "console.example.org")
-    assert host_allowed("console.example.org:443", hosts) and host_allowed("tailhound.corp", hosts)
-    assert not host_allowed("corp", hosts) and not host_allowed("evil.org", hosts) and not host_allowed(None, hosts)
-    assert host_allowed("10.0.0.5:9095", ()) and host_allowed("[fe80::1%eth0]:1", ())  # no rebinding via an IP
+    assert host_header_allowed("console.example.org:443", hosts) and host_header_allowed("tailhound.corp", hosts)
+    assert not host_header_allowed("corp", hosts) and not host_header_allowed("evil.org", hosts)
+    assert not host_header_allowed(None, hosts)
+    assert host_header_allowed("10.0.0.5:9095", ()) and host_header_allowed("[fe80::1%eth0]:1", ())  # no rebinding
+
 
 
 async def test_a_cross_site_write_creates_no_silence():
@@ -70,7 +74,7 @@ async def test_token_guessing_is_throttled():
     async with api(access) as (_, base):
         access.loopback = False
         statuses = []
-        for i in range(40):
+        for i in range(GUESSES):
             status, headers, _ = await fetch(base, LOGIN_PATH, method="POST", headers=FORM, data=f"token=guess{i}")
             statuses.append(status)
         assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}

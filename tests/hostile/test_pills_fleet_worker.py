@@ -14,10 +14,11 @@ from tailhound.kafka import ensure_topics, make_producer
 from tailhound.streams.app import STATE_TABLE
 from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
+from tests.faults.conftest import scale
 from tests.kafka_helpers import consume
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-CAP, FAKES = 6, 60
+CAP, FAKES = 6, scale(60, 3000)
 HOT = {3: (88.0, 1100.0)}
 
 

@@ -16,19 +16,22 @@ from aiohttp import web
 
 from tailhound.ingest.federation import FederationConfig, FederationPuller
 from tailhound.ingest.federation_decode import BoundedDecoder, DecodeRefused
+from tailhound.ingest.federation_text import TextLimits
+from tests.faults.conftest import scale
 from tests.http_helpers import serve_app
 from tests.ingest.test_federation import GROUPING, PAGES, T0, TARGETS, federate_body
 
 LIMIT = 1 << 20
+BOMB_MIB = scale(256, 4096)  # what the brotli bomb inflates to
 
 
-def brotli_bomb(mib: int = 256) -> bytes:
+def brotli_bomb(mib: int = BOMB_MIB) -> bytes:
     c = brotli.Compressor(quality=5)
     zeros = b"\0" * (16 << 20)
     return b"".join(c.process(zeros) for _ in range(mib // 16)) + c.finish()
 
 
-def gzip_bomb(mib: int = 64) -> bytes:
+def gzip_bomb(mib: int = 64) -> bytes:  # gzip packs ~1,000:1: a bigger one is refused for its own size
     g = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     zeros = b"\0" * (16 << 20)
     return b"".join(g.compress(zeros) for _ in range(mib // 16)) + g.flush()
@@ -57,7 +60,7 @@ async def pull(body: bytes, encoding: str | None, **config) -> tuple[list, list,
 @pytest.mark.parametrize("encoding", ["br", "gzip"])
 def test_a_decompression_bomb_is_a_failed_pull_within_the_limit(encoding):
     body = brotli_bomb() if encoding == "br" else gzip_bomb()
-    assert len(body) < (2048 if encoding == "br" else 400_000)
+    assert len(body) < (2048 * BOMB_MIB // 256 if encoding == "br" else 400_000)
     snapshots, rejects, peak = asyncio.run(pull(body, encoding, max_body_bytes=LIMIT))
     r, = rejects
     assert snapshots == [] and r.kind == "federate_failed" and r.stage == "fetch"
@@ -91,3 +94,18 @@ def test_the_decoder_never_returns_more_than_the_limit_in_one_call():
         with pytest.raises(DecodeRefused, match="once decoded"):
             d.feed(bomb)
         assert d.size <= LIMIT + (128 << 10 if encoding == "br" else 1)  # brotli rounds up to its blocks
+
+
+def test_a_pull_over_the_default_series_or_bytes_is_refused_saying_which_limit_and_what_to_do():
+    # the defaults (16 MiB, 100,000 series) hold about 1,000 GPU nodes of a real /federate (BENCHMARKS.md)
+    defaults = FederationConfig(url="http://127.0.0.1:9090")
+    assert (defaults.max_body_bytes, defaults.max_series) == (TextLimits().max_body_bytes, TextLimits().max_series)
+    many = "".join(f'up{{instance="10.0.{i // 250}.{i % 250}:9400",job="dcgm",node="n{i}"}} 1 {T0}\n'
+                   for i in range(100_001)).encode()
+    assert len(many) < defaults.max_body_bytes and defaults.max_series == 100_000
+    _, (series,), _ = asyncio.run(pull(many, None))
+    assert "more than 100000 series in one body" in series.reason and "federation.matchers" in series.reason
+    big = b"# " + b"x" * (16 << 20) + b"\n"
+    _, (size,), _ = asyncio.run(pull(big, None))
+    assert f"max_body_bytes {16 << 20}" in size.reason and "federation.matchers" in size.reason
+    assert series.kind == size.kind == "federate_failed"

@@ -16,9 +16,13 @@ from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.receiver import IngestResult
 from tailhound.ingest.server import IngestServer, make_app
 from tailhound.notifier.api import start_site
+from tests.faults.conftest import scale
 from tests.hostile.slow_clients import closed_by_server, connect, drip
 
 FAST = ServerLimits(header_timeout_s=1.0, body_timeout_s=1.0, max_per_client=16, max_connections=1000)
+DRIPPERS = scale(8, 64)  # bodies dripped at once (8 per source address)
+GOOD = scale(28, 280)  # good requests meanwhile
+HALF_OPEN = scale(200, 2000)  # idle and half-sent connections
 
 
 async def ingest_server(limits: ServerLimits, max_in_flight: int = 8) -> IngestServer:
@@ -45,26 +49,26 @@ def test_eight_drippers_hold_no_slot_and_get_408():
     async def main():
         server = await ingest_server(FAST)
         try:
-            drippers = [asyncio.create_task(drip(server.port, "127.0.0.2", "/api/v1/write", interval_s=0.2))
-                        for _ in range(8)]
+            drippers = [asyncio.create_task(drip(server.port, f"127.0.1.{2 + i // 8}", "/api/v1/write",
+                                                 interval_s=0.2)) for i in range(DRIPPERS)]
             await asyncio.sleep(0.3)  # every dripper is connected and sending
-            good = await good_sends(server.port, 28)
+            good = await good_sends(server.port, GOOD)
             answers = await asyncio.gather(*drippers)
             return good, answers, server.in_flight
         finally:
             await server.stop()
 
     good, answers, in_flight = asyncio.run(main())
-    assert good == [204] * 28
+    assert good == [204] * GOOD
     assert all(a is not None and a.startswith(b"HTTP/1.1 408") for a in answers), answers
     assert in_flight == 0
 
 
 def test_half_open_connections_are_closed_after_the_header_timeout():
     async def main():
-        server = await ingest_server(FAST.model_copy(update={"max_per_client": 1000}))
+        server = await ingest_server(FAST.model_copy(update={"max_per_client": HALF_OPEN}))
         try:
-            conns = [await connect(server.port, "127.0.0.3") for _ in range(200)]
+            conns = [await connect(server.port, "127.0.0.3") for _ in range(HALF_OPEN)]
             for i, (_, writer) in enumerate(conns):
                 if i % 2:  # half of them send half a request
                     writer.write(b"POST /api/v1/write HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -77,7 +81,7 @@ def test_half_open_connections_are_closed_after_the_header_timeout():
             await server.stop()
 
     closed, still_open = asyncio.run(main())
-    assert all(c is not None for c in closed), f"{sum(c is None for c in closed)} of 200 still open"
+    assert all(c is not None for c in closed), f"{sum(c is None for c in closed)} of {HALF_OPEN} still open"
     assert still_open == {}
 
 

@@ -36,7 +36,7 @@ def scrape(ts: int = T0, up: float = 1.0, **labels: str) -> list[Series]:
 
 
 def records(items) -> list[ScrapeRecord]:
-    return [i for i in items if isinstance(i, ScrapeRecord)]
+    return [i for i in items if not isinstance(i, Forget)]
 
 
 def test_host_of():
@@ -176,7 +176,7 @@ def test_a_forgotten_source_with_open_scrapes_hands_them_out_first():
     g.add(scrape(T0, instance="a:1"), now=0)
     g.add(scrape(T0, instance="b:1"), now=1)
     out = g.ready(now=1)
-    assert [type(o).__name__ for o in out] == ["ScrapeRecord", "Forget"] and out[1].node == "a"
+    assert [type(o).__name__ for o in out] == ["GroupedRecord", "Forget"] and out[1].node == "a"
 
 
 def test_a_failed_scrape_is_an_error_record_and_a_gone_target_is_forgotten():

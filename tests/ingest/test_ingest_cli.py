@@ -187,3 +187,38 @@ def test_ingest_without_a_config_is_an_error(monkeypatch, capsys):
     assert isinstance(result.exception, TailhoundError) and "--config" in str(result.exception)
     code, out, err = run_main(["ingest", "--check"], monkeypatch, capsys)
     assert code == 2 and "tailhound ingest needs --config ingest.yaml" in err
+
+
+async def test_the_standalone_ingest_freezes_what_is_alive_after_its_warm_up(monkeypatch):
+    """Its caches live as long as the process: frozen once, the collector no longer walks them."""
+    import asyncio
+
+    from tailhound.cli import ingest as ingest_cli
+    from tailhound.ingest import service as service_module
+
+    class Service:
+        def __init__(self, settings, cfg) -> None:  # noqa: ANN001 - the real service's arguments
+            pass
+
+        async def run(self, stop) -> None:  # noqa: ANN001 - an asyncio.Event
+            await stop.wait()
+
+    frozen = []
+    monkeypatch.setattr(service_module, "IngestService", Service)
+    monkeypatch.setattr(ingest_cli, "FREEZE_AFTER_S", 0.01)
+    monkeypatch.setattr(ingest_cli, "freeze_long_lived", lambda: frozen.append(1))
+    await asyncio.wait_for(ingest_cli.run(None, None, 0.3), 10)
+    assert frozen == [1]
+
+
+def test_freezing_moves_the_live_objects_out_of_the_collectors_way():
+    import gc
+
+    from tailhound.cli.ingest import freeze_long_lived
+
+    before = gc.get_freeze_count()
+    try:
+        freeze_long_lived()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()

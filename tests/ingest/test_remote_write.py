@@ -268,7 +268,7 @@ def test_snappy_data_shorter_than_announced_is_refused():
 def test_the_announced_size_is_checked_before_decompressing(monkeypatch):
     bomb = varint(1 << 30) + b"\x00" * 16  # announces 1 GiB
     called = []
-    monkeypatch.setattr(rw.cramjam.snappy, "decompress_raw", lambda *a: called.append(a))
+    monkeypatch.setattr(cramjam.snappy, "decompress_raw", lambda *a: called.append(a))
     with pytest.raises(RemoteWriteError) as exc:
         decode_write_request(bomb)
     assert (exc.value.reason, exc.value.status) == ("too_large", 413) and called == []

@@ -1,5 +1,6 @@
 """The same recording gives the same incidents offline (`tailhound replay`) and through the real broker
-and Faust worker (`tailhound agent --from-recording` -> worker)."""
+and Faust worker (`tailhound agent --from-recording` -> worker), with the agent publishing telemetry version 1
+or 3."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tailhound.agents.config import AgentConfig
 from tailhound.agents.main import run_replay
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import write_recording
@@ -34,8 +36,14 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-async def test_replay_and_worker_agree(settings, tmp_path, name):
+#: agent configs the worker is fed with: the default (telemetry version 1, one message per snapshot), and version 3
+#: bundled per node and tick (only for the scenario with the model stage and histograms: every path of v3)
+WIRES = [(name, None) for name in sorted(SCENARIOS)] + [
+    ("surge", AgentConfig(listen=None, publish={"wire": 3, "bundle": True}))]
+
+
+@pytest.mark.parametrize(("name", "config"), WIRES, ids=[f"{n}-v{3 if c else 1}" for n, c in WIRES])
+async def test_replay_and_worker_agree(settings, tmp_path, name, config):
     minutes, faults, nodes, incidents = SCENARIOS[name]
     sim = FleetSimulator(SimConfig(nodes=3, seed=5), [FaultSpec.parse(f) for f in faults])
     recording = tmp_path / "fleet.jsonl"
@@ -48,7 +56,7 @@ async def test_replay_and_worker_agree(settings, tmp_path, name):
     worker = WorkerProcess(settings, tmp_path / "worker.log")
     worker.start()
     try:
-        assert await run_replay(settings, recording, speed=0) > 0
+        assert await run_replay(settings, recording, speed=0, config=config) > 0
         records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= len(offline),
                                 timeout=120, alive=worker.alive)
     finally:

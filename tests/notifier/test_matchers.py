@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tailhound.errors import ConfigError
 from tailhound.notifier.config import parse_config
 from tailhound.notifier.limits import MAX_EXPIRED_SILENCES, MAX_MATCHERS, MAX_SILENCES
-from tailhound.notifier.matchers import MAX_VALUE_CHARS, Matcher
+from tailhound.notifier.matchers import MAX_VALUE_CHARS, Matcher, MatcherSpans, matcher_spans
 from tailhound.notifier.pipeline import Notifier
 from tailhound.notifier.state import Silence
 
@@ -175,3 +175,9 @@ def test_live_silences_are_capped_and_expired_ones_forgotten_oldest_first():
     assert len(expired) == MAX_EXPIRED_SILENCES
     assert "sil-old-0" not in nf.silences and f"sil-old-{MAX_EXPIRED_SILENCES + 9}" in nf.silences
     assert out.dirty["silence:sil-old-0"] is None  # a tombstone on the state topic
+
+
+def test_matcher_spans_point_at_the_name_and_the_value_as_written():
+    assert matcher_spans('  severity=~"warn\\\\.|crit"') == MatcherSpans(name=2, value=13, raw_value="warn\\\\.|crit")
+    assert matcher_spans("node!=gpu-3") == MatcherSpans(name=0, value=6, raw_value="gpu-3")
+    assert matcher_spans('node="x"' + " " * 3000) is None and matcher_spans("no operator") is None

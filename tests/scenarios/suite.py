@@ -205,6 +205,22 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     # sw_power_cap), temperatures stay normal; decode is memory-bound, so the engines lose a few percent only
     Scenario("power-capped", "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
              (Fault(f"power-cap@{_at(F - 5)}", None),), {"nodes": 4}),
+    # /health queues behind inference: under load it answers in ~2.5 s, then times out; the balancer removes
+    # the node for 45 s and re-adds it, every 2 minutes (agents/simulator/faults.py). The second drop of its
+    # traffic (~3.25 min in) is what tells flapping from one removal
+    Scenario("health-check-flap", "the load balancer keeps removing and re-adding a node (slow /health)",
+             (Fault(f"health-check-flap@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("health-check-flapping", "gpu-node-2", max_delay_min=4)),),
+             {"nodes": 3}),
+    Scenario("health-check-one-removal", "negative: the balancer removes a node once and re-adds it",
+             (Fault(f"health-check-flap@{_at(F)}+2m:node=gpu-node-2", None),), {"nodes": 3}),
+    # a fleet-wide surge; a minute in, the autoscaler adds gpu-node-4, which loads its weights for 4 minutes
+    # (scraped, serving nothing: agents/simulator/scale_out.py): the capacity incident says the replica is not
+    # ready (scale-out-not-ready) and asks for a warm pool
+    Scenario("surge-scale-out", "an autoscaler adds a node mid-surge; it is not ready for 4 minutes",
+             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),
+              Fault(f"scale-out@{_at(F + 1)}:node=gpu-node-4", None)),
+             {"nodes": 4}),
 )}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test

@@ -63,5 +63,26 @@ def test_every_fault_is_detected_somewhere():
             if f.expect is not None:
                 assert f.incidents, f"{name}: {f.spec} opened nothing"
         if name in ("healthy", "warm-gpu", "rolling-deploy", "tgi-healthy", "trace-conv-healthy", "trace-code-healthy",
-                    "power-capped"):
+                    "power-capped", "health-check-one-removal"):
             assert not result.incidents, (name, result.problems())
+
+
+def test_a_scale_out_that_lags_the_surge_is_named_in_the_capacity_incident():
+    """The capacity incident of a surge during which an added replica loads its weights says so: the
+    replica serves nothing while the others queue, and the page asks for a warm pool and min replicas >= 2."""
+    [surge, added] = run("surge-scale-out").faults
+    [incident] = surge.incidents
+    lagging = [e for e in incident.events if e.rule == "scale-out-not-ready"]
+    assert lagging, [e.rule for e in incident.events]
+    text = " ".join(lagging[0].actions)
+    assert "replicas were added but are not ready" in text and "min replicas >= 2" in text and "warm pool" in text
+    idle = [ev for ev in lagging[0].evidence if ev.signal == "min(engine.requests_running)"]
+    assert idle and idle[0].value == 0
+    assert not added.incidents
+
+
+def test_health_check_flapping_pages_with_the_drops_counted():
+    [fault] = run("health-check-flap").faults
+    [incident] = fault.incidents
+    counted = {ev.signal: ev for ev in incident.events[0].evidence if ev.op == "changes >="}
+    assert counted["engine.requests_running"].value >= 3 and counted["probe.success"].value >= 3

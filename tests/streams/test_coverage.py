@@ -229,3 +229,24 @@ def test_no_critical_rule_of_the_default_pack_is_blind_on_default_exporters():
 
 def test_blind_exceptions_have_reasons():
     assert all(len(reason) > 40 for reason in BLIND_ON_DEFAULT_EXPORTERS.values())
+
+
+#: Issue 27's rules on dcgm-exporter defaults + vLLM + node_exporter + blackbox: each can fire; "partial" only
+#: where an alternative branch reads what those exporters cannot send (the capacity file, the stream probe,
+#: dcgm fields outside its defaults), and exactly those signals are missing.
+ISSUE_27_COVERAGE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpu-hardware-error": ("partial", ("gpu.ecc_uncorrected", "gpu.xid_errors")),
+    "head-of-line-blocking-long-prompts": ("ok", ()),
+    "generation-length-growth": ("ok", ()),
+    "load-imbalance": ("ok", ()),
+    "batch-past-tpot-knee": ("partial", ("capacity.max_num_seqs", "capacity.tpot_knee_s")),
+    "health-check-flapping": ("partial", ("lb.health_timeout_margin",)),
+    "scale-out-not-ready": ("ok", ()),
+}
+
+
+def test_issue_27_rules_show_their_coverage_on_default_exporters():
+    metrics = default_exporters()
+    report = coverage(load_rules(default_rules_dir()), signals_of_metrics(metrics), CATALOG, metrics.keys())
+    got = {c.rule: (c.status, tuple(sorted(c.missing))) for c in report}
+    assert {name: got.get(name) for name in ISSUE_27_COVERAGE} == ISSUE_27_COVERAGE

@@ -139,7 +139,7 @@ def test_no_pydantic_internals_in_any_message(load, text):
 
 def test_a_wrong_receiver_type_suggests_the_nearest():
     err = _error(parse_config, "receivers: [{type: slakc, name: s}]\nroute: {receiver: s}\n", "n.yaml")
-    assert str(err) == "n.yaml:1:20: receivers[0]: unknown type 'slakc' (did you mean 'slack'?)"
+    assert str(err) == "n.yaml:1:20: receivers[0]: unknown receiver type 'slakc' (did you mean 'slack'?)"
 
 
 def test_settings_file_errors_name_file_line_and_key(tmp_path, monkeypatch):
