@@ -8,8 +8,8 @@ the same event time. Each message goes through what the ``evaluate`` agent does 
 :class:`MemoryStateStore`, the state stored when changed), and, for the engine snapshot, the model stage
 (:meth:`ModelStage.add` with the node's open causes, every node serving one model, the model rules). Kafka and
 Faust are left out (they cost the same per snapshot at any fleet size). Timed over the last `rounds` rounds
-only (the first `warm` build the state): per phase with ``process_time`` (CPU: the machine is shared), all of it with ``process_time``
-(CPU), garbage collections with ``gc.callbacks``. "State JSON per node" is the median size of the nodes'
+only (the first `warm` build the state), in CPU time (``process_time``: the machine is shared), per phase and in
+all; garbage collections with ``gc.callbacks``. "State JSON per node" is the median size of the nodes'
 stored records as the state codec writes them; "RSS growth" is the process's resident set after the run less
 before it; "nodes per core" is node rounds per CPU-second times 15 s. ``python -m bench.fleet_scale
 10,1000,10000``.
