@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -122,7 +123,12 @@ def run(sizes: tuple[int, ...] = (10, 1_000, 10_000), rounds: int = 3, warm: int
     register()
     msgs = template_rounds(warm + rounds)
     run_size(3, msgs, 1)  # one-time caches (catalog, rule facts, imports) outside the measurements
-    return {"rounds": rounds, "warm": warm, "rows": [run_size(n, msgs, warm) for n in sizes]}
+    rows = []
+    for n in sizes:
+        rows.append(run_size(n, msgs, warm))
+        print(f"  {n:,} nodes: {rows[-1]['cpu_s']:,.1f} CPU-s, {rows[-1]['nodes_per_core']:,.0f} nodes per core",
+              file=sys.stderr, flush=True)
+    return {"rounds": rounds, "warm": warm, "rows": rows}
 
 
 def report(result: dict) -> str:
