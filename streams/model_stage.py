@@ -129,6 +129,10 @@ class ModelAggregator:
     _newest: float = field(default=float("-inf"), repr=False)
     _by_ts: OldestLatest = field(default_factory=OldestLatest, repr=False)
 
+    def __post_init__(self) -> None:
+        self._newest = max(self.node_ts.values(), default=float("-inf"))
+        self._by_ts.rebuild(self.node_ts)
+
     def add(self, snapshot: Snapshot, causes: tuple[str, ...] = (), now: float | None = None) -> list[Snapshot]:
         """Take one engine snapshot (with the root causes open on its node) that arrived at wall time `now`
         (None offline); return the synthetic snapshots of the buckets it closed."""
@@ -184,14 +188,19 @@ class ModelAggregator:
     def _oldest_active(self, now: float | None) -> float:
         """The oldest latest time of the nodes still reporting. A node counts until it is IDLE_S of event time
         behind the newest one *and*, in the worker, has sent nothing for IDLE_WALL_S: nodes whose partitions
-        different workers run at different speeds are behind, not gone, and hold their buckets open."""
+        different workers run at different speeds are behind, not gone, and hold their buckets open. Kept by
+        time (:class:`OldestLatest`), so an add does not walk the roster."""
         newest, seen_at = self._newest, self.seen_at
 
         def active(n: str, ts: float) -> bool:
             return newest - ts <= self.idle_s or (now is not None and now - seen_at.get(n, now) < IDLE_WALL_S)
 
         oldest = self._by_ts.oldest(self.node_ts, active)
-        return oldest if oldest is not None else newest
+        if oldest is None:  # node_ts was replaced from outside (not by add or restore): index it again
+            self.__post_init__()
+            newest = self._newest
+            oldest = self._by_ts.oldest(self.node_ts, active)
+        return newest if oldest is None else oldest
 
     def roster(self) -> dict:
         """What a worker that takes this key over needs to close buckets right (the nodes and how far each

@@ -115,3 +115,10 @@ def test_the_peer_median_from_sorted_values_is_the_median_of_the_others():
         ordered = sorted(vals.values())
         for entity in [*vals, "absent"]:
             assert _median_without(ordered, vals.get(entity)) == peer_median(vals, entity), (vals, entity)
+
+
+def test_a_roster_given_from_outside_is_indexed_before_it_is_read():
+    agg = ModelAggregator("llama", node_ts={"n1": T0, "n2": T0 + 15})
+    assert agg._oldest_active(None) == T0
+    agg.node_ts = {"n1": T0 + 30, "n2": T0 + 45}
+    assert agg._oldest_active(None) == T0 + 30
