@@ -35,7 +35,7 @@ from .ruleset import Rule, RuleSet
 
 #: Most fundamental first: a cause explains the ones after it.
 CAUSAL_RANK: tuple[RootCause, ...] = (
-    RootCause.GPU_HARDWARE_ERROR,  # issue 27: a failed GPU explains every slowdown and queue on its node
+    RootCause.GPU_HARDWARE_ERROR,  # a failed GPU explains every slowdown and queue on its node
     RootCause.GPU_THERMAL_THROTTLE,
     RootCause.NVLINK_DEGRADED,
     RootCause.PCIE_BOTTLENECK,
