@@ -235,7 +235,7 @@ def _leaf_strength(cond: SignalCondition, ctx: EvalContext, entity: str, scope: 
     b = cond.bound
     factor = (b.baseline if b.baseline is not None else b.peers) if isinstance(b, Ref) else None
     if factor is None:  # a constant or another signal
-        out = v / limit[0] if up else (limit[0] / v if v > 0 else LEAF_STRENGTH_CAP)
+        out = v / limit[0] if up else (limit[0] / v if v > 0 else 1.0)  # (`below: 1` of a 0/1 flag: whether)
     else:
         ratio = v / (limit[0] / factor)  # the value over its normal (baseline or peer median)
         if up and factor > 1.0:

@@ -131,3 +131,9 @@ def test_settle_wait_counts_from_when_a_cause_fired_not_since_plus_for():
     assert not _wait_for_better(fired, {"hot-and-slow"}, rules.index, now)
     early = {"kv": Firing(entities=["0"], since=now - 400.0, fired=now - 60.0)}
     assert _wait_for_better(early, {"hot-and-slow"}, rules.index, now)
+
+
+def test_a_zero_flag_under_its_bound_is_a_guard_not_strong_evidence():
+    # `model.engine_node_explained below: 1` at 0: no cause explains the node (whether, not how far)
+    flag = leaf(signal="model.engine_node_explained", below=1)
+    assert strength(flag, ctx({"model.engine_node_explained": {"0": 0.0}}), "0", "engine") == 1.0
