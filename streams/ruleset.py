@@ -82,7 +82,7 @@ class Rule(BaseModel):
     when: Condition
     #: the longest the condition must hold before the rule fires (evidence just past its bounds)
     for_: Duration = Field(default=0.0, alias="for")
-    #: the shortest hold, for evidence far past its bounds (streams/evidence_hold.py); None: always `for`
+    #: the shortest hold, for evidence far past its bounds (condition_eval.required_hold); None: always `for`
     min_for: Duration | None = None
     keep_firing_for: Duration = 0.0
     severity: Severity = Severity.WARNING
