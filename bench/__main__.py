@@ -2,7 +2,8 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, wire, peer),
+notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, fleet-scale, wire,
+peer),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -16,7 +17,7 @@ import platform
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
 SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios",
-            "table-store", "nodes-per-core", "scale-out", "ingest", "fleet-memory", "wire", "peer")
+            "table-store", "nodes-per-core", "scale-out", "ingest", "fleet-memory", "fleet-scale", "wire", "peer")
 
 
 def machine() -> str:
@@ -119,6 +120,12 @@ def main(argv: list[str] | None = None) -> None:
         print(fleet_memory.report(fleet_memory.run(realistic=(200, 1_000), attack=(1_000, 5_000), node_cap=500,
                                                    model_sizes=(200,), model_cap=50) if quick
                                   else fleet_memory.run()))
+    if "fleet-scale" in args.sections:
+        from bench import fleet_scale
+
+        print("\n## Cost per snapshot against fleet size: 10, 1,000 and 10,000 nodes of one model (issue 30)\n")
+        sizes = (10, 200, 1_000) if quick else (10, 1_000, 10_000)
+        print(fleet_scale.report(fleet_scale.run(sizes, rounds=2 if quick else 3, warm=2 if quick else 3)))
     if "wire" in args.sections:
         from bench import wire_format
 

@@ -35,7 +35,7 @@ from .ruleset.rulefile import Rule, RuleSet
 
 #: Most fundamental first: a cause explains the ones after it.
 CAUSAL_RANK: tuple[RootCause, ...] = (
-    RootCause.GPU_HARDWARE_ERROR,  # issue 27: a failed GPU explains every slowdown and queue on its node
+    RootCause.GPU_HARDWARE_ERROR,  # a failed GPU explains every slowdown and queue on its node
     RootCause.GPU_THERMAL_THROTTLE,
     RootCause.NVLINK_DEGRADED,
     RootCause.PCIE_BOTTLENECK,
@@ -112,6 +112,8 @@ class Firing(BaseModel):
     entities: list[str]
     since: float
     evidence: list[Evidence] = Field(default_factory=list)
+    #: when its first entity started firing (a strong condition fires before its `for`); None: since + `for`
+    fired: float | None = None
 
 
 def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: dict[str, Firing], rules: RuleSet,
@@ -199,7 +201,8 @@ def _wait_for_better(mine: dict[str, Firing], pending: set[str] | frozenset[str]
                          for n in pending if n in by_name and n not in mine)
     if better_pending and all(by_name[n].root_cause in RESIDUAL_CAUSES for n in mine):
         return True  # what is left when nothing specific explains it waits for the specific cause to decide
-    first = min(f.since + by_name[n].for_ for n, f in mine.items())  # when the first cause started firing
+    first = min(f.since + by_name[n].for_ if f.fired is None else f.fired
+                for n, f in mine.items())  # when the first cause started firing
     return better_pending and now - first < CORRELATION_WAIT_S
 
 

@@ -5,7 +5,8 @@ for every snapshot; replay and tests call it directly. Everything runs in event 
 
 Per rule and node:
 - an entity (a GPU, an engine, the node) whose condition holds becomes *pending*; once it has held
-  for the rule's ``for`` it is *firing*;
+  for the rule's ``for`` it is *firing* (with a ``min_for``, sooner the further past its bounds the
+  evidence is, never before ``min_for``: :func:`tailhound.streams.ruleset.condition_eval.required_hold`);
 - it stops firing when the condition has been false for ``keep_firing_for``, or when it has not been
   seen for ``stale_after_s`` (its source went away);
 - the firing entities of a rule on a node form one incident: it opens with the first entity, is

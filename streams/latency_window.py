@@ -2,7 +2,7 @@
 
 :class:`LatencyWindow` keeps the bucket increases of each collection interval of ONE series
 (:class:`Interval`) and answers the window's histogram at an event time. It is re-exported by
-:mod:`tailhound.streams.histograms`, where it used to live.
+:mod:`tailhound.streams.histograms`.
 
 Cost notes (every vLLM snapshot adds 7 intervals and reads 7 window histograms): whole-number bucket
 counts (what the agent sends: observation counts) are added column-wise in C, which is exact for whole

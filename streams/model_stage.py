@@ -30,6 +30,7 @@ a restarted worker loses at most the open buckets (seconds of data).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from .engine_peers import EnginePeerWindows, peer_histograms
 from .fleet_cap import MODEL, MODEL_NODE, RecentNames
 from .model_merge import merge
 from .processor import MemoryStateStore, SnapshotProcessor
+from .rollup.watermarks import OldestLatest
 from .ruleset.rulefile import Rule, RuleSet
 
 ENGINE_SOURCES = frozenset({"vllm", "tgi", "nim", "sglang"})
@@ -123,6 +125,13 @@ class ModelAggregator:
     #: roster (its data in open buckets stays), and `on_evict(MODEL_NODE, node)` is told
     max_nodes: int | None = None
     on_evict: Callable[[str, str], None] | None = None
+    #: the newest of node_ts, and node_ts by time: the watermark without walking the roster (_oldest_active)
+    _newest: float = field(default=float("-inf"), repr=False)
+    _by_ts: OldestLatest = field(default_factory=OldestLatest, repr=False)
+
+    def __post_init__(self) -> None:
+        self._newest = max(self.node_ts.values(), default=float("-inf"))
+        self._by_ts.rebuild(self.node_ts)
 
     def add(self, snapshot: Snapshot, causes: tuple[str, ...] = (), now: float | None = None) -> list[Snapshot]:
         """Take one engine snapshot (with the root causes open on its node) that arrived at wall time `now`
@@ -139,7 +148,9 @@ class ModelAggregator:
         else:
             self.buckets.setdefault(start, {}).setdefault(snapshot.node, []).append(snapshot)
             self.bucket_causes.setdefault(start, {})[snapshot.node] = causes
-        self.node_ts[node] = max(snapshot.ts, self.node_ts.pop(node, 0.0))
+        ts = self.node_ts[node] = max(snapshot.ts, self.node_ts.pop(node, 0.0))
+        self._newest = max(self._newest, ts)
+        self._by_ts.push(node, ts, self.node_ts)
         if self.max_nodes is not None and len(self.node_ts) > self.max_nodes:
             self._drop_oldest_nodes()
         if now is not None and self.cold_until is None and not self.closed_until:
@@ -148,11 +159,16 @@ class ModelAggregator:
 
     def _drop_oldest_nodes(self) -> None:
         """Over max_nodes: forget the nodes that arrived least recently (they no longer hold buckets open)."""
-        for node in list(self.node_ts)[:len(self.node_ts) - self.max_nodes]:  # type: ignore[operator]
+        dropped_newest = False
+        for node in list(itertools.islice(self.node_ts, len(self.node_ts) - self.max_nodes)):  # type: ignore[operator]
+            dropped_newest |= self.node_ts.get(node) == self._newest
             for d in (self.node_ts, self.seen_at, self.node_causes, self.closed_causes):
                 d.pop(node, None)
             if self.on_evict is not None:
                 self.on_evict(MODEL_NODE, node)
+        if dropped_newest:  # (rare) the newest time went back: nodes left out as idle may count again
+            self._newest = max(self.node_ts.values(), default=float("-inf"))
+            self._by_ts.rebuild(self.node_ts)
 
     def close_ready(self, now: float | None = None) -> list[Snapshot]:
         """Close the buckets every active node has moved past (also on the worker's wall-clock ticks: a fresh
@@ -172,10 +188,19 @@ class ModelAggregator:
     def _oldest_active(self, now: float | None) -> float:
         """The oldest latest time of the nodes still reporting. A node counts until it is IDLE_S of event time
         behind the newest one *and*, in the worker, has sent nothing for IDLE_WALL_S: nodes whose partitions
-        different workers run at different speeds are behind, not gone, and hold their buckets open."""
-        newest = max(self.node_ts.values())
-        return min(ts for n, ts in self.node_ts.items()
-                   if newest - ts <= self.idle_s or (now is not None and now - self.seen_at.get(n, now) < IDLE_WALL_S))
+        different workers run at different speeds are behind, not gone, and hold their buckets open. Kept by
+        time (:class:`OldestLatest`), so an add does not walk the roster."""
+        newest, seen_at = self._newest, self.seen_at
+
+        def active(n: str, ts: float) -> bool:
+            return newest - ts <= self.idle_s or (now is not None and now - seen_at.get(n, now) < IDLE_WALL_S)
+
+        oldest = self._by_ts.oldest(self.node_ts, active)
+        if oldest is None:  # node_ts was replaced from outside (not by add or restore): index it again
+            self.__post_init__()
+            newest = self._newest
+            oldest = self._by_ts.oldest(self.node_ts, active)
+        return newest if oldest is None else oldest
 
     def roster(self) -> dict:
         """What a worker that takes this key over needs to close buckets right (the nodes and how far each
@@ -187,6 +212,8 @@ class ModelAggregator:
         self.node_ts = {str(n): float(t) for n, t in (roster.get("node_ts") or {}).items()}
         self.closed_until = float(roster.get("closed_until") or 0.0)
         self.prev_end = {str(k): float(v) for k, v in (roster.get("prev_end") or {}).items()}
+        self._newest = max(self.node_ts.values(), default=float("-inf"))
+        self._by_ts.rebuild(self.node_ts)
         if now is not None:
             self.seen_at = dict.fromkeys(self.node_ts, now)
             self.cold_until = now  # it knows the nodes: no wait
@@ -222,8 +249,11 @@ class ModelAggregator:
             prev = self.prev_end.get(source)
             self.prev_end[source] = end
             labels = {} if self.key == FLEET else {"model_name": self.key}
-            out.append(Snapshot(ts=end, node=node, source=source, interval_s=self.bucket_s, labels=labels,
-                                samples=samples, prev_ts=prev, gap=prev is not None and end - prev > self.bucket_s))
+            # built unchecked: every sample came from a validated snapshot, and a model's engines together may
+            # have more samples than LIMITS.max_samples allows one node (the roster is bounded by max_nodes)
+            out.append(Snapshot.model_construct(ts=end, node=node, source=source, interval_s=self.bucket_s,
+                                                labels=labels, samples=samples, prev_ts=prev,
+                                                gap=prev is not None and end - prev > self.bucket_s))
         return out
 
     def _explained_nodes(self, causes: dict[str, tuple[str, ...]]) -> frozenset[str]:

@@ -23,6 +23,8 @@ from .series import SeriesTrace
 class FiringEntity(BaseModel):
     since: float
     last_true: float
+    #: when it started firing (None: not recorded, read as `since` + the rule's `for`)
+    fired_at: float | None = None
     evidence: list[Evidence] = Field(default_factory=list)
 
 

@@ -1,4 +1,4 @@
-"""The worker's metrics about its own work (issue 15), in the worker's registry next to rule coverage
+"""The worker's metrics about its own work, in the worker's registry next to rule coverage
 (:mod:`tailhound.streams.coverage_watch`), the intake counts (:mod:`tailhound.streams.intake`) and rule
 reloads (:mod:`tailhound.streams.reload`):
 

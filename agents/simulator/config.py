@@ -22,7 +22,7 @@ FAULT_NAMES: tuple[str, ...] = (
     "warm-gpu",
     "long-prompt-hol",
     "slow-node",
-    "gpu-xid-error",  # issue 27
+    "gpu-xid-error",
     "long-prompt-prefill",
     "generation-length-growth",
     "load-imbalance",

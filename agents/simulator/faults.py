@@ -55,7 +55,7 @@ ROLLING_DOWN_S = 90.0
 #: the closed-loop client sends no more than its concurrency).
 HOL_LONG_SHARE = 0.65
 HOL_ARRIVAL_SCALE = 0.5
-#: GPU hardware error (issue 27): one GPU (default DEFAULT_XID_GPU) reports XID 48 (a double-bit ECC error)
+#: GPU hardware error: one GPU (default DEFAULT_XID_GPU) reports XID 48 (a double-bit ECC error)
 #: and one row remapped for an uncorrectable error; the engine on it crashes and stays down until the fault
 #: ends (the GPU is reset), and the load balancer spreads its traffic over the other nodes.
 DEFAULT_XID_GPU = 4

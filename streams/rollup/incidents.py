@@ -1,7 +1,7 @@
 """Roll-up: one incident per fault, however many nodes it hits (pure).
 
 The node stage opens one incident per node and the model stage one per model, so a fault that hits
-every node (a traffic surge, a network path, a retry storm) used to page once per node plus once per
+every node (a traffic surge, a network path, a retry storm) would page once per node plus once per
 model. This stage reads those incidents in order and publishes the ones people see:
 
 - incidents are grouped by their cause where it spreads: the model for engine-side causes, the whole

@@ -22,7 +22,8 @@ bound releases events).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable, Mapping
 
 #: a (node, source) pair silent this long (event time, behind the partition's newest) stops counting
 IDLE_S = 300.0
@@ -78,3 +79,34 @@ class PartitionClock:
 
     def partitions(self) -> set[int]:
         return set(self._last)
+
+
+class OldestLatest:
+    """The oldest of each member's latest time among the members still active, without walking them all: a heap
+    of (time, member) entries, pushed on every update, whose outdated entries (the member moved on, or is gone)
+    are dropped when they come to the top. A member found inactive at the top leaves the heap until its next
+    update: activity only ends with time (event time and wall time move forward), so it cannot come back alone.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, str]] = []
+
+    def push(self, member: str, ts: float, latest: Mapping[str, float]) -> None:
+        """`member`'s latest time is now `ts` (`latest`: every member's, for compaction)."""
+        heapq.heappush(self._heap, (ts, member))
+        if len(self._heap) > 2 * len(latest) + 64:  # mostly outdated entries: start from the members' own times
+            self.rebuild(latest)
+
+    def rebuild(self, latest: Mapping[str, float]) -> None:
+        self._heap = [(t, m) for m, t in latest.items()]
+        heapq.heapify(self._heap)
+
+    def oldest(self, latest: Mapping[str, float], active: Callable[[str, float], bool]) -> float | None:
+        """The smallest `latest` time of the members `active` says still count; None when none does."""
+        heap = self._heap
+        while heap:
+            ts, member = heap[0]
+            if latest.get(member) == ts and active(member, ts):
+                return ts
+            heapq.heappop(heap)  # outdated, or inactive until its next update (push)
+        return None

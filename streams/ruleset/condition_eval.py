@@ -237,3 +237,66 @@ def _crossing_evidence(leaf: SignalCondition, ctx: EvalContext, entity: str, sco
                      window_s=leaf.crossed.within, labels=labels,
                      detail=f"`{name} {leaf.symbol} {rhs}` turned true or false {n} times "
                             f"in {leaf.crossed.within:g} s")]
+
+
+#: One leaf counts as at most this strong (a rate `above: 0`, a baseline bound close to 1x: a small absolute
+#: change reads as a huge multiple).
+LEAF_STRENGTH_CAP = 4.0
+
+
+def _leaf_strength(cond: SignalCondition, ctx: EvalContext, entity: str, scope: str) -> float:
+    """How far one holding leaf is past its bound (1.0: at the bound). Against a baseline or the peers, in units
+    of the bound's own distance from normal: a value at 3x its baseline against `above_baseline: 2` is 2.0, a
+    clock at half its peers' against `below: {peers: 0.8}` is 2.5, while a bound that does not point away from
+    normal (a guard such as `at_least: {baseline: 0.7}`) is no evidence of strength (1.0). Against a constant or
+    another signal, the multiple of the bound (a queue wait of 0.6 s against `above: 0.2` is 3.0, an SM clock at
+    0.5 of its max against `below: 0.8` is 1.6)."""
+    v = value_of(ctx, cond.signal, cond.reduce, entity, scope)
+    limit = limit_of(ctx, cond, entity, scope)
+    if v is None or limit is None or limit[0] <= 0:
+        return 1.0  # (`above: 0`: whether, not how far)
+    up = cond.op in ("above", "at_least")
+    b = cond.bound
+    factor = (b.baseline if b.baseline is not None else b.peers) if isinstance(b, Ref) else None
+    if factor is None:  # a constant or another signal
+        out = v / limit[0] if up else (limit[0] / v if v > 0 else 1.0)  # (`below: 1` of a 0/1 flag: whether)
+    else:
+        ratio = v / (limit[0] / factor)  # the value over its normal (baseline or peer median)
+        if up and factor > 1.0:
+            out = (ratio - 1.0) / (factor - 1.0)
+        elif not up and factor < 1.0:
+            out = (1.0 - ratio) / (1.0 - factor)
+        else:
+            out = 1.0
+    return min(max(out, 1.0), LEAF_STRENGTH_CAP)
+
+
+def strength(cond: object, ctx: EvalContext, entity: str, scope: str) -> float:
+    """The strength of the evidence of a condition that holds (>= 1.0; 1.0: just at its bounds): the product
+    over `all` (independent deviations add up, as log-likelihood ratios do), the strongest holding branch of
+    `any`, 1.0 for `not`, absences and trends (they say whether, not how far)."""
+    if isinstance(cond, SignalCondition):
+        return _leaf_strength(cond, ctx, entity, scope) if cond.op is not None else 1.0
+    if isinstance(cond, AllOf):
+        out = 1.0
+        for c in cond.all:
+            out *= strength(c, ctx, entity, scope)
+        return out
+    if isinstance(cond, AnyOf):
+        return max((strength(c, ctx, entity, scope) for c in cond.any if holds(c, ctx, entity, scope)),
+                   default=1.0)
+    return 1.0
+
+
+#: How steeply the hold shortens with the evidence: a condition `strength` times as far past its bounds holds
+#: for ``for / strength ** HOLD_POWER`` (twice as far: a quarter of `for`), never less than `min_for`.
+HOLD_POWER = 2.0
+
+
+def required_hold(cond: object, ctx: EvalContext, entity: str, scope: str, for_s: float,
+                  min_for_s: float | None, held_s: float) -> float:
+    """How long `cond` must have held for `entity` before its rule fires, judged now: `for_s` for evidence just
+    past its bounds (and for a rule without `min_for`), less the stronger it is, never below `min_for_s`."""
+    if min_for_s is None or min_for_s >= for_s or held_s < min_for_s:
+        return for_s  # (not yet the shortest hold: whatever the strength, it cannot fire now)
+    return max(min_for_s, for_s / strength(cond, ctx, entity, scope) ** HOLD_POWER)

@@ -22,6 +22,10 @@ breach). Rules marked *symptom* never open an incident on their own: they attach
 incident (and are listed under it as "explains ..."); a symptom with a fallback cause opens an incident
 with that cause only when nothing else explains it for its grace period.
 
+A rule fires once its condition has held for its `for`; a rule with a `min_for` fires sooner the further
+its evidence is past its bounds (`for / strength**2`, never before `min_for`), so "for 60-300 s" reads: at
+most 300 s, at least 60 s.
+
 Each rule says which inference engines it supports (`engines:` in the rule; `any engine` for rules that
 read no engine signal): an engine that lacks a signal every branch of the rule needs cannot feed it (see
 the engine coverage in docs/signals.md).
@@ -67,6 +71,13 @@ def engines_text(rule: Rule) -> str:
     return text if declared is not None else f"{text} (computed, not declared)"
 
 
+def hold_text(rule: Rule) -> str:
+    """How long the condition holds before the rule fires: ``for 300 s``, or with a `min_for` the range."""
+    if rule.min_for is None or rule.min_for >= rule.for_:
+        return f"for {rule.for_:g} s"
+    return f"for {rule.min_for:g}-{rule.for_:g} s (sooner the stronger the evidence)"
+
+
 def _engine_order(name: str) -> tuple[int, str]:
     order = ("vllm", "tgi", "nim", "sglang")
     return (order.index(name), name) if name in order else (len(order), name)
@@ -76,7 +87,7 @@ def _rule_block(rule: Rule) -> list[str]:
     kind = "symptom" + (f", falls back to `{rule.fallback_root_cause}`" if rule.fallback_root_cause else "") \
         if rule.symptom else "cause"
     lines = [f"- **`{rule.name}`** ({kind}, {rule.severity.value}, scope {rule.scope.value}, "
-             f"for {rule.for_:g} s; {engines_text(rule)}): `{describe(rule.when)}`"]
+             f"{hold_text(rule)}; {engines_text(rule)}): `{describe(rule.when)}`"]
     if rule.description:
         lines.append(f"  {' '.join(rule.description.split())}")
     for action in rule.actions:

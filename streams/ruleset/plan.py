@@ -12,6 +12,7 @@ none holds, even if other branches lack their signals (see ``holds``).
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from tailhound.catalog import Catalog
 
 from ..signals import signal_per
-from .condition_eval import EvalContext, _reduce, peer_median, rising
+from .condition_eval import MIN_PEERS, EvalContext, _reduce, peer_median, rising
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 from .rulefile import Rule, RuleSet, baseline_key
 
@@ -51,17 +52,36 @@ def compile_value(signal: str, reduce: Reduce | None, scope: str, catalog: Catal
         return own_value
     members_of_entity = bool(per) and per[0] == scope and len(per) > 1
     empty_ok = reduce == Reduce.COUNT
+    #: (context, values, result) of the last reduction over all entities: every entity of a step shares it
+    memo: list = [None, None, None]
 
     def reduced(ctx: EvalContext, entity: str) -> float | None:
         vals = ctx.values.get(signal) or {}
         if members_of_entity:
             members = [v for e, v in vals.items() if e.split("/", 1)[0] == entity]
+        elif memo[0] is ctx and memo[1] is vals:
+            return memo[2]
         else:
             members = list(vals.values())
-        if not members and not empty_ok:
-            return None
-        return _reduce(reduce, members)
+        result = None if not members and not empty_ok else _reduce(reduce, members)
+        if not members_of_entity:
+            memo[:] = (ctx, vals, result)
+        return result
     return reduced
+
+
+def _median_without(ordered: list[float], own: float | None) -> float | None:
+    """:func:`tailhound.streams.ruleset.condition_eval.peer_median` from the sorted values of every entity, less one of
+    value `own` (None: the entity has none), without sorting again per entity."""
+    n = len(ordered) - (own is not None)
+    if n < MIN_PEERS:
+        return None
+    skip = bisect.bisect_left(ordered, own) if own is not None else n + 1
+
+    def at(i: int) -> float:
+        return ordered[i] if i < skip else ordered[i + 1]
+    half = n // 2
+    return at(half) if n % 2 else (at(half - 1) + at(half)) / 2
 
 
 def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value:
@@ -80,8 +100,18 @@ def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value
     if b.peers is not None:
         left, share = cond.signal, b.peers
 
+        memo: list = [None, None, None]  # (context, values, their sorted values; None with a NaN among them)
+
         def peers(ctx: EvalContext, entity: str) -> float | None:
-            median = peer_median(ctx.values.get(left), entity)
+            vals = ctx.values.get(left)
+            if not vals:
+                return None
+            if memo[0] is not ctx or memo[1] is not vals:
+                ordered = sorted(vals.values())
+                memo[:] = (ctx, vals, None if any(v != v for v in ordered) else ordered)
+            ordered = memo[2]
+            # (with a NaN, sorting orders nothing: the plain median of the others, as the interpreter takes it)
+            median = peer_median(vals, entity) if ordered is None else _median_without(ordered, vals.get(entity))
             return None if median is None else median * share
         return peers
     other_value, factor = compile_value(b.signal or "", b.reduce, scope, catalog), b.times

@@ -80,7 +80,10 @@ class Rule(BaseModel):
     description: str = ""
     scope: Scope
     when: Condition
+    #: the longest the condition must hold before the rule fires (evidence just past its bounds)
     for_: Duration = Field(default=0.0, alias="for")
+    #: the shortest hold, for evidence far past its bounds (condition_eval.required_hold); None: always `for`
+    min_for: Duration | None = None
     keep_firing_for: Duration = 0.0
     severity: Severity = Severity.WARNING
     root_cause: RootCause | None = None
@@ -116,6 +119,9 @@ class Rule(BaseModel):
             raise ValueError("a rule needs either `root_cause: <tag>` or `symptom: true` (not both)")
         if self.fallback_root_cause is not None and not self.symptom:
             raise ValueError("`fallback_root_cause` is for symptom rules")
+        if self.min_for is not None and self.min_for > self.for_:
+            raise ValueError(f"`min_for` ({self.min_for:g} s) is the shortest hold: it cannot exceed `for` "
+                             f"({self.for_:g} s), the longest")
         return self
 
     @property

@@ -1,7 +1,7 @@
 """Which window statistics a step must compute: the ones a rule set (and the loaded load models) can read.
 
-Every histogram snapshot (a vLLM one: 7 latency windows) used to derive every statistic of every window
-(``.p50``, ``.p95``, ``.p99``, ``.mean``, ``.window_count``) although the default rules read a dozen of the 31.
+Every histogram snapshot (a vLLM one: 7 latency windows) could derive every statistic of every window
+(``.p50``, ``.p95``, ``.p99``, ``.mean``, ``.window_count``), yet the default rules read a dozen of the 31.
 :func:`window_stats_read` is the set of those statistics that something in the node step can read:
 
 - the signals of the rules' conditions (both sides of comparisons, absences) and their ``context``;

@@ -1,5 +1,6 @@
 """Rules: every rule whose signals this snapshot changed (or that holds state) steps its entities -- a
-condition that holds makes an entity pending, held for the rule's ``for`` it fires, false for
+condition that holds makes an entity pending, held for the rule's ``for`` it fires (sooner, down to its ``min_for``,
+the further past its bounds it is: :func:`tailhound.streams.ruleset.condition_eval.required_hold`), false for
 ``keep_firing_for`` (or unseen for ``stale_after_s``) it stops -- then the firing and pending rules are
 summed up for correlation. Rules are compiled once per rule set (:mod:`tailhound.streams.ruleset.plan`)."""
 
@@ -10,7 +11,7 @@ from tailhound.catalog import Catalog
 from ..correlate import Firing
 from ..evidence import rule_evidence
 from ..node_state import FiringEntity, RuleState
-from ..ruleset.condition_eval import EvalContext
+from ..ruleset.condition_eval import EvalContext, required_hold
 from ..ruleset.plan import RulePlan, entity_order, plans_for
 from ..series import SeriesTrace, record
 from .step import Step
@@ -42,11 +43,17 @@ def stage(step: Step) -> bool:
             del state.rules[name]  # its rule is gone (a reload): correlation resolves what it held open
     step.firing = {
         name: Firing(entities=sorted(rs.firing, key=entity_order), since=min(f.since for f in rs.firing.values()),
-                     evidence=[ev for e in sorted(rs.firing, key=entity_order) for ev in rs.firing[e].evidence])
+                     evidence=[ev for e in sorted(rs.firing, key=entity_order) for ev in rs.firing[e].evidence],
+                     fired=_first_fired(rs, step.rules.index[name].for_))
         for name, rs in state.rules.items() if rs.firing
     }
     step.pending = {name for name, rs in state.rules.items() if set(rs.pending) - set(rs.firing)}
     return True
+
+
+def _first_fired(rs: RuleState, for_s: float) -> float:
+    """When the rule's first firing entity started firing (`since` + `for` where that was not recorded)."""
+    return min(f.since + for_s if f.fired_at is None else f.fired_at for f in rs.firing.values())
 
 
 def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], plan: RulePlan, ctx: EvalContext,
@@ -65,8 +72,8 @@ def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], p
             if e in firing:
                 firing[e].last_true = ts
                 firing[e].evidence = evidence
-            elif ts - since >= rule.for_:
-                firing[e] = FiringEntity(since=since, last_true=ts, evidence=evidence)
+            elif ts - since >= required_hold(rule.when, ctx, e, rule.scope.value, rule.for_, rule.min_for, ts - since):
+                firing[e] = FiringEntity(since=since, last_true=ts, evidence=evidence, fired_at=ts)
         else:
             pending.pop(e, None)
             f = firing.get(e)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import fleet_memory
+from bench import fleet_memory, fleet_scale
 from bench.__main__ import parse_args
 
 
@@ -18,3 +18,13 @@ def test_fleet_memory_runs_and_the_cap_bounds_what_is_held():
 
 def test_fleet_memory_is_a_bench_section():
     assert parse_args(["--only", "fleet-memory"]).sections == ["fleet-memory"]
+
+
+def test_fleet_scale_runs_every_phase_at_small_sizes():
+    result = fleet_scale.run(sizes=(2, 5), rounds=1, warm=1)
+    small, large = result["rows"]
+    assert (small["nodes"], small["ticks"], large["ticks"]) == (2, 2, 5)
+    assert set(large["step_us"]) == {"vllm", "dcgm", "node", "blackbox"} and large["add_us"] > 0
+    assert large["state_bytes"] > 0 and large["nodes_per_core"] > 0
+    assert "model-stage add per engine snapshot" in fleet_scale.report(result)
+    assert parse_args(["--only", "fleet-scale"]).sections == ["fleet-scale"]

@@ -54,7 +54,7 @@ def test_bench_sections_can_run_alone():
     assert parse_args(["--only", "replay,memory"]).sections == ["replay", "memory"]
     assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise",
                                        "startup", "scenarios", "table-store", "nodes-per-core", "scale-out",
-                                       "ingest", "fleet-memory", "wire", "peer"]
+                                       "ingest", "fleet-memory", "fleet-scale", "wire", "peer"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
 

@@ -44,8 +44,9 @@ SCENARIOS = {
     "engine-restart": Scenario(f"engine-restart@{FAULT_AT_MIN}m:node=gpu-node-1"),
     "thermal-throttle": Scenario(f"thermal-throttle@{FAULT_AT_MIN}m+10m:node=gpu-node-2:gpus=3,5",
                                  "gpu-thermal-throttle", node="gpu-node-2", gpus=("3", "5")),
-    # tail-latency-bandwidth-bound holds for 5 min (the playbook's "for 5 minutes"); until it fires, nothing
-    # opens: the node did not get more work (no capacity), and node-slowdown waits for the better cause
+    # tail-latency-bandwidth-bound holds 1-5 min (the playbook's "for 5 minutes" at most, shorter the further
+    # TPOT is past its bound); until it fires, nothing opens: the node did not get more work (no capacity),
+    # and node-slowdown waits for the better cause
     "memory-bandwidth": Scenario(f"memory-bandwidth-saturation@{FAULT_AT_MIN}m+10m:node=gpu-node-1",
                                  "gpu-memory-bandwidth", max_delay_min=6.5),
     "kv-cache-pressure": Scenario(f"kv-cache-pressure@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "kv-cache-pressure"),

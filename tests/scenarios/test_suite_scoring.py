@@ -129,3 +129,22 @@ def test_an_ambiguous_scenario_counts_the_named_runner_up_and_nothing_else_does(
     confident = [ev("m", 1, 26, "retry-storm", nodes=("gpu-node-1",))]
     assert not score(ambiguous, confident, T0).met  # a confident wrong cause never counts
     assert SCENARIOS["tgi-surge"].ambiguous and not SCENARIOS["tgi-surge"].gap
+
+
+def test_time_to_page_distribution_and_its_targets():
+    # thermal paged 1.5 min in, kv 1 min, the surge 3 min: median 1.5, p90 (nearest rank) and max 3
+    fast = [score(THERMAL, [ev("a", 1, 26.5, "gpu-thermal-throttle", "gpu-node-2", ("3", "5"))], T0),
+            score(TWO, [ev("b", 1, 26, "kv-cache-pressure", "gpu-node-2"),
+                        ev("c", 1, 25.5, "gpu-thermal-throttle", "gpu-node-1")], T0),
+            score(SURGE, [ev("d", 1, 28, "capacity")], T0)]
+    agg = aggregate(fast)
+    assert agg.pages_min == (1.5, 0.5, 1.0, 3.0)
+    assert (agg.median_page_min, agg.p90_page_min, agg.max_page_min) == (1.25, 3.0, 3.0)
+    assert agg.met and "median 1.25 min" in summary(agg) and "max 3.00" in summary(agg)
+    # one fault paged after 7 minutes: the max target fails even though the median holds
+    late = aggregate([*fast, score(SURGE, [ev("e", 1, 32, "capacity")], T0)])
+    assert late.median_page_min == 1.5 and late.max_page_min == 7.0 and not late.met
+    assert late.problems() == ["time to page: median 1.50 min, max 7.00 min (targets <= 2, <= 6)"]
+    # most faults slow: the median target fails
+    slow = aggregate([score(SURGE, [ev("f", 1, 27.5, "capacity")], T0)] * 3)
+    assert slow.median_page_min == 2.5 and not slow.met

@@ -8,10 +8,10 @@ from tailhound.errors import RuleFileError
 from tailhound.snapshot import GaugeSample, Snapshot
 from tailhound.streams.evaluator import evaluate
 from tailhound.streams.node_state import NodeState, heal_future
-from tailhound.streams.ruleset import RuleSet, parse_rule_text
 from tailhound.streams.ruleset.conditions import MAX_CROSSING_TIMES
 from tailhound.streams.ruleset.crossings import MAX_CROSSING_KEYS, leaf_key
 from tailhound.streams.ruleset.docs import describe
+from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 
 T0 = 1_767_225_600.0
 FLAP = "{signal: engine.requests_running, at_most: 0, crossed: {times: 3, within: 10m}}"
