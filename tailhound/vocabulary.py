@@ -159,7 +159,7 @@ ROOT_CAUSES: dict[RootCause, RootCauseInfo] = {
             "or ECC trouble, configuration drift), not a capacity problem that more replicas would fix.",
             False,
         ),
-        # --- issue 27: hardware errors ---
+        # hardware errors
         RootCauseInfo(
             RootCause.GPU_HARDWARE_ERROR,
             "GPU hardware error",

@@ -5,7 +5,7 @@ snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM; SIGHUP
 ``tailhound ingest -c ingest.yaml --check``: check the file (and read the token files) and say what would run.
 ``tailhound ingest --prometheus-config [--url URL]``: print the ``remote_write`` block for prometheus.yml, whose
 ``write_relabel_configs`` keep only the series tailhound reads (derived from the signal catalog).
-:func:`register` adds the command to an app (``tailhound/cli.py`` does).
+:func:`register` adds the command to an app (``tailhound/cli/__init__.py`` does).
 
 The standalone ingest freezes what is alive after its warm-up (:func:`freeze_long_lived`): its caches of
 labels and series live as long as the process, and Python's collector would walk them at every full
