@@ -30,7 +30,7 @@ from tailhound.incident import IncidentEvent
 from . import history
 from .config import NotifierConfig
 from .limits import MAX_EXPIRED_SILENCES, MAX_SILENCES
-from .model import Notification
+from .model import Notification, NotificationKind
 from .stages import Candidate, Context
 from .stages.dedup import dedup
 from .stages.flap import flap, update_flapping
@@ -216,7 +216,7 @@ class Notifier:
         if grp.flapping:  # the flap stage lets one marked notification through, then holds the group
             return Candidate(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
         status, said = grp.status, grp.notified_status
-        kind = None
+        kind: NotificationKind | None = None
         if grp.notified_flapping:  # it settled after receivers were told it flaps: tell them how it ended
             return Candidate(group=grp, kind="resolved" if status == "resolved" else "opened",
                              incidents=grp.ordered(), settled=True)
