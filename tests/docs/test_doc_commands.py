@@ -128,7 +128,7 @@ def documented_commands(path: Path) -> list[Command]:
     return out
 
 
-def _entry(table: dict, cmd: Command):  # noqa: ANN202 - the table's value for `cmd`, or None
+def _entry(table: dict, cmd: Command):  # the table's value for `cmd`, or None
     return next((v for (doc, start), v in table.items() if doc == cmd.doc and cmd.text.startswith(start)), None)
 
 
