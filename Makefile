@@ -21,9 +21,12 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo-installed
 	$(BIN)/tailhound demo
 
-# mypy first (seconds), then the suite: `[tool.pytest.ini_options]` in pyproject.toml runs it on pytest-xdist workers.
+# mypy first (seconds), then the suite on TEST_WORKERS pytest-xdist workers: more than the cores, as many tests
+# wait on subprocesses (brokers, workers, Prometheus). Each module runs whole on one worker, modules with slow
+# tests first, and tests marked xdist_group(name) together (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 test: $(VENV)/.dev-installed system-deps typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # mypy on the pure cores ([tool.mypy] in pyproject.toml names them). mypy cannot follow the editable install's
 # package-dir mapping, so it reads the sources through build/typecheck/src/tailhound/, links laid out as the wheel.

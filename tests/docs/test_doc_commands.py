@@ -33,7 +33,8 @@ import pytest
 from tailhound.broker import free_port
 from tests.wheel_install import ROOT, session_install
 
-pytestmark = [pytest.mark.slow, pytest.mark.broker]
+#: the "wheel" group shares the wheel build with tests/tailhound/test_packaging.py (one xdist worker)
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.xdist_group("wheel")]
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: the documents whose commands take longest start first (they bound the wall time)
