@@ -31,8 +31,8 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     """Under ``make test`` the modules with slow tests (marks ``slow``, ``drill``) are handed out first, so the
     workers do not wait on one of them at the end; each module keeps its own order."""
-    if config.getvalue("dist") != "loadgroup":
-        return
+    if not (getattr(config.option, "loadgroup", False) or config.getvalue("dist") == "loadgroup"):
+        return  # (xdist's workers see dist "no" and loadgroup True)
     slow = {item.nodeid.split("::", 1)[0] for item in items
             if item.get_closest_marker("slow") or item.get_closest_marker("drill")}
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)
