@@ -181,8 +181,8 @@ def entities_of(leaves: Iterable[object], ctx: EvalContext, scope: str) -> list[
     return sorted(found, key=lambda e: (int(e), "") if e.isdigit() else (1 << 30, e))
 
 
-def observations(leaves: Iterable[object], ctx: EvalContext, entity: str, scope: str, held_s: float,
-                 labels: dict[str, str]) -> list[Evidence]:
+def observations(leaves: Iterable[SignalCondition | Absent], ctx: EvalContext, entity: str, scope: str,
+                 held_s: float, labels: dict[str, str]) -> list[Evidence]:
     """Evidence for the leaves that have a value now: value vs threshold / baseline / other signal."""
     out = []
     for leaf in leaves:

@@ -162,8 +162,8 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             real = {n: f for n, f in mine.items() if by_name[n].root_cause is not None}
             if real:
                 best = min(real, key=lambda n: (rank_of(by_name[n].root_cause), real[n].since, n))  # type: ignore[arg-type]
-                if best != ep.root_rule and (by_name[ep.root_rule].symptom or rank_of(by_name[best].root_cause)
-                                             < rank_of(ep.root_cause)):  # type: ignore[arg-type]
+                if best != ep.root_rule and (by_name[ep.root_rule].symptom or rank_of(by_name[best].root_cause)  # type: ignore[arg-type]
+                                             < rank_of(ep.root_cause)):
                     ep.root_cause, ep.root_rule, changed = str(by_name[best].root_cause), best, True
             if ep.transient and snapshot.ts - ep.opened_at >= PERSISTENT_AFTER_S:
                 ep.transient, changed = False, True
