@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from tailhound.incident import Differential, Evidence, IncidentEvent, Scope, incident_id
+from tailhound.incident import Candidate, Differential, Evidence, IncidentEvent, Scope, incident_id
 from tailhound.snapshot import Snapshot
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity
 
@@ -287,7 +287,7 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
     if also:
         summary += f"; also firing: {', '.join(also)}"
     actions = [render_action(a, scope, evidence) for a in root.actions]
-    candidates = []
+    candidates: list[Candidate] = []
     if kind != "resolved":  # a resolved incident keeps the differential it was paged with
         candidates, ep.differential = diagnose(RootCause(ep.root_cause), domain_of, rank_of, ep.members,
                                                {n: f.evidence for n, f in firing.items()}, pending, by_name, observe)
