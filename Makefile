@@ -24,9 +24,11 @@ demo: $(VENV)/.demo-installed
 # mypy first (seconds), then the suite on TEST_WORKERS pytest-xdist workers: more than the cores, as many tests
 # wait on subprocesses (brokers, workers, Prometheus). Each module runs whole on one worker, modules with slow
 # tests first, and tests marked xdist_group(name) together (tests/conftest.py). TEST_WORKERS=0: one process.
+# Tests marked `timing` (a wall-clock bound) run afterwards, alone, so the parallel part cannot slow them.
 TEST_WORKERS ?= 4
 test: $(VENV)/.dev-installed system-deps typecheck
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not timing"
+	$(BIN)/python -m pytest -m timing
 
 # mypy on the pure cores ([tool.mypy] in pyproject.toml names them). mypy cannot follow the editable install's
 # package-dir mapping, so it reads the sources through build/typecheck/src/tailhound/, links laid out as the wheel.
