@@ -124,7 +124,7 @@ class Agent:
             return False
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any collector failure becomes a gap, never a crash
+        except Exception as exc:  # any collector failure becomes a gap, never a crash
             reason = str(exc) or type(exc).__name__
             if isinstance(exc, asyncio.TimeoutError):
                 reason = f"collection took longer than {limit:g} s"

@@ -278,7 +278,7 @@ class SnapshotSender:
         try:
             async with asyncio.timeout(DECLARE_TIMEOUT_S):
                 created = await self._declare()
-        except Exception as exc:  # noqa: BLE001 - unreachable, or not allowed to create: the send finds out
+        except Exception as exc:  # unreachable, or not allowed to create: the send finds out
             log.debug("could not declare the topics: %s", exc)
             return False
         self._must_declare = False

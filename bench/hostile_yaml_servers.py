@@ -16,15 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tailhound.errors import ConfigFileError  # noqa: E402
-from tailhound.http_guard import ServerLimits  # noqa: E402
-from tailhound.notifier.config import parse_config  # noqa: E402
-from tailhound.streams.reload import RuleReloader  # noqa: E402
-from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text  # noqa: E402
-from tests.hostile.slow_clients import closed_by_server, connect, drip  # noqa: E402
-from tests.hostile.test_servers_federation_bombs import brotli_bomb, pull  # noqa: E402
-from tests.hostile.test_servers_slow_clients import good_sends, ingest_server  # noqa: E402
-from tests.hostile.yaml_attacks import alias_notifier_file, alias_rule_file, huge, nested_flow  # noqa: E402
+from tailhound.errors import ConfigFileError
+from tailhound.http_guard import ServerLimits
+from tailhound.notifier.config import parse_config
+from tailhound.streams.reload import RuleReloader
+from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text
+from tests.hostile.slow_clients import closed_by_server, connect, drip
+from tests.hostile.test_servers_federation_bombs import brotli_bomb, pull
+from tests.hostile.test_servers_slow_clients import good_sends, ingest_server
+from tests.hostile.yaml_attacks import alias_notifier_file, alias_rule_file, huge, nested_flow
 
 
 def refuse(what: str, parse) -> None:

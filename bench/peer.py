@@ -91,7 +91,7 @@ class Pages:
         self.turn: dict[tuple[str, str], int] = {}
         self.served = 0
 
-    async def handle(self, request):  # noqa: ANN001, ANN201 - aiohttp's request and response
+    async def handle(self, request):  # aiohttp's request and response
         from aiohttp import web
 
         key = (request.match_info["node"], request.match_info["job"])

@@ -108,7 +108,7 @@ def fleet_messages(count: int, nodes: int = NODES, nvml: bool = False) -> list[t
 NVML_RECORDING = ROOT / "tests" / "agents" / "fixtures" / "h200_nvml_recording.jsonl"
 
 
-def with_nvml(records):  # noqa: ANN001, ANN201 - an iterator of ScrapeRecord in, the same out
+def with_nvml(records):  # an iterator of ScrapeRecord in, the same out
     """`records` (a fleet's, tick by tick) with each node's NVML collections at 1 s added: at each tick's
     second 0 after the node's other sources (what one tick of the agent publishes), then one a second."""
     from tailhound.recording import ScrapeRecord

@@ -149,7 +149,7 @@ class IngestService:
             await asyncio.sleep(self.config.poll_s)
             try:
                 await self.poll()
-            except Exception:  # noqa: BLE001 - the timer must survive one bad round (Faust timers do not)
+            except Exception:  # the timer must survive one bad round (Faust timers do not)
                 log.exception("publishing settled scrapes failed")
 
     async def _federation_loop(self) -> None:
@@ -160,7 +160,7 @@ class IngestService:
         while True:
             try:
                 self._publish(await self.puller.pull_once(), ORIGIN_FEDERATION)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("federation pull failed")
             next_at += interval
             now = loop.time()

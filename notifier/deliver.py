@@ -152,7 +152,7 @@ class Deliverer:
             except DeliveryError as exc:
                 await self._failed(name, group_id, notification, exc)
                 return attempted, False  # the receiver is in trouble: the rest waits for the next round
-            except Exception as exc:  # noqa: BLE001 - a receiver bug or an unexpected transport error
+            except Exception as exc:  # a receiver bug or an unexpected transport error
                 err = DeliveryError(f"{type(exc).__name__}: {exc}"[:500], retryable=True)
                 await self._failed(name, group_id, notification, err)
                 return attempted, False

@@ -234,7 +234,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                     stats.reject(exc.kind)
                     await dead_letter(message, str(exc), "evaluate", exc.kind)
                     continue
-                except Exception as exc:  # noqa: BLE001 - one bad snapshot must not stop the worker
+                except Exception as exc:  # one bad snapshot must not stop the worker
                     log.exception("evaluation failed for %s", value.node)
                     stats.reject(EVALUATE_FAILED)
                     await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
@@ -264,7 +264,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                                 await model_topic.send(key=key.encode(), value=forwarded,
                                                        headers={CAUSES_HEADER: causes})
                                 await marks.forwarded(key, value.ts)
-                            except Exception as exc:  # noqa: BLE001 - the node stage goes on without it
+                            except Exception as exc:  # the node stage goes on without it
                                 stats.forward_failed += 1
                                 log.error("could not forward %s[%s]@%s to the model stage: %r", message.topic,
                                           message.partition, message.offset, exc)
@@ -298,7 +298,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 keys = marks.model_keys(message.partition)
                 try:
                     events = model_stage.tick(keys, time.time(), store=model_state)
-                except Exception:  # noqa: BLE001 - a bucket that cannot be judged must not stop the worker
+                except Exception:  # a bucket that cannot be judged must not stop the worker
                     log.exception("model stage tick failed for partition %s", message.partition)
                     stats.reject(MODEL_STAGE_FAILED)
                     continue
@@ -313,7 +313,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             try:
                 events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state,
                                          now=time.time(), partition=message.partition)
-            except Exception:  # noqa: BLE001 - one bad bucket must not stop the worker
+            except Exception:  # one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
                 stats.reject(MODEL_STAGE_FAILED)
                 continue

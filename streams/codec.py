@@ -61,7 +61,7 @@ def decode_snapshot(raw: bytes | None, max_bytes: int | None = LIMITS.max_messag
         if kind == "bad_json" and not _is_utf8(raw):
             return Malformed("message value is not UTF-8 text (telemetry is JSON)", "decode", raw, "not_utf8")
         return Malformed(describe_validation_error(exc), "validate", raw, kind)
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a reason, not a crash
+    except Exception as exc:  # any decoder failure is a reason, not a crash
         return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
 
 
@@ -122,7 +122,7 @@ def _decode_bundle(raw: bytes) -> Parts | Malformed:
         return parts
     except ValidationError as exc:
         return Malformed(describe_validation_error(exc), "validate", raw, rejection_kind(exc))
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a reason, not a crash
+    except Exception as exc:  # any decoder failure is a reason, not a crash
         return Malformed(f"cannot decode: {exc}"[:MAX_REASON], "decode", raw, "bad_json")
 
 

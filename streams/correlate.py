@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from tailhound.incident import Differential, Evidence, IncidentEvent, Scope, incident_id
+from tailhound.incident import Candidate, Differential, Evidence, IncidentEvent, Scope, incident_id
 from tailhound.snapshot import Snapshot
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, Severity, highest_severity
 
@@ -161,8 +161,8 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             real = {n: f for n, f in mine.items() if by_name[n].root_cause is not None}
             if real:
                 best = min(real, key=lambda n: (rank_of(by_name[n].root_cause), real[n].since, n))  # type: ignore[arg-type]
-                if best != ep.root_rule and (by_name[ep.root_rule].symptom or rank_of(by_name[best].root_cause)
-                                             < rank_of(ep.root_cause)):  # type: ignore[arg-type]
+                if best != ep.root_rule and (by_name[ep.root_rule].symptom or rank_of(by_name[best].root_cause)  # type: ignore[arg-type]
+                                             < rank_of(ep.root_cause)):
                     ep.root_cause, ep.root_rule, changed = str(by_name[best].root_cause), best, True
             if ep.transient and snapshot.ts - ep.opened_at >= PERSISTENT_AFTER_S:
                 ep.transient, changed = False, True
@@ -285,7 +285,7 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
     if also:
         summary += f"; also firing: {', '.join(also)}"
     actions = [render_action(a, scope, evidence) for a in root.actions]
-    candidates = []
+    candidates: list[Candidate] = []
     if kind != "resolved":  # a resolved incident keeps the differential it was paged with
         candidates, ep.differential = diagnose(RootCause(ep.root_cause), domain_of, rank_of, ep.members,
                                                {n: f.evidence for n, f in firing.items()}, pending, by_name, observe)

@@ -72,7 +72,7 @@ class CoverageWatch:
         advice, a bug in it must not stop evaluation."""
         try:
             records = self._observe(snapshot)
-        except Exception:  # noqa: BLE001
+        except Exception:
             if not self._failed:
                 self._failed = True
                 log.exception("rule coverage failed; it is not reported from now on")

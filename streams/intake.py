@@ -182,7 +182,7 @@ class DeadLetters:
             )
             log.warning("dead-letter %s[%s]@%s (%s, %s): %s", *where, stage, kind, record.reason)
             await self.send(key=message.key[:MAX_KEY] if message.key else None, value=record.encoded())
-        except Exception as exc:  # noqa: BLE001 - a dead letter that cannot be written must not stop the worker
+        except Exception as exc:  # a dead letter that cannot be written must not stop the worker
             self.stats.deadletter_failed += 1
             log.error("could not produce the dead letter of %s[%s]@%s (%s, %s); the message is skipped: %r",
                       *where, stage, kind, exc)

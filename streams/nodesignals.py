@@ -142,7 +142,7 @@ class CurrentValues:
         self._provided[signal] = compute
         self._known.pop(signal, None)
 
-    def get(self, signal: str, default: object = None):  # noqa: ANN201 - as dict.get
+    def get(self, signal: str, default: object = None):  # as dict.get
         found = self._known.get(signal, _MISSING)
         if found is _MISSING:
             found = self._known[signal] = self._compute(signal)
@@ -180,13 +180,13 @@ class CurrentValues:
         names = [*self._latest._values, *_RATIOS, *self._provided, *self._known]
         return {name: values for name in dict.fromkeys(names) if (values := self.get(name)) is not None}
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.to_dict())
 
-    def keys(self):  # noqa: ANN201
+    def keys(self):
         return self.to_dict().keys()
 
-    def items(self):  # noqa: ANN201
+    def items(self):
         return self.to_dict().items()
 
 
@@ -198,7 +198,7 @@ class SeenTimes:
     def __init__(self, values: dict[str, dict[str, tuple[float, float, float]]]) -> None:
         self._values = values
 
-    def get(self, signal: str, default: object = None):  # noqa: ANN201 - as dict.get
+    def get(self, signal: str, default: object = None):  # as dict.get
         per = self._values.get(signal)
         if per is None:
             return default

@@ -122,7 +122,7 @@ class RuleReloader:
                 new = load_rules(self.directory)
         except ConfigFileError as exc:  # the checker and the loader disagree: trust the loader
             problems = [exc]
-        except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
+        except Exception as exc:  # a reload must never take the worker down
             log.exception("rule reload (%s) failed", reason)
             problems = [exc]
         return new, problems
@@ -141,7 +141,7 @@ class RuleReloader:
         before = self.version
         try:
             self._apply(new)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("rule reload (%s): swapping the rules in failed; the old rules keep running", reason)
             self._reloads.labels(result="failure").inc()
             self._last_ok.set(0)

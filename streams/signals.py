@@ -18,7 +18,7 @@ from __future__ import annotations
 from tailhound.capacity_file import CAPACITY_SIGNALS
 from tailhound.capacity_file import SETTING as CAPACITY_SETTING
 from tailhound.catalog import Catalog, default_catalog
-from tailhound.catalog.clock_events import CLOCK_EVENT_REASONS, THERMAL_REASONS_MASK  # noqa: F401
+from tailhound.catalog.clock_events import CLOCK_EVENT_REASONS, THERMAL_REASONS_MASK
 from tailhound.snapshot import Snapshot
 
 SignalValues = dict[str, dict[str, float]]

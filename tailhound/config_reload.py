@@ -54,7 +54,7 @@ class ConfigReloader(Generic[C]):
                 return self._failed(why, str(exc))
             try:
                 await self.apply(config)
-            except Exception as exc:  # noqa: BLE001 - a swap that fails keeps the process up, reported
+            except Exception as exc:  # a swap that fails keeps the process up, reported
                 log.exception("%s reload (%s): applying %s failed", self.what, why, self.path)
                 return self._failed(why, f"applying it failed: {exc}")
             self.reloads.labels("success").inc()

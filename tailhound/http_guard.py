@@ -103,7 +103,7 @@ class DroppedConnections(Collector):
         self.prefix = prefix
         self.counters = counters
 
-    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+    def collect(self):  # prometheus_client's collector protocol
         family = CounterMetricFamily(f"{self.prefix}_http_connections_dropped",
                                      "HTTP connections the server dropped, by reason (header or body timeout, "
                                      "connection limit per client or in all).", labels=["reason"])

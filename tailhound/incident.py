@@ -9,13 +9,13 @@ duplicates and re-order with ``(incident_id, sequence)``.
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tailhound.vocabulary import RootCause, Severity
 
-INCIDENT_SCHEMA_VERSION = 1
+INCIDENT_SCHEMA_VERSION: Final = 1
 
 EventKind = Literal["opened", "updated", "resolved"]
 

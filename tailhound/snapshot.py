@@ -23,14 +23,14 @@ import math
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SNAPSHOT_SCHEMA_VERSION = 1
+SNAPSHOT_SCHEMA_VERSION: Final = 1
 #: A telemetry message of this version is a :class:`SnapshotBundle` (several snapshots of one node); a message
 #: of version 1 (or without ``schema_version``) is one :class:`Snapshot`. Both decode (``tailhound.streams.codec``).
-BUNDLE_SCHEMA_VERSION = 2
+BUNDLE_SCHEMA_VERSION: Final = 2
 
 #: Sources tailhound knows how to interpret. Others are accepted (the field is an open name) so that
 #: a newer agent can publish a new source before the streams side maps it.

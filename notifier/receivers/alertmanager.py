@@ -264,7 +264,7 @@ class AlertmanagerReceiver:
             await asyncio.sleep(self.config.repost_interval)
             try:
                 await self.repost()
-            except Exception:  # noqa: BLE001 - keep re-posting; one bad cycle must not let alerts expire
+            except Exception:  # keep re-posting; one bad cycle must not let alerts expire
                 log.exception("alertmanager %r: re-post cycle failed", self.name)
 
     async def resume(self, items: Iterable[tuple[Notification, Receipt]]) -> None:

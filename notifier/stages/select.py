@@ -9,6 +9,7 @@ runs after every notify stage: when to look at the group again besides new event
 
 from __future__ import annotations
 
+from tailhound.notifier.model import NotificationKind
 from tailhound.notifier.state import GroupState
 
 from . import Context, Draft
@@ -37,7 +38,7 @@ def draft(grp: GroupState, ctx: Context) -> Draft | None:
     if grp.flapping:  # the flap stage lets one marked notification through, then holds the group
         return Draft(group=grp, kind="updated", incidents=grp.ordered(), flapping=True)
     status, said = grp.status, grp.notified_status
-    kind = None
+    kind: NotificationKind | None = None
     if grp.notified_flapping:  # it settled after receivers were told it flaps: tell them how it ended
         return Draft(group=grp, kind="resolved" if status == "resolved" else "opened",
                          incidents=grp.ordered(), settled=True)

@@ -165,5 +165,5 @@ async def send_tick(sending: Awaitable[Any], what: str) -> None:
     """Await one tick's send; a failure or a send that takes more than TICK_SEND_S is logged and skipped."""
     try:
         await asyncio.wait_for(sending, TICK_SEND_S)
-    except Exception as exc:  # noqa: BLE001 - the next tick follows within a second
+    except Exception as exc:  # the next tick follows within a second
         log.debug("%s tick not sent: %r", what, exc)

@@ -119,8 +119,8 @@ def rising(points: list[tuple[float, float]], window_s: float, now: float) -> bo
 
 def holds(cond: object, ctx: EvalContext, entity: str, scope: str) -> bool | None:
     if isinstance(cond, SignalCondition) and cond.crossed is not None:
-        n = ctx.crossings(cond, entity, scope)
-        return None if n is None else n >= cond.crossed.times
+        crossed = ctx.crossings(cond, entity, scope)
+        return None if crossed is None else crossed >= cond.crossed.times
     if isinstance(cond, SignalCondition):
         v = value_of(ctx, cond.signal, cond.reduce, entity, scope)
         if v is None:
@@ -181,8 +181,8 @@ def entities_of(leaves: Iterable[object], ctx: EvalContext, scope: str) -> list[
     return sorted(found, key=lambda e: (int(e), "") if e.isdigit() else (1 << 30, e))
 
 
-def observations(leaves: Iterable[object], ctx: EvalContext, entity: str, scope: str, held_s: float,
-                 labels: dict[str, str]) -> list[Evidence]:
+def observations(leaves: Iterable[SignalCondition | Absent], ctx: EvalContext, entity: str, scope: str,
+                 held_s: float, labels: dict[str, str]) -> list[Evidence]:
     """Evidence for the leaves that have a value now: value vs threshold / baseline / other signal."""
     out = []
     for leaf in leaves:

@@ -4,6 +4,8 @@ while the entity is in trouble) -- and the evaluation context the rules are judg
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ..baseline import RollingBaseline
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
 from ..loadmodel import LoadModel, expected_for, features_of
@@ -95,7 +97,7 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | Sig
                      ts: float) -> None:
     """Feed every value a rule compares with its baseline, except while that entity is in an incident
     of a rule reading the signal (an incident must not raise its own baseline)."""
-    private = state.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
+    private = cast("dict[str, Any]", state.__pydantic_private__)  # (getattr of a private is slow)
     for signal, (prefixes, readers) in rules.baseline_plan.items():
         how, base = split_baseline_key(signal)
         if base not in fresh and not any(p in fresh for p in prefixes) and not _inputs_fresh(base, fresh):

@@ -51,7 +51,7 @@ def input_kind(path: Path) -> str:
     return "loadtest"
 
 
-def _load_result(path: Path):  # noqa: ANN202 - LoadTestResult
+def _load_result(path: Path):  # LoadTestResult
     from tailhound.capacity.model import LoadTestResult
 
     try:
@@ -66,7 +66,7 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return "-" if v is None else f"{v:.4g}{unit}"
 
 
-def _table(analysis, console: Console) -> None:  # noqa: ANN001
+def _table(analysis, console: Console) -> None:
     from tailhound.capacity.recommend import keda_snippet
 
     rec = analysis.recommendation

@@ -447,7 +447,7 @@ def serve_in_thread(engine: FakeEngine | None = None, host: str = "127.0.0.1") -
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(engine.start(host, 0))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+        except BaseException as exc:  # handed to the caller
             failure.append(exc)
             started.set()
             return

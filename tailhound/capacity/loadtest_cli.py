@@ -70,7 +70,7 @@ class _Printer:
         self.bar.close()
 
 
-def _summary(result, errors: dict[str, int]) -> Table:  # noqa: ANN001 - a LoadTestResult
+def _summary(result, errors: dict[str, int]) -> Table:  # a LoadTestResult
     unit = "req/s" if result.mode == "rate" else "conc."
     table = Table(title=f"{result.model} @ {result.target} ({result.mode}; TTFT/TPOT in ms)", padding=(0, 1))
     for col in (unit, "done/s", "err", "conc", "TTFT50", "TTFT95", "TPOT50", "TPOT95", "queue", "batch", "KV"):

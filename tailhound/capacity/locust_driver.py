@@ -51,12 +51,12 @@ if __name__ != "__main__":  # locust's import monkey-patches the whole interpret
     raise ImportError("tailhound.capacity.locust_driver runs as its own process: "
                       "python -m tailhound.capacity.locust_driver '<json plan>'")
 
-from locust import HttpUser, constant, task  # noqa: E402
-from locust.env import Environment  # noqa: E402
-from locust.exception import StopUser  # noqa: E402
+from locust import HttpUser, constant, task
+from locust.env import Environment
+from locust.exception import StopUser
 
-from tailhound.agents.collectors.sse import SSEEvent, SSEParser, SSEProtocolError, delta_content  # noqa: E402
-from tailhound.capacity.token_mix import TokenMix  # noqa: E402
+from tailhound.agents.collectors.sse import SSEEvent, SSEParser, SSEProtocolError, delta_content
+from tailhound.capacity.token_mix import TokenMix
 
 API_KEY_ENV = "TAILHOUND_LOADTEST_API_KEY"
 LATE_S = 0.1
@@ -74,7 +74,7 @@ _VOCAB = ("time", "year", "people", "way", "day", "man", "thing", "woman", "life
 
 
 class Driver:
-    def __init__(self, plan: dict, out) -> None:  # noqa: ANN001 - a text file
+    def __init__(self, plan: dict, out) -> None:  # a text file
         self.plan = plan
         self.out = out
         self.mode: str = plan["mode"]
@@ -140,7 +140,7 @@ class Driver:
             body["ignore_eos"] = True
         return json.dumps(body, separators=(",", ":")).encode()
 
-    def request(self, client) -> None:  # noqa: ANN001 - locust's HttpSession
+    def request(self, client) -> None:  # locust's HttpSession
         if self.sent >= self.max_requests:
             self.stop(f"max-requests: {self.max_requests} requests sent")
             return
@@ -200,7 +200,7 @@ class Driver:
                     err = "no tokens in the stream"
         except SSEProtocolError as exc:
             err = f"protocol: {exc}"
-        except Exception as exc:  # noqa: BLE001 - every failure of a request is one error of its step
+        except Exception as exc:  # every failure of a request is one error of its step
             err = _describe(exc)
         finally:
             if resp is not None and resp.raw is not None:  # (no raw: the request failed before a response)
@@ -209,7 +209,7 @@ class Driver:
                         resp.raw.release_conn()  # read to its end: the connection goes back to the pool
                     else:
                         resp.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection may fail too; it is dropped
+                except Exception:  # closing a broken connection may fail too; it is dropped
                     pass
         t1 = time.perf_counter()
         tokens = usage_tokens or chunks

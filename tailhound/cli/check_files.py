@@ -49,7 +49,7 @@ def detect_kind(path: Path) -> tuple[str | None, str]:
     """(the kind of the file at `path`, why not when None): the kind sharing most top-level keys with it."""
     try:
         _, data, _ = compose_with_duplicates(read_yaml_text(path))
-    except Exception:  # noqa: BLE001 - unreadable or not YAML: the kind's own loader says how
+    except Exception:  # unreadable or not YAML: the kind's own loader says how
         data = None
     keys = set(data) if isinstance(data, dict) else set()
     scores = {kind: len(keys & top_keys(kind)) for kind in KINDS}

@@ -68,7 +68,7 @@ def replay(
     read = ReadProgress(total_bytes=sum(p.stat().st_size for p in recordings if p.is_file()))
     line = ProgressLine("replay", read, enabled=progress)
 
-    def records():  # noqa: ANN202 - the recordings' records, noting the first and the latest event time
+    def records():  # the recordings' records, noting the first and the latest event time
         warn = lambda msg: err_console.print(f"[yellow]warning:[/] {msg}", highlight=False)  # noqa: E731
         for rec in line.wrap(iter_recordings(recordings, warn, read)):
             if not first:

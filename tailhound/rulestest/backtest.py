@@ -357,7 +357,7 @@ def replay(paths: list[Path], rules_dir: Path, label: str, sla: dict | None, pro
     pr = ReadProgress(total_bytes=sum(p.stat().st_size for p in paths if p.exists()))
     line = ProgressLine(label, pr, enabled=progress)
 
-    def records():  # noqa: ANN202
+    def records():
         for rec in line.wrap(iter_recordings(paths, warn, pr)):
             if not bounds:
                 bounds.extend((rec.ts, rec.ts))

@@ -91,7 +91,7 @@ class _EndsEarly(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # noqa: ANN001 - a writable buffer
+    def readinto(self, buffer) -> int:  # a writable buffer
         if self.cut is not None:
             return 0
         try:

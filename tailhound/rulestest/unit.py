@@ -271,7 +271,7 @@ def _yaml_in(directory: Path) -> list[Path]:
 _RULESETS: dict[tuple[tuple[Path, int, int], ...], Any] = {}
 
 
-def load_ruleset(files: Iterable[Path]):  # noqa: ANN201 - a streams RuleSet
+def load_ruleset(files: Iterable[Path]):  # a streams RuleSet
     """A RuleSet of exactly these files (loaded once per run); names defined twice are an error."""
     from tailhound.streams.ruleset.rulefile import RuleSet, load_rule_file
 

@@ -66,7 +66,7 @@ def decode_v3(raw: bytes, layouts: LayoutCache | None = None) -> list[DecodedSna
             return Refused(exc.kind, f"parts.{i}: {exc}"[:1000])
         except IndexError as exc:  # an id past its table
             return Refused("invalid", f"parts.{i}: an id points past its table ({exc})"[:1000])
-        except Exception as exc:  # noqa: BLE001 - whatever else is wrong with a part is a reason, not a crash
+        except Exception as exc:  # whatever else is wrong with a part is a reason, not a crash
             return Refused("invalid", f"parts.{i}: cannot be read: {exc!r}"[:1000])
     return out
 

@@ -75,7 +75,7 @@ def guard_topics(app: faust.App, settings: Settings, interval_s: float = TOPIC_C
             await asyncio.sleep(interval_s)
             try:
                 await check_topics(app, settings)
-            except Exception as exc:  # noqa: BLE001 - a failed check is tried again; it never stops the worker
+            except Exception as exc:  # a failed check is tried again; it never stops the worker
                 log.debug("topic check failed: %r", exc)
 
 

@@ -98,7 +98,7 @@ async def check_before_seek(lost: LostLogs = LOST) -> None:
     try:
         async with asyncio.timeout(CHECK_AT_SEEK_S):
             await lost.check()
-    except Exception as exc:  # noqa: BLE001 - the seek goes on with what is known (and the log-end check)
+    except Exception as exc:  # the seek goes on with what is known (and the log-end check)
         log.debug("topic check at the assignment failed: %r", exc)
 
 

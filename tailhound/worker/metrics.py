@@ -60,6 +60,6 @@ class ConsumerLagCollector(Collector):
                 last = read.get(tp)
                 next_offset = (last + 1) if last is not None else 0
                 out[(tp.topic, tp.partition)] = float(max(high - next_offset, 0))
-        except Exception as exc:  # noqa: BLE001 - a scrape must never fail because the consumer is restarting
+        except Exception as exc:  # a scrape must never fail because the consumer is restarting
             log.debug("consumer lag unavailable: %r", exc)
         return out

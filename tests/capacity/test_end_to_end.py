@@ -19,7 +19,7 @@ from tailhound.cli import app
 from tailhound.notifier.webconsole.capacity_page import capacity_page
 from tailhound.streams.ruleset.rulefile import load_rules
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # timing: wall-clock bounds, run alone after the parallel part
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT, OUTPUT = 256, 32

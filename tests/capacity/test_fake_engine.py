@@ -182,6 +182,7 @@ async def test_ttft_and_tpot_follow_the_law_alone(engine):
     assert tpot == pytest.approx(law.tpot_s(1), rel=0.2)  # 10 ms
 
 
+@pytest.mark.timing
 async def test_queue_and_slower_tokens_past_the_knee(engine):
     law = engine.law  # 4 slots, TPOT flat up to 2 running, x2 at 4
     seen: list[tuple[float, float]] = []

@@ -165,6 +165,7 @@ def test_step_aggregation():
 # the rate ramp past the fake engine's knee, measured step by step and analysed: tests/capacity/test_end_to_end.py
 
 
+@pytest.mark.timing
 def test_concurrency_ramp(fake_engine, tmp_path):
     out = tmp_path / "conc.json"
     r = invoke("--target", fake_engine, "--out", str(out), "--mode", "concurrency", "--target-load", "12",
@@ -182,6 +183,7 @@ def test_concurrency_ramp(fake_engine, tmp_path):
     assert top.throughput_rps > first.throughput_rps * 0.9
 
 
+@pytest.mark.timing
 def test_steps_keep_their_planned_length_past_the_knee(tmp_path):
     """A ramp past the engine's capacity (8.3 req/s here) queues requests the engine serves long after the last
     step; the test ends one drain after it (cut requests are counted as unfinished, not errors), so the run

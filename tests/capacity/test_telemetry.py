@@ -65,6 +65,7 @@ def test_the_known_saturation_point():
     assert abs(OUTPACE_BATCH - 111.3) < 0.5
 
 
+@pytest.mark.timing
 def test_knee_plateau_and_max_num_seqs_from_simulated_telemetry(slow_fleet):
     records, sim_s = slow_fleet
     t0 = time.perf_counter()

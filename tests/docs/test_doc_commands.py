@@ -33,7 +33,8 @@ import pytest
 from tailhound.broker import free_port
 from tests.wheel_install import ROOT, session_install
 
-pytestmark = [pytest.mark.slow, pytest.mark.broker]
+#: the "wheel" group shares the wheel build with tests/tailhound/test_packaging.py (one xdist worker)
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.xdist_group("wheel")]
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: the documents whose commands take longest start first (they bound the wall time)
@@ -128,7 +129,7 @@ def documented_commands(path: Path) -> list[Command]:
     return out
 
 
-def _entry(table: dict, cmd: Command):  # noqa: ANN202 - the table's value for `cmd`, or None
+def _entry(table: dict, cmd: Command):  # the table's value for `cmd`, or None
     return next((v for (doc, start), v in table.items() if doc == cmd.doc and cmd.text.startswith(start)), None)
 
 

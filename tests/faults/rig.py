@@ -200,7 +200,7 @@ class Rig:
             if asyncio.iscoroutine(result):
                 try:
                     result = await asyncio.wait_for(result, 10)
-                except Exception:  # noqa: BLE001 - the broker may not answer yet: try again
+                except Exception:  # the broker may not answer yet: try again
                     result = False
             if result:
                 return time.monotonic() - t0

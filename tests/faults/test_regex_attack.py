@@ -36,7 +36,7 @@ from tests.notifier.factories import incident_event
 from tests.notifier.service_helpers import LoopLag, running_service, wait_for, with_notifier
 from tests.notifier.test_deliver import StubReceiver
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.timing]  # timing: loop-lag bounds, run alone after the parallel part
 
 TOKEN = "drill-api-token-0123456789abcdef"
 EVIL = "(.|.)*Z"

@@ -11,7 +11,7 @@ from tests.capacity.test_loadtest import invoke, read_result
 
 
 @contextmanager
-def http_server(answer) -> Iterator[tuple[str, list[str]]]:  # noqa: ANN001 - (handler) -> None
+def http_server(answer) -> Iterator[tuple[str, list[str]]]:  # (handler) -> None
     """A loopback server calling `answer(handler)` for every request; yields (its URL, the paths it saw)."""
     seen: list[str] = []
 
@@ -45,7 +45,7 @@ def ok(handler: BaseHTTPRequestHandler) -> None:
     handler.wfile.write(b"{}")
 
 
-def redirect_to(url: str):  # noqa: ANN201
+def redirect_to(url: str):
     def answer(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(307)
         handler.send_header("Location", url + handler.path)

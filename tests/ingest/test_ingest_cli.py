@@ -197,10 +197,10 @@ async def test_the_standalone_ingest_freezes_what_is_alive_after_its_warm_up(mon
     from tailhound.ingest import service as service_module
 
     class Service:
-        def __init__(self, settings, cfg) -> None:  # noqa: ANN001 - the real service's arguments
+        def __init__(self, settings, cfg) -> None:  # the real service's arguments
             pass
 
-        async def run(self, stop) -> None:  # noqa: ANN001 - an asyncio.Event
+        async def run(self, stop) -> None:  # an asyncio.Event
             await stop.wait()
 
     frozen = []

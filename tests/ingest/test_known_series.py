@@ -49,7 +49,7 @@ def test_the_known_series_path_decodes_what_the_full_reader_does(order):
     calls = []
     full = rw._series
 
-    def counting(*args):  # noqa: ANN002, ANN202 - the reader's own arguments
+    def counting(*args):  # the reader's own arguments
         calls.append(1)
         return full(*args)
 

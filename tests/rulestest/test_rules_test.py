@@ -40,6 +40,7 @@ def write(tmp_path: Path, text: str, name: str = "t.yaml") -> Path:
 # --- the pack's own tests ------------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_the_rule_packs_own_tests_pass():
     """What a pre-commit hook runs: `tailhound rules test rules/tests/*.yaml` (a few seconds)."""
     t0 = time.monotonic()

@@ -86,7 +86,7 @@ def test_an_unknown_output_format_names_the_choices():
         print_listing(Listing(["a"]), "csv", make_console(file=io.StringIO()))
 
 
-def _commands(cmd, path: tuple[str, ...] = ()):  # noqa: ANN001 - typer's (vendored) click command
+def _commands(cmd, path: tuple[str, ...] = ()):  # typer's (vendored) click command
     yield path
     if isinstance(getattr(cmd, "commands", None), dict):
         for name, sub in cmd.commands.items():

@@ -22,6 +22,8 @@ from packaging.utils import canonicalize_name
 from tests.wheel_install import run_checked, session_install
 
 ROOT = Path(__file__).resolve().parents[2]
+#: one xdist worker builds the wheel once for this module and tests/docs (tests/wheel_install.py)
+pytestmark = pytest.mark.xdist_group("wheel")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 PACKAGE_DIRS: dict[str, str] = SETUPTOOLS["package-dir"]
