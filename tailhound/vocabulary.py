@@ -46,7 +46,7 @@ class Severity(StrEnum):
         return _SEVERITY_RANK.get(value, 0)
 
 
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+_SEVERITY_RANK: dict[str, int] = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 _S = TypeVar("_S", bound=str)
 
 
