@@ -94,8 +94,13 @@ class FileQueue:
 
 
 class Outbox:
-    def __init__(self, max_messages: int = 100_000, max_bytes: int = 64 << 20,
-                 spill_file: Path | None = None, spill_max_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self,
+        max_messages: int = 100_000,
+        max_bytes: int = 64 << 20,
+        spill_file: Path | None = None,
+        spill_max_bytes: int = 1 << 30,
+    ) -> None:
         self.max_messages, self.max_bytes = max_messages, max_bytes
         self.spill_max_bytes = spill_max_bytes
         self._mem: deque[Message] = deque()
@@ -151,8 +156,11 @@ class Outbox:
     def _count_drop(self) -> None:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 1000 == 0:
-            log.warning("outbox full: dropped %d snapshot(s) so far (broker unreachable for too long; "
-                        "raise publish.buffer.max_messages/max_bytes or set a spill_file)", self.dropped)
+            log.warning(
+                "outbox full: dropped %d snapshot(s) so far (broker unreachable for too long; "
+                "raise publish.buffer.max_messages/max_bytes or set a spill_file)",
+                self.dropped,
+            )
 
     def _front(self) -> FileQueue | deque[Message] | None:
         if self._resend is not None and len(self._resend):

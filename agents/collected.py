@@ -22,8 +22,16 @@ class CollectedRecord:
 
     __slots__ = ("header", "writer", "_body")
 
-    def __init__(self, *, ts: float, node: str, job: str, writer: ExpositionWriter,
-                 labels: dict[str, str] | None = None, interval_s: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ts: float,
+        node: str,
+        job: str,
+        writer: ExpositionWriter,
+        labels: dict[str, str] | None = None,
+        interval_s: float | None = None,
+    ) -> None:
         self.header = ScrapeRecord(ts=ts, node=node, job=job, labels=labels or {}, interval_s=interval_s)
         self.writer = writer
         self._body: str | None = None

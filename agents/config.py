@@ -39,25 +39,41 @@ class PublishConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     batch_max: int = Field(default=500, ge=1, description="Snapshots per send.")
-    linger_ms: Milliseconds = Field(default=100, ge=0,
-                                    description="Wait this long to batch snapshots into one request.")
+    linger_ms: Milliseconds = Field(
+        default=100, ge=0, description="Wait this long to batch snapshots into one request."
+    )
     compression: Literal["lz4", "zstd", "gzip", "none"] = Field(
-        default="lz4", description="Kafka batch compression (lz4: ~10x cheaper in CPU than gzip, similar size).")
-    request_timeout_s: Duration = Field(default=120.0, gt=0,
-                                     description="How long one send may wait for the broker before it is retried.")
-    bundle: bool = Field(default=False, description=(
-        "Publish the snapshots of one tick as one message per node (telemetry version 2, a bundle): the worker "
-        "handles a node's tick in one message instead of one per source. Workers before bundles reject them: "
-        "turn it on once every worker reads them."))
-    wire: Literal[1, 3] = Field(default=1, description=(
-        "Telemetry version published: 1 is JSON, 3 compact MessagePack (label sets and bucket layouts once per "
-        "snapshot, values as arrays: about 0.6x the bytes after compression, decoded ~10x faster). Workers "
-        "before version 3 reject it (dead letter): turn it on once every worker reads it."))
-    layout_every_s: Duration = Field(default=0.0, ge=0, description=(
-        "With wire 3: send each source's layout (labels, names, bucket bounds) once and then only its values, "
-        "about a third of version 1's bytes; the layout goes again at least this often, so a worker that "
-        "restarted or took over the node reads it again after at most this long (its snapshots until then are "
-        "dead letters, unknown_layout). 0: every message carries its layout."))
+        default="lz4", description="Kafka batch compression (lz4: ~10x cheaper in CPU than gzip, similar size)."
+    )
+    request_timeout_s: Duration = Field(
+        default=120.0, gt=0, description="How long one send may wait for the broker before it is retried."
+    )
+    bundle: bool = Field(
+        default=False,
+        description=(
+            "Publish the snapshots of one tick as one message per node (telemetry version 2, a bundle): the worker "
+            "handles a node's tick in one message instead of one per source. Workers before bundles reject them: "
+            "turn it on once every worker reads them."
+        ),
+    )
+    wire: Literal[1, 3] = Field(
+        default=1,
+        description=(
+            "Telemetry version published: 1 is JSON, 3 compact MessagePack (label sets and bucket layouts once per "
+            "snapshot, values as arrays: about 0.6x the bytes after compression, decoded ~10x faster). Workers "
+            "before version 3 reject it (dead letter): turn it on once every worker reads it."
+        ),
+    )
+    layout_every_s: Duration = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "With wire 3: send each source's layout (labels, names, bucket bounds) once and then only its values, "
+            "about a third of version 1's bytes; the layout goes again at least this often, so a worker that "
+            "restarted or took over the node reads it again after at most this long (its snapshots until then are "
+            "dead letters, unknown_layout). 0: every message carries its layout."
+        ),
+    )
     buffer: OutboxConfig = Field(default_factory=OutboxConfig)
 
 
@@ -66,8 +82,11 @@ class AgentConfig(BaseModel):
 
     node: str | None = Field(default=None, pattern=r"^\S+$", description="This node's name (default: hostname).")
     labels: dict[str, str] = Field(default_factory=dict, description="Added to every snapshot (cluster, region).")
-    listen: str | None = Field(default="127.0.0.1:9464", pattern=r"^[^:\s]*:\d+$",
-                               description="host:port of the agent's own /metrics; null turns it off.")
+    listen: str | None = Field(
+        default="127.0.0.1:9464",
+        pattern=r"^[^:\s]*:\d+$",
+        description="host:port of the agent's own /metrics; null turns it off.",
+    )
     scrape: list[ScrapeTarget] = Field(default_factory=list)
     nvml: NvmlConfig | None = None
     procnet: ProcNetConfig | None = None

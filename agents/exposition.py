@@ -48,11 +48,20 @@ from tailhound.agents.exposition_lines import (
 from tailhound.errors import TailhoundError
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramSample
 
-__all__ = ["DEFAULT_LIMITS", "ExpositionError", "Family", "Limits", "ParseResult", "RawSample", "parse_exposition",
-           "to_samples"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "ExpositionError",
+    "Family",
+    "Limits",
+    "ParseResult",
+    "RawSample",
+    "parse_exposition",
+    "to_samples",
+]
 
-_TYPES = frozenset({"counter", "gauge", "histogram", "gaugehistogram", "summary", "untyped", "unknown", "info",
-                    "stateset"})
+_TYPES = frozenset(
+    {"counter", "gauge", "histogram", "gaugehistogram", "summary", "untyped", "unknown", "info", "stateset"}
+)
 _SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_gcount", "_gsum")
 MAX_NAME = 200  # the wire model's limit
 MAX_PROBLEMS = 16  # errors kept (with their line numbers) per parse
@@ -141,7 +150,7 @@ def _metadata(line: str, families: dict[str, Family], lim: Limits) -> bool:
         return False  # a comment
     rest = body[5:].lstrip(" \t")
     m = (QUOTED if rest[:1] == '"' else NAME_RE).match(rest)
-    tail = rest[m.end():] if m is not None else ""
+    tail = rest[m.end() :] if m is not None else ""
     if m is None or (tail and tail[0] not in " \t"):
         raise LineError("bad_metadata", f"{keyword}: no metric name: {line[:80]!r}")
     name = unescape(m.group(1)) if m.re is QUOTED else m.group()
@@ -215,15 +224,19 @@ def parse_exposition(text: str, limits: Limits | None = None) -> ParseResult:
                 if n_lines >= max_samples:  # the family being read is cut short: drop it, read no more
                     fam = _family_of(hint, families, lim, create=False) if (hint := name_hint(line)) else None
                     more = sum(1 for rest in lines[line_no:] if rest.strip(" \t\r")[:1] not in ("", "#"))
-                    result._reject(line_no, "too_many_samples", f"more than {max_samples} samples",
-                                   fam.name if fam is not None and fam.samples else None)
+                    result._reject(
+                        line_no,
+                        "too_many_samples",
+                        f"more than {max_samples} samples",
+                        fam.name if fam is not None and fam.samples else None,
+                    )
                     result.rejected["too_many_samples"] += more
                     break
                 n_lines += 1
             close = line.rfind("}")
-            known = series.get(line[:close + 1]) if close > 0 else None
+            known = series.get(line[: close + 1]) if close > 0 else None
             if known is not None:  # a series seen before: only the value (and timestamp) is new
-                rest = line[close + 1:].split()
+                rest = line[close + 1 :].split()
                 try:
                     if len(rest) != 1 and not (len(rest) == 2 and timestamp_ok(rest[1])) or "_" in rest[0]:
                         raise ValueError
@@ -295,7 +308,8 @@ def to_samples(
             why = skip.get(name)
             if why is None:
                 created = name.endswith("_created") and (
-                    name != fam.name or name[:-8] in names or name[:-8] + "_total" in names)
+                    name != fam.name or name[:-8] in names or name[:-8] + "_total" in names
+                )
                 why = skip[name] = 1 if created else 2 if len(name) > MAX_NAME else 0
             if why == 1 or not isfinite(value) or (drop is not None and drop(value)):
                 continue
@@ -354,8 +368,16 @@ def _histograms(fam: Family, errors: list[str] | None = None) -> list[HistogramS
         if not finite:
             continue
         try:
-            out.append(HistogramSample(name=fam.name, labels=g["labels"], le=[le for le, _ in finite],
-                                       counts=[c for _, c in finite], count=count, sum=g["sum"]))
+            out.append(
+                HistogramSample(
+                    name=fam.name,
+                    labels=g["labels"],
+                    le=[le for le, _ in finite],
+                    counts=[c for _, c in finite],
+                    count=count,
+                    sum=g["sum"],
+                )
+            )
         except ValidationError as exc:
             if errors is None:
                 raise

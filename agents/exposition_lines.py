@@ -84,11 +84,11 @@ def scan_labels(line: str, pos: int, lim: Limits) -> tuple[str | None, list[tupl
             return qname, items, m.end()
         m = _PAIR.match(line, pos)
         if m is None:
-            raise LineError("bad_labels", f"malformed labels {line[start:pos + 40]!r}", qname)
+            raise LineError("bad_labels", f"malformed labels {line[start : pos + 40]!r}", qname)
         bare, quoted, value, sep = m.groups()
         if value is None:  # a quoted name alone: the metric name (Prometheus 3)
             if not quoted or qname is not None:
-                raise LineError("bad_labels", f"malformed labels {line[start:m.end() + 20]!r}", qname)
+                raise LineError("bad_labels", f"malformed labels {line[start : m.end() + 20]!r}", qname)
             qname = unescape(quoted)
         else:
             name = bare if bare is not None else unescape(quoted)
@@ -127,7 +127,7 @@ def forget_labelsets() -> None:
 
 def _label_set(line: str, brace: int, name: str | None, lim: Limits) -> tuple[str | None, Items, int]:
     close = line.rfind("}")
-    hit = _LABELSETS.get(line[brace:close + 1])
+    hit = _LABELSETS.get(line[brace : close + 1])
     if hit is not None:  # a valid label set ending at the last `}`: scanning would end there too
         return hit[0], hit[1], close + 1
     try:
@@ -152,7 +152,7 @@ def check_exemplar(text: str, lim: Limits, name: str) -> None:
             raise LineError("bad_exemplar", "")
         qname, _, end = scan_labels(body, 0, lim)
         tokens = body[end:].split()
-        ok = qname is None and 1 <= len(tokens) <= 2 and body[end:end + 1] in (" ", "\t")
+        ok = qname is None and 1 <= len(tokens) <= 2 and body[end : end + 1] in (" ", "\t")
         if not ok or number(tokens[0]) is None or (len(tokens) == 2 and not timestamp_ok(tokens[1])):
             raise LineError("bad_exemplar", "")
     except LineError:
@@ -202,6 +202,6 @@ def name_hint(line: str) -> str | None:
     if head[:1] == "{":
         body = head[1:].lstrip(" \t")
         m = QUOTED.match(body)
-        if m is not None and body[m.end():].lstrip(" \t")[:1] in (",", "}"):
+        if m is not None and body[m.end() :].lstrip(" \t")[:1] in (",", "}"):
             return unescape(m.group(1)) or None
     return None

@@ -31,12 +31,24 @@ GC_THRESHOLD = 10_000
 
 def make_sender(settings: Settings, config: AgentConfig, metrics: AgentMetrics) -> SnapshotSender:
     p = config.publish
-    outbox = Outbox(max_messages=p.buffer.max_messages, max_bytes=p.buffer.max_bytes,
-                    spill_file=p.buffer.spill_file, spill_max_bytes=p.buffer.spill_max_bytes)
-    return SnapshotSender(settings, outbox, metrics, batch_max=p.batch_max, linger_ms=p.linger_ms,
-                          compression=None if p.compression == "none" else p.compression,
-                          request_timeout_s=p.request_timeout_s, bundle=p.bundle, wire=p.wire,
-                          layout_every_s=p.layout_every_s)
+    outbox = Outbox(
+        max_messages=p.buffer.max_messages,
+        max_bytes=p.buffer.max_bytes,
+        spill_file=p.buffer.spill_file,
+        spill_max_bytes=p.buffer.spill_max_bytes,
+    )
+    return SnapshotSender(
+        settings,
+        outbox,
+        metrics,
+        batch_max=p.batch_max,
+        linger_ms=p.linger_ms,
+        compression=None if p.compression == "none" else p.compression,
+        request_timeout_s=p.request_timeout_s,
+        bundle=p.bundle,
+        wire=p.wire,
+        layout_every_s=p.layout_every_s,
+    )
 
 
 def _stop_on_signals(stop: asyncio.Event) -> None:
@@ -48,8 +60,10 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
 def _require_broker(settings: Settings) -> None:
     if not settings.broker:
-        raise TailhoundError("the agent publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
-                             "(or use `tailhound record` to write a recording without one)")
+        raise TailhoundError(
+            "the agent publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
+            "(or use `tailhound record` to write a recording without one)"
+        )
 
 
 def config_reloader(path: Path, agent: Agent, metrics: AgentMetrics) -> ConfigReloader[AgentConfig]:
@@ -63,12 +77,18 @@ def config_reloader(path: Path, agent: Agent, metrics: AgentMetrics) -> ConfigRe
         await agent.reconfigure(new)
         log.info("agent %s: %d collector(s) after reload", agent.node, len(agent.collectors))
 
-    return ConfigReloader(path, load_agent_config, apply, prefix="tailhound_agent", registry=metrics.registry,
-                          what="agent config")
+    return ConfigReloader(
+        path, load_agent_config, apply, prefix="tailhound_agent", registry=metrics.registry, what="agent config"
+    )
 
 
-async def run_agent(settings: Settings, config: AgentConfig, duration_s: float | None = None,
-                    stop: asyncio.Event | None = None, config_path: Path | None = None) -> AgentMetrics:
+async def run_agent(
+    settings: Settings,
+    config: AgentConfig,
+    duration_s: float | None = None,
+    stop: asyncio.Event | None = None,
+    config_path: Path | None = None,
+) -> AgentMetrics:
     """Collect and publish until SIGINT/SIGTERM (or `duration_s`); SIGHUP reloads `config_path`."""
     _require_broker(settings)
     with contextlib.suppress(ValueError):  # until the reload handler is installed, a SIGHUP must not kill us
@@ -106,8 +126,9 @@ async def run_agent(settings: Settings, config: AgentConfig, duration_s: float |
     return metrics
 
 
-async def run_record(config: AgentConfig, out: Path, duration_s: float | None = None,
-                     stop: asyncio.Event | None = None) -> int:
+async def run_record(
+    config: AgentConfig, out: Path, duration_s: float | None = None, stop: asyncio.Event | None = None
+) -> int:
     """Collect like the agent, but write a scrape recording instead of publishing."""
     stop = stop or asyncio.Event()
     _stop_on_signals(stop)

@@ -33,15 +33,18 @@ class PublishMetrics:
         self.prefix = prefix
         self.enqueued = Counter(f"{prefix}_snapshots_enqueued", "Snapshots put in the outbox.", registry=r)
         self.sent = Counter(f"{prefix}_snapshots_sent", "Snapshots the broker acknowledged.", registry=r)
-        self.dropped = Counter(f"{prefix}_snapshots_dropped", "Snapshots dropped because the outbox was full.",
-                               registry=r)
+        self.dropped = Counter(
+            f"{prefix}_snapshots_dropped", "Snapshots dropped because the outbox was full.", registry=r
+        )
         self.send_errors = Counter(f"{prefix}_send_errors", "Failed send attempts (retried).", registry=r)
-        self.outbox_messages = Gauge(f"{prefix}_outbox_messages", "Snapshots waiting for the broker.",
-                                     registry=r)
+        self.outbox_messages = Gauge(f"{prefix}_outbox_messages", "Snapshots waiting for the broker.", registry=r)
         self.outbox_fill = Gauge(f"{prefix}_outbox_fill_ratio", "Memory outbox fill (0..1).", registry=r)
-        self.send_latency = Histogram(f"{prefix}_send_latency_seconds",
-                                      "Collection to broker acknowledgement, per snapshot.", registry=r,
-                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+        self.send_latency = Histogram(
+            f"{prefix}_send_latency_seconds",
+            "Collection to broker acknowledgement, per snapshot.",
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
         self.broker_up = Gauge(f"{prefix}_broker_up", "1 while the last send succeeded.", registry=r)
 
     def render(self) -> bytes:
@@ -53,13 +56,19 @@ class AgentMetrics(PublishMetrics):
         super().__init__("tailhound_agent")
         r = self.registry
         self.collections = Counter("tailhound_agent_collections", "Collections run, by job.", ["job"], registry=r)
-        self.collect_errors = Counter("tailhound_agent_collect_errors", "Failed collections (published as gaps).",
-                                      ["job"], registry=r)
-        self.collect_seconds = Histogram("tailhound_agent_collect_duration_seconds", "Time one collection took.",
-                                         ["job"], registry=r,
-                                         buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.collectors_off = Gauge("tailhound_agent_collectors_disabled", "Collectors turned off on this host.",
-                                    registry=r)
+        self.collect_errors = Counter(
+            "tailhound_agent_collect_errors", "Failed collections (published as gaps).", ["job"], registry=r
+        )
+        self.collect_seconds = Histogram(
+            "tailhound_agent_collect_duration_seconds",
+            "Time one collection took.",
+            ["job"],
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.collectors_off = Gauge(
+            "tailhound_agent_collectors_disabled", "Collectors turned off on this host.", registry=r
+        )
         #: exposition lines the parser left out, by reason (the SnapshotBuilder's counts, read at scrape time)
         self.rejected: dict[str, int] = {}
         r.register(_RejectedCollector(self))
@@ -135,9 +144,11 @@ class _RejectedCollector(Collector):
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily("tailhound_agent_exposition_rejected", "Exposition lines or families the "
-                                     "parser left out (one bad family drops only itself), by reason.",
-                                     labels=["reason"])
+        family = CounterMetricFamily(
+            "tailhound_agent_exposition_rejected",
+            "Exposition lines or families the parser left out (one bad family drops only itself), by reason.",
+            labels=["reason"],
+        )
         for reason, n in sorted(dict(self.metrics.rejected).items()):
             family.add_metric([reason], n)
         yield family

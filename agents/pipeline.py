@@ -97,8 +97,11 @@ class _Deltas:
         if reset:
             delta = HistogramDelta(counts=list(s.counts), count=s.count, sum=s.sum)
         else:
-            delta = HistogramDelta(counts=[c - p for c, p in zip(s.counts, prev.counts, strict=True)],
-                                   count=s.count - prev.count, sum=s.sum - prev.sum)
+            delta = HistogramDelta(
+                counts=[c - p for c, p in zip(s.counts, prev.counts, strict=True)],
+                count=s.count - prev.count,
+                sum=s.sum - prev.sum,
+            )
         return s.model_copy(update={"delta": delta, "reset": reset})
 
     def done(self, st: _SourceState) -> None:
@@ -149,8 +152,14 @@ class SnapshotBuilder:
                 if families.rejected:
                     self._count_rejected(rec, families)
             deltas = _Deltas(st, gauges)
-            samples = to_samples(families, drop=_DROP.get(rec.job), counters=counters, errors=errors,
-                                 counter=deltas.counter, histogram=deltas.histogram)
+            samples = to_samples(
+                families,
+                drop=_DROP.get(rec.job),
+                counters=counters,
+                errors=errors,
+                counter=deltas.counter,
+                histogram=deltas.histogram,
+            )
         except ExpositionError as exc:
             self.parse_errors += 1
             st.failed = True
@@ -177,8 +186,15 @@ class SnapshotBuilder:
         if not families and families.problems:
             raise families.problems[0]  # counted in parse_errors by build()
         self.parse_errors += 1
-        log.warning("%s/%s: %d lines left out (%s), families dropped: %s; first: %s", rec.node, rec.job,
-                    families.rejected_total, families.rejected, list(families.dropped)[:10], families.problems[0])
+        log.warning(
+            "%s/%s: %d lines left out (%s), families dropped: %s; first: %s",
+            rec.node,
+            rec.job,
+            families.rejected_total,
+            families.rejected,
+            list(families.dropped)[:10],
+            families.problems[0],
+        )
 
     def forget(self, node: str, job: str) -> None:
         """Drop the state of a source (its target was removed from the config)."""

@@ -18,8 +18,9 @@ from tailhound.snapshot import Snapshot
 
 
 class SnapshotPublisher:
-    def __init__(self, settings: Settings, producer: AIOKafkaProducer | None = None, wire: int = 1,
-                 layout_every_s: float = 0.0) -> None:
+    def __init__(
+        self, settings: Settings, producer: AIOKafkaProducer | None = None, wire: int = 1, layout_every_s: float = 0.0
+    ) -> None:
         self.topic = settings.telemetry_topic
         self._encode = encoder(wire, layout_every_s)
         if producer is None:

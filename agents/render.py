@@ -112,12 +112,21 @@ class ExpositionWriter:
                 raise ValueError(f"{name} is a {fam[0]}, not a {type_}")
             fam[2].append((name, _labels(labels), float(value) + 0.0))
 
-    def histogram(self, name: str, le: Sequence[float], counts: Sequence[float], count: float, sum: float,
-                  labels: Mapping[str, str] | None = None, help: str = "") -> None:
+    def histogram(
+        self,
+        name: str,
+        le: Sequence[float],
+        counts: Sequence[float],
+        count: float,
+        sum: float,
+        labels: Mapping[str, str] | None = None,
+        help: str = "",
+    ) -> None:
         if len(le) != len(counts):
             raise ValueError(f"{name}: {len(le)} bucket bounds but {len(counts)} counts")
         self._family(name, "histogram", help).append(
-            (name, _labels(labels), tuple(le), [float(c) + 0.0 for c in counts], float(count) + 0.0, float(sum) + 0.0))
+            (name, _labels(labels), tuple(le), [float(c) + 0.0 for c in counts], float(count) + 0.0, float(sum) + 0.0)
+        )
 
     # -- what the pipeline takes ---------------------------------------------------------------------
 

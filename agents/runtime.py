@@ -63,8 +63,15 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, sink: SnapshotSink | None = None, *, recorder: IO[str] | None = None,
-                 metrics: AgentMetrics | None = None, collectors: list[Collector] | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        sink: SnapshotSink | None = None,
+        *,
+        recorder: IO[str] | None = None,
+        metrics: AgentMetrics | None = None,
+        collectors: list[Collector] | None = None,
+    ) -> None:
         self.config = config
         self.node = config.node or local_node()
         self.sink = sink
@@ -82,8 +89,11 @@ class Agent:
     def emit(self, rec: ScrapeRecord | CollectedRecord) -> None:
         if self.config.labels:
             labels = {**self.config.labels, **rec.labels}
-            rec = rec.with_labels(labels) if isinstance(rec, CollectedRecord) else rec.model_copy(
-                update={"labels": labels})
+            rec = (
+                rec.with_labels(labels)
+                if isinstance(rec, CollectedRecord)
+                else rec.model_copy(update={"labels": labels})
+            )
         if self.recorder is not None:
             self.recorder.write(rec.to_line() + "\n")
         self.records += 1
@@ -95,16 +105,27 @@ class Agent:
         make = getattr(c, "failure_records", None)
         if make is not None:
             return make(ts, reason)
-        return [ScrapeRecord(ts=ts, node=getattr(c, "node", None) or self.node, job=c.job,
-                             labels=dict(getattr(c, "labels", None) or {}), interval_s=c.interval_s, error=reason)]
+        return [
+            ScrapeRecord(
+                ts=ts,
+                node=getattr(c, "node", None) or self.node,
+                job=c.job,
+                labels=dict(getattr(c, "labels", None) or {}),
+                interval_s=c.interval_s,
+                error=reason,
+            )
+        ]
 
     def _job_metrics(self, job: str) -> tuple:
         """The (collections, errors, duration) children of one job (labels() takes a lock and a lookup)."""
         children = self._children.get(job)
         if children is None:
             m = self.metrics
-            children = self._children[job] = (m.collections.labels(job), m.collect_errors.labels(job),
-                                               m.collect_seconds.labels(job))
+            children = self._children[job] = (
+                m.collections.labels(job),
+                m.collect_errors.labels(job),
+                m.collect_seconds.labels(job),
+            )
         return children
 
     async def collect_once(self, c: Collector) -> bool:
@@ -166,8 +187,9 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         with contextlib.suppress(Exception):  # bounded: SIGINT/SIGTERM stop the agent within a few seconds
-            await asyncio.wait_for(asyncio.gather(*(c.close() for c in self.collectors), return_exceptions=True),
-                                   CLOSE_TIMEOUT_S)
+            await asyncio.wait_for(
+                asyncio.gather(*(c.close() for c in self.collectors), return_exceptions=True), CLOSE_TIMEOUT_S
+            )
 
     async def reconfigure(self, config: AgentConfig) -> None:
         """Swap in the collectors, node and labels of `config` (a reload); the sink and its outbox stay.
@@ -222,8 +244,9 @@ async def paced(records: Iterable[ScrapeRecord], speed: float) -> AsyncIterator[
         yield rec
 
 
-async def replay(records: Iterable[ScrapeRecord], sink: SnapshotSink, speed: float = 0.0,
-                 builder: SnapshotBuilder | None = None) -> int:
+async def replay(
+    records: Iterable[ScrapeRecord], sink: SnapshotSink, speed: float = 0.0, builder: SnapshotBuilder | None = None
+) -> int:
     """Turn a recording back into snapshots (same builder as live collection); returns the count."""
     builder = builder or SnapshotBuilder()
     n = 0

@@ -72,6 +72,7 @@ def use_lz4_level(level: int = LZ4_LEVEL) -> bool:
     modules = [default_records]
     try:
         from aiokafka.record._crecords import default_records as c_records
+
         modules.append(c_records)
     except ImportError:  # pragma: no cover - aiokafka without its C extension
         pass
@@ -106,8 +107,9 @@ DECLARE_TIMEOUT_S = 10.0
 BUNDLE_MAX_BYTES = 256 << 10
 
 
-def bundle_batch(batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_snapshots,
-                 max_bytes: int = BUNDLE_MAX_BYTES) -> list[Message]:
+def bundle_batch(
+    batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_snapshots, max_bytes: int = BUNDLE_MAX_BYTES
+) -> list[Message]:
     """`batch` with each run of consecutive messages of one key (a node's snapshots of one tick) as one
     bundle message, at most `max_parts` snapshots and `max_bytes` of them each; a run of one stays as it is
     (version 1), so the order of every node's snapshots is kept."""
@@ -138,11 +140,22 @@ def bundle_batch(batch: Sequence[Message], max_parts: int = LIMITS.max_bundle_sn
 
 
 class SnapshotSender:
-    def __init__(self, settings: Settings, outbox: Outbox, metrics: PublishMetrics, *, batch_max: int = 500,
-                 linger_ms: int = 20, compression: str | None = "lz4", request_timeout_s: float = 120.0,
-                 producer: AIOKafkaProducer | None = None,
-                 declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
-                 bundle: bool = False, wire: int = 1, layout_every_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        outbox: Outbox,
+        metrics: PublishMetrics,
+        *,
+        batch_max: int = 500,
+        linger_ms: int = 20,
+        compression: str | None = "lz4",
+        request_timeout_s: float = 120.0,
+        producer: AIOKafkaProducer | None = None,
+        declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
+        bundle: bool = False,
+        wire: int = 1,
+        layout_every_s: float = 0.0,
+    ) -> None:
         self.topic = settings.telemetry_topic
         self.bundle = bundle
         self._encode = encoder(wire, layout_every_s)
@@ -154,8 +167,11 @@ class SnapshotSender:
         if compression == "lz4" and producer is None:
             use_lz4_level()
         self._producer = producer or make_producer(
-            settings, compression_type=compression, linger_ms=0,
-            request_timeout_ms=int(request_timeout_s * 1000), max_batch_size=MAX_BATCH_BYTES,
+            settings,
+            compression_type=compression,
+            linger_ms=0,
+            request_timeout_ms=int(request_timeout_s * 1000),
+            max_batch_size=MAX_BATCH_BYTES,
         )
         self._declare = declare_topics or (lambda: ensure_topics(settings))
         self._wake = asyncio.Event()
@@ -217,17 +233,24 @@ class SnapshotSender:
                     futures = [await self._producer.send(self.topic, value=m.value, key=m.key) for m in messages]
                 acks = await asyncio.gather(*futures)
             except (KafkaError, TimeoutError) as exc:
-                self._send_failed(exc if isinstance(exc, KafkaError) else "the producer took no message for "
-                                  f"{ENQUEUE_TIMEOUT_S:.0f} s (no metadata for {self.topic})")
+                self._send_failed(
+                    exc
+                    if isinstance(exc, KafkaError)
+                    else f"the producer took no message for {ENQUEUE_TIMEOUT_S:.0f} s (no metadata for {self.topic})"
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
                 continue
             lost = self._lost_log(acks)
             if lost:
                 self.log_resets += 1
-                log.warning("the broker lost the log of %s (%s): it restarted without its data, or the topic was "
-                            "recreated; declaring the topics and sending the %d snapshot(s) again",
-                            self.topic, lost, len(batch))
+                log.warning(
+                    "the broker lost the log of %s (%s): it restarted without its data, or the topic was "
+                    "recreated; declaring the topics and sending the %d snapshot(s) again",
+                    self.topic,
+                    lost,
+                    len(batch),
+                )
                 self._send_failed(lost)
                 self._last_offset.clear()
                 self._must_declare = True
@@ -243,8 +266,9 @@ class SnapshotSender:
             self.metrics.sent.inc(len(batch))
             self.metrics.broker_up.set(1)
             if self._down_since is not None:
-                log.warning("broker back after %.0f s; %d buffered snapshot(s) left",
-                            now - self._down_since, len(self.outbox))
+                log.warning(
+                    "broker back after %.0f s; %d buffered snapshot(s) left", now - self._down_since, len(self.outbox)
+                )
                 self._down_since = None
             self._update_gauges()
 

@@ -50,6 +50,7 @@ def encode_snapshot(snap: Snapshot) -> bytes:
     samples = _SAMPLES.dump_json(snap.samples, exclude_none=True)
     return header.replace(_PLACEHOLDER, b'"samples":' + samples, 1)
 
+
 def encoder(version: int = 1, layout_every_s: float = 0.0) -> Callable[[Snapshot], bytes]:
     """The one encoder of telemetry `version` every publisher uses (the agent's and the ingest's sender, the
     simulator's publisher): 1 is JSON (:func:`encode_snapshot`), 3 MessagePack (:mod:`tailhound.wire`); with
@@ -93,11 +94,15 @@ if _SETTERS is not None:
         _set_private(obj, None)
         return obj
 
-    def counter(name: str, labels: dict[str, str], value: float, delta: float | None = None,
-                reset: bool = False) -> CounterSample:
+    def counter(
+        name: str, labels: dict[str, str], value: float, delta: float | None = None, reset: bool = False
+    ) -> CounterSample:
         obj = _new(CounterSample)
-        _set_dict(obj, "__dict__", {"name": name, "labels": labels, "kind": "counter", "value": value,
-                                    "delta": delta, "reset": reset})
+        _set_dict(
+            obj,
+            "__dict__",
+            {"name": name, "labels": labels, "kind": "counter", "value": value, "delta": delta, "reset": reset},
+        )
         _set_fields(obj, {"name", "labels", "kind", "value", "delta", "reset"})
         _set_extra(obj, None)
         _set_private(obj, None)
@@ -108,6 +113,7 @@ else:  # pragma: no cover - another pydantic layout: the reference constructors
     def gauge(name: str, labels: dict[str, str], value: float) -> GaugeSample:
         return GaugeSample.trusted(name=name, labels=labels, value=value)
 
-    def counter(name: str, labels: dict[str, str], value: float, delta: float | None = None,
-                reset: bool = False) -> CounterSample:
+    def counter(
+        name: str, labels: dict[str, str], value: float, delta: float | None = None, reset: bool = False
+    ) -> CounterSample:
         return CounterSample.trusted(name=name, labels=labels, value=value, delta=delta, reset=reset)

@@ -16,14 +16,32 @@ import platform
 
 from bench import agent_cost, parse_speed, replay_speed, streams_memory, streams_throughput
 
-SECTIONS = ("parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise", "startup", "scenarios",
-            "table-store", "nodes-per-core", "scale-out", "ingest", "fleet-memory", "fleet-scale", "wire", "peer")
+SECTIONS = (
+    "parse",
+    "agent",
+    "streams",
+    "replay",
+    "memory",
+    "notify-lag",
+    "notify-noise",
+    "startup",
+    "scenarios",
+    "table-store",
+    "nodes-per-core",
+    "scale-out",
+    "ingest",
+    "fleet-memory",
+    "fleet-scale",
+    "wire",
+    "peer",
+)
 
 
 def machine() -> str:
     with open("/proc/cpuinfo") as fh:
-        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")),
-                   platform.processor())
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), platform.processor()
+        )
     return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, Python {platform.python_version()}"
 
 
@@ -31,10 +49,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one short repetition of everything (a smoke run)")
     p.add_argument("--breakdown", action="store_true", help="agent cost: also each collector group alone")
-    p.add_argument("--only", action="append", default=[], metavar="SECTION",
-                   help=f"run only these sections ({', '.join(SECTIONS)}); comma-separated or repeated")
-    p.add_argument("--streams-n", type=int, default=None, metavar="N",
-                   help="snapshots measured per streams throughput run (default 4096, --quick 512)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="SECTION",
+        help=f"run only these sections ({', '.join(SECTIONS)}); comma-separated or repeated",
+    )
+    p.add_argument(
+        "--streams-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="snapshots measured per streams throughput run (default 4096, --quick 512)",
+    )
     args = p.parse_args(argv)
     only = [s.strip() for item in args.only for s in item.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -53,8 +81,14 @@ def main(argv: list[str] | None = None) -> None:
         print(parse_speed.report(parse_speed.run(reps=3 if quick else 7)))
     if "agent" in args.sections:
         print("\n## Agent cost (all collectors at 1 Hz)\n")
-        medians = asyncio.run(agent_cost.run(reps=1 if quick else 3, warmup_s=5 if quick else 8,
-                                             window_s=10 if quick else 30, breakdown=args.breakdown))
+        medians = asyncio.run(
+            agent_cost.run(
+                reps=1 if quick else 3,
+                warmup_s=5 if quick else 8,
+                window_s=10 if quick else 30,
+                breakdown=args.breakdown,
+            )
+        )
         print(agent_cost.report(medians))
     if "streams" in args.sections:
         print("\n## Streams throughput (telemetry topic -> worker)\n")
@@ -117,9 +151,15 @@ def main(argv: list[str] | None = None) -> None:
         from bench import fleet_memory
 
         print("\n## Bounded fleet state: memory per node and per model, with and without the caps (issue 28)\n")
-        print(fleet_memory.report(fleet_memory.run(realistic=(200, 1_000), attack=(1_000, 5_000), node_cap=500,
-                                                   model_sizes=(200,), model_cap=50) if quick
-                                  else fleet_memory.run()))
+        print(
+            fleet_memory.report(
+                fleet_memory.run(
+                    realistic=(200, 1_000), attack=(1_000, 5_000), node_cap=500, model_sizes=(200,), model_cap=50
+                )
+                if quick
+                else fleet_memory.run()
+            )
+        )
     if "fleet-scale" in args.sections:
         from bench import fleet_scale
 
@@ -135,8 +175,11 @@ def main(argv: list[str] | None = None) -> None:
         from bench import peer
 
         print("\n## Peer: Prometheus and the worker on the same fleet, nodes per core (issue 30)\n")
-        print(peer.report(asyncio.run(peer.run(nodes=5, rounds=8, interval_s=1.0, warm=2, reps=1) if quick
-                                      else peer.run())))
+        print(
+            peer.report(
+                asyncio.run(peer.run(nodes=5, rounds=8, interval_s=1.0, warm=2, reps=1) if quick else peer.run())
+            )
+        )
 
 
 if __name__ == "__main__":

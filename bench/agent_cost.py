@@ -38,8 +38,16 @@ def memory_mb(pid: int) -> tuple[float, float]:
 
 async def measure_once(config: Path, env: dict[str, str], warmup_s: float, window_s: float) -> dict[str, float]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.agent_process", str(config), str(warmup_s + window_s + 30), cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bench.agent_process",
+        str(config),
+        str(warmup_s + window_s + 30),
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         await asyncio.sleep(warmup_s)
         c0, t0 = cpu_seconds(proc.pid), asyncio.get_running_loop().time()
@@ -54,14 +62,14 @@ async def measure_once(config: Path, env: dict[str, str], warmup_s: float, windo
     return {"cpu_pct": 100 * (c1 - c0) / (t1 - t0), "rss_mb": rss, "hwm_mb": hwm}
 
 
-async def run(reps: int = 3, warmup_s: float = 8.0, window_s: float = 30.0,
-              breakdown: bool = False) -> dict[str, dict[str, float]]:
+async def run(
+    reps: int = 3, warmup_s: float = 8.0, window_s: float = 30.0, breakdown: bool = False
+) -> dict[str, dict[str, float]]:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", partitions=1)
         await ensure_topics(settings)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-        env.update(TAILHOUND_BROKER=broker.url, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
-                   PYTHONPATH=str(ROOT))
+        env.update(TAILHOUND_BROKER=broker.url, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix, PYTHONPATH=str(ROOT))
         async with serve_endpoints() as urls:
             variants: dict[str, tuple[dict | None, tuple[str, ...] | None]] = {
                 "baseline: runtime + sender + /metrics, no collectors": (None, None),

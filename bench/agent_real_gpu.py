@@ -97,9 +97,20 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(ensure_topics(settings))
             log = open(args.out / "agent.log", "wb")  # noqa: SIM115 - closed below
             child = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, settings.model_dump_json(), str(config),
-                 "fake" if args.fake else "real", str(ROOT), str(args.duration_s)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-c",
+                    _CHILD,
+                    settings.model_dump_json(),
+                    str(config),
+                    "fake" if args.fake else "real",
+                    str(ROOT),
+                    str(args.duration_s),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
             time.sleep(args.warmup_s)
             t0, c0 = time.monotonic(), _cpu_s(child.pid)
             rss = []
@@ -109,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
             t1, c1 = time.monotonic(), _cpu_s(child.pid)
             child.wait(timeout=60)
             log.close()
-            report.update(exit_code=child.returncode, window_s=t1 - t0, cpu_pct=100 * (c1 - c0) / (t1 - t0),
-                          rss_mb_median=statistics.median(rss) if rss else None)
+            report.update(
+                exit_code=child.returncode,
+                window_s=t1 - t0,
+                cpu_pct=100 * (c1 - c0) / (t1 - t0),
+                rss_mb_median=statistics.median(rss) if rss else None,
+            )
             values = asyncio.run(_read_back(settings, expected_min=int(args.duration_s) - 2))
     finally:
         if load is not None:
@@ -122,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             snapshots.append(Snapshot.model_validate_json(raw))
         except ValueError as exc:
             errors.append(str(exc)[:200])
-    report.update(messages=len(values), invalid=errors, sources=sorted({s.source for s in snapshots}),
-                  samples_per_snapshot=statistics.median(len(s.samples) for s in snapshots) if snapshots else 0,
-                  bytes_median=statistics.median(map(len, values)) if values else 0)
+    report.update(
+        messages=len(values),
+        invalid=errors,
+        sources=sorted({s.source for s in snapshots}),
+        samples_per_snapshot=statistics.median(len(s.samples) for s in snapshots) if snapshots else 0,
+        bytes_median=statistics.median(map(len, values)) if values else 0,
+    )
     if snapshots:
         from tailhound.streams.signals import extract
 

@@ -14,8 +14,10 @@ from tests.agents.sse_servers import ServerSpec, serve
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "agents" / "fixtures"
 
-STUB_STATUS = ("Active connections: 291 \nserver accepts handled requests\n 16630948 16630948 31070465 \n"
-               "Reading: 6 Writing: 179 Waiting: 106 \n")
+STUB_STATUS = (
+    "Active connections: 291 \nserver accepts handled requests\n 16630948 16630948 31070465 \n"
+    "Reading: 6 Writing: 179 Waiting: 106 \n"
+)
 
 
 class SimulatedNode:
@@ -65,12 +67,17 @@ async def serve_endpoints():
     tcp = await asyncio.start_server(accept, "127.0.0.1", 0)
     tcp_port = tcp.sockets[0].getsockname()[1]
     async with AsyncExitStack() as stack:
-        sse = await stack.enter_async_context(serve(ServerSpec(tokens=16, first_token_delay_s=0.05,
-                                                               token_gap_s=0.01)))
+        sse = await stack.enter_async_context(serve(ServerSpec(tokens=16, first_token_delay_s=0.05, token_gap_s=0.01)))
         try:
-            yield {"vllm": f"{base}/vllm/metrics", "dcgm": f"{base}/dcgm/metrics", "node": f"{base}/node/metrics",
-                   "blackbox": f"{base}/probe?target=127.0.0.1:{port}&module=http_2xx",
-                   "nginx": f"{base}/nginx_status", "stream": sse.url, "tcp": f"127.0.0.1:{tcp_port}"}
+            yield {
+                "vllm": f"{base}/vllm/metrics",
+                "dcgm": f"{base}/dcgm/metrics",
+                "node": f"{base}/node/metrics",
+                "blackbox": f"{base}/probe?target=127.0.0.1:{port}&module=http_2xx",
+                "nginx": f"{base}/nginx_status",
+                "stream": sse.url,
+                "tcp": f"127.0.0.1:{tcp_port}",
+            }
         finally:
             tcp.close()
             await runner.cleanup()
@@ -106,16 +113,16 @@ def _collectors_yaml(urls: dict[str, str]) -> str:
     host, port = urls["tcp"].split(":")
     return f"""\
 scrape:
-  - {{job: vllm, url: "{urls['vllm']}", interval_s: 1}}
-  - {{job: dcgm, url: "{urls['dcgm']}", interval_s: 1}}
-  - {{job: node, url: "{urls['node']}", interval_s: 1}}
-  - {{job: blackbox, url: "{urls['blackbox']}", interval_s: 1}}
+  - {{job: vllm, url: "{urls["vllm"]}", interval_s: 1}}
+  - {{job: dcgm, url: "{urls["dcgm"]}", interval_s: 1}}
+  - {{job: node, url: "{urls["node"]}", interval_s: 1}}
+  - {{job: blackbox, url: "{urls["blackbox"]}", interval_s: 1}}
 nvml: {{interval_s: 1}}
 procnet: {{interval_s: 1}}
 tcp_connect: {{interval_s: 1, targets: [{{name: lb, host: "{host}", port: {port}}}]}}
 hops: {{interval_s: 1, cycles: 1, targets: [{{name: lb, host: "{host}"}}]}}
-nginx: [{{url: "{urls['nginx']}", worker_connections: 4096, interval_s: 1}}]
+nginx: [{{url: "{urls["nginx"]}", worker_connections: 4096, interval_s: 1}}]
 stream_probe:
-  - {{endpoint: "{urls['stream']}", name: chat, model: bench, interval_s: 1, health_samples: 3,
+  - {{endpoint: "{urls["stream"]}", name: chat, model: bench, interval_s: 1, health_samples: 3,
       lb_health_timeout_s: 2}}
 """

@@ -68,12 +68,14 @@ async def main(nodes: int) -> dict:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     names = [f"gpu-node-{i}" for i in range(nodes)]
-    config = ("global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\nscrape_configs:"
-              + page_jobs(port, names, jobs=("dcgm", "vllm", "node")))
+    config = "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\nscrape_configs:" + page_jobs(
+        port, names, jobs=("dcgm", "vllm", "node")
+    )
     prometheus = Prometheus(workdir / "prometheus", config)
     await prometheus.start()
-    puller = FederationPuller(FederationConfig(url=prometheus.url, timeout_s=30, max_body_bytes=1 << 30,
-                                               max_series=10_000_000))
+    puller = FederationPuller(
+        FederationConfig(url=prometheus.url, timeout_s=30, max_body_bytes=1 << 30, max_series=10_000_000)
+    )
     try:
         await asyncio.sleep(8)  # a few scrapes of every target
         body = await puller.fetch()
@@ -86,11 +88,18 @@ async def main(nodes: int) -> dict:
         await prometheus.stop()
         await runner.cleanup()
     per_job = {job: sum(1 for s in parsed.series if ("job", job) in s.labels) // nodes for job in pages}
-    return {"nodes": nodes, "gpus_per_node": GPUS, "body_bytes": len(body), "series": len(parsed.series),
-            "bytes_per_node": round(len(body) / nodes), "series_per_node": round(len(parsed.series) / nodes),
-            "series_per_node_by_job": per_job, "snapshots": len(emitted.snapshots),
-            "pull_cpu_s_per_1000_nodes": round(cpu / nodes * 1000, 2),
-            "pull_wall_s_per_1000_nodes": round(wall / nodes * 1000, 2)}
+    return {
+        "nodes": nodes,
+        "gpus_per_node": GPUS,
+        "body_bytes": len(body),
+        "series": len(parsed.series),
+        "bytes_per_node": round(len(body) / nodes),
+        "series_per_node": round(len(parsed.series) / nodes),
+        "series_per_node_by_job": per_job,
+        "snapshots": len(emitted.snapshots),
+        "pull_cpu_s_per_1000_nodes": round(cpu / nodes * 1000, 2),
+        "pull_wall_s_per_1000_nodes": round(wall / nodes * 1000, 2),
+    }
 
 
 if __name__ == "__main__":

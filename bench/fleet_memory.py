@@ -98,8 +98,19 @@ def nodes_rows(sizes: tuple[int, ...], cap: int, kind: str = "realistic") -> lis
                 continue
             result, grown, traced = measure(n <= TRACE_UP_TO, feed_nodes, rules, template, n, c)
             held = len(result["store"])
-            rows.append({"kind": kind, "names": n, "cap": c, "held": held, "evicted": result["evicted"], "rss": grown,
-                         "traced": traced, "seconds": result["seconds"], "snapshots": n * len(template)})
+            rows.append(
+                {
+                    "kind": kind,
+                    "names": n,
+                    "cap": c,
+                    "held": held,
+                    "evicted": result["evicted"],
+                    "rss": grown,
+                    "traced": traced,
+                    "seconds": result["seconds"],
+                    "snapshots": n * len(template),
+                }
+            )
             del result
     return rows
 
@@ -108,9 +119,18 @@ def engine(model: str, ts: float, node: str = "gpu-node-1") -> Snapshot:
     from tailhound.snapshot import CounterSample, GaugeSample
 
     labels = {"engine": "0", "model_name": model}
-    return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, prev_ts=ts - 15, labels={"instance": node},
-                    samples=[CounterSample(name="vllm:generation_tokens_total", labels=labels, value=100, delta=100),
-                             GaugeSample(name="vllm:num_requests_waiting", labels=labels, value=9.0)])
+    return Snapshot(
+        ts=ts,
+        node=node,
+        source="vllm",
+        interval_s=15,
+        prev_ts=ts - 15,
+        labels={"instance": node},
+        samples=[
+            CounterSample(name="vllm:generation_tokens_total", labels=labels, value=100, delta=100),
+            GaugeSample(name="vllm:num_requests_waiting", labels=labels, value=9.0),
+        ],
+    )
 
 
 def feed_models(rules: RuleSet, m: int, cap: int | None) -> dict:
@@ -133,14 +153,27 @@ def models_rows(sizes: tuple[int, ...], cap: int) -> list[dict]:
             if c is not None and c >= m:
                 continue
             result, grown, traced = measure(True, feed_models, rules, m, c)
-            rows.append({"names": m, "cap": c, "held": result["held"], "rss": grown, "traced": traced,
-                         "seconds": result["seconds"]})
+            rows.append(
+                {
+                    "names": m,
+                    "cap": c,
+                    "held": result["held"],
+                    "rss": grown,
+                    "traced": traced,
+                    "seconds": result["seconds"],
+                }
+            )
             del result
     return rows
 
 
-def run(realistic: tuple[int, ...] = (1_000, 10_000), attack: tuple[int, ...] = (10_000, 100_000),
-        node_cap: int = 10_000, model_sizes: tuple[int, ...] = (2_000,), model_cap: int = 500) -> dict:
+def run(
+    realistic: tuple[int, ...] = (1_000, 10_000),
+    attack: tuple[int, ...] = (10_000, 100_000),
+    node_cap: int = 10_000,
+    model_sizes: tuple[int, ...] = (2_000,),
+    model_cap: int = 500,
+) -> dict:
     """`realistic` and `attack`: node-name counts of each kind (see the module doc), each without a cap and with
     `node_cap` (when it is smaller); models likewise with `model_cap`."""
     nodes = nodes_rows(realistic, min(node_cap, *realistic) if realistic else node_cap, "realistic")
@@ -152,21 +185,29 @@ def _kb(v: float | None) -> str:
 
 
 def report(result: dict) -> str:
-    lines = ["| snapshots per name | node names | streams.max_nodes | nodes held | evicted | RSS growth (MB) "
-             "| RSS per held node (KB) | tracemalloc per held node (KB) | snapshots/s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| snapshots per name | node names | streams.max_nodes | nodes held | evicted | RSS growth (MB) "
+        "| RSS per held node (KB) | tracemalloc per held node (KB) | snapshots/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["nodes"]:
         held = max(r["held"], 1)
         what = "4 (a GPU node)" if r["kind"] == "realistic" else "1 (`node`, 9 samples)"
-        lines.append(f"| {what} | {r['names']:,} | {r['cap'] or 'off'} | {r['held']:,} | {r['evicted']:,} "
-                     f"| {r['rss'] / 2**20:,.0f} | {_kb(r['rss'] / held)} "
-                     f"| {_kb(None if r['traced'] is None else r['traced'] / held)} "
-                     f"| {r['snapshots'] / r['seconds']:,.0f} |")
-    lines += ["", "| model names | streams.max_models | models held | RSS growth (MB) "
-              "| tracemalloc per held model (KB) |",
-              "|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {what} | {r['names']:,} | {r['cap'] or 'off'} | {r['held']:,} | {r['evicted']:,} "
+            f"| {r['rss'] / 2**20:,.0f} | {_kb(r['rss'] / held)} "
+            f"| {_kb(None if r['traced'] is None else r['traced'] / held)} "
+            f"| {r['snapshots'] / r['seconds']:,.0f} |"
+        )
+    lines += [
+        "",
+        "| model names | streams.max_models | models held | RSS growth (MB) | tracemalloc per held model (KB) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for r in result["models"]:
         held = max(r["held"], 1)
-        lines.append(f"| {r['names']:,} | {r['cap'] or 'off'} | {r['held']:,} | {r['rss'] / 2**20:,.0f} "
-                     f"| {_kb(None if r['traced'] is None else r['traced'] / held)} |")
+        lines.append(
+            f"| {r['names']:,} | {r['cap'] or 'off'} | {r['held']:,} | {r['rss'] / 2**20:,.0f} "
+            f"| {_kb(None if r['traced'] is None else r['traced'] / held)} |"
+        )
     return "\n".join(lines)

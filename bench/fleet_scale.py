@@ -50,7 +50,7 @@ def template_rounds(rounds: int) -> list[list[tuple[str, bytes]]]:
         snap = builder.build(rec)
         by_ts.setdefault(snap.ts, []).append((snap.source, snap.model_dump_json().encode()))
     full = [msgs for _, msgs in sorted(by_ts.items()) if len(msgs) == 4]
-    return full[1:rounds + 1]  # the first round has no deltas
+    return full[1 : rounds + 1]  # the first round has no deltas
 
 
 def node_names(n: int) -> list[bytes]:
@@ -108,14 +108,20 @@ def run_size(n: int, rounds: list[list[tuple[str, bytes]]], warm: int) -> dict:
     grown = rss() - before
     sizes = [len(codecs.dumps(STATE_CODEC_NAME, state)) for _, state in store.items()]
     ticks = n * (len(rounds) - warm)
-    return {"nodes": n, "ticks": ticks, "cpu_s": cpu, "gc_s": gc_s[0], "rss": grown,
-            "add_us": add_s / max(adds, 1) * 1e6,
-            "step_us": {s: statistics.mean(v) * 1e6 for s, v in phases["step"].items()},
-            "decode_us": {s: statistics.mean(v) * 1e6 for s, v in phases["decode"].items()},
-            "state_bytes": statistics.median(sizes) if sizes else 0,
-            "nodes_per_core": ticks / cpu * TICK_S if cpu else 0.0,
-            "model_snapshots": sum(len(v) for v in model_store.items()),
-            "incidents": len(stage.model_processor._states)}
+    return {
+        "nodes": n,
+        "ticks": ticks,
+        "cpu_s": cpu,
+        "gc_s": gc_s[0],
+        "rss": grown,
+        "add_us": add_s / max(adds, 1) * 1e6,
+        "step_us": {s: statistics.mean(v) * 1e6 for s, v in phases["step"].items()},
+        "decode_us": {s: statistics.mean(v) * 1e6 for s, v in phases["decode"].items()},
+        "state_bytes": statistics.median(sizes) if sizes else 0,
+        "nodes_per_core": ticks / cpu * TICK_S if cpu else 0.0,
+        "model_snapshots": sum(len(v) for v in model_store.items()),
+        "incidents": len(stage.model_processor._states),
+    }
 
 
 def run(sizes: tuple[int, ...] = (10, 1_000, 10_000), rounds: int = 3, warm: int = 2) -> dict:
@@ -126,24 +132,32 @@ def run(sizes: tuple[int, ...] = (10, 1_000, 10_000), rounds: int = 3, warm: int
     rows = []
     for n in sizes:
         rows.append(run_size(n, msgs, warm))
-        print(f"  {n:,} nodes: {rows[-1]['cpu_s']:,.1f} CPU-s, {rows[-1]['nodes_per_core']:,.0f} nodes per core",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {n:,} nodes: {rows[-1]['cpu_s']:,.1f} CPU-s, {rows[-1]['nodes_per_core']:,.0f} nodes per core",
+            file=sys.stderr,
+            flush=True,
+        )
     return {"rounds": rounds, "warm": warm, "rows": rows}
 
 
 def report(result: dict) -> str:
-    lines = [f"{result['warm']} rounds to build the state, {result['rounds']} measured; one process, no Kafka", "",
-             "| nodes | model-stage add per engine snapshot | vLLM step | dcgm decode | state JSON per node "
-             "| RSS growth | GC time | CPU per node tick | nodes per core |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"{result['warm']} rounds to build the state, {result['rounds']} measured; one process, no Kafka",
+        "",
+        "| nodes | model-stage add per engine snapshot | vLLM step | dcgm decode | state JSON per node "
+        "| RSS growth | GC time | CPU per node tick | nodes per core |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     base = None
     for r in result["rows"]:
         per_tick = r["cpu_s"] / r["ticks"] * 1e3
         base = base or per_tick
-        lines.append(f"| {r['nodes']:,} | {r['add_us']:,.0f} us | {r['step_us'].get('vllm', 0):,.0f} us "
-                     f"| {r['decode_us'].get('dcgm', 0):,.0f} us | {r['state_bytes'] / 1024:,.1f} KB "
-                     f"| {r['rss'] / 2**20:,.0f} MB | {r['gc_s']:,.1f} s | {per_tick:,.2f} ms ({per_tick / base:.2f}x) "
-                     f"| {r['nodes_per_core']:,.0f} |")
+        lines.append(
+            f"| {r['nodes']:,} | {r['add_us']:,.0f} us | {r['step_us'].get('vllm', 0):,.0f} us "
+            f"| {r['decode_us'].get('dcgm', 0):,.0f} us | {r['state_bytes'] / 1024:,.1f} KB "
+            f"| {r['rss'] / 2**20:,.0f} MB | {r['gc_s']:,.1f} s | {per_tick:,.2f} ms ({per_tick / base:.2f}x) "
+            f"| {r['nodes_per_core']:,.0f} |"
+        )
     return "\n".join(lines)
 
 

@@ -46,9 +46,11 @@ def refuse(what: str, parse) -> None:
 def big_rule_file(path: Path) -> None:
     """A rule file near the limits: one rule, ~80,000 nodes of labels (about 0.9 MB)."""
     labels = "".join(f"          k{i}: v{i}\n" for i in range(40_000))
-    path.write_text("groups:\n  - name: t\n    rules:\n      - name: hot\n        scope: gpu\n"
-                    "        when: {signal: gpu.temperature, above: 85}\n        severity: critical\n"
-                    "        root_cause: gpu-thermal-throttle\n        labels:\n" + labels)
+    path.write_text(
+        "groups:\n  - name: t\n    rules:\n      - name: hot\n        scope: gpu\n"
+        "        when: {signal: gpu.temperature, above: 85}\n        severity: critical\n"
+        "        root_cause: gpu-thermal-throttle\n        labels:\n" + labels
+    )
 
 
 async def lag_during(coro_factory) -> tuple[float, float]:
@@ -75,16 +77,20 @@ async def lag_during(coro_factory) -> tuple[float, float]:
 async def servers() -> None:
     server = await ingest_server(ServerLimits(body_timeout_s=5))
     try:
-        drippers = [asyncio.create_task(drip(server.port, "127.0.0.2", "/api/v1/write", interval_s=1.0,
-                                             max_bytes=20)) for _ in range(8)]
+        drippers = [
+            asyncio.create_task(drip(server.port, "127.0.0.2", "/api/v1/write", interval_s=1.0, max_bytes=20))
+            for _ in range(8)
+        ]
         await asyncio.sleep(0.5)
         good = await good_sends(server.port, 28)
         t = time.perf_counter()
         answers = await asyncio.gather(*drippers)
-        print(f"- 8 drippers at 1 B/s, max_concurrent_requests 8, body_timeout_s 5: good sender "
-              f"{good.count(204)}/28 answered 204; drippers answered 408: "
-              f"{sum(bool(a) and a.startswith(b'HTTP/1.1 408') for a in answers)}/8, "
-              f"{time.perf_counter() - t + 0.5:.1f} s after connecting")
+        print(
+            f"- 8 drippers at 1 B/s, max_concurrent_requests 8, body_timeout_s 5: good sender "
+            f"{good.count(204)}/28 answered 204; drippers answered 408: "
+            f"{sum(bool(a) and a.startswith(b'HTTP/1.1 408') for a in answers)}/8, "
+            f"{time.perf_counter() - t + 0.5:.1f} s after connecting"
+        )
     finally:
         await server.stop()
     server = await ingest_server(ServerLimits())  # the defaults: 10 s headers, 64 per client
@@ -100,19 +106,23 @@ async def servers() -> None:
         good = await good_sends(server.port, 5)
         for _, w in conns:
             w.close()
-        print(f"- 2,000 half-open connections from one address (defaults): {opened:.1f} s to open; "
-              f"held after 1 s: {sum(after_1s.values())} (the rest refused at once: {server.site.counter.refused}); "
-              f"all closed by the server after {t_all:.1f} s ({sum(c is not None for c in closed)}/2000); "
-              f"good sender {good.count(204)}/5; max RSS {rss0 // 1024} -> "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB")
+        print(
+            f"- 2,000 half-open connections from one address (defaults): {opened:.1f} s to open; "
+            f"held after 1 s: {sum(after_1s.values())} (the rest refused at once: {server.site.counter.refused}); "
+            f"all closed by the server after {t_all:.1f} s ({sum(c is not None for c in closed)}/2000); "
+            f"good sender {good.count(204)}/5; max RSS {rss0 // 1024} -> "
+            f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB"
+        )
     finally:
         await server.stop()
 
 
 async def reload_lag(tmp: Path) -> None:
-    (tmp / "t.yaml").write_text("groups:\n  - name: t\n    rules:\n      - name: hot\n        scope: gpu\n"
-                                "        when: {signal: gpu.temperature, above: 85}\n        severity: critical\n"
-                                "        root_cause: gpu-thermal-throttle\n")
+    (tmp / "t.yaml").write_text(
+        "groups:\n  - name: t\n    rules:\n      - name: hot\n        scope: gpu\n"
+        "        when: {signal: gpu.temperature, above: 85}\n        severity: critical\n"
+        "        root_cause: gpu-thermal-throttle\n"
+    )
     reloader = RuleReloader(tmp, load_rules(tmp), [].append)
     big_rule_file(tmp / "t.yaml")
     print(f"- a rule file of {(tmp / 't.yaml').stat().st_size / 1e6:.1f} MB (~80k nodes, under every limit):")
@@ -128,8 +138,10 @@ async def reload_lag(tmp: Path) -> None:
     for name, f in (("on the loop (reload, as before)", on_loop), ("on a thread (reload_async)", off_loop)):
         lag, wall = await lag_during(f)
         r = results[-1]
-        print(f"  - reloaded {name}: {wall:.2f} s, max event-loop lag {lag:.0f} ms "
-              f"({'swapped in' if r.ok else 'rejected: ' + r.problems[0][-70:]})")
+        print(
+            f"  - reloaded {name}: {wall:.2f} s, max event-loop lag {lag:.0f} ms "
+            f"({'swapped in' if r.ok else 'rejected: ' + r.problems[0][-70:]})"
+        )
 
 
 def main() -> None:
@@ -148,9 +160,11 @@ def main() -> None:
     bomb = brotli_bomb(4096)
     t = time.perf_counter()
     _, rejects, peak = asyncio.run(pull(bomb, "br"))
-    print(f"- federation pull of a {len(bomb):,}-byte brotli body (4 GiB decoded), max_body_bytes 64 MiB: "
-          f"{time.perf_counter() - t:.1f} s, Python peak {peak / 2**20:.0f} MiB, max RSS {rss0 // 1024} -> "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB; reject: {rejects[0].reason[-60:]}")
+    print(
+        f"- federation pull of a {len(bomb):,}-byte brotli body (4 GiB decoded), max_body_bytes 64 MiB: "
+        f"{time.perf_counter() - t:.1f} s, Python peak {peak / 2**20:.0f} MiB, max RSS {rss0 // 1024} -> "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB; reject: {rejects[0].reason[-60:]}"
+    )
 
 
 if __name__ == "__main__":

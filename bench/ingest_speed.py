@@ -41,15 +41,19 @@ def workload(nodes: int, rounds: int) -> tuple[list[list], list[bytes], list[str
     records = list(iter_records(sim, rounds * INTERVAL_S / 60))
     batches = [batch for _ts, batch in ticks(records)]
     view = PrometheusView()
-    bodies = [view.metadata_request(records[:8 * nodes])] + [view.request(b) for b in batches]
+    bodies = [view.metadata_request(records[: 8 * nodes])] + [view.request(b) for b in batches]
     pages = [federate_page(b) for b in batches]
     return batches, bodies, pages
 
 
 def _grouping(batches: list[list]) -> dict:
     common = tuple(sorted({k for b in batches for r in b for k in r.labels}))
-    return {"node_labels": ("node",), "common_labels": common, "drop_labels": ("instance", "node"),
-            "interval_s": {"vllm": INTERVAL_S, "dcgm": INTERVAL_S, "node": INTERVAL_S, "blackbox": INTERVAL_S}}
+    return {
+        "node_labels": ("node",),
+        "common_labels": common,
+        "drop_labels": ("instance", "node"),
+        "interval_s": {"vllm": INTERVAL_S, "dcgm": INTERVAL_S, "node": INTERVAL_S, "blackbox": INTERVAL_S},
+    }
 
 
 def run_agent(batches: list[list]) -> tuple[float, int]:
@@ -90,27 +94,40 @@ def run(nodes: int = 20, rounds: int = 8, reps: int = 5) -> list[dict]:
     batches, bodies, pages = workload(nodes, rounds)
     timed = len(batches) - 1
     out = []
-    for name, fn in (("agent (baseline)", lambda: run_agent(batches)),
-                     ("remote write", lambda: run_remote_write(batches, bodies)),
-                     ("federation", lambda: run_federation(batches, pages))):
+    for name, fn in (
+        ("agent (baseline)", lambda: run_agent(batches)),
+        ("remote write", lambda: run_remote_write(batches, bodies)),
+        ("federation", lambda: run_federation(batches, pages)),
+    ):
         runs = [fn() for _ in range(reps)]
         seconds = statistics.median(r[0] for r in runs)
         samples = runs[0][1]
-        out.append({"path": name, "samples": samples, "seconds": seconds, "samples_per_s": samples / seconds,
-                    "ms_per_node": seconds / (nodes * timed) * 1000,
-                    "nodes_per_core": nodes * timed * INTERVAL_S / seconds,
-                    "request_bytes": sum(len(b) for b in bodies) // max(1, len(bodies)) if name == "remote write"
-                    else None})
+        out.append(
+            {
+                "path": name,
+                "samples": samples,
+                "seconds": seconds,
+                "samples_per_s": samples / seconds,
+                "ms_per_node": seconds / (nodes * timed) * 1000,
+                "nodes_per_core": nodes * timed * INTERVAL_S / seconds,
+                "request_bytes": sum(len(b) for b in bodies) // max(1, len(bodies)) if name == "remote write" else None,
+            }
+        )
     return out
 
 
 def report(rows: list[dict]) -> str:
     base = rows[0]["seconds"]
-    lines = ["| path | samples | CPU seconds (median) | samples/s | ms per node and round | cost vs agent | "
-             "nodes per core at 15 s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| path | samples | CPU seconds (median) | samples/s | ms per node and round | cost vs agent | "
+        "nodes per core at 15 s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['path']} | {r['samples']:,} | {r['seconds']:.3f} | {r['samples_per_s']:,.0f} | "
-                     f"{r['ms_per_node']:.2f} | {r['seconds'] / base:.2f}x | {r['nodes_per_core']:,.0f} |")
+        lines.append(
+            f"| {r['path']} | {r['samples']:,} | {r['seconds']:.3f} | {r['samples_per_s']:,.0f} | "
+            f"{r['ms_per_node']:.2f} | {r['seconds'] / base:.2f}x | {r['nodes_per_core']:,.0f} |"
+        )
     rw = next(r for r in rows if r["request_bytes"])
     lines.append(f"\nremote-write request (one round of every node, snappy): {rw['request_bytes']:,} bytes on average")
     return "\n".join(lines)
@@ -119,8 +136,9 @@ def report(rows: list[dict]) -> str:
 STAGES = ("decode", "grouping", "hand-out", "builder")
 
 
-def stages(nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = True,
-           frozen: bool = False) -> dict[str, float]:
+def stages(
+    nodes: int = 20, rounds: int = 8, reps: int = 5, collector: bool = True, frozen: bool = False
+) -> dict[str, float]:
     """Where remote write's CPU goes, stage by stage (median CPU seconds of the timed rounds), and the agent
     path's total beside it; `collector` False: the same with the garbage collector off (what its collections
     cost); `frozen`: what is alive after the warm-up round frozen out of its way (as ``tailhound ingest``

@@ -50,8 +50,14 @@ def nodes_per_core(cpu_rate: float, nvml: bool = False) -> float:
     return cpu_rate / (PER_TICK[nvml] / TICK_S)
 
 
-async def run(n: int = 4096, reps: int = 3, nvml: bool = False, shapes: tuple[str, ...] = SHAPES,
-              variants: tuple[str, ...] = VARIANTS, nodes: int = NODES) -> dict:
+async def run(
+    n: int = 4096,
+    reps: int = 3,
+    nvml: bool = False,
+    shapes: tuple[str, ...] = SHAPES,
+    variants: tuple[str, ...] = VARIANTS,
+    nodes: int = NODES,
+) -> dict:
     """Every (shape, variant) `reps` times, interleaved; each run a child process with its own group."""
     warmup = nodes * 4
     single = fleet_messages(warmup + n, nodes, nvml=nvml)
@@ -60,8 +66,12 @@ async def run(n: int = 4096, reps: int = 3, nvml: bool = False, shapes: tuple[st
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
         settings = {}
         for shape in shapes:
-            s = settings[shape] = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.",
-                                           rules_dir=RULES, streams={"data_dir": Path(tmp)})
+            s = settings[shape] = Settings(
+                broker=broker.url,
+                topic_prefix=f"bench{uuid.uuid4().hex[:6]}.",
+                rules_dir=RULES,
+                streams={"data_dir": Path(tmp)},
+            )
             await ensure_topics(s)
             await produce(s, inputs[shape])
         for rep in range(reps):
@@ -69,27 +79,40 @@ async def run(n: int = 4096, reps: int = 3, nvml: bool = False, shapes: tuple[st
                 for variant in variants:
                     out = await measure(variant, settings[shape], warmup, n, Path(tmp))
                     runs[(shape, variant)].append(out)
-                    print(f"  rep {rep + 1}/{reps} {shape} {variant}: {out['cpu_rate']:,.0f} snapshots per "
-                          f"CPU-second", file=sys.stderr)
-    return {"n": n, "reps": reps, "nvml": nvml, "nodes": nodes, "runs": runs,
-            "messages": {s: len(inputs[s]) for s in shapes}}
+                    print(
+                        f"  rep {rep + 1}/{reps} {shape} {variant}: {out['cpu_rate']:,.0f} snapshots per CPU-second",
+                        file=sys.stderr,
+                    )
+    return {
+        "n": n,
+        "reps": reps,
+        "nvml": nvml,
+        "nodes": nodes,
+        "runs": runs,
+        "messages": {s: len(inputs[s]) for s in shapes},
+    }
 
 
 def report(result: dict) -> str:
     nvml = result["nvml"]
-    lines = [f"{result['n']:,} snapshots per run ({result['nodes']} nodes x vllm + dcgm + node + blackbox at 15 s"
-             f"{' + NVML at 1 s' if nvml else ''}; {PER_TICK[nvml]} snapshots per node per 15 s); medians of "
-             f"{result['reps']}, shapes and variants interleaved.", "",
-             "| shape | consumer | snapshots per CPU-second | runs | CPU (% of one core) | nodes per worker core |",
-             "|---|---|---:|---|---:|---:|"]
+    lines = [
+        f"{result['n']:,} snapshots per run ({result['nodes']} nodes x vllm + dcgm + node + blackbox at 15 s"
+        f"{' + NVML at 1 s' if nvml else ''}; {PER_TICK[nvml]} snapshots per node per 15 s); medians of "
+        f"{result['reps']}, shapes and variants interleaved.",
+        "",
+        "| shape | consumer | snapshots per CPU-second | runs | CPU (% of one core) | nodes per worker core |",
+        "|---|---|---:|---|---:|---:|",
+    ]
     for (shape, variant), rs in result["runs"].items():
         if not rs:
             continue
         rate = statistics.median(r["cpu_rate"] for r in rs)
         each = ", ".join(f"{r['cpu_rate']:,.0f}" for r in rs)
         cpu = statistics.median(r["cpu_pct"] for r in rs)
-        lines.append(f"| {shape} ({result['messages'][shape]:,} messages) | {LABELS[variant]} | {rate:,.0f} | {each} "
-                     f"| {cpu:.0f} | **{nodes_per_core(rate, nvml):,.0f}** |")
+        lines.append(
+            f"| {shape} ({result['messages'][shape]:,} messages) | {LABELS[variant]} | {rate:,.0f} | {each} "
+            f"| {cpu:.0f} | **{nodes_per_core(rate, nvml):,.0f}** |"
+        )
     return "\n".join(lines)
 
 

@@ -63,8 +63,11 @@ VARIANTS: dict[str, tuple[str, int | None]] = {
     "slack": ("slack", None),
     "webhook-fetch-wait-100": ("webhook", 100),
 }
-LABELS = {"webhook": "signed webhook (remediation endpoint)", "slack": "Slack bot (fake Web API)",
-          "webhook-fetch-wait-100": "what-if: webhook, incidents consumer `fetch_max_wait_ms=100`"}
+LABELS = {
+    "webhook": "signed webhook (remediation endpoint)",
+    "slack": "Slack bot (fake Web API)",
+    "webhook-fetch-wait-100": "what-if: webhook, incidents consumer `fetch_max_wait_ms=100`",
+}
 SECRET_ENV, TOKEN_ENV = "BENCH_WEBHOOK_SECRET", "BENCH_SLACK_TOKEN"
 WEBHOOK_SECRET = "bench-webhook-signing-secret-0123456789"
 KINDS = ("opened", "resolved")
@@ -76,8 +79,10 @@ def config_yaml(receiver: str, url: str) -> str:
     if receiver == "webhook":
         rc = f"{{type: webhook, name: webhook, url: '{url}', secret: {{env: {SECRET_ENV}}}}}"
     else:
-        rc = (f"{{type: slack, name: slack, token: {{env: {TOKEN_ENV}}}, channel: '#alerts', base_url: '{url}', "
-              "min_interval_s: 0}")
+        rc = (
+            f"{{type: slack, name: slack, token: {{env: {TOKEN_ENV}}}, channel: '#alerts', base_url: '{url}', "
+            "min_interval_s: 0}"
+        )
     return head + f"route: {{receiver: {receiver}}}\nreceivers: [{rc}]\n"
 
 
@@ -101,8 +106,9 @@ class TimedReceiver:
         await self.inner.close()
 
 
-async def child_main(settings_json: str, config_path: str, ready_path: str, result_path: str,
-                     fetch_max_wait_ms: str = "") -> None:
+async def child_main(
+    settings_json: str, config_path: str, ready_path: str, result_path: str, fetch_max_wait_ms: str = ""
+) -> None:
     import tailhound.notifier.service
     from tailhound.notifier.config import load_config
     from tailhound.notifier.service import NotifierService, build_receivers
@@ -130,8 +136,11 @@ async def child_main(settings_json: str, config_path: str, ready_path: str, resu
     tailhound.notifier.service.make_consumer = observed_consumer  # type: ignore[assignment]
 
     settings = Settings(**json.loads(settings_json))
-    logging.basicConfig(level=settings.streams.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.streams.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     config = load_config(config_path)
     receivers = {name: TimedReceiver(r) for name, r in build_receivers(settings, config).items()}
     service = NotifierService(settings, config, receivers)  # type: ignore[arg-type]
@@ -232,8 +241,18 @@ def bench_events(n: int, spacing_s: float, resolve_after_s: float, t0: float, ru
         summary = f"GPU 2 throttles for heat; bench {iid}"
         common = dict(incident_id=iid, node=f"gpu-node-{i % 16 + 1}", summary=summary, opened_at=t0 + at)
         out.append((at, incident_event(ts=t0 + at, **common)))
-        out.append((at + resolve_after_s, incident_event(event="resolved", sequence=2, ts=t0 + at + resolve_after_s,
-                                                         resolved_at=t0 + at + resolve_after_s, **common)))
+        out.append(
+            (
+                at + resolve_after_s,
+                incident_event(
+                    event="resolved",
+                    sequence=2,
+                    ts=t0 + at + resolve_after_s,
+                    resolved_at=t0 + at + resolve_after_s,
+                    **common,
+                ),
+            )
+        )
     out.sort(key=lambda item: item[0])
     return out
 
@@ -269,13 +288,18 @@ async def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
             await asyncio.sleep(0.05)
 
 
-async def one_pass(broker_url: str, variant: str, n: int, spacing_s: float, resolve_after_s: float,
-                   workdir: Path) -> dict:
+async def one_pass(
+    broker_url: str, variant: str, n: int, spacing_s: float, resolve_after_s: float, workdir: Path
+) -> dict:
     receiver, fetch_wait = VARIANTS[variant]
     run = uuid.uuid4().hex[:8]
-    settings = Settings(broker=broker_url, topic_prefix=f"bench{run}.", partitions=1,
-                        streams={"app_id": f"bench-notify-{run}", "data_dir": workdir / run},
-                        notifier={"webhook_allowed_hosts": ["127.0.0.1"]})
+    settings = Settings(
+        broker=broker_url,
+        topic_prefix=f"bench{run}.",
+        partitions=1,
+        streams={"app_id": f"bench-notify-{run}", "data_dir": workdir / run},
+        notifier={"webhook_allowed_hosts": ["127.0.0.1"]},
+    )
     await ensure_topics(settings)
     ready, result, log = workdir / f"{run}.ready", workdir / f"{run}.json", workdir / f"{run}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
@@ -288,9 +312,25 @@ async def one_pass(broker_url: str, variant: str, n: int, spacing_s: float, reso
         cfg.write_text(config_yaml(receiver, url))
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.notifier_lag", "child", settings.model_dump_json(), str(cfg),
-                 str(ready), str(result), str(fetch_wait or "")], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.notifier_lag",
+                    "child",
+                    settings.model_dump_json(),
+                    str(cfg),
+                    str(ready),
+                    str(result),
+                    str(fetch_wait or ""),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         try:
             deadline = time.monotonic() + 90
             while not ready.exists():
@@ -305,8 +345,9 @@ async def one_pass(broker_url: str, variant: str, n: int, spacing_s: float, reso
                 for offset, ev in bench_events(n, spacing_s, resolve_after_s, t0, run):
                     await asyncio.sleep(max(t0 + offset - time.time(), 0.0))
                     sent[(ev.incident_id, ev.event)] = time.time()
-                    futures.append(await producer.send(settings.incidents_topic, key=ev.key(),
-                                                       value=ev.model_dump_json().encode()))
+                    futures.append(
+                        await producer.send(settings.incidents_topic, key=ev.key(), value=ev.model_dump_json().encode())
+                    )
                 await asyncio.gather(*futures)
             finally:
                 await producer.stop()
@@ -341,8 +382,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
-            "p99": percentile(values, 99), "max": max(values) if values else float("nan")}
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else float("nan"),
+    }
 
 
 def measure(variant: str, n: int, sent: dict, records: dict, arrivals: list, child: dict) -> dict:
@@ -372,19 +418,29 @@ def measure(variant: str, n: int, sent: dict, records: dict, arrivals: list, chi
             parts["http"].append(at - handed[key])
     missing = 2 * n - sum(len(v) for v in lags.values())
     return {
-        "variant": variant, "n": n, "missing": missing, "duplicates": duplicates,
+        "variant": variant,
+        "n": n,
+        "missing": missing,
+        "duplicates": duplicates,
         "lag": {k: summary(v) for k, v in lags.items()},
         "parts": {k: summary(v) for k, v in parts.items()},
         "persist": summary(child["persist_s"]) if child["persist_s"] else None,
         "commit": summary(child["commit_s"]) if child["commit_s"] else None,
-        "persists": len(child["persist_s"]), "ingested": child["ingested"], "tick_s": child["tick_s"],
+        "persists": len(child["persist_s"]),
+        "ingested": child["ingested"],
+        "tick_s": child["tick_s"],
         "timestamp_types": sorted({t for _, t in records.values()}),
         "record_minus_send_ms": summary([1000 * s for s in skew]) if skew else None,
     }
 
 
-async def run(n: int = 200, reps: int = 3, spacing_s: float = 0.05, resolve_after_s: float = 2.0,
-              variants: tuple[str, ...] = tuple(VARIANTS)) -> dict:
+async def run(
+    n: int = 200,
+    reps: int = 3,
+    spacing_s: float = 0.05,
+    resolve_after_s: float = 2.0,
+    variants: tuple[str, ...] = tuple(VARIANTS),
+) -> dict:
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
         for rep in range(reps):
@@ -392,9 +448,11 @@ async def run(n: int = 200, reps: int = 3, spacing_s: float = 0.05, resolve_afte
                 out = await one_pass(broker.url, variant, n, spacing_s, resolve_after_s, Path(tmp))
                 runs[variant].append(out)
                 lag = out["lag"]
-                print(f"  rep {rep + 1}/{reps} {variant}: opened p99 {1000 * lag['opened']['p99']:.0f} ms, "
-                      f"resolved p99 {1000 * lag['resolved']['p99']:.0f} ms, missing {out['missing']}",
-                      file=sys.stderr)
+                print(
+                    f"  rep {rep + 1}/{reps} {variant}: opened p99 {1000 * lag['opened']['p99']:.0f} ms, "
+                    f"resolved p99 {1000 * lag['resolved']['p99']:.0f} ms, missing {out['missing']}",
+                    file=sys.stderr,
+                )
     return {"n": n, "reps": reps, "spacing_s": spacing_s, "resolve_after_s": resolve_after_s, "runs": runs}
 
 
@@ -414,52 +472,77 @@ def _med(runs: list[dict], *path: str) -> float:
 
 def report(result: dict) -> str:
     runs_by = {v: rs for v, rs in result["runs"].items() if rs}
-    lines = [f"{result['n']} incidents {1000 * result['spacing_s']:.0f} ms apart, each resolved "
-             f"{result['resolve_after_s']:g} s after it opened ({2 * result['n']} events per run); milliseconds "
-             f"from the Kafka record timestamp to the request at the receiver; medians over {result['reps']} "
-             f"run(s) of each run's percentile, then each run's p99 and max.", "",
-             "| receiver | event | p50 | p90 | p99 | max | runs: p99 | runs: max |",
-             "|---|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        f"{result['n']} incidents {1000 * result['spacing_s']:.0f} ms apart, each resolved "
+        f"{result['resolve_after_s']:g} s after it opened ({2 * result['n']} events per run); milliseconds "
+        f"from the Kafka record timestamp to the request at the receiver; medians over {result['reps']} "
+        f"run(s) of each run's percentile, then each run's p99 and max.",
+        "",
+        "| receiver | event | p50 | p90 | p99 | max | runs: p99 | runs: max |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
     for variant, runs in runs_by.items():
         for kind in KINDS:
-            lines.append(f"| {LABELS[variant]} | {kind} | {_ms(_med(runs, 'lag', kind, 'p50'))} "
-                         f"| {_ms(_med(runs, 'lag', kind, 'p90'))} | **{_ms(_med(runs, 'lag', kind, 'p99'))}** "
-                         f"| {_ms(_med(runs, 'lag', kind, 'max'))} "
-                         f"| {', '.join(_ms(r['lag'][kind]['p99']) for r in runs)} "
-                         f"| {', '.join(_ms(r['lag'][kind]['max']) for r in runs)} |")
-    lines += ["", "Where the time goes (opened and resolved together; medians over the runs, ms):", "",
-              "| receiver | stage | p50 | p90 | p99 | max |", "|---|---|---:|---:|---:|---:|"]
-    stages = {"fetch": "record timestamp -> the notifier's poll returned it (fetch, decode)",
-              "notify": "poll -> handed to the receiver (ingest, flush, state write, commit, pump)",
-              "http": "handed to the receiver -> request arrived (HTTP)"}
+            lines.append(
+                f"| {LABELS[variant]} | {kind} | {_ms(_med(runs, 'lag', kind, 'p50'))} "
+                f"| {_ms(_med(runs, 'lag', kind, 'p90'))} | **{_ms(_med(runs, 'lag', kind, 'p99'))}** "
+                f"| {_ms(_med(runs, 'lag', kind, 'max'))} "
+                f"| {', '.join(_ms(r['lag'][kind]['p99']) for r in runs)} "
+                f"| {', '.join(_ms(r['lag'][kind]['max']) for r in runs)} |"
+            )
+    lines += [
+        "",
+        "Where the time goes (opened and resolved together; medians over the runs, ms):",
+        "",
+        "| receiver | stage | p50 | p90 | p99 | max |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    stages = {
+        "fetch": "record timestamp -> the notifier's poll returned it (fetch, decode)",
+        "notify": "poll -> handed to the receiver (ingest, flush, state write, commit, pump)",
+        "http": "handed to the receiver -> request arrived (HTTP)",
+    }
     for variant, runs in runs_by.items():
         for part, label in stages.items():
             if runs[0]["parts"][part]["n"]:
-                lines.append(f"| {variant} | {label} | {_ms(_med(runs, 'parts', part, 'p50'))} "
-                             f"| {_ms(_med(runs, 'parts', part, 'p90'))} | {_ms(_med(runs, 'parts', part, 'p99'))} "
-                             f"| {_ms(_med(runs, 'parts', part, 'max'))} |")
+                lines.append(
+                    f"| {variant} | {label} | {_ms(_med(runs, 'parts', part, 'p50'))} "
+                    f"| {_ms(_med(runs, 'parts', part, 'p90'))} | {_ms(_med(runs, 'parts', part, 'p99'))} "
+                    f"| {_ms(_med(runs, 'parts', part, 'max'))} |"
+                )
         for what in ("persist", "commit"):
             if all(r[what] for r in runs):
-                label = ("state write (`_persist`: send + wait for the broker)" if what == "persist"
-                         else "incidents offset commit")
-                lines.append(f"| {variant} | ... of which {label}, per loop | {_ms(_med(runs, what, 'p50'))} "
-                             f"| {_ms(_med(runs, what, 'p90'))} | {_ms(_med(runs, what, 'p99'))} "
-                             f"| {_ms(_med(runs, what, 'max'))} |")
+                label = (
+                    "state write (`_persist`: send + wait for the broker)"
+                    if what == "persist"
+                    else "incidents offset commit"
+                )
+                lines.append(
+                    f"| {variant} | ... of which {label}, per loop | {_ms(_med(runs, what, 'p50'))} "
+                    f"| {_ms(_med(runs, what, 'p90'))} | {_ms(_med(runs, what, 'p99'))} "
+                    f"| {_ms(_med(runs, what, 'max'))} |"
+                )
     checks = []
     for variant, runs in runs_by.items():
         for r in runs:
             skew = r["record_minus_send_ms"]
-            checks.append(f"{variant}: {r['missing']} missing, {r['duplicates']} duplicates, {r['ingested']} events "
-                          f"ingested, {r['persists']} state writes, record timestamp - send p50 "
-                          f"{skew['p50']:.1f} ms" if skew else f"{variant}: no record timestamps")
+            checks.append(
+                f"{variant}: {r['missing']} missing, {r['duplicates']} duplicates, {r['ingested']} events "
+                f"ingested, {r['persists']} state writes, record timestamp - send p50 "
+                f"{skew['p50']:.1f} ms"
+                if skew
+                else f"{variant}: no record timestamps"
+            )
     types = sorted({t for runs in runs_by.values() for r in runs for t in r["timestamp_types"]})
     lines += ["", "Checks per run: " + "; ".join(checks) + f". Record timestamp types: {types} (0 = CreateTime).", ""]
     if "webhook" in runs_by:
         p99 = _med(runs_by["webhook"], "lag", "opened", "p99")
         p99r = _med(runs_by["webhook"], "lag", "resolved", "p99")
         met = max(p99, p99r) < TARGET_P99_S
-        lines.append(f"Target: webhook p99 < {_ms(TARGET_P99_S)} ms: {'met' if met else 'not met'} "
-                     f"(opened {_ms(p99)} ms, resolved {_ms(p99r)} ms).")
+        lines.append(
+            f"Target: webhook p99 < {_ms(TARGET_P99_S)} ms: {'met' if met else 'not met'} "
+            f"(opened {_ms(p99)} ms, resolved {_ms(p99r)} ms)."
+        )
     return "\n".join(lines)
 
 

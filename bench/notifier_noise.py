@@ -48,8 +48,10 @@ from tailhound.streams.replay import replay_records
 from tailhound.streams.ruleset.rulefile import RuleSet, load_rules
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
-SLACK_CONFIG = ("route: {receiver: slack}\n"
-                "receivers: [{type: slack, name: slack, token: {env: SLACK_BOT_TOKEN}, channel: '#alerts'}]\n")
+SLACK_CONFIG = (
+    "route: {receiver: slack}\n"
+    "receivers: [{type: slack, name: slack, token: {env: SLACK_BOT_TOKEN}, channel: '#alerts'}]\n"
+)
 #: fleet minutes replayed per scenario (the suite's 40 plus 20, so that incidents resolve)
 MINUTES = 60.0
 #: how long the notifier keeps running after the replay's last snapshot (a resolve still goes out)
@@ -83,8 +85,9 @@ def observe_firings() -> Iterator[list[tuple[str, str, str, float]]]:
 
     def observed(store: MemoryStateStore, node: str, state: dict) -> None:
         original(store, node, state)
-        now = {(rule, entity) for rule, rs in (state or {}).get("rules", {}).items()
-               for entity in (rs.get("firing") or {})}
+        now = {
+            (rule, entity) for rule, rs in (state or {}).get("rules", {}).items() for entity in (rs.get("firing") or {})
+        }
         key = (id(store), node)
         for rule, entity in sorted(now - current.get(key, set())):
             starts.append((node, rule, entity, float((state or {}).get("persisted_at") or 0.0)))
@@ -149,11 +152,15 @@ def scenario_row(name: str, rules: RuleSet, config: NotifierConfig, minutes: flo
     opened = {e.incident_id: e for e in events if e.event == "opened"}
     page_delay = [n.ts - n.lead.opened_at for n in notes if n.kind == "opened"]
     return {
-        "name": name, "fault": sc.fault, "replay_s": replay_s,
-        "firings": len(starts), "rules_fired": dict(sorted(by_rule.items())),
+        "name": name,
+        "fault": sc.fault,
+        "replay_s": replay_s,
+        "firings": len(starts),
+        "rules_fired": dict(sorted(by_rule.items())),
         "symptom_firings": sum(c for r, c in by_rule.items() if r in symptom_rules),
         "rule_node_firings": len({(node, rule) for node, rule, _, _ in starts}),
-        "events": _kinds(events, "event"), "incidents": len(opened),
+        "events": _kinds(events, "event"),
+        "incidents": len(opened),
         "root_causes": sorted({str(e.root_cause) for e in events}),
         "notifications": _kinds(notes, "kind"),
         "page_delay_s": statistics.median(page_delay) if page_delay else None,
@@ -167,19 +174,43 @@ def burst_row(by: list[str], resolve_after_s: float | None = None) -> dict:
     for i in range(BURST):
         gpu = str(i % 8)
         iid = f"inc-burst-{i:03d}"
-        events.append(incident_event(incident_id=iid, ts=T0 + 0.1 * i, opened_at=T0 + 0.1 * i, gpus=(gpu,),
-                                     node="gpu-node-3", root_cause="gpu-thermal-throttle"))
+        events.append(
+            incident_event(
+                incident_id=iid,
+                ts=T0 + 0.1 * i,
+                opened_at=T0 + 0.1 * i,
+                gpus=(gpu,),
+                node="gpu-node-3",
+                root_cause="gpu-thermal-throttle",
+            )
+        )
         if resolve_after_s is not None:
             at = T0 + resolve_after_s + 0.1 * i
-            events.append(incident_event(incident_id=iid, event="resolved", sequence=2, ts=at, opened_at=T0 + 0.1 * i,
-                                         gpus=(gpu,), node="gpu-node-3", root_cause="gpu-thermal-throttle"))
+            events.append(
+                incident_event(
+                    incident_id=iid,
+                    event="resolved",
+                    sequence=2,
+                    ts=at,
+                    opened_at=T0 + 0.1 * i,
+                    gpus=(gpu,),
+                    node="gpu-node-3",
+                    root_cause="gpu-thermal-throttle",
+                )
+            )
     last = max(e.ts for e in events)
     notes = notify(events, notifier_config(by), last + DRAIN_S)
     label = f"{BURST} related incidents in 5 s (same root cause and node), by [{', '.join(by)}]"
     if resolve_after_s is not None:
         label += f", all resolved {resolve_after_s / 60:g} min later"
-    return {"name": label, "firings": BURST, "events": _kinds(events, "event"), "incidents": BURST,
-            "notifications": _kinds(notes, "kind"), "groups": len({n.group_id for n in notes})}
+    return {
+        "name": label,
+        "firings": BURST,
+        "events": _kinds(events, "event"),
+        "incidents": BURST,
+        "notifications": _kinds(notes, "kind"),
+        "groups": len({n.group_id for n in notes}),
+    }
 
 
 def run(names: list[str] | None = None, burst: bool = True, minutes: float = MINUTES) -> dict:
@@ -190,14 +221,25 @@ def run(names: list[str] | None = None, burst: bool = True, minutes: float = MIN
     for name in names:
         rows.append(scenario_row(name, rules, config, minutes))
         r = rows[-1]
-        print(f"  {name}: {r['firings']} firings -> {sum(r['events'].values())} incident events -> "
-              f"{sum(r['notifications'].values())} notifications ({r['replay_s']:.1f} s)", file=sys.stderr)
+        print(
+            f"  {name}: {r['firings']} firings -> {sum(r['events'].values())} incident events -> "
+            f"{sum(r['notifications'].values())} notifications ({r['replay_s']:.1f} s)",
+            file=sys.stderr,
+        )
     bursts = []
     if burst:
-        bursts = [burst_row(["root_cause", "node"]), burst_row(["incident"]),
-                  burst_row(["root_cause", "node"], resolve_after_s=600.0)]
-    return {"rows": rows, "bursts": bursts, "minutes": minutes, "config": config.grouping.model_dump(),
-            "flap": config.flap.model_dump()}
+        bursts = [
+            burst_row(["root_cause", "node"]),
+            burst_row(["incident"]),
+            burst_row(["root_cause", "node"], resolve_after_s=600.0),
+        ]
+    return {
+        "rows": rows,
+        "bursts": bursts,
+        "minutes": minutes,
+        "config": config.grouping.model_dump(),
+        "flap": config.flap.model_dump(),
+    }
 
 
 def _total(n: dict[str, int]) -> int:
@@ -216,29 +258,37 @@ def _ratio(firings: int, notes: int) -> str:
 
 def totals(rows: list[dict]) -> dict:
     kinds = ("opened", "updated", "resolved")
-    return {"firings": sum(r["firings"] for r in rows), "symptom_firings": sum(r["symptom_firings"] for r in rows),
-            "rule_node_firings": sum(r["rule_node_firings"] for r in rows),
-            "events": {k: sum(r["events"][k] for r in rows) for k in kinds},
-            "incidents": sum(r["incidents"] for r in rows),
-            "notifications": {k: sum(r["notifications"][k] for r in rows) for k in kinds}}
+    return {
+        "firings": sum(r["firings"] for r in rows),
+        "symptom_firings": sum(r["symptom_firings"] for r in rows),
+        "rule_node_firings": sum(r["rule_node_firings"] for r in rows),
+        "events": {k: sum(r["events"][k] for r in rows) for k in kinds},
+        "incidents": sum(r["incidents"] for r in rows),
+        "notifications": {k: sum(r["notifications"][k] for r in rows) for k in kinds},
+    }
 
 
 def report(result: dict) -> str:
     rows = result["rows"]
-    lines = [f"Scenarios: 2 nodes, {result['minutes']:g} fleet minutes each, default rules; notifier core with the "
-             "default config and one Slack receiver, in event time. o/u/r = opened/updated/resolved; a page is "
-             "an `opened` notification (a new Slack message; updates and resolves edit it and reply in its "
-             "thread).", "",
-             "| scenario | rule firings: entities (rule x node) | of which symptom rules | rules that fired "
-             "| incident events o/u/r | incidents | notifications o/u/r | firings per notification "
-             "| firings per page |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Scenarios: 2 nodes, {result['minutes']:g} fleet minutes each, default rules; notifier core with the "
+        "default config and one Slack receiver, in event time. o/u/r = opened/updated/resolved; a page is "
+        "an `opened` notification (a new Slack message; updates and resolves edit it and reply in its "
+        "thread).",
+        "",
+        "| scenario | rule firings: entities (rule x node) | of which symptom rules | rules that fired "
+        "| incident events o/u/r | incidents | notifications o/u/r | firings per notification "
+        "| firings per page |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
 
     def row(name: str, r: dict, rules: str) -> str:
         notes = r["notifications"]
-        return (f"| {name} | {r['firings']} ({r['rule_node_firings']}) | {r['symptom_firings']} | {rules} "
-                f"| {_split(r['events'])} | {r['incidents']} | {_split(notes)} | {_ratio(r['firings'], _total(notes))} "
-                f"| {_ratio(r['firings'], notes['opened'])} |")
+        return (
+            f"| {name} | {r['firings']} ({r['rule_node_firings']}) | {r['symptom_firings']} | {rules} "
+            f"| {_split(r['events'])} | {r['incidents']} | {_split(notes)} | {_ratio(r['firings'], _total(notes))} "
+            f"| {_ratio(r['firings'], notes['opened'])} |"
+        )
 
     for r in rows:
         rules = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in r["rules_fired"].items()) or "-"
@@ -251,11 +301,17 @@ def report(result: dict) -> str:
         lines.append(row(b["name"], b, "(synthetic incidents)"))
     delays = [r["page_delay_s"] for r in rows if r.get("page_delay_s") is not None]
     g = result["config"]
-    lines += ["", f"Default grouping: by {g['by']}, wait {g['wait']:g} s, interval {g['interval']:g} s, "
-              f"repeat {g['repeat']:g} s; flap window {result['flap']['window']:g} s, max flips "
-              f"{result['flap']['max_flips']}, min flip interval {result['flap']['min_flip_interval']:g} s."
-              + (f" Page after the incident opened (event time, median per scenario): "
-                 f"{min(delays):g}-{max(delays):g} s." if delays else "")]
+    lines += [
+        "",
+        f"Default grouping: by {g['by']}, wait {g['wait']:g} s, interval {g['interval']:g} s, "
+        f"repeat {g['repeat']:g} s; flap window {result['flap']['window']:g} s, max flips "
+        f"{result['flap']['max_flips']}, min flip interval {result['flap']['min_flip_interval']:g} s."
+        + (
+            f" Page after the incident opened (event time, median per scenario): {min(delays):g}-{max(delays):g} s."
+            if delays
+            else ""
+        ),
+    ]
     return "\n".join(lines)
 
 

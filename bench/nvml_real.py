@@ -112,8 +112,7 @@ def _values(record: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def _phase(collector: NvmlCollector, name: str, n: int, interval_s: float, cost: list[dict],
-           recording: Any) -> dict:
+def _phase(collector: NvmlCollector, name: str, n: int, interval_s: float, cost: list[dict], recording: Any) -> dict:
     series: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     record = None
     for _ in range(n):
@@ -125,8 +124,10 @@ def _phase(collector: NvmlCollector, name: str, n: int, interval_s: float, cost:
             for gpu, value in by_gpu.items():
                 series[short][gpu].append(value)
         time.sleep(interval_s)
-    return {"record": record,
-            "medians": {s: {g: statistics.median(v) for g, v in by.items()} for s, by in series.items()}}
+    return {
+        "record": record,
+        "medians": {s: {g: statistics.median(v) for g, v in by.items()} for s, by in series.items()},
+    }
 
 
 def _start_load(kind: str, seconds: float) -> subprocess.Popen | None:
@@ -156,20 +157,26 @@ def _pcie_sources(nv: Any, n: int) -> list[dict]:
             time.sleep(1.0)
             row: dict[str, Any] = {}
             t0, c0 = time.perf_counter(), time.thread_time()
-            row["throughput_kb_s"] = [nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES),
-                                      nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES)]
+            row["throughput_kb_s"] = [
+                nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES),
+                nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES),
+            ]
             row["throughput_cpu_ms"] = 1e3 * (time.thread_time() - c0)
             row["throughput_wall_ms"] = 1e3 * (time.perf_counter() - t0)
             c0 = time.thread_time()
             values = nv.nvmlDeviceGetFieldValues(h, fields)
             row["fields_cpu_ms"] = 1e3 * (time.thread_time() - c0)
-            now = [(fid, ret, value, int(values[i].timestamp))
-                   for i, (fid, _scope, ret, value) in enumerate(read_field_values(values))]
+            now = [
+                (fid, ret, value, int(values[i].timestamp))
+                for i, (fid, _scope, ret, value) in enumerate(read_field_values(values))
+            ]
             row["fields_raw"] = now
             if prev is not None and all(r[1] == 0 for r in now + prev):
                 dt_us = [b[3] - a[3] for a, b in zip(prev, now, strict=True)]
-                row["fields_kb_s"] = [(b[2] - a[2]) / 1024 / (d / 1e6) if d > 0 else None
-                                      for a, b, d in zip(prev, now, dt_us, strict=True)]
+                row["fields_kb_s"] = [
+                    (b[2] - a[2]) / 1024 / (d / 1e6) if d > 0 else None
+                    for a, b, d in zip(prev, now, dt_us, strict=True)
+                ]
             prev = now
             try:
                 nv.nvmlGpmSampleGet(h, samples[1])
@@ -179,8 +186,12 @@ def _pcie_sources(nv: Any, n: int) -> list[dict]:
                 req.metrics[0].metricId = nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC
                 req.metrics[1].metricId = nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC
                 nv.nvmlGpmMetricsGet(req)
-                row["gpm_kb_s"] = [req.metrics[i].value * 1024 if req.metrics[i].nvmlReturn == 0
-                                   else f"ret {req.metrics[i].nvmlReturn}" for i in range(2)]
+                row["gpm_kb_s"] = [
+                    req.metrics[i].value * 1024
+                    if req.metrics[i].nvmlReturn == 0
+                    else f"ret {req.metrics[i].nvmlReturn}"
+                    for i in range(2)
+                ]
                 samples.reverse()
             except nv.NVMLError as exc:
                 row["gpm_kb_s"] = f"{type(exc).__name__}: {exc}"
@@ -196,8 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--phase-s", type=int, default=8, help="collections per phase (1 s apart)")
     ap.add_argument("--load", choices=["torch", "none"], default="torch")
-    ap.add_argument("--decode-batches", type=lambda v: [int(b) for b in v.split(",") if b], default=[],
-                    help="also phases of decode-shaped loads: batch x 8192 times 32 bf16 8192^2 weights")
+    ap.add_argument(
+        "--decode-batches",
+        type=lambda v: [int(b) for b in v.split(",") if b],
+        default=[],
+        help="also phases of decode-shaped loads: batch x 8192 times 32 bf16 8192^2 weights",
+    )
     ap.add_argument("--skip-pcie", action="store_true", help="leave out the PCIe sources comparison")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -248,10 +263,16 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_s_median": statistics.median(c["cpu_s"] for c in steady),
             "cpu_s_max": max(c["cpu_s"] for c in steady),
         },
-        "calls": {name: {"outcomes": dict(out), "latency_ms_median": 1e3 * statistics.median(log.latency_s[name]),
-                         "latency_ms_max": 1e3 * max(log.latency_s[name]),
-                         "cpu_ms_median": 1e3 * statistics.median(log.cpu_s[name]), "example": log.examples.get(name)}
-                  for name, out in sorted(log.outcomes.items())},
+        "calls": {
+            name: {
+                "outcomes": dict(out),
+                "latency_ms_median": 1e3 * statistics.median(log.latency_s[name]),
+                "latency_ms_max": 1e3 * max(log.latency_s[name]),
+                "cpu_ms_median": 1e3 * statistics.median(log.cpu_s[name]),
+                "example": log.examples.get(name),
+            }
+            for name, out in sorted(log.outcomes.items())
+        },
         "phases": {name: p["medians"] for name, p in phases.items()},
         "pcie_sources": pcie,
     }

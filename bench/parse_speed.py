@@ -66,24 +66,42 @@ def run(reps: int = 7, loops: int = 20) -> list[dict]:
         t_parse = timed(parse_exposition, text, loops, reps)
         t_cold = timed(lambda t: (_parse_label_text.cache_clear(), parse_exposition(t)), text, loops, reps)
         t_samples = timed(lambda t: to_samples(parse_exposition(t)), text, loops, reps)
-        t_build = timed(lambda t, b=builder, clock=ts: b.build(ScrapeRecord(ts=next(clock), node="n", job="vllm",
-                                                                           body=t)), text, loops, reps)
-        out.append({"input": name, "lines": n, "bytes": len(text), "prometheus_client": n / t_ref,
-                    "parse": n / t_parse, "cold": n / t_cold, "samples": n / t_samples, "snapshot": n / t_build})
+        t_build = timed(
+            lambda t, b=builder, clock=ts: b.build(ScrapeRecord(ts=next(clock), node="n", job="vllm", body=t)),
+            text,
+            loops,
+            reps,
+        )
+        out.append(
+            {
+                "input": name,
+                "lines": n,
+                "bytes": len(text),
+                "prometheus_client": n / t_ref,
+                "parse": n / t_parse,
+                "cold": n / t_cold,
+                "samples": n / t_samples,
+                "snapshot": n / t_build,
+            }
+        )
     return out
 
 
 def report(rows: list[dict]) -> str:
-    lines = ["| input | sample lines | prometheus_client (samples/s) | tailhound parse, first scrape "
-             "(samples/s, ratio) | tailhound parse, steady state | tailhound -> wire samples | "
-             "full snapshot incl. deltas |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| input | sample lines | prometheus_client (samples/s) | tailhound parse, first scrape "
+        "(samples/s, ratio) | tailhound parse, steady state | tailhound -> wire samples | "
+        "full snapshot incl. deltas |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         ref = r["prometheus_client"]
-        lines.append(f"| {r['input']} | {r['lines']} | {ref:,.0f} | {r['cold']:,.0f} ({r['cold'] / ref:.2f}x) | "
-                     f"{r['parse']:,.0f} ({r['parse'] / ref:.2f}x) | "
-                     f"{r['samples']:,.0f} ({r['samples'] / ref:.2f}x) | "
-                     f"{r['snapshot']:,.0f} ({r['snapshot'] / ref:.2f}x) |")
+        lines.append(
+            f"| {r['input']} | {r['lines']} | {ref:,.0f} | {r['cold']:,.0f} ({r['cold'] / ref:.2f}x) | "
+            f"{r['parse']:,.0f} ({r['parse'] / ref:.2f}x) | "
+            f"{r['samples']:,.0f} ({r['samples'] / ref:.2f}x) | "
+            f"{r['snapshot']:,.0f} ({r['snapshot'] / ref:.2f}x) |"
+        )
     return "\n".join(lines)
 
 

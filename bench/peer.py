@@ -51,7 +51,7 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of process `pid` (all its threads), from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as fh:
         stat = fh.read()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -108,8 +108,10 @@ def prometheus_config(port: int, nodes: list[str], interval_s: float, rules: Pat
     from tests.ingest.prometheus_proc import page_jobs
 
     every = f"{round(interval_s * 1000)}ms"
-    return (f"global:\n  scrape_interval: {every}\n  scrape_timeout: {every}\n  evaluation_interval: {every}\n"
-            f"rule_files: [{rules}]\nscrape_configs:{page_jobs(port, nodes, JOBS)}\n")
+    return (
+        f"global:\n  scrape_interval: {every}\n  scrape_timeout: {every}\n  evaluation_interval: {every}\n"
+        f"rule_files: [{rules}]\nscrape_configs:{page_jobs(port, nodes, JOBS)}\n"
+    )
 
 
 async def run_prometheus(rounds: list[list[ScrapeRecord]], interval_s: float, warm: int, workdir: Path) -> dict:
@@ -141,24 +143,33 @@ async def run_prometheus(rounds: list[list[ScrapeRecord]], interval_s: float, wa
         while pages.served < (len(rounds) - 1) * targets and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         cpu1, served1 = cpu_seconds(prom.proc.pid), pages.served
-        evals = await own_metric(prom.url, ("prometheus_rule_evaluations_total",
-                                            "prometheus_rule_evaluation_failures_total"))
+        evals = await own_metric(
+            prom.url, ("prometheus_rule_evaluations_total", "prometheus_rule_evaluation_failures_total")
+        )
         up = await prom.query("avg(up)")  # scrapes that timed out on a busy machine would show here
     finally:
         await prom.stop()
         await runner.cleanup()
     node_rounds = (served1 - served0) / len(JOBS)
     cpu = cpu1 - cpu0
-    return {"cpu_s": cpu, "node_rounds": node_rounds, "nodes_per_core": TICK_S * node_rounds / cpu if cpu else 0.0,
-            "rule_evaluations": evals[0], "rule_failures": evals[1], "up": float(up[0]["value"][1]) if up else 0.0}
+    return {
+        "cpu_s": cpu,
+        "node_rounds": node_rounds,
+        "nodes_per_core": TICK_S * node_rounds / cpu if cpu else 0.0,
+        "rule_evaluations": evals[0],
+        "rule_failures": evals[1],
+        "up": float(up[0]["value"][1]) if up else 0.0,
+    }
 
 
 async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
     """The sum of each of Prometheus' own counters `names`, from its /metrics (it does not scrape itself here)."""
     import aiohttp
 
-    async with aiohttp.ClientSession() as session, session.get(
-            f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{url}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r,
+    ):
         text = await r.text()
     sums = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
@@ -199,25 +210,35 @@ async def run_worker(rounds: list[list[ScrapeRecord]], workdir: Path) -> tuple[d
     warmup = len(rounds[0])
     workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedBroker() as broker:
-        settings = Settings(broker=broker.url, topic_prefix=f"peer{uuid.uuid4().hex[:6]}.", rules_dir=PACK,
-                            streams={"data_dir": workdir})
+        settings = Settings(
+            broker=broker.url,
+            topic_prefix=f"peer{uuid.uuid4().hex[:6]}.",
+            rules_dir=PACK,
+            streams={"data_dir": workdir},
+        )
         await ensure_topics(settings)
         b0 = cpu_seconds(broker.pid)
         await produce(settings, messages)
         out = await measure("tailhound", settings, warmup, len(messages) - warmup, workdir)
         b1 = cpu_seconds(broker.pid)
     worker_rate = out["cpu_rate"]  # snapshots per CPU-second of the worker
-    worker = {"cpu_s": (len(messages) - warmup) / worker_rate if worker_rate else 0.0,
-              "node_rounds": (len(messages) - warmup) / len(JOBS),
-              "nodes_per_core": worker_rate * TICK_S / len(JOBS)}
+    worker = {
+        "cpu_s": (len(messages) - warmup) / worker_rate if worker_rate else 0.0,
+        "node_rounds": (len(messages) - warmup) / len(JOBS),
+        "nodes_per_core": worker_rate * TICK_S / len(JOBS),
+    }
     node_rounds = len(messages) / len(JOBS)
-    broker_out = {"cpu_s": b1 - b0, "node_rounds": node_rounds,
-                  "nodes_per_core": TICK_S * node_rounds / (b1 - b0) if b1 > b0 else 0.0}
+    broker_out = {
+        "cpu_s": b1 - b0,
+        "node_rounds": node_rounds,
+        "nodes_per_core": TICK_S * node_rounds / (b1 - b0) if b1 > b0 else 0.0,
+    }
     return worker, broker_out
 
 
-async def run(nodes: int = 100, rounds: int = 24, interval_s: float = 2.0, warm: int = 4, reps: int = 3,
-              worker: bool = True) -> dict:
+async def run(
+    nodes: int = 100, rounds: int = 24, interval_s: float = 2.0, warm: int = 4, reps: int = 3, worker: bool = True
+) -> dict:
     """Prometheus, agent, worker and broker on the same fleet, `reps` times (interleaved)."""
     fleet_rounds = fleet(nodes, rounds)
     runs: dict[str, list[dict]] = {"prometheus": [], "agent": [], "worker": [], "broker": []}
@@ -229,14 +250,22 @@ async def run(nodes: int = 100, rounds: int = 24, interval_s: float = 2.0, warm:
                 w, b = await run_worker(fleet_rounds, Path(tmp) / "worker")
                 runs["worker"].append(w)
                 runs["broker"].append(b)
-    return {"nodes": nodes, "rounds": rounds, "interval_s": interval_s, "reps": reps, "runs": runs,
-            "rules": sum(1 for line in RULES.read_text().splitlines() if line.strip().startswith("- alert:"))}
+    return {
+        "nodes": nodes,
+        "rounds": rounds,
+        "interval_s": interval_s,
+        "reps": reps,
+        "runs": runs,
+        "rules": sum(1 for line in RULES.read_text().splitlines() if line.strip().startswith("- alert:")),
+    }
 
 
-LABELS = {"prometheus": "Prometheus (scrape + TSDB + {rules} PromQL rules)",
-          "worker": "tailhound worker (default rules)",
-          "broker": "bundled broker (Tansu), telemetry in + worker traffic",
-          "agent": "agent snapshot pipeline + encode (no HTTP, no Kafka client)"}
+LABELS = {
+    "prometheus": "Prometheus (scrape + TSDB + {rules} PromQL rules)",
+    "worker": "tailhound worker (default rules)",
+    "broker": "bundled broker (Tansu), telemetry in + worker traffic",
+    "agent": "agent snapshot pipeline + encode (no HTTP, no Kafka client)",
+}
 
 
 def medians(result: dict) -> dict[str, float]:
@@ -245,16 +274,22 @@ def medians(result: dict) -> dict[str, float]:
 
 def report(result: dict) -> str:
     npc = medians(result)
-    lines = [f"{result['nodes']} nodes x vllm + dcgm (8 GPUs) + node + blackbox; Prometheus scraping every "
-             f"{result['interval_s']:g} s (rule windows scaled to 15 s scrapes); medians of {result['reps']}.", "",
-             "| process | CPU seconds | node rounds | nodes per core at 15 s | runs |", "|---|---:|---:|---:|---|"]
+    lines = [
+        f"{result['nodes']} nodes x vllm + dcgm (8 GPUs) + node + blackbox; Prometheus scraping every "
+        f"{result['interval_s']:g} s (rule windows scaled to 15 s scrapes); medians of {result['reps']}.",
+        "",
+        "| process | CPU seconds | node rounds | nodes per core at 15 s | runs |",
+        "|---|---:|---:|---:|---|",
+    ]
     for key, rs in result["runs"].items():
         if not rs:
             continue
         each = ", ".join(f"{r['nodes_per_core']:,.0f}" for r in rs)
-        lines.append(f"| {LABELS[key].format(rules=result['rules'])} | "
-                     f"{statistics.median(r['cpu_s'] for r in rs):.2f} | "
-                     f"{statistics.median(r['node_rounds'] for r in rs):,.0f} | **{npc[key]:,.0f}** | {each} |")
+        lines.append(
+            f"| {LABELS[key].format(rules=result['rules'])} | "
+            f"{statistics.median(r['cpu_s'] for r in rs):.2f} | "
+            f"{statistics.median(r['node_rounds'] for r in rs):,.0f} | **{npc[key]:,.0f}** | {each} |"
+        )
     prom = npc.get("prometheus")
     if prom and npc.get("worker"):
         lines.append("")
@@ -265,8 +300,10 @@ def report(result: dict) -> str:
     failures = sum(r["rule_failures"] for r in result["runs"]["prometheus"])
     evals = sum(r["rule_evaluations"] for r in result["runs"]["prometheus"])
     up = min(r.get("up", 1.0) for r in result["runs"]["prometheus"])
-    lines.append(f"\nPrometheus rule evaluations: {evals:,.0f}, failed: {failures:,.0f}; targets up at the end: "
-                 f"{up:.0%} (lowest run)")
+    lines.append(
+        f"\nPrometheus rule evaluations: {evals:,.0f}, failed: {failures:,.0f}; targets up at the end: "
+        f"{up:.0%} (lowest run)"
+    )
     return "\n".join(lines)
 
 

@@ -65,10 +65,24 @@ def run(reps: int = 3, minutes: float = 55, nodes: int = 4) -> dict:
                 opened = [e.root_cause for e in result.events if e.event == "opened"]
                 if "gpu-thermal-throttle" not in opened:
                     raise RuntimeError(f"replay did not detect the {FAULT} fault (opened: {opened})")
-                runs.append({"wall_s": wall, "cpu_s": cpu_s, "snapshots": result.snapshots,
-                             "events": len(result.events), "opened": opened})
-    return {"records": records, "bytes": size, "minutes": minutes, "nodes": nodes, "cpu": cpu, "reps": reps,
-            "runs": runs}
+                runs.append(
+                    {
+                        "wall_s": wall,
+                        "cpu_s": cpu_s,
+                        "snapshots": result.snapshots,
+                        "events": len(result.events),
+                        "opened": opened,
+                    }
+                )
+    return {
+        "records": records,
+        "bytes": size,
+        "minutes": minutes,
+        "nodes": nodes,
+        "cpu": cpu,
+        "reps": reps,
+        "runs": runs,
+    }
 
 
 def report(result: dict) -> str:

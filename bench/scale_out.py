@@ -62,14 +62,30 @@ def _ready(log: Path) -> bool:
         return False
 
 
-async def measure(broker_url: str, messages: list[tuple[bytes, bytes]], workers: int, partitions: int,
-                  workdir: Path, timeout_s: float = 600.0) -> dict:
+async def measure(
+    broker_url: str,
+    messages: list[tuple[bytes, bytes]],
+    workers: int,
+    partitions: int,
+    workdir: Path,
+    timeout_s: float = 600.0,
+) -> dict:
     run = uuid.uuid4().hex[:6]
-    settings = Settings(broker=broker_url, topic_prefix=f"so{run}.", partitions=partitions, rules_dir=RULES,
-                        sinks={"console": {"enabled": False}, "incident_topic": {"enabled": True}},
-                        notifier={"enabled": False},
-                        streams={"app_id": f"so-{run}", "data_dir": workdir / run, "web_listen": "127.0.0.1:0",
-                                 "log_level": "info", "rules_watch_s": 0})
+    settings = Settings(
+        broker=broker_url,
+        topic_prefix=f"so{run}.",
+        partitions=partitions,
+        rules_dir=RULES,
+        sinks={"console": {"enabled": False}, "incident_topic": {"enabled": True}},
+        notifier={"enabled": False},
+        streams={
+            "app_id": f"so-{run}",
+            "data_dir": workdir / run,
+            "web_listen": "127.0.0.1:0",
+            "log_level": "info",
+            "rules_watch_s": 0,
+        },
+    )
     await ensure_topics(settings)
     procs = []
     for i in range(workers):
@@ -100,9 +116,16 @@ async def measure(broker_url: str, messages: list[tuple[bytes, bytes]], workers:
         for p in procs:
             p.stop()
     n = len(messages)
-    return {"workers": workers, "partitions": partitions, "n": n, "wall_s": wall, "rate": n / wall,
-            "cpu_s": sum(cpu), "cpu_rate": n / sum(cpu) if sum(cpu) else 0.0,
-            "cpu_share": [round(c / sum(cpu), 2) if sum(cpu) else 0.0 for c in cpu]}
+    return {
+        "workers": workers,
+        "partitions": partitions,
+        "n": n,
+        "wall_s": wall,
+        "rate": n / wall,
+        "cpu_s": sum(cpu),
+        "cpu_rate": n / sum(cpu) if sum(cpu) else 0.0,
+        "cpu_share": [round(c / sum(cpu), 2) if sum(cpu) else 0.0 for c in cpu],
+    }
 
 
 async def run(n: int = 4096, reps: int = 2, workers: tuple[int, ...] = (1, 2, 3), partitions: int = 6) -> dict:
@@ -113,21 +136,29 @@ async def run(n: int = 4096, reps: int = 2, workers: tuple[int, ...] = (1, 2, 3)
             for w in workers:
                 out = await measure(broker.url, messages, w, partitions, Path(tmp))
                 runs[w].append(out)
-                print(f"  rep {rep + 1}/{reps} workers={w}: {out['rate']:,.0f} snapshots/s, "
-                      f"{out['cpu_rate']:,.0f} per CPU-second, CPU shares {out['cpu_share']}", file=sys.stderr)
+                print(
+                    f"  rep {rep + 1}/{reps} workers={w}: {out['rate']:,.0f} snapshots/s, "
+                    f"{out['cpu_rate']:,.0f} per CPU-second, CPU shares {out['cpu_share']}",
+                    file=sys.stderr,
+                )
     return {"n": n, "reps": reps, "partitions": partitions, "nodes": NODES, "runs": runs}
 
 
 def report(result: dict) -> str:
-    lines = [f"{result['n']:,} snapshots ({result['nodes']} nodes), {result['partitions']} partitions, "
-             f"{result['reps']} repetitions, medians", "",
-             "| workers | snapshots/s (group) | runs | per CPU-second (all workers) | runs | CPU shares |",
-             "|---:|---:|---|---:|---|---|"]
+    lines = [
+        f"{result['n']:,} snapshots ({result['nodes']} nodes), {result['partitions']} partitions, "
+        f"{result['reps']} repetitions, medians",
+        "",
+        "| workers | snapshots/s (group) | runs | per CPU-second (all workers) | runs | CPU shares |",
+        "|---:|---:|---|---:|---|---|",
+    ]
     for w, outs in sorted(result["runs"].items()):
         rates, cpu = [o["rate"] for o in outs], [o["cpu_rate"] for o in outs]
-        lines.append(f"| {w} | {statistics.median(rates):,.0f} | {', '.join(f'{r:,.0f}' for r in rates)} | "
-                     f"{statistics.median(cpu):,.0f} | {', '.join(f'{r:,.0f}' for r in cpu)} | "
-                     f"{'; '.join(str(o['cpu_share']) for o in outs)} |")
+        lines.append(
+            f"| {w} | {statistics.median(rates):,.0f} | {', '.join(f'{r:,.0f}' for r in rates)} | "
+            f"{statistics.median(cpu):,.0f} | {', '.join(f'{r:,.0f}' for r in cpu)} | "
+            f"{'; '.join(str(o['cpu_share']) for o in outs)} |"
+        )
     return "\n".join(lines)
 
 

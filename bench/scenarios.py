@@ -49,9 +49,12 @@ def report(result: dict) -> str:
         lines += ["", "Still wrong:"]
         lines += [f"- {name}: {'; '.join(problems)}" for name, problems in gaps]
     total = sum(result["seconds"].values())
-    lines += ["", f"{len(scores)} scenarios replayed in {total:.1f} s "
-              f"(slowest: {max(result['seconds'], key=result['seconds'].get)} "
-              f"{max(result['seconds'].values()):.1f} s)"]
+    lines += [
+        "",
+        f"{len(scores)} scenarios replayed in {total:.1f} s "
+        f"(slowest: {max(result['seconds'], key=result['seconds'].get)} "
+        f"{max(result['seconds'].values()):.1f} s)",
+    ]
     return "\n".join(lines)
 
 

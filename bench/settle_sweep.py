@@ -26,22 +26,34 @@ def run(values: list[float]) -> list[dict]:
             correlate.CORRELATION_WAIT_S = value
             scores = [suite.score(sc, *suite.replay(sc)) for sc in suite.SCENARIOS.values()]
             agg = suite.aggregate(scores)
-            detect = [f.detect_min for s in scores for f in s.faults
-                      if f.expect is not None and f.detect_min is not None]
-            rows.append({"wait_s": value, "first_right": agg.first_right, "incidents": agg.all_incidents,
-                         "per_fault": agg.incidents_per_fault, "wrong": agg.wrong,
-                         "median_detect_min": statistics.median(detect) if detect else None})
+            detect = [
+                f.detect_min for s in scores for f in s.faults if f.expect is not None and f.detect_min is not None
+            ]
+            rows.append(
+                {
+                    "wait_s": value,
+                    "first_right": agg.first_right,
+                    "incidents": agg.all_incidents,
+                    "per_fault": agg.incidents_per_fault,
+                    "wrong": agg.wrong,
+                    "median_detect_min": statistics.median(detect) if detect else None,
+                }
+            )
     finally:
         correlate.CORRELATION_WAIT_S = saved
     return rows
 
 
 def report(rows: list[dict]) -> str:
-    lines = ["| settle (s) | first cause right | incidents per fault | wrong cause | median time to detect (min) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| settle (s) | first cause right | incidents per fault | wrong cause | median time to detect (min) |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['wait_s']:g} | {r['first_right']}/{r['incidents']} | {r['per_fault']:.2f} | {r['wrong']} | "
-                     f"{r['median_detect_min']:.2f} |")
+        lines.append(
+            f"| {r['wait_s']:g} | {r['first_right']}/{r['incidents']} | {r['per_fault']:.2f} | {r['wrong']} | "
+            f"{r['median_detect_min']:.2f} |"
+        )
     return "\n".join(lines)
 
 

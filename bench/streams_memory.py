@@ -72,20 +72,34 @@ def ttft_window() -> LatencyWindow:
 def per_series(n: int) -> list[dict]:
     rows = []
     base = bench_memory(n)
-    rows.append({"state": "rolling baseline: RollingBaseline in BaselineStore (bench_memory)", "n": n,
-                 "memory": base["in_memory_bytes_per_series"], "json": base["serialized_bytes_per_series"]})
+    rows.append(
+        {
+            "state": "rolling baseline: RollingBaseline in BaselineStore (bench_memory)",
+            "n": n,
+            "memory": base["in_memory_bytes_per_series"],
+            "json": base["serialized_bytes_per_series"],
+        }
+    )
     text = json.dumps(_warm_template(), separators=(",", ":"))  # the state bench_memory stores
     used, _ = retained_bytes(lambda: {f"latency.tpot.p95|engine-{i}": json.loads(text) for i in range(n)})
-    rows.append({"state": "rolling baseline as NodeState holds it (JSON dict)", "n": n, "memory": used / n,
-                 "json": len(text)})
+    rows.append(
+        {"state": "rolling baseline as NodeState holds it (JSON dict)", "n": n, "memory": used / n, "json": len(text)}
+    )
     window = ttft_window()
     text = json.dumps(window.to_dict(), separators=(",", ":"))
     used, _ = retained_bytes(lambda: [LatencyWindow.from_dict(json.loads(text)) for _ in range(n)])
-    rows.append({"state": f"latency window: LatencyWindow, {len(window.intervals)} intervals of TTFT", "n": n,
-                 "memory": used / n, "json": len(text)})
+    rows.append(
+        {
+            "state": f"latency window: LatencyWindow, {len(window.intervals)} intervals of TTFT",
+            "n": n,
+            "memory": used / n,
+            "json": len(text),
+        }
+    )
     used, _ = retained_bytes(lambda: [json.loads(text) for _ in range(n)])
-    rows.append({"state": "latency window as NodeState holds it (JSON dict)", "n": n, "memory": used / n,
-                 "json": len(text)})
+    rows.append(
+        {"state": "latency window as NodeState holds it (JSON dict)", "n": n, "memory": used / n, "json": len(text)}
+    )
     return rows
 
 
@@ -123,9 +137,18 @@ def node_state(minutes: float = 60, nodes: int = 3) -> dict:
     }
     rest = {k: v for k, v in state.items() if k not in ("baselines", "latency", "history")}
     parts["rules, incidents, last_ts, models"] = (None, compact(rest))
-    return {"minutes": minutes, "bytes": len(text), "memory": memory, "worker": (many - one) / (nodes - 1),
-            "worker_one": one, "nodes": nodes, "parts": parts, "state_series": sum(n for n, _ in parts.values() if n),
-            "exported": sum(exported.values()), "exported_by_source": exported}
+    return {
+        "minutes": minutes,
+        "bytes": len(text),
+        "memory": memory,
+        "worker": (many - one) / (nodes - 1),
+        "worker_one": one,
+        "nodes": nodes,
+        "parts": parts,
+        "state_series": sum(n for n, _ in parts.values() if n),
+        "exported": sum(exported.values()),
+        "exported_by_source": exported,
+    }
 
 
 def run(sizes: tuple[int, ...] = (10_000, 100_000), minutes: float = 60) -> dict:
@@ -138,26 +161,38 @@ def report(result: dict) -> str:
         lines.append(f"| {r['state']} | {r['n']:,} | {r['memory']:,.0f} | {r['json']:,.0f} |")
     lines += ["", "Baselines, target <= 1 KB per series (largest size measured):"]
     baselines = [r for r in result["series"] if r["state"].startswith("rolling baseline")]
-    for what, form, key in (("RollingBaseline objects, in memory", "RollingBaseline", "memory"),
-                            ("JSON dicts as NodeState holds them, in memory", "JSON dict", "memory"),
-                            ("serialised (changelog)", "", "json")):
+    for what, form, key in (
+        ("RollingBaseline objects, in memory", "RollingBaseline", "memory"),
+        ("JSON dicts as NodeState holds them, in memory", "JSON dict", "memory"),
+        ("serialised (changelog)", "", "json"),
+    ):
         worst = max(r[key] for r in baselines if form in r["state"])
         lines.append(f"- {what}: {worst:,.0f} B: {'met' if worst <= TARGET_BASELINE_B else '**not met**'}")
     lines.append("")
     node = result["node"]
     by_source = ", ".join(f"{k} {v}" for k, v in node["exported_by_source"].items())
-    lines += [f"One node after {node['minutes']:g} minutes (exported series per collection: {by_source}):", "",
-              "| part of NodeState | entries | serialised JSON (B) | per entry (B) |", "|---|---:|---:|---:|"]
+    lines += [
+        f"One node after {node['minutes']:g} minutes (exported series per collection: {by_source}):",
+        "",
+        "| part of NodeState | entries | serialised JSON (B) | per entry (B) |",
+        "|---|---:|---:|---:|",
+    ]
     for name, (n, size) in node["parts"].items():
-        lines.append(f"| {name} | {n if n is not None else '-'} | {size:,} | {size / n:,.0f} |" if n
-                     else f"| {name} | {n if n is not None else '-'} | {size:,} | - |")
-    lines += [f"| **whole node (Faust json codec, one changelog value)** | {node['state_series']} state series "
-              f"| **{node['bytes']:,}** | {node['bytes'] / node['state_series']:,.0f} per state series, "
-              f"{node['bytes'] / node['exported']:,.0f} per exported series ({node['exported']}) |",
-              "", f"In memory (tracemalloc): the dict the table holds, {node['memory']:,} B per node; the whole "
-              f"evaluator (table dict + the processor's in-memory latest values and latency trackers), "
-              f"{node['worker']:,.0f} B per node (slope from 1 to {node['nodes']} nodes; "
-              f"{node['worker_one']:,} B with one node)."]
+        lines.append(
+            f"| {name} | {n if n is not None else '-'} | {size:,} | {size / n:,.0f} |"
+            if n
+            else f"| {name} | {n if n is not None else '-'} | {size:,} | - |"
+        )
+    lines += [
+        f"| **whole node (Faust json codec, one changelog value)** | {node['state_series']} state series "
+        f"| **{node['bytes']:,}** | {node['bytes'] / node['state_series']:,.0f} per state series, "
+        f"{node['bytes'] / node['exported']:,.0f} per exported series ({node['exported']}) |",
+        "",
+        f"In memory (tracemalloc): the dict the table holds, {node['memory']:,} B per node; the whole "
+        f"evaluator (table dict + the processor's in-memory latest values and latency trackers), "
+        f"{node['worker']:,.0f} B per node (slope from 1 to {node['nodes']} nodes; "
+        f"{node['worker_one']:,} B with one node).",
+    ]
     return "\n".join(lines)
 
 

@@ -84,10 +84,24 @@ LABELS = {
     "decode": "(d') codec decode only, no Kafka (reference)",
 }
 #: The faust.App settings create_app sets; the trivial app copies their values from the real app.
-FAUST_KEYS = ("broker", "store", "datadir", "autodiscover", "web_enabled", "topic_partitions",
-              "topic_replication_factor", "topic_allow_declare", "table_standby_replicas", "broker_commit_interval",
-              "broker_session_timeout", "broker_heartbeat_interval", "broker_rebalance_timeout",
-              "consumer_auto_offset_reset", "consumer_group_instance_id", "recovery_consistency_check")
+FAUST_KEYS = (
+    "broker",
+    "store",
+    "datadir",
+    "autodiscover",
+    "web_enabled",
+    "topic_partitions",
+    "topic_replication_factor",
+    "topic_allow_declare",
+    "table_standby_replicas",
+    "broker_commit_interval",
+    "broker_session_timeout",
+    "broker_heartbeat_interval",
+    "broker_rebalance_timeout",
+    "consumer_auto_offset_reset",
+    "consumer_group_instance_id",
+    "recovery_consistency_check",
+)
 
 
 # --- input -----------------------------------------------------------------------------------------
@@ -123,8 +137,9 @@ def with_nvml(records):  # an iterator of ScrapeRecord in, the same out
                 for node in nodes:
                     if second == 0:
                         yield from (r for r in tick if r.node == node)
-                    yield ScrapeRecord(ts=t0 + second, node=node, job="nvml", interval_s=1.0,
-                                       body=bodies[next(turn) % len(bodies)])
+                    yield ScrapeRecord(
+                        ts=t0 + second, node=node, job="nvml", interval_s=1.0, body=bodies[next(turn) % len(bodies)]
+                    )
             tick = []
         if rec is not None:
             tick.append(rec)
@@ -163,8 +178,15 @@ def timing(n: int, wall: float, cpu: float, lag: int | None = None, stalled_s: f
     """`rate` is messages per second of the window; `cpu_rate` per second of the child's CPU time (what
     one busy core would do: steady where `rate` depends on whether the consumer waited for fetches);
     `stalled_s`: the window's pauses of over STALL_S between two messages."""
-    return {"n": n, "wall_s": wall, "rate": n / wall, "cpu_pct": 100 * cpu / wall, "cpu_rate": n / cpu if cpu else 0.0,
-            "stalled_s": stalled_s, "lag": lag}
+    return {
+        "n": n,
+        "wall_s": wall,
+        "rate": n / wall,
+        "cpu_pct": 100 * cpu / wall,
+        "cpu_rate": n / cpu if cpu else 0.0,
+        "stalled_s": stalled_s,
+        "lag": lag,
+    }
 
 
 #: opt-in profiling of the Kafka children over the measured window: a folder for one report per run
@@ -173,13 +195,15 @@ PROFILE_ENV = "BENCH_STREAMS_PROFILE"
 #: ``wall`` clock (every function, thread and coroutine; yappi costs ~4x and inflates Python code most)
 PROFILE_MODE_ENV = "BENCH_STREAMS_PROFILE_MODE"
 #: (module, class or None, function, section): sync calls of the worker, timed exclusive of each other
-SECTIONS = (("tailhound.streams.codec", None, "decode_snapshot", "decode (tailhound.streams.codec, pydantic)"),
-            ("tailhound.streams.codec", None, "_decode_bundle", "decode (tailhound.streams.codec, pydantic)"),
-            ("tailhound.streams.intake", "Gate", "admit", "intake checks (key, time bounds)"),
-            ("tailhound.streams.intake", "Gate", "admit_all", "intake checks (key, time bounds)"),
-            ("tailhound.streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
-            ("tailhound.streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
-            ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"))
+SECTIONS = (
+    ("tailhound.streams.codec", None, "decode_snapshot", "decode (tailhound.streams.codec, pydantic)"),
+    ("tailhound.streams.codec", None, "_decode_bundle", "decode (tailhound.streams.codec, pydantic)"),
+    ("tailhound.streams.intake", "Gate", "admit", "intake checks (key, time bounds)"),
+    ("tailhound.streams.intake", "Gate", "admit_all", "intake checks (key, time bounds)"),
+    ("tailhound.streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
+    ("tailhound.streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
+    ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"),
+)
 
 
 class Profile:
@@ -208,6 +232,7 @@ class Profile:
                 return fun(*args, **kwargs)
             finally:
                 self._exit()
+
         return timed
 
     def _gc(self, phase: str, _info: dict) -> None:
@@ -235,9 +260,13 @@ class Profile:
             rest = wall - sum(t for t, _ in self.spent.values())
             rows = sorted(self.spent.items(), key=lambda kv: -kv[1][0])
             rows.append(("rest: Faust, Kafka client, event loop, agent code", [rest, 0]))
-            self.path.write_text(f"# {n} snapshots, {1e3 * wall / n:.3f} ms each (wall)\n" + "".join(
-                f"{1e3 * t / n:7.3f} ms {100 * t / wall:5.1f}% {c / n:6.2f}/snapshot  {name}\n"
-                for name, (t, c) in rows))
+            self.path.write_text(
+                f"# {n} snapshots, {1e3 * wall / n:.3f} ms each (wall)\n"
+                + "".join(
+                    f"{1e3 * t / n:7.3f} ms {100 * t / wall:5.1f}% {c / n:6.2f}/snapshot  {name}\n"
+                    for name, (t, c) in rows
+                )
+            )
             return
         import yappi
 
@@ -246,8 +275,11 @@ class Profile:
         stats.save(str(self.path.with_suffix(".pstat")), type="pstat")
         lines = [f"# thread {t.name}: {1e6 * t.ttot / n:.1f} us/snapshot" for t in yappi.get_thread_stats()]
         lines.append(f"# yappi {self.mode} clock, {n} snapshots; us per snapshot: tsub (own), ttot (with callees)")
-        lines += [f"{1e6 * s.tsub / n:9.1f} {1e6 * s.ttot / n:9.1f} {s.ncall / n:8.2f}/snapshot  {s.module}:{s.lineno} "
-                  f"{s.name}" for s in sorted(stats, key=lambda s: s.tsub, reverse=True)[:400]]
+        lines += [
+            f"{1e6 * s.tsub / n:9.1f} {1e6 * s.ttot / n:9.1f} {s.ncall / n:8.2f}/snapshot  {s.module}:{s.lineno} "
+            f"{s.name}"
+            for s in sorted(stats, key=lambda s: s.tsub, reverse=True)[:400]
+        ]
         self.path.write_text("\n".join(lines) + "\n")
 
 
@@ -299,16 +331,22 @@ def trivial_app(settings: Settings, counter: Counter | None = None, value_serial
 
     real = create_app(settings, load_rules(settings.rules_dir))
     app = faust.App(settings.streams.app_id, **{k: getattr(real.conf, k) for k in FAUST_KEYS})
-    topic = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer=value_serializer,
-                      partitions=settings.partitions)
+    topic = app.topic(
+        settings.telemetry_topic,
+        key_serializer="raw",
+        value_serializer=value_serializer,
+        partitions=settings.partitions,
+    )
 
     if value_serializer == "raw":
+
         @app.agent(topic, name="count")
         async def count(stream) -> None:
             async for event in stream.events():
                 if counter is not None:
                     counter.tick(snapshots_in(event.message.value))
     else:
+
         @app.agent(topic, name="count")
         async def count_values(stream) -> None:
             async for value in stream:
@@ -379,8 +417,11 @@ def child_main(variant: str, result: str, warmup: str, n: str, settings_json: st
     if os.environ.get(APP_ENV):
         _override_app(os.environ[APP_ENV])
     folder = os.environ.get(PROFILE_ENV)
-    profile = Profile(Path(folder), f"{variant}-{Path(result).stem}", os.environ.get(PROFILE_MODE_ENV, "sections")) \
-        if folder else None
+    profile = (
+        Profile(Path(folder), f"{variant}-{Path(result).stem}", os.environ.get(PROFILE_MODE_ENV, "sections"))
+        if folder
+        else None
+    )
     counter = Counter(int(warmup), int(n), Path(result), profile)
     if variant == "aiokafka":
         asyncio.run(count_aiokafka(settings, counter, settings.streams.app_id))
@@ -418,20 +459,38 @@ async def _lag_zero(settings: Settings, group: str, timeout_s: float = 10.0) -> 
         await asyncio.sleep(0.5)
 
 
-async def measure(variant: str, settings: Settings, warmup: int, n: int, workdir: Path,
-                  timeout_s: float = 300.0) -> dict:
+async def measure(
+    variant: str, settings: Settings, warmup: int, n: int, workdir: Path, timeout_s: float = 300.0
+) -> dict:
     """One Kafka variant in a child process with its own consumer group; see the module docstring."""
     group = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
-    s = settings.model_copy(update={"streams": settings.streams.model_copy(
-        update={"app_id": group, "data_dir": workdir / group})})
+    s = settings.model_copy(
+        update={"streams": settings.streams.model_copy(update={"app_id": group, "data_dir": workdir / group})}
+    )
     result, log = workdir / f"{group}.json", workdir / f"{group}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
     env["PYTHONPATH"] = str(ROOT)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.streams_throughput", "child", variant, str(result), str(warmup), str(n),
-             s.model_dump_json()], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent)
+            [
+                sys.executable,
+                "-m",
+                "bench.streams_throughput",
+                "child",
+                variant,
+                str(result),
+                str(warmup),
+                str(n),
+                s.model_dump_json(),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
     try:
         deadline = time.monotonic() + timeout_s
         while not result.exists():
@@ -470,8 +529,15 @@ def measure_step(values: list[bytes], warmup: int, rules) -> tuple[dict, dict]:
     return timing(n, wall, cpu), decode
 
 
-async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS, nodes: int = NODES,
-              warmup: int | None = None, bundle: bool = False, nvml: bool = False) -> dict:
+async def run(
+    n: int = 4096,
+    reps: int = 3,
+    variants: tuple[str, ...] = VARIANTS,
+    nodes: int = NODES,
+    warmup: int | None = None,
+    bundle: bool = False,
+    nvml: bool = False,
+) -> dict:
     """`bundle`: the messages as an agent with ``publish.bundle`` sends them (a node's tick in one message);
     `nvml`: every node also runs the NVML collector at 1 s. Counts, warm-up and rates are in snapshots."""
     warmup = warmup or nodes * 4  # one fleet tick
@@ -480,8 +546,12 @@ async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS
         messages = bundled(messages)
     runs: dict[str, list[dict]] = {v: [] for v in (*variants, *(["decode"] if "step" in variants else []))}
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
-        settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", rules_dir=RULES,
-                            streams={"data_dir": Path(tmp)})
+        settings = Settings(
+            broker=broker.url,
+            topic_prefix=f"bench{uuid.uuid4().hex[:6]}.",
+            rules_dir=RULES,
+            streams={"data_dir": Path(tmp)},
+        )
         await ensure_topics(settings)
         await produce(settings, messages)
         rules = load_rules(RULES)
@@ -493,12 +563,23 @@ async def run(n: int = 4096, reps: int = 3, variants: tuple[str, ...] = VARIANTS
                     runs["decode"].append(decode)
                 else:
                     runs[variant].append(await measure(variant, settings, warmup, n, Path(tmp)))
-                print(f"  rep {rep + 1}/{reps} {variant}: {runs[variant][-1]['rate']:,.0f} snapshots/s",
-                      file=sys.stderr)
+                print(
+                    f"  rep {rep + 1}/{reps} {variant}: {runs[variant][-1]['rate']:,.0f} snapshots/s", file=sys.stderr
+                )
         partitions = settings.partitions
     sizes = [len(v) for _, v in messages]
-    return {"n": n, "warmup": warmup, "nodes": nodes, "reps": reps, "partitions": partitions,
-            "mean_bytes": statistics.mean(sizes), "runs": runs, "bundle": bundle, "nvml": nvml, "messages": len(sizes)}
+    return {
+        "n": n,
+        "warmup": warmup,
+        "nodes": nodes,
+        "reps": reps,
+        "partitions": partitions,
+        "mean_bytes": statistics.mean(sizes),
+        "runs": runs,
+        "bundle": bundle,
+        "nvml": nvml,
+        "messages": len(sizes),
+    }
 
 
 def _median(runs: list[dict], key: str) -> float:
@@ -509,15 +590,20 @@ def report(result: dict) -> str:
     runs = result["runs"]
     ref = _median(runs["faust"], "rate") if runs.get("faust") else None
     ref_cpu = _median(runs["faust"], "cpu_rate") if runs.get("faust") else None
-    shape = (f"{'bundled: one message per node and tick, ' if result.get('bundle') else ''}"
-             f"{result.get('messages', result['n'] + result['warmup']):,} messages")
-    lines = [f"{result['n']:,} snapshots measured after {result['warmup']} warm-up ({result['nodes']} nodes x vllm + "
-             f"dcgm + node + blackbox{' + nvml at 1 s' if result.get('nvml') else ''}, {shape}, "
-             f"{result['mean_bytes'] / 1024:.1f} KB JSON a message on average, lz4, "
-             f"{result['partitions']} partitions); medians of {result['reps']}.", "",
-             "| consumer | snapshots/s | runs (snapshots/s) | window (s) | stalled (s) | CPU (% of one core) "
-             "| per CPU-second | vs (b) | vs (b) per CPU-second | lag after |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    shape = (
+        f"{'bundled: one message per node and tick, ' if result.get('bundle') else ''}"
+        f"{result.get('messages', result['n'] + result['warmup']):,} messages"
+    )
+    lines = [
+        f"{result['n']:,} snapshots measured after {result['warmup']} warm-up ({result['nodes']} nodes x vllm + "
+        f"dcgm + node + blackbox{' + nvml at 1 s' if result.get('nvml') else ''}, {shape}, "
+        f"{result['mean_bytes'] / 1024:.1f} KB JSON a message on average, lz4, "
+        f"{result['partitions']} partitions); medians of {result['reps']}.",
+        "",
+        "| consumer | snapshots/s | runs (snapshots/s) | window (s) | stalled (s) | CPU (% of one core) "
+        "| per CPU-second | vs (b) | vs (b) per CPU-second | lag after |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for variant, rs in runs.items():
         if not rs:
             continue
@@ -527,11 +613,18 @@ def report(result: dict) -> str:
         lags = [r["lag"] for r in rs]
         lag = "-" if variant in ("step", "decode") else ("?" if None in lags else str(max(lags)))
         cpu_rate = _median(rs, "cpu_rate")
-        vs_cpu = "-" if not ref_cpu else f"{cpu_rate / ref_cpu:.0f}x" if cpu_rate >= 10 * ref_cpu else \
-            f"{cpu_rate / ref_cpu:.2f}x"
-        lines.append(f"| {LABELS[variant]} | {rate:,.0f} | {each} | {_median(rs, 'wall_s'):.2f} "
-                     f"| {_median(rs, 'stalled_s'):.2f} | {_median(rs, 'cpu_pct'):.0f} | {cpu_rate:,.0f} | {vs} "
-                     f"| {vs_cpu} | {lag} |")
+        vs_cpu = (
+            "-"
+            if not ref_cpu
+            else f"{cpu_rate / ref_cpu:.0f}x"
+            if cpu_rate >= 10 * ref_cpu
+            else f"{cpu_rate / ref_cpu:.2f}x"
+        )
+        lines.append(
+            f"| {LABELS[variant]} | {rate:,.0f} | {each} | {_median(rs, 'wall_s'):.2f} "
+            f"| {_median(rs, 'stalled_s'):.2f} | {_median(rs, 'cpu_pct'):.0f} | {cpu_rate:,.0f} | {vs} "
+            f"| {vs_cpu} | {lag} |"
+        )
     if ref and runs.get("tailhound"):
         ratio = _median(runs["tailhound"], "rate") / ref
         lines += ["", f"(c)/(b) = **{ratio:.0%}** (target >= 50%: {'met' if ratio >= 0.5 else 'not met'})"]
@@ -550,9 +643,10 @@ if __name__ == "__main__":
     else:
         import argparse
 
-        ap = argparse.ArgumentParser(prog="python -m bench.streams_throughput",
-                                     description=f"profile the Kafka children with {PROFILE_ENV}=DIR "
-                                                 f"({PROFILE_MODE_ENV}=sections|cpu|wall)")
+        ap = argparse.ArgumentParser(
+            prog="python -m bench.streams_throughput",
+            description=f"profile the Kafka children with {PROFILE_ENV}=DIR ({PROFILE_MODE_ENV}=sections|cpu|wall)",
+        )
         ap.add_argument("n", type=int, nargs="?", default=4096)
         ap.add_argument("--reps", type=int, default=3)
         ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
@@ -560,5 +654,10 @@ if __name__ == "__main__":
         ap.add_argument("--nvml", action="store_true", help="every node also runs the NVML collector at 1 s")
         a = ap.parse_args()
         with contextlib.suppress(KeyboardInterrupt):
-            print(report(asyncio.run(run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(",")), bundle=a.bundle,
-                                         nvml=a.nvml))))
+            print(
+                report(
+                    asyncio.run(
+                        run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(",")), bundle=a.bundle, nvml=a.nvml)
+                    )
+                )
+            )

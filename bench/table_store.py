@@ -62,15 +62,36 @@ def child(variant: str, *args: str) -> None:
 
 async def measure_worker(variant: str, settings: Settings, warmup: int, n: int, workdir: Path) -> dict:
     group = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
-    s = settings.model_copy(update={"streams": settings.streams.model_copy(
-        update={"app_id": group, "data_dir": workdir / group, "store": STORES[variant]})})
+    s = settings.model_copy(
+        update={
+            "streams": settings.streams.model_copy(
+                update={"app_id": group, "data_dir": workdir / group, "store": STORES[variant]}
+            )
+        }
+    )
     result, log = workdir / f"{group}.json", workdir / f"{group}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")} | {"PYTHONPATH": str(st.ROOT)}
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "bench.table_store", "child", variant, str(result), str(warmup),
-                                 str(n), s.model_dump_json()], cwd=st.ROOT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.table_store",
+                "child",
+                variant,
+                str(result),
+                str(warmup),
+                str(n),
+                s.model_dump_json(),
+            ],
+            cwd=st.ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
     try:
         deadline = time.monotonic() + 300
         while not result.exists():
@@ -123,8 +144,14 @@ async def fill_changelog(settings: Settings, nodes: int, state: dict) -> int:
             node = f"node-{i:05d}"
             value = codec._dumps(state | {"node": node, "partition": partitioner(node.encode(), parts, parts)})
             size += len(value)
-            futures.append(await producer.send(topic, key=json.dumps(node).encode(), value=value,
-                                               partition=partitioner(node.encode(), parts, parts)))
+            futures.append(
+                await producer.send(
+                    topic,
+                    key=json.dumps(node).encode(),
+                    value=value,
+                    partition=partitioner(node.encode(), parts, parts),
+                )
+            )
         await asyncio.gather(*futures)
         for p in parts:  # one single-record batch last on every partition (the bundled broker's end offsets)
             await producer.send_and_wait(topic, key=b'"~end"', value=None, partition=p)
@@ -179,25 +206,37 @@ async def recovery(sizes: list[int], reps: int) -> dict:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
         for nodes in sizes:
             run = uuid.uuid4().hex[:6]
-            settings = Settings(broker=broker.url, topic_prefix=f"rec{run}.", rules_dir=st.RULES,
-                                streams={"app_id": f"rec-{run}", "log_level": "info"},
-                                notifier={"api_listen": "127.0.0.1:0"})
+            settings = Settings(
+                broker=broker.url,
+                topic_prefix=f"rec{run}.",
+                rules_dir=st.RULES,
+                streams={"app_id": f"rec-{run}", "log_level": "info"},
+                notifier={"api_listen": "127.0.0.1:0"},
+            )
             await ensure_topics(settings)
-            boot = settings.model_copy(update={"streams": settings.streams.model_copy(
-                update={"data_dir": Path(tmp) / f"boot-{run}"})})
+            boot = settings.model_copy(
+                update={"streams": settings.streams.model_copy(update={"data_dir": Path(tmp) / f"boot-{run}"})}
+            )
             start_until_ready(boot, Path(tmp) / f"boot-{run}.log")  # declares the changelog topics
             out.setdefault("changelog_mb", {})[nodes] = await fill_changelog(settings, nodes, state) / 1e6
             for rep in range(reps):
                 rocks = Path(tmp) / f"rocks-{run}-{rep}"
-                for kind, store, data_dir in (("memory", "memory", Path(tmp) / f"mem-{run}-{rep}"),
-                                              ("rocksdb-cold", "rocksdb", rocks), ("rocksdb-warm", "rocksdb", rocks)):
-                    s = settings.model_copy(update={"streams": settings.streams.model_copy(
-                        update={"store": store, "data_dir": data_dir})})
+                for kind, store, data_dir in (
+                    ("memory", "memory", Path(tmp) / f"mem-{run}-{rep}"),
+                    ("rocksdb-cold", "rocksdb", rocks),
+                    ("rocksdb-warm", "rocksdb", rocks),
+                ):
+                    s = settings.model_copy(
+                        update={"streams": settings.streams.model_copy(update={"store": store, "data_dir": data_dir})}
+                    )
                     got = start_until_ready(s, Path(tmp) / f"{kind}-{run}-{rep}.log")
                     out["runs"].setdefault((nodes, kind), []).append(got)
-                    print(f"  {nodes} nodes rep {rep + 1}/{reps} {kind}: ready in {got['ready_s']:.1f} s "
-                          f"(recovery {got['recovery_s'] or 0:.2f} s), "
-                          f"RSS {got['rss_mb']:.0f} MB", file=sys.stderr)
+                    print(
+                        f"  {nodes} nodes rep {rep + 1}/{reps} {kind}: ready in {got['ready_s']:.1f} s "
+                        f"(recovery {got['recovery_s'] or 0:.2f} s), "
+                        f"RSS {got['rss_mb']:.0f} MB",
+                        file=sys.stderr,
+                    )
     return out
 
 
@@ -207,20 +246,29 @@ def report(thr: dict | None, rec: dict | None) -> str:
     if thr:
         lines += ["| worker, store | snapshots/s (median) | runs | per CPU-second |", "|---|---:|---|---:|"]
         for variant, rs in thr.items():
-            lines.append(f"| {variant} | {statistics.median(r['rate'] for r in rs):,.0f} | "
-                         f"{', '.join(format(r['rate'], ',.0f') for r in rs)} | "
-                         f"{statistics.median(r['cpu_rate'] for r in rs):,.0f} |")
+            lines.append(
+                f"| {variant} | {statistics.median(r['rate'] for r in rs):,.0f} | "
+                f"{', '.join(format(r['rate'], ',.0f') for r in rs)} | "
+                f"{statistics.median(r['cpu_rate'] for r in rs):,.0f} |"
+            )
     if rec:
-        lines += ["", f"state: {rec['state_bytes'] / 1024:.1f} KB per node",
-                  "", "| nodes (changelog) | start | ready after (s, median) | runs (s) | recovery (s, median) "
-                  "| runs (s) | RSS at ready (MB, median) |", "|---|---|---:|---|---:|---|---:|"]
+        lines += [
+            "",
+            f"state: {rec['state_bytes'] / 1024:.1f} KB per node",
+            "",
+            "| nodes (changelog) | start | ready after (s, median) | runs (s) | recovery (s, median) "
+            "| runs (s) | RSS at ready (MB, median) |",
+            "|---|---|---:|---|---:|---|---:|",
+        ]
         for (nodes, kind), rs in rec["runs"].items():
             mb = rec["changelog_mb"][nodes]
-            lines.append(f"| {nodes:,} ({mb:,.0f} MB) | {kind} | {statistics.median(r['ready_s'] for r in rs):.1f} | "
-                         f"{', '.join(format(r['ready_s'], '.1f') for r in rs)} | "
-                         f"{statistics.median(r['recovery_s'] or 0 for r in rs):.2f} | "
-                         f"{', '.join(format(r['recovery_s'] or 0, '.2f') for r in rs)} | "
-                         f"{statistics.median(r['rss_mb'] for r in rs):.0f} |")
+            lines.append(
+                f"| {nodes:,} ({mb:,.0f} MB) | {kind} | {statistics.median(r['ready_s'] for r in rs):.1f} | "
+                f"{', '.join(format(r['ready_s'], '.1f') for r in rs)} | "
+                f"{statistics.median(r['recovery_s'] or 0 for r in rs):.2f} | "
+                f"{', '.join(format(r['recovery_s'] or 0, '.2f') for r in rs)} | "
+                f"{statistics.median(r['rss_mb'] for r in rs):.0f} |"
+            )
     return "\n".join(lines)
 
 

@@ -73,7 +73,9 @@ def _v3_json(snap: Snapshot) -> bytes:
 
 
 ENCODERS: dict[str, Callable[[Snapshot], bytes]] = {
-    "v1 JSON": encode_snapshot, "v3 msgpack": encode_message, "v3 as JSON": _v3_json,
+    "v1 JSON": encode_snapshot,
+    "v3 msgpack": encode_message,
+    "v3 as JSON": _v3_json,
 }
 
 
@@ -104,8 +106,7 @@ def run(ticks: int = 64, reps: int = 5) -> dict:
         per_tick = [[(s.key(), enc(s)) for s in tick] for tick in node_ticks]
         shapes[name] = per_tick
         if name != "v3 as JSON":
-            bundled = [[(m.key, m.value) for m in bundle_batch([Message(k, v) for k, v in tick])]
-                       for tick in per_tick]
+            bundled = [[(m.key, m.value) for m in bundle_batch([Message(k, v) for k, v in tick])] for tick in per_tick]
             shapes[name.replace("v1 JSON", "v2 bundle") + (" bundled" if name.startswith("v3") else "")] = bundled
         rows[name] = {"encode_us": _per_snapshot_us(lambda enc=enc: [enc(s) for s in snaps], len(snaps), reps)}
     for name, per_tick in shapes.items():
@@ -127,10 +128,16 @@ def _referenced(node_ticks: list[list[Snapshot]], full: dict, reps: int) -> dict
     nodes = len({tick[0].node for tick in node_ticks})
     values_only = per_tick[nodes:]  # after each node's first tick
     k = LAYOUT_EVERY_S / TICK_S
-    row: dict = {"encode_us": _per_snapshot_us(
-        lambda: [memory.encode(s) for tick in node_ticks for s in tick], sum(map(len, node_ticks)), reps)}
-    sizes = {"raw_bytes": lambda tick: sum(len(v) for _k, v in tick), "lz4": lambda tick: batch_bytes(tick, "lz4"),
-             "gzip": lambda tick: batch_bytes(tick, "gzip")}
+    row: dict = {
+        "encode_us": _per_snapshot_us(
+            lambda: [memory.encode(s) for tick in node_ticks for s in tick], sum(map(len, node_ticks)), reps
+        )
+    }
+    sizes = {
+        "raw_bytes": lambda tick: sum(len(v) for _k, v in tick),
+        "lz4": lambda tick: batch_bytes(tick, "lz4"),
+        "gzip": lambda tick: batch_bytes(tick, "gzip"),
+    }
     for field, size in sizes.items():
         row[field] = (full[field] + (k - 1) * statistics.median(map(size, values_only))) / k
     flat = [v for tick in per_tick for _k, v in tick]
@@ -146,16 +153,21 @@ def _referenced(node_ticks: list[list[Snapshot]], full: dict, reps: int) -> dict
 
 def report(result: dict) -> str:
     base = result["rows"]["v1 JSON"]
-    lines = [f"{result['ticks']} node-ticks ({result['snapshots']} snapshots: vLLM, dcgm 8 GPUs, node, blackbox); "
-             "bytes per node per 15 s (median node-tick, one Kafka record batch); us per snapshot (medians)", "",
-             "| format | raw bytes | lz4 bytes | vs v1 lz4 | gzip bytes | encode us | decode us | decode vs v1 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"{result['ticks']} node-ticks ({result['snapshots']} snapshots: vLLM, dcgm 8 GPUs, node, blackbox); "
+        "bytes per node per 15 s (median node-tick, one Kafka record batch); us per snapshot (medians)",
+        "",
+        "| format | raw bytes | lz4 bytes | vs v1 lz4 | gzip bytes | encode us | decode us | decode vs v1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, row in result["rows"].items():
         enc = f"{row['encode_us']:.0f}" if "encode_us" in row else "(as above)"
         dec = f"{row['decode_us']:.0f}" if "decode_us" in row else "-"
         ratio = f"{row['decode_us'] / base['decode_us']:.2f}x" if "decode_us" in row else "-"
-        lines.append(f"| {name} | {row['raw_bytes']:,.0f} | {row['lz4']:,.0f} | {row['lz4'] / base['lz4']:.2f}x | "
-                     f"{row['gzip']:,.0f} | {enc} | {dec} | {ratio} |")
+        lines.append(
+            f"| {name} | {row['raw_bytes']:,.0f} | {row['lz4']:,.0f} | {row['lz4'] / base['lz4']:.2f}x | "
+            f"{row['gzip']:,.0f} | {enc} | {dec} | {ratio} |"
+        )
     return "\n".join(lines)
 
 

@@ -35,8 +35,13 @@ VARIANTS = {"now": False, "eager-sklearn": True}
 
 
 def _once(eager: bool, data_dir: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(eager=eager, data_dir=data_dir)],
-                         capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(eager=eager, data_dir=data_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -46,8 +51,10 @@ def run(reps: int = 7) -> dict[str, dict]:
         for _ in range(reps):
             for name, eager in VARIANTS.items():
                 samples[name].append(_once(eager, f"{tmp}/{name}/streams"))
-    return {name: {"median_s": statistics.median(x["s"] for x in runs), "runs": len(runs),
-                   "loaded": runs[-1]["loaded"]} for name, runs in samples.items()}
+    return {
+        name: {"median_s": statistics.median(x["s"] for x in runs), "runs": len(runs), "loaded": runs[-1]["loaded"]}
+        for name, runs in samples.items()
+    }
 
 
 def report(result: dict[str, dict]) -> str:

@@ -48,13 +48,17 @@ class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bearer_token_file: Path | None = Field(default=None, description="A file holding one accepted bearer token.")
-    bearer_token_files: list[Path] = Field(default_factory=list,
-                                           description="More token files (several, to rotate tokens).")
+    bearer_token_files: list[Path] = Field(
+        default_factory=list, description="More token files (several, to rotate tokens)."
+    )
     bearer_token_env: str | None = Field(
-        default="TAILHOUND_INGEST_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="An environment variable holding an accepted token (ignored when unset or empty).")
+        default="TAILHOUND_INGEST_TOKEN",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="An environment variable holding an accepted token (ignored when unset or empty).",
+    )
     basic_auth_password_files: dict[str, Path] = Field(
-        default_factory=dict, description="Basic-auth user -> file holding its password (remote_write basic_auth).")
+        default_factory=dict, description="Basic-auth user -> file holding its password (remote_write basic_auth)."
+    )
 
     def bearer_tokens(self, env: dict[str, str] | None = None) -> tuple[SecretStr, ...]:
         env = os.environ if env is None else env
@@ -65,13 +69,15 @@ class AuthConfig(BaseModel):
         return tuple(SecretStr(t) for t in tokens)
 
     def basic_auth(self) -> dict[str, SecretStr]:
-        return {user: SecretStr(_read_secret(path, f"auth.basic_auth_password_files.{user}"))
-                for user, path in self.basic_auth_password_files.items()}
+        return {
+            user: SecretStr(_read_secret(path, f"auth.basic_auth_password_files.{user}"))
+            for user, path in self.basic_auth_password_files.items()
+        }
 
 
 def _read_secret(path: Path, key: str) -> str:
     try:
-        raw = path.read_bytes()[:MAX_SECRET_BYTES + 1]
+        raw = path.read_bytes()[: MAX_SECRET_BYTES + 1]
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from exc
     text = raw.decode("utf-8", "replace").strip()
@@ -85,20 +91,28 @@ class IngestServiceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    listen: str | None = Field(default=DEFAULT_LISTEN, pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):\d{1,5}$",
-                               description="host:port of the HTTP server; empty: no server (federation only).")
-    path: str = Field(default="/api/v1/write", pattern=r"^/[A-Za-z0-9/._-]{0,200}$",
-                      description="The remote-write path (Prometheus' remote_write url).")
+    listen: str | None = Field(
+        default=DEFAULT_LISTEN,
+        pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]*):\d{1,5}$",
+        description="host:port of the HTTP server; empty: no server (federation only).",
+    )
+    path: str = Field(
+        default="/api/v1/write",
+        pattern=r"^/[A-Za-z0-9/._-]{0,200}$",
+        description="The remote-write path (Prometheus' remote_write url).",
+    )
     remote_write: IngestConfig = Field(default_factory=IngestConfig)
     ha: HaConfig | None = Field(default=None, description="Accept one replica of each HA pair of Prometheus.")
     auth: AuthConfig = Field(default_factory=AuthConfig)
     federation: FederationConfig | None = None
     publish: PublishConfig = Field(default_factory=PublishConfig)
     poll_s: Duration = Field(default=1.0, gt=0, le=60, description="How often settled scrapes are published.")
-    max_concurrent_requests: int = Field(default=8, ge=1, le=1024,
-                                         description="Requests decoded at once; more wait (then 503).")
-    http: ServerLimits = Field(default_factory=ServerLimits,
-                               description="Timeouts and connection limits of the HTTP server.")
+    max_concurrent_requests: int = Field(
+        default=8, ge=1, le=1024, description="Requests decoded at once; more wait (then 503)."
+    )
+    http: ServerLimits = Field(
+        default_factory=ServerLimits, description="Timeouts and connection limits of the HTTP server."
+    )
 
     @field_validator("remote_write", mode="before")
     @classmethod
@@ -106,9 +120,11 @@ class IngestServiceConfig(BaseModel):
         if isinstance(value, dict):
             for key in ("bearer_tokens", "basic_auth"):
                 if value.get(key):
-                    raise ValueError(f"remote_write.{key}: secrets are not read from this file; name a file or an "
-                                     "environment variable under auth: (bearer_token_file, bearer_token_env, "
-                                     "basic_auth_password_files)")
+                    raise ValueError(
+                        f"remote_write.{key}: secrets are not read from this file; name a file or an "
+                        "environment variable under auth: (bearer_token_file, bearer_token_env, "
+                        "basic_auth_password_files)"
+                    )
         return value
 
     @model_validator(mode="after")
@@ -119,8 +135,9 @@ class IngestServiceConfig(BaseModel):
 
     def receiver_config(self, env: dict[str, str] | None = None) -> IngestConfig:
         """The receiver's settings with the credentials read now (files, environment)."""
-        return self.remote_write.model_copy(update={"bearer_tokens": self.auth.bearer_tokens(env),
-                                                    "basic_auth": self.auth.basic_auth()})
+        return self.remote_write.model_copy(
+            update={"bearer_tokens": self.auth.bearer_tokens(env), "basic_auth": self.auth.basic_auth()}
+        )
 
 
 def load_ingest_config(path: str | Path) -> IngestServiceConfig:

@@ -30,8 +30,13 @@ SEND_TIMEOUT_S = 10.0
 
 
 class DeadLetterQueue:
-    def __init__(self, settings: Settings, metrics: IngestMetrics, producer: AIOKafkaProducer | None = None,
-                 max_queued: int = MAX_QUEUED) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: IngestMetrics,
+        producer: AIOKafkaProducer | None = None,
+        max_queued: int = MAX_QUEUED,
+    ) -> None:
         self.topic = settings.deadletter_topic
         self.metrics = metrics
         self._queue: deque[DeadLetter] = deque()
@@ -71,8 +76,9 @@ class DeadLetterQueue:
                     await self._producer.start()
                     self._started = True
                 async with asyncio.timeout(SEND_TIMEOUT_S):
-                    await self._producer.send_and_wait(self.topic, value=letter.encoded(),
-                                                       key=(letter.key or "").encode() or None)
+                    await self._producer.send_and_wait(
+                        self.topic, value=letter.encoded(), key=(letter.key or "").encode() or None
+                    )
             except (KafkaError, TimeoutError, OSError) as exc:
                 log.debug("dead letter not sent (%s); retrying", exc)
                 await asyncio.sleep(backoff)

@@ -24,8 +24,14 @@ HIST_PARTS = ("_bucket", "_sum", "_count")
 _MAX_CACHED_SERIES = 100_000  # rendered series
 
 
-def family_types(names: Iterable[str], bucket_names: set[str], quantile_names: set[str], source: str,
-                 metadata: dict[str, str], catalog: Catalog) -> dict[str, tuple[str, str]]:
+def family_types(
+    names: Iterable[str],
+    bucket_names: set[str],
+    quantile_names: set[str],
+    source: str,
+    metadata: dict[str, str],
+    catalog: Catalog,
+) -> dict[str, tuple[str, str]]:
     """Sample name -> (family, TYPE) for the samples of one scrape: from the metadata Prometheus sent
     (the TYPE lines it scraped), else the catalog's kind for the source, else the names' conventions
     (``x_bucket`` with an ``le`` label and its ``x_sum``/``x_count``: a histogram; ``x`` with ``quantile`` and its
@@ -39,26 +45,27 @@ def family_types(names: Iterable[str], bucket_names: set[str], quantile_names: s
     return out
 
 
-def _family_type(n: str, bucket_bases: set[str], quantile_names: set[str], source: str, metadata: dict[str, str],
-                 catalog: Catalog) -> tuple[str, str]:
+def _family_type(
+    n: str, bucket_bases: set[str], quantile_names: set[str], source: str, metadata: dict[str, str], catalog: Catalog
+) -> tuple[str, str]:
     t = metadata.get(n)
     if t is not None and t not in ("histogram", "gaugehistogram"):
         return n, t
     for suffix in (*HIST_PARTS, "_gsum", "_gcount"):
         if n.endswith(suffix):
-            base = n[:-len(suffix)]
+            base = n[: -len(suffix)]
             bt = metadata.get(base)
             if bt in ("histogram", "gaugehistogram") or (bt == "summary" and suffix in ("_sum", "_count")):
                 return base, bt
     for suffix in ("_total", "_created"):
-        if n.endswith(suffix) and metadata.get(n[:-len(suffix)]) == "counter":
-            return n[:-len(suffix)], "counter"
+        if n.endswith(suffix) and metadata.get(n[: -len(suffix)]) == "counter":
+            return n[: -len(suffix)], "counter"
     kind = catalog.kind_of(source, n)
     if kind in ("counter", "gauge"):
         return n, kind
     for suffix in HIST_PARTS:
         if n.endswith(suffix):
-            base = n[:-len(suffix)]
+            base = n[: -len(suffix)]
             if catalog.kind_of(source, base) == "histogram" or base in bucket_bases:
                 return base, "histogram"
             if suffix != "_bucket" and base in quantile_names:
@@ -77,8 +84,9 @@ def _escape(v: str) -> str:
 
 
 def _label_text(items: Labels) -> str:
-    return ",".join(f'{k}="{_escape(v)}"' if _LABEL_RE.fullmatch(k) else f'"{_escape(k)}"="{_escape(v)}"'
-                    for k, v in items)
+    return ",".join(
+        f'{k}="{_escape(v)}"' if _LABEL_RE.fullmatch(k) else f'"{_escape(k)}"="{_escape(v)}"' for k, v in items
+    )
 
 
 #: (name, labels) -> the series' text up to its value: scrapes repeat the same series (bounded).
@@ -104,8 +112,7 @@ def _line(name: str, items: Labels, value: float) -> str:
     return f"{head} {format_value(value)}"
 
 
-def render(series: dict[tuple[str, Labels], float], source: str, metadata: dict[str, str],
-           catalog: Catalog) -> str:
+def render(series: dict[tuple[str, Labels], float], source: str, metadata: dict[str, str], catalog: Catalog) -> str:
     """The exposition text of one scrape's samples: a ``# TYPE`` line per family (:func:`family_types`), the
     families in name order, their samples in (name, labels) order."""
     names = {n for n, _ in series}

@@ -84,31 +84,49 @@ class FederationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(pattern=r"^https?://[^\s?#]+$",
-                     description="The Prometheus base URL (with its route prefix, if any); /federate is appended.")
+    url: str = Field(
+        pattern=r"^https?://[^\s?#]+$",
+        description="The Prometheus base URL (with its route prefix, if any); /federate is appended.",
+    )
     interval_s: Duration = Field(default=15.0, gt=0, le=3600, description="Seconds between pulls: the rules' interval.")
     timeout_s: Duration = Field(default=10.0, gt=0, le=300, description="Seconds one pull may take, whole.")
     match: tuple[str, ...] = Field(default=(), description="match[] selectors added to the derived ones.")
     derive_match: bool = Field(default=True, description="Derive match[] from the catalog (off: `match` only).")
-    by_job: bool = Field(default=True, description="Select each source's metrics only from its jobs (the source's "
-                         "name and the jobs mapped to it in grouping.sources); off: from every job.")
+    by_job: bool = Field(
+        default=True,
+        description="Select each source's metrics only from its jobs (the source's "
+        "name and the jobs mapped to it in grouping.sources); off: from every job.",
+    )
     sources: tuple[str, ...] | None = Field(default=None, description="Catalog sources to pull (default all).")
     matchers: dict[Annotated[str, StringConstraints(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")], str] = Field(
-        default_factory=dict, description="Label values every derived selector requires (a shard: {cluster: a}).")
+        default_factory=dict, description="Label values every derived selector requires (a shard: {cluster: a})."
+    )
     # a real /federate answers ~15 KB and ~68 series per 8-GPU node (dcgm, vLLM, node_exporter: BENCHMARKS.md),
     # parsed at ~8 s of CPU per 1,000 nodes: 16 MiB is ~1,000 nodes, a pull that fits in a 15 s interval
-    max_body_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30, description=(
-        "Larger bodies (decoded) are refused, the whole pull fails: about 1,000 GPU nodes at ~15 KB each; "
-        "a larger fleet is pulled in shards (`matchers`)."))
-    max_series: int = Field(default=100_000, ge=1, le=10_000_000, description=(
-        "Series in one body; more is refused, the whole pull fails (~68 a GPU node: about 1,400 nodes)."))
+    max_body_bytes: int = Field(
+        default=16 << 20,
+        ge=1024,
+        le=1 << 30,
+        description=(
+            "Larger bodies (decoded) are refused, the whole pull fails: about 1,000 GPU nodes at ~15 KB each; "
+            "a larger fleet is pulled in shards (`matchers`)."
+        ),
+    )
+    max_series: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description=("Series in one body; more is refused, the whole pull fails (~68 a GPU node: about 1,400 nodes)."),
+    )
     bearer_token_file: Path | None = Field(default=None, description="File holding the bearer token.")
-    bearer_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                                         description="Environment variable holding the bearer token.")
+    bearer_token_env: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Environment variable holding the bearer token."
+    )
     ca_file: Path | None = Field(default=None, description="CA bundle for an https URL (default: the system's).")
-    grouping: GroupingConfig = Field(default=FEDERATION_GROUPING,
-                                     description="Series -> scrapes, as for remote write (jobs -> sources ...); "
-                                     "close_on_newer is on unless set.")
+    grouping: GroupingConfig = Field(
+        default=FEDERATION_GROUPING,
+        description="Series -> scrapes, as for remote write (jobs -> sources ...); close_on_newer is on unless set.",
+    )
 
     @field_validator("grouping", mode="before")
     @classmethod
@@ -135,8 +153,14 @@ class FederationConfig(BaseModel):
         """The derived selectors (:func:`match_selectors`), then `match`."""
         out: list[str] = []
         if self.derive_match:
-            out = match_selectors(catalog, self.sources, jobs=self.grouping.sources, by_job=self.by_job,
-                                  job_label=self.grouping.source_label, matchers=self.matchers)
+            out = match_selectors(
+                catalog,
+                self.sources,
+                jobs=self.grouping.sources,
+                by_job=self.by_job,
+                job_label=self.grouping.source_label,
+                matchers=self.matchers,
+            )
         return out + [m for m in self.match if m not in out]
 
 
@@ -161,8 +185,14 @@ def display_url(url: str) -> str:
 class FederationPuller:
     """``/federate`` -> snapshots, one pull per :meth:`pull_once` (pulls run one at a time)."""
 
-    def __init__(self, config: FederationConfig, *, builder: SnapshotBuilder | None = None,
-                 catalog: Catalog | None = None, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        config: FederationConfig,
+        *,
+        builder: SnapshotBuilder | None = None,
+        catalog: Catalog | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
         self.config = config
         self.builder = builder or SnapshotBuilder(catalog)
         self.catalog = self.builder.catalog
@@ -189,8 +219,9 @@ class FederationPuller:
             verify: ssl.SSLContext | bool = True
             if cfg.ca_file is not None:
                 verify = ssl.create_default_context(cafile=str(cfg.ca_file))
-            self._client = httpx.AsyncClient(timeout=cfg.timeout_s, verify=verify, trust_env=False,
-                                             follow_redirects=False)
+            self._client = httpx.AsyncClient(
+                timeout=cfg.timeout_s, verify=verify, trust_env=False, follow_redirects=False
+            )
         return self._client
 
     def _token(self) -> str | None:
@@ -222,8 +253,9 @@ class FederationPuller:
         url = self.url
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                async with self._http().stream("GET", cfg.federate_url, headers=headers,
-                                               params=[("match[]", s) for s in self.selectors]) as resp:
+                async with self._http().stream(
+                    "GET", cfg.federate_url, headers=headers, params=[("match[]", s) for s in self.selectors]
+                ) as resp:
                     if resp.status_code != 200:
                         snippet = b""
                         async for chunk in resp.aiter_bytes():
@@ -237,8 +269,9 @@ class FederationPuller:
                         raise FederationError(f"{url} answered {media!r}, not the text exposition format (text/plain)")
                     declared = resp.headers.get("content-length", "")
                     if declared.isdigit() and int(declared) > limit:  # compressed or not: it only grows
-                        raise FederationError(f"{url}: a body of {declared} bytes (max_body_bytes {limit}: "
-                                              f"{SHARD_HINT})")
+                        raise FederationError(
+                            f"{url}: a body of {declared} bytes (max_body_bytes {limit}: {SHARD_HINT})"
+                        )
                     # raw bytes, decoded here within the limit: httpx would inflate a whole chunk first
                     decoder = BoundedDecoder(resp.headers.get("content-encoding", ""), limit)
                     body = bytearray()
@@ -287,8 +320,16 @@ class FederationPuller:
         :class:`FederateTextError` for a body over the limits)."""
         parsed = self.parser.parse(body, int(now * 1000))
         self._count("series", len(parsed.series))
-        rejects = [Reject(p.reason, f"/federate line left out ({p.reason})", "parse", p.count,
-                          payload=p.example.encode("utf-8", "replace")) for p in parsed.problems]
+        rejects = [
+            Reject(
+                p.reason,
+                f"/federate line left out ({p.reason})",
+                "parse",
+                p.count,
+                payload=p.example.encode("utf-8", "replace"),
+            )
+            for p in parsed.problems
+        ]
         if parsed.problems:
             self._count("malformed_lines", sum(p.count for p in parsed.problems))
         last, seen = self._last, {}

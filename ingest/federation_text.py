@@ -46,9 +46,9 @@ _RE2_META = frozenset("\\.+*?()|[]{}^$")
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _STR = r'"(?:[^"\\]|\\.)*"'
 #: one label in a label block: a name (plain or quoted, Prometheus 3), '=', a quoted value, then ',' or '}'
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*|' + _STR + r')\s*=\s*(' + _STR + r')\s*(?:,|$)')
+_LABEL = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*|" + _STR + r")\s*=\s*(" + _STR + r")\s*(?:,|$)")
 #: a quoted metric name inside the braces (Prometheus 3's UTF-8 names: {"my.metric",a="b"})
-_QUOTED_NAME = re.compile(r'\s*(' + _STR + r')\s*(?:,|$)')
+_QUOTED_NAME = re.compile(r"\s*(" + _STR + r")\s*(?:,|$)")
 _ESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 _MAX_EXAMPLE = 300  # characters of a bad line kept as its example
@@ -93,8 +93,9 @@ def _selectors(names: list[str], head: str, label: str, max_length: int, extra: 
     if len(selector) <= max_length or len(names) == 1:
         return [selector]
     half = len(names) // 2
-    return (_selectors(names[:half], head, label, max_length, extra)
-            + _selectors(names[half:], head, label, max_length, extra))
+    return _selectors(names[:half], head, label, max_length, extra) + _selectors(
+        names[half:], head, label, max_length, extra
+    )
 
 
 def source_metrics(catalog: Catalog, source: str) -> list[str]:
@@ -108,9 +109,16 @@ def source_metrics(catalog: Catalog, source: str) -> list[str]:
     return sorted(names)
 
 
-def match_selectors(catalog: Catalog, sources: Iterable[str] | None = None, *, jobs: Mapping[str, str] | None = None,
-                    by_job: bool = False, job_label: str = "job", matchers: Mapping[str, str] | None = None,
-                    max_length: int = MAX_SELECTOR) -> list[str]:
+def match_selectors(
+    catalog: Catalog,
+    sources: Iterable[str] | None = None,
+    *,
+    jobs: Mapping[str, str] | None = None,
+    by_job: bool = False,
+    job_label: str = "job",
+    matchers: Mapping[str, str] | None = None,
+    max_length: int = MAX_SELECTOR,
+) -> list[str]:
     """The ``match[]`` selectors for the catalog's `sources` (default all): one ``{__name__=~"..."}`` per source
     (more when longer than `max_length`), then ``up``.
 
@@ -264,7 +272,7 @@ class FederateParser:
                 continue
             close = line.rfind("}")  # a value and a timestamp hold no '}': the last one ends the labels
             if close >= 0:
-                head, tail = line[:close + 1], line[close + 1:]
+                head, tail = line[: close + 1], line[close + 1 :]
             else:
                 head, _, tail = line.partition(" ")
                 if not tail:

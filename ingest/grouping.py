@@ -59,6 +59,8 @@ from tailhound.ingest.series_labels import host_of as host_of
 from tailhound.recording import ScrapeRecord
 
 _MAX_CACHED_SERIES = 100_000  # label sets whose node, source and labels are known
+
+
 class Grouper:
     """Files remote-write series into per-scrape groups and hands out, in order, the records they make.
 
@@ -161,9 +163,14 @@ class Grouper:
                 if k not in group.series:
                     if group.overflow or len(group.series) >= cfg.max_group_series:
                         group.overflow = True
-                        entry = rejects.setdefault("too_many_series", [
-                            f"a scrape of {key[1]} on {key[0]} has more than {cfg.max_group_series} series", 0,
-                            s.labels])
+                        entry = rejects.setdefault(
+                            "too_many_series",
+                            [
+                                f"a scrape of {key[1]} on {key[0]} has more than {cfg.max_group_series} series",
+                                0,
+                                s.labels,
+                            ],
+                        )
                         entry[1] += 1
                         continue
                     self.pending_samples += 1
@@ -216,8 +223,9 @@ class Grouper:
         self._cache.clear()
         self._by_id.clear()
         self._keys.clear()
-        self._infos = {(src.key, i.name, i.labels): i
-                       for src in self._active.values() for g in src.open.values() for i in g.series}
+        self._infos = {
+            (src.key, i.name, i.labels): i for src in self._active.values() for g in src.open.values() for i in g.series
+        }
 
     def _source(self, key: SourceKey) -> _Source:
         sources = self._sources
@@ -244,8 +252,11 @@ class Grouper:
         group = src.open.get(ts)
         if group is None:
             cfg = self.config
-            if src.open and ts < max(src.open) and (cfg.close_on_newer or (
-                    len(src.open) >= cfg.max_open_per_source and ts < min(src.open))):
+            if (
+                src.open
+                and ts < max(src.open)
+                and (cfg.close_on_newer or (len(src.open) >= cfg.max_open_per_source and ts < min(src.open)))
+            ):
                 return None
             if cfg.close_on_newer:
                 for older in sorted(t for t in src.open if t < ts):
@@ -270,8 +281,9 @@ class Grouper:
         if self.pending_samples <= self.config.max_pending_samples:
             return
         # the oldest open scrapes (first sample received), a bounded number of rounds
-        candidates = sorted(((g.first, src, ts) for src in self._active.values() for ts, g in src.open.items()),
-                            key=lambda c: c[0])
+        candidates = sorted(
+            ((g.first, src, ts) for src in self._active.values() for ts, g in src.open.items()), key=lambda c: c[0]
+        )
         for _, src, ts in candidates:
             if self.pending_samples <= self.config.max_pending_samples:
                 break
@@ -372,4 +384,3 @@ class Grouper:
         if key != src.layout_key:
             src.layout_key, src.layout = key, layout(group.series, src.key[1], self.metadata, self.catalog)
         return src.layout
-

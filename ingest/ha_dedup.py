@@ -30,12 +30,17 @@ class HaConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    replica_label: str = Field(default="replica", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
-                               description="The external label naming the replica (dropped from the series).")
-    cluster_label: str = Field(default="cluster", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
-                               description="The external label naming the pair (kept).")
-    failover_s: Duration = Field(default=30.0, gt=0, le=3600,
-                              description="Accept another replica when the accepted one sent nothing this long.")
+    replica_label: str = Field(
+        default="replica",
+        pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
+        description="The external label naming the replica (dropped from the series).",
+    )
+    cluster_label: str = Field(
+        default="cluster", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$", description="The external label naming the pair (kept)."
+    )
+    failover_s: Duration = Field(
+        default=30.0, gt=0, le=3600, description="Accept another replica when the accepted one sent nothing this long."
+    )
     max_clusters: int = Field(default=10_000, ge=1)
 
 
@@ -74,8 +79,13 @@ class HaTracker:
             e.seen = now
             return True
         if now - e.seen >= self.config.failover_s:
-            log.warning("HA pair %r: replica %r sent nothing for %.0f s; accepting %r", cluster or "(no cluster "
-                        "label)", e.replica, now - e.seen, replica)
+            log.warning(
+                "HA pair %r: replica %r sent nothing for %.0f s; accepting %r",
+                cluster or "(no cluster label)",
+                e.replica,
+                now - e.seen,
+                replica,
+            )
             self._count("ha_failovers")
             e.replica, e.seen = replica, now
             return True

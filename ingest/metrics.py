@@ -31,15 +31,21 @@ class IngestMetrics(PublishMetrics):
     def __init__(self) -> None:
         super().__init__(PREFIX)
         r = self.registry
-        self.requests = Counter(f"{PREFIX}_requests", "Remote-write requests, by the status answered.", ["status"],
-                                registry=r)
-        self.request_seconds = Histogram(f"{PREFIX}_request_duration_seconds", "Time to answer one request.",
-                                         registry=r, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                              0.5, 1, 2.5, 5))
-        self.dead_letters = Counter(f"{PREFIX}_dead_letters", "Rejects published to the dead-letter topic.",
-                                    registry=r)
-        self.dead_letters_dropped = Counter(f"{PREFIX}_dead_letters_dropped", "Rejects not published: the "
-                                            "dead-letter queue was full (broker away).", registry=r)
+        self.requests = Counter(
+            f"{PREFIX}_requests", "Remote-write requests, by the status answered.", ["status"], registry=r
+        )
+        self.request_seconds = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "Time to answer one request.",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.dead_letters = Counter(f"{PREFIX}_dead_letters", "Rejects published to the dead-letter topic.", registry=r)
+        self.dead_letters_dropped = Counter(
+            f"{PREFIX}_dead_letters_dropped",
+            "Rejects not published: the dead-letter queue was full (broker away).",
+            registry=r,
+        )
         export_dropped(r, PREFIX)  # tailhound_ingest_http_connections_dropped_total{reason}: the server's site adds
 
     def watch(self, stats: Callable[[], dict[str, int]], gauges: Callable[[], dict[str, float]]) -> None:
@@ -52,14 +58,18 @@ class _StatsCollector(Collector):
         self.stats, self.gauges = stats, gauges
 
     def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(f"{PREFIX}_events", "What the receiver, the grouping, the HA tracker and the "
-                                     "federation pull counted, by event.", labels=["event"])
+        family = CounterMetricFamily(
+            f"{PREFIX}_events",
+            "What the receiver, the grouping, the HA tracker and the federation pull counted, by event.",
+            labels=["event"],
+        )
         for event, n in sorted(self.stats().items()):
             family.add_metric([event], n)
         yield family
         for name, value in sorted(self.gauges().items()):
-            yield GaugeMetricFamily(f"{PREFIX}_{name}", _GAUGE_HELP.get(name, name.replace("_", " ") + "."),
-                                    value=value)
+            yield GaugeMetricFamily(
+                f"{PREFIX}_{name}", _GAUGE_HELP.get(name, name.replace("_", " ") + "."), value=value
+            )
 
 
 _GAUGE_HELP = {

@@ -48,12 +48,19 @@ def keep_regex(config: IngestServiceConfig | None = None, catalog: Catalog | Non
     return f"(?:{names});.*|up;(?:{jobs})"
 
 
-def write_relabel_configs(config: IngestServiceConfig | None = None,
-                          catalog: Catalog | None = None) -> list[dict[str, object]]:
+def write_relabel_configs(
+    config: IngestServiceConfig | None = None, catalog: Catalog | None = None
+) -> list[dict[str, object]]:
     """The ``write_relabel_configs`` of the printed block, as Prometheus reads them."""
     job_label = (config or IngestServiceConfig()).remote_write.grouping.source_label
-    return [{"source_labels": ["__name__", job_label], "separator": ";", "action": "keep",
-             "regex": keep_regex(config, catalog)}]
+    return [
+        {
+            "source_labels": ["__name__", job_label],
+            "separator": ";",
+            "action": "keep",
+            "regex": keep_regex(config, catalog),
+        }
+    ]
 
 
 def _re_escape(text: str) -> str:
@@ -75,11 +82,16 @@ def remote_write_snippet(url: str, config: IngestServiceConfig | None = None, ca
         f"  - url: {url}",
         "    name: tailhound",
     ]
-    if (auth.bearer_token_file or auth.bearer_token_files
-            or (auth.bearer_token_env and os.environ.get(auth.bearer_token_env, "").strip())):
-        lines += ["    authorization:",
-                  "      type: Bearer",
-                  "      credentials_file: /etc/prometheus/tailhound-token   # the token tailhound's auth reads"]
+    if (
+        auth.bearer_token_file
+        or auth.bearer_token_files
+        or (auth.bearer_token_env and os.environ.get(auth.bearer_token_env, "").strip())
+    ):
+        lines += [
+            "    authorization:",
+            "      type: Bearer",
+            "      credentials_file: /etc/prometheus/tailhound-token   # the token tailhound's auth reads",
+        ]
     settle = config.remote_write.grouping.settle_s
     lines += [
         "    remote_timeout: 30s",
@@ -98,12 +110,16 @@ def remote_write_snippet(url: str, config: IngestServiceConfig | None = None, ca
         "      # and those ingest.yaml maps in remote_write.grouping.sources): other jobs send nothing",
     ]
     for relabel in write_relabel_configs(config, catalog):
-        lines += [f"      - source_labels: [{', '.join(relabel['source_labels'])}]",
-                  f"        separator: {_quoted(str(relabel['separator']))}",
-                  f"        action: {relabel['action']}",
-                  f"        regex: {_quoted(str(relabel['regex']))}"]
+        lines += [
+            f"      - source_labels: [{', '.join(relabel['source_labels'])}]",
+            f"        separator: {_quoted(str(relabel['separator']))}",
+            f"        action: {relabel['action']}",
+            f"        regex: {_quoted(str(relabel['regex']))}",
+        ]
     g = config.remote_write.grouping
     if "node" in g.node_labels:
-        lines += ["# the node: a target label `node` (kubernetes_sd: relabel __meta_kubernetes_pod_node_name to node),",
-                  f"# else {', '.join(n for n in g.node_labels if n != 'node')} (instance loses its port)"]
+        lines += [
+            "# the node: a target label `node` (kubernetes_sd: relabel __meta_kubernetes_pod_node_name to node),",
+            f"# else {', '.join(n for n in g.node_labels if n != 'node')} (instance loses its port)",
+        ]
     return "\n".join(lines) + "\n"

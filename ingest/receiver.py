@@ -72,17 +72,23 @@ class IngestConfig(BaseModel):
     grouping: GroupingConfig = DEFAULT_GROUPING
     limits: DecodeLimits = DEFAULT_DECODE_LIMITS
     bearer_tokens: tuple[SecretStr, ...] = Field(
-        default=(), description="Accepted `Authorization: Bearer` tokens (Prometheus' remote_write authorization).")
+        default=(), description="Accepted `Authorization: Bearer` tokens (Prometheus' remote_write authorization)."
+    )
     basic_auth: dict[str, SecretStr] = Field(
-        default_factory=dict, description="Accepted basic-auth users and passwords (remote_write basic_auth).")
-    max_backlog: int = Field(default=10_000, ge=1,
-                             description="Snapshots the publisher may hold unsent before requests are refused.")
+        default_factory=dict, description="Accepted basic-auth users and passwords (remote_write basic_auth)."
+    )
+    max_backlog: int = Field(
+        default=10_000, ge=1, description="Snapshots the publisher may hold unsent before requests are refused."
+    )
     busy_status: Literal[429, 503] = Field(
-        default=503, description="Status when busy: Prometheus 2.x retries 503, and 429 only with "
-        "queue_config.retry_on_http_429 (which then honours Retry-After).")
+        default=503,
+        description="Status when busy: Prometheus 2.x retries 503, and 429 only with "
+        "queue_config.retry_on_http_429 (which then honours Retry-After).",
+    )
     retry_after_s: WholeSeconds = Field(default=5, ge=1, le=3600, description="Retry-After when busy.")
-    require_version: bool = Field(default=False,
-                                  description="Refuse requests without X-Prometheus-Remote-Write-Version.")
+    require_version: bool = Field(
+        default=False, description="Refuse requests without X-Prometheus-Remote-Write-Version."
+    )
 
 
 DEFAULT_INGEST = IngestConfig()
@@ -103,8 +109,15 @@ class Reject(NamedTuple):
     def dead_letter(self, topic: str, ts: float | None = None) -> DeadLetter:
         """The dead-letter record of this reject (the payload cut to the dead letter's limit)."""
         reason = self.reason if self.count == 1 else f"{self.reason} ({self.count} series)"
-        return DeadLetter.from_bytes(self.payload, reason=reason, key=self.node, stage=self.stage, kind=self.kind,
-                                     topic=topic, ts=time.time() if ts is None else ts)
+        return DeadLetter.from_bytes(
+            self.payload,
+            reason=reason,
+            key=self.node,
+            stage=self.stage,
+            kind=self.kind,
+            topic=topic,
+            ts=time.time() if ts is None else ts,
+        )
 
 
 class IngestResult(NamedTuple):
@@ -154,9 +167,16 @@ class RemoteWriteIngest:
     `backlog` tells how many snapshots the publisher holds unsent (back-pressure); `clock` gives the
     monotonic seconds the grouping settles by (`now` arguments override it, for tests)."""
 
-    def __init__(self, config: IngestConfig | None = None, *, builder: SnapshotBuilder | None = None,
-                 catalog: Catalog | None = None, backlog: Callable[[], int] | None = None,
-                 clock: Callable[[], float] = time.monotonic, ha: HaTracker | None = None) -> None:
+    def __init__(
+        self,
+        config: IngestConfig | None = None,
+        *,
+        builder: SnapshotBuilder | None = None,
+        catalog: Catalog | None = None,
+        backlog: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        ha: HaTracker | None = None,
+    ) -> None:
         self.config = config or DEFAULT_INGEST
         self.ha = ha
         self.builder = builder or SnapshotBuilder(catalog)
@@ -175,8 +195,13 @@ class RemoteWriteIngest:
     def _count(self, what: str, n: int = 1) -> None:
         self.stats[what] = self.stats.get(what, 0) + n
 
-    def _answer(self, status: int, snapshots: list[Snapshot] | None = None, rejects: list[Reject] | None = None,
-                retry_after: int | None = None) -> IngestResult:
+    def _answer(
+        self,
+        status: int,
+        snapshots: list[Snapshot] | None = None,
+        rejects: list[Reject] | None = None,
+        retry_after: int | None = None,
+    ) -> IngestResult:
         self._count(f"status_{status}")
         return IngestResult(status, retry_after, snapshots or [], rejects or [])
 
@@ -268,9 +293,11 @@ class RemoteWriteIngest:
         return snapshots, rejects
 
 
-def build_snapshots(builder: SnapshotBuilder, items: Iterable[ScrapeRecord | Forget],
-                    prepare: Callable[[ScrapeRecord], ScrapeRecord] | None = None
-                    ) -> tuple[list[Snapshot], list[Reject]]:
+def build_snapshots(
+    builder: SnapshotBuilder,
+    items: Iterable[ScrapeRecord | Forget],
+    prepare: Callable[[ScrapeRecord], ScrapeRecord] | None = None,
+) -> tuple[list[Snapshot], list[Reject]]:
     """The grouping's records through the agent's builder (`prepare` first, when given), in order: a
     :class:`Forget` drops that source's builder state; a scrape that cannot make a snapshot, or one over the
     snapshot's sample limit, is a reject (one bad scrape must not fail the rest: Prometheus would resend it
@@ -287,13 +314,26 @@ def build_snapshots(builder: SnapshotBuilder, items: Iterable[ScrapeRecord | For
             snap = builder.build(rec)
         except Exception as exc:
             log.exception("%s/%s: no snapshot", rec.node, rec.job)
-            rejects.append(Reject("build_failed", f"{type(exc).__name__}: {str(exc)[:300]}", "build",
-                                  node=rec.node, payload=rec.to_line().encode()))
+            rejects.append(
+                Reject(
+                    "build_failed",
+                    f"{type(exc).__name__}: {str(exc)[:300]}",
+                    "build",
+                    node=rec.node,
+                    payload=rec.to_line().encode(),
+                )
+            )
             continue
         if len(snap.samples) > LIMITS.max_samples:
-            rejects.append(Reject("too_many_samples", f"a snapshot of {snap.source} with {len(snap.samples)} "
-                                  f"samples (at most {LIMITS.max_samples})", "limits", node=snap.node,
-                                  payload=rec.to_line().encode()))
+            rejects.append(
+                Reject(
+                    "too_many_samples",
+                    f"a snapshot of {snap.source} with {len(snap.samples)} samples (at most {LIMITS.max_samples})",
+                    "limits",
+                    node=snap.node,
+                    payload=rec.to_line().encode(),
+                )
+            )
             continue
         snapshots.append(snap)
     return snapshots, rejects

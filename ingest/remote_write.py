@@ -136,11 +136,13 @@ def _label(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[str, str]
                 raise _wrong_type("Label." + ("name" if field_no == 1 else "value"), wire, 2)
             start, pos = _length(buf, pos, end, "a label")
             if field_no == 1 and pos - start > lim.max_label_name:
-                raise RemoteWriteError("label_too_long", f"a label name of {pos - start} bytes (at most "
-                                       f"{lim.max_label_name})")
+                raise RemoteWriteError(
+                    "label_too_long", f"a label name of {pos - start} bytes (at most {lim.max_label_name})"
+                )
             if field_no == 2 and pos - start > lim.max_label_value:
-                raise RemoteWriteError("label_too_long", f"a label value of {pos - start} bytes (at most "
-                                       f"{lim.max_label_value})")
+                raise RemoteWriteError(
+                    "label_too_long", f"a label value of {pos - start} bytes (at most {lim.max_label_value})"
+                )
             text = _text(buf, start, pos, "a label")
             if field_no == 1:
                 name = text
@@ -165,7 +167,7 @@ def _sample(buf: bytes, pos: int, end: int) -> tuple[int, float, bool]:
                 raise _wrong_type("Sample.value", wire, 1)
             if pos + 8 > end:
                 raise _truncated("Sample.value")
-            stale = buf[pos:pos + 8] == _STALE_BYTES
+            stale = buf[pos : pos + 8] == _STALE_BYTES
             value = _DOUBLE.unpack_from(buf, pos)[0]
             pos += 8
         elif field_no == 2:
@@ -239,19 +241,19 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
         if field_no == 2:
             n_samples += 1
             if n_samples > lim.max_samples_per_series:
-                raise RemoteWriteError("too_many_samples", f"a series has more than {lim.max_samples_per_series} "
-                                       "samples")
+                raise RemoteWriteError(
+                    "too_many_samples", f"a series has more than {lim.max_samples_per_series} samples"
+                )
             counts.samples += 1
             if counts.samples > lim.max_samples:
-                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request",
-                                       413)
+                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request", 413)
             if pos - start > 10 and buf[start] == 0x09 and buf[start + 9] == 0x10 and buf[pos - 1] < 0x80:
                 # the usual layout: value (fixed64), then timestamp (a varint ending the message)
                 ts, after = _varint(buf, start + 10, pos)
                 if after == pos:
                     if ts >= 1 << 63:
                         ts -= 1 << 64
-                    if buf[start + 1:start + 9] == _STALE_BYTES:
+                    if buf[start + 1 : start + 9] == _STALE_BYTES:
                         stale.append(ts)
                     else:
                         samples.append((ts, unpack(buf, start + 1)[0]))
@@ -277,14 +279,21 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
     return Series(first if labels is None else tuple(labels), tuple(samples), tuple(stale))
 
 
-def _known_series(buf: bytes, start: int, stop: int, _tail: list = _TAIL, _sets: dict = _LABEL_SETS,
-                  _new: Callable = tuple.__new__, _unpack: Callable = _DOUBLE.unpack_from) -> Series | None:
+def _known_series(
+    buf: bytes,
+    start: int,
+    stop: int,
+    _tail: list = _TAIL,
+    _sets: dict = _LABEL_SETS,
+    _new: Callable = tuple.__new__,
+    _unpack: Callable = _DOUBLE.unpack_from,
+) -> Series | None:
     """The series at buf[start:stop] when it is what Prometheus sends every scrape: labels decoded before (the
     same bytes), then one Sample laid out as usual (value, then timestamp); None for anything else. (The
     keyword defaults are the module's caches and helpers, bound once: this runs for every series.)"""
     tail, ts = _tail
     n = len(tail)
-    if n and buf[stop - n:stop] == tail:  # the timestamp of the series before (a scrape's series share it)
+    if n and buf[stop - n : stop] == tail:  # the timestamp of the series before (a scrape's series share it)
         first = stop - n + 1
     else:
         j = stop - 1
@@ -298,13 +307,13 @@ def _known_series(buf: bytes, start: int, stop: int, _tail: list = _TAIL, _sets:
         ts = _varint(buf, first, stop)[0]
         if ts >= 1 << 63:
             ts -= 1 << 64
-        _tail[:] = (buf[first - 1:stop], ts)
+        _tail[:] = (buf[first - 1 : stop], ts)
     a = first - 12  # the Sample field: key 0x12, length, key 0x09 and 8 bytes of value, key 0x10
     if a >= start and buf[a] == 0x12 and buf[a + 1] == stop - a - 2 and buf[a + 2] == 0x09:
         labels = _sets.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
         if labels is None:
             return None
-        if buf[a + 3:a + 11] == _STALE_BYTES:
+        if buf[a + 3 : a + 11] == _STALE_BYTES:
             return _new(Series, (labels, (), (ts,)))
         return _new(Series, (labels, ((ts, _unpack(buf, a + 3)[0]),), ()))
     a = first - 3  # or the value left out: 0 (proto3 writes no default)
@@ -375,8 +384,7 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
                 continue
             counts.samples += 1
             if counts.samples > lim.max_samples:
-                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request",
-                                       413)
+                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request", 413)
             series.append(one)
         elif field_no == 3:
             if wire != 2:
@@ -387,8 +395,7 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
             metadata.append(_metadata(buf, start, pos, lim))
         else:
             pos = _skip(buf, pos, end, wire, "WriteRequest")
-    skipped = {k: v for k, v in (("native_histograms", counts.native_histograms), ("exemplars", counts.exemplars))
-               if v}
+    skipped = {k: v for k, v in (("native_histograms", counts.native_histograms), ("exemplars", counts.exemplars)) if v}
     return WriteRequest(series, metadata, skipped)
 
 

@@ -97,8 +97,9 @@ class ScrapeSeries:
     metadata: list[Metadata] = field(default_factory=list)
 
 
-def series_from_exposition(text: str, target: Mapping[str, str], ts_ms: int, *, up: bool = True,
-                           stale: Sequence[Series] = ()) -> ScrapeSeries:
+def series_from_exposition(
+    text: str, target: Mapping[str, str], ts_ms: int, *, up: bool = True, stale: Sequence[Series] = ()
+) -> ScrapeSeries:
     """What a Prometheus scrape of the exposition `text` stores, as remote write sends it: every sample line a
     series with the target labels (``job``, ``instance`` ...; a label of the page wins over a target label of
     the same name, as with ``honor_labels: true``, else Prometheus renames it ``exported_<name>``), the labels

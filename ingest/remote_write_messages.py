@@ -117,4 +117,3 @@ class WriteRequest(NamedTuple):
     @property
     def sample_count(self) -> int:
         return sum(len(s.samples) for s in self.series)
-

@@ -88,8 +88,9 @@ def layout(infos: Iterable[SeriesInfo], source: str, metadata: dict[str, str], c
     # every family is a TYPE line's or a sample name's: at most twice the names
     if len(infos) >= lim.max_samples or 2 * len(names) >= lim.max_families or not all(i.ok for i in infos):
         return None
-    types = family_types(names, {i.name for i in infos if i.bucket}, {i.name for i in infos if i.quantile},
-                         source, metadata, catalog)
+    types = family_types(
+        names, {i.name for i in infos if i.bucket}, {i.name for i in infos if i.quantile}, source, metadata, catalog
+    )
     grouped: dict[str, tuple[str, list[SeriesInfo]]] = {}
     for i in infos:
         fam, type_ = types[i.name]

@@ -33,9 +33,18 @@ from tailhound.ingest.remote_write_messages import Labels
 from tailhound.snapshot import LIMITS
 
 #: The series Prometheus writes about each scrape (``up`` is read, the others left out unless kept).
-SYNTHETIC = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped",
-                       "scrape_samples_post_metric_relabeling", "scrape_series_added", "scrape_timeout_seconds",
-                       "scrape_sample_limit", "scrape_body_size_bytes"})
+SYNTHETIC = frozenset(
+    {
+        "up",
+        "scrape_duration_seconds",
+        "scrape_samples_scraped",
+        "scrape_samples_post_metric_relabeling",
+        "scrape_series_added",
+        "scrape_timeout_seconds",
+        "scrape_sample_limit",
+        "scrape_body_size_bytes",
+    }
+)
 SOURCE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")  # Snapshot.source
 
 
@@ -45,22 +54,31 @@ class GroupingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     node_labels: tuple[str, ...] = Field(
-        default=("node", "Hostname", "instance"), min_length=1,
-        description="Labels naming the node, tried in order; `instance` loses its port (host:port -> host).")
+        default=("node", "Hostname", "instance"),
+        min_length=1,
+        description="Labels naming the node, tried in order; `instance` loses its port (host:port -> host).",
+    )
     source_label: str = Field(default="job", description="The label naming the source (the agent's `job`).")
-    sources: dict[str, str] = Field(default_factory=dict,
-                                    description="Job -> source (`dcgm-exporter: dcgm`); other jobs are their own.")
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Job -> source (`dcgm-exporter: dcgm`); other jobs are their own."
+    )
     common_labels: tuple[str, ...] = Field(
-        default=("instance",), description="Target labels taken off the samples into the snapshot's labels.")
+        default=("instance",), description="Target labels taken off the samples into the snapshot's labels."
+    )
     drop_labels: tuple[str, ...] = Field(default=(), description="Labels removed from the samples.")
     known_only: bool = Field(default=False, description="Drop series the catalog does not map, before grouping.")
     keep_synthetic: bool = Field(default=False, description="Keep scrape_duration_seconds & co. as samples.")
     interval_s: dict[str, Duration] = Field(
-        default_factory=dict, description="Source -> scrape interval; others are estimated from the timestamps.")
-    settle_s: Duration = Field(default=5.0, ge=0, le=600,
-                            description="A scrape is complete when nothing came for it for this long.")
-    close_on_newer: bool = Field(default=False, description="A newer scrape of a source closes the older ones "
-                                 "at once (one shard, or federation: scrapes arrive whole and in order).")
+        default_factory=dict, description="Source -> scrape interval; others are estimated from the timestamps."
+    )
+    settle_s: Duration = Field(
+        default=5.0, ge=0, le=600, description="A scrape is complete when nothing came for it for this long."
+    )
+    close_on_newer: bool = Field(
+        default=False,
+        description="A newer scrape of a source closes the older ones "
+        "at once (one shard, or federation: scrapes arrive whole and in order).",
+    )
     max_open_per_source: int = Field(default=8, ge=1, description="Scrapes of one source open at once.")
     max_pending_samples: int = Field(default=500_000, ge=1, description="Samples held in open scrapes.")
     max_group_series: int = Field(default=100_000, ge=1, description="Series in one scrape (the agent parser's).")
@@ -118,8 +136,16 @@ def parse_labels(labels: Labels, config: GroupingConfig, catalog: Catalog) -> Pa
         return ParsedSeries(None, name, (), ("no_source", f"a series without the {cfg.source_label!r} label"))
     source = cfg.sources.get(job, job)
     if not SOURCE_RE.match(source):
-        return ParsedSeries(None, name, (), ("bad_source", f"source {source[:60]!r} (job {job[:60]!r}) is not a "
-                                             "source name ([a-z][a-z0-9_-]{0,39}): map it in `sources`"))
+        return ParsedSeries(
+            None,
+            name,
+            (),
+            (
+                "bad_source",
+                f"source {source[:60]!r} (job {job[:60]!r}) is not a "
+                "source name ([a-z][a-z0-9_-]{0,39}): map it in `sources`",
+            ),
+        )
     node = None
     for label in cfg.node_labels:
         value = d.get(label)
@@ -132,8 +158,9 @@ def parse_labels(labels: Labels, config: GroupingConfig, catalog: Catalog) -> Pa
         return ParsedSeries(None, name, (), ("bad_node", f"node {node[:60]!r}: 1-200 characters without blanks"))
     if name not in SYNTHETIC or cfg.keep_synthetic:
         if len(name) > 200:
-            return ParsedSeries(None, name, (), ("label_limits", f"metric name of {len(name)} characters (at most "
-                                                 "200)"))
+            return ParsedSeries(
+                None, name, (), ("label_limits", f"metric name of {len(name)} characters (at most 200)")
+            )
         if cfg.known_only and not _known(catalog, source, name):
             return ParsedSeries(None, name, (), None)
     common = tuple((k, d[k]) for k in cfg.common_labels if k in d)
@@ -143,9 +170,17 @@ def parse_labels(labels: Labels, config: GroupingConfig, catalog: Catalog) -> Pa
         return ParsedSeries(None, name, (), ("label_limits", f"{len(own)} labels (at most {LIMITS.max_labels})"))
     for k, v in (*own, *common):
         if len(k) > LIMITS.max_label_name or len(v) > LIMITS.max_label_value:
-            return ParsedSeries(None, name, (), ("label_limits", f"label {k[:60]!r}: names of at most "
-                                                 f"{LIMITS.max_label_name} and values of at most "
-                                                 f"{LIMITS.max_label_value} characters"))
+            return ParsedSeries(
+                None,
+                name,
+                (),
+                (
+                    "label_limits",
+                    f"label {k[:60]!r}: names of at most "
+                    f"{LIMITS.max_label_name} and values of at most "
+                    f"{LIMITS.max_label_value} characters",
+                ),
+            )
     return ParsedSeries((node, source, common), name, own, None)
 
 
@@ -153,4 +188,4 @@ def _known(catalog: Catalog, source: str, name: str) -> bool:
     by_metric = catalog.by_metric
     if (source, name) in by_metric:
         return True
-    return any(name.endswith(suffix) and (source, name[:-len(suffix)]) in by_metric for suffix in HIST_PARTS)
+    return any(name.endswith(suffix) and (source, name[: -len(suffix)]) in by_metric for suffix in HIST_PARTS)

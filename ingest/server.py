@@ -81,8 +81,11 @@ def make_app(path: str, accept: Accept, service: IngestServer) -> web.Applicatio
         except TooLarge:
             return 413, {}, f"request body over {service.max_body_bytes} bytes\n"
         except BodyTimeout:
-            return 408, {"Connection": "close"}, \
-                f"request body not received within {service.limits.body_timeout_s:g} s\n"
+            return (
+                408,
+                {"Connection": "close"},
+                f"request body not received within {service.limits.body_timeout_s:g} s\n",
+            )
         except web_exceptions as exc:
             return 400, {}, f"cannot read the request body: {exc}\n"[:300]
         if service.in_flight >= service.max_in_flight:  # the slots are for decoding: taken once the body is here
@@ -118,8 +121,16 @@ def _answer(result: IngestResult) -> tuple[int, dict[str, str], str]:
 class IngestServer:
     """What the handlers need to know about the service (counts, limits, readiness)."""
 
-    def __init__(self, metrics: IngestMetrics, *, max_body_bytes: int, max_in_flight: int, retry_after_s: int,
-                 readiness: Callable[[], tuple[bool, str]], limits: ServerLimits | None = None) -> None:
+    def __init__(
+        self,
+        metrics: IngestMetrics,
+        *,
+        max_body_bytes: int,
+        max_in_flight: int,
+        retry_after_s: int,
+        readiness: Callable[[], tuple[bool, str]],
+        limits: ServerLimits | None = None,
+    ) -> None:
         self.metrics = metrics
         self.limits = limits if limits is not None else ServerLimits()
         self.site: GuardedSite | None = None
@@ -134,8 +145,9 @@ class IngestServer:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         # auto_decompress off: the body is read as sent (a gzip one is refused, 415, not inflated by aiohttp)
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, auto_decompress=False,
-                                    **runner_options(self.limits))
+        self.runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=2.0, auto_decompress=False, **runner_options(self.limits)
+        )
         await self.runner.setup()
         site = self.site = GuardedSite(self.runner, host, int(port), self.limits)
         export_dropped(self.metrics.registry, PREFIX, site.counter)  # tailhound_ingest_http_connections_dropped
@@ -148,8 +160,12 @@ class IngestServer:
         server = getattr(site, "_server", None)
         sockets = server.sockets if server is not None else []
         self.port = sockets[0].getsockname()[1] if sockets else int(port)
-        log_always(log, f"ingest endpoint on {host}:{self.port}", address=f"{host}:{self.port}",
-                   paths="/metrics /-/healthy /-/ready")
+        log_always(
+            log,
+            f"ingest endpoint on {host}:{self.port}",
+            address=f"{host}:{self.port}",
+            paths="/metrics /-/healthy /-/ready",
+        )
         if not _loopback(host):
             log.info("remote write open on %s: set auth (bearer_token_file) unless the network is private", host)
         return self.port

@@ -57,21 +57,34 @@ ORIGIN_FEDERATION = "prometheus-federation"
 
 
 class IngestService:
-    def __init__(self, settings: Settings, config: IngestServiceConfig, *, catalog: Catalog | None = None,
-                 sender: SnapshotSender | None = None, dead_letters: DeadLetterQueue | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: IngestServiceConfig,
+        *,
+        catalog: Catalog | None = None,
+        sender: SnapshotSender | None = None,
+        dead_letters: DeadLetterQueue | None = None,
+    ) -> None:
         self.settings, self.config = settings, config
         self.catalog = catalog or default_catalog()
         self.metrics = IngestMetrics()
         self._sender = sender
         self.dead_letters = dead_letters or DeadLetterQueue(settings, self.metrics)
         self.ha = HaTracker(config.ha) if config.ha is not None else None
-        self.receiver = RemoteWriteIngest(config.receiver_config(), catalog=self.catalog, backlog=self.backlog,
-                                          ha=self.ha)
+        self.receiver = RemoteWriteIngest(
+            config.receiver_config(), catalog=self.catalog, backlog=self.backlog, ha=self.ha
+        )
         self.puller = FederationPuller(config.federation, catalog=self.catalog) if config.federation else None
         rw = self.receiver.config
-        self.server = IngestServer(self.metrics, max_body_bytes=rw.limits.max_body_bytes,
-                                   max_in_flight=config.max_concurrent_requests, retry_after_s=rw.retry_after_s,
-                                   readiness=self.readiness, limits=config.http)
+        self.server = IngestServer(
+            self.metrics,
+            max_body_bytes=rw.limits.max_body_bytes,
+            max_in_flight=config.max_concurrent_requests,
+            retry_after_s=rw.retry_after_s,
+            readiness=self.readiness,
+            limits=config.http,
+        )
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest")
         self._tasks: list[asyncio.Task] = []
         self.metrics.watch(self.stats, self.gauges)
@@ -82,13 +95,24 @@ class IngestService:
     def sender(self) -> SnapshotSender:
         if self._sender is None:
             p = self.config.publish
-            outbox = Outbox(max_messages=p.buffer.max_messages, max_bytes=p.buffer.max_bytes,
-                            spill_file=p.buffer.spill_file, spill_max_bytes=p.buffer.spill_max_bytes)
-            self._sender = SnapshotSender(self.settings, outbox, self.metrics, batch_max=p.batch_max,
-                                          linger_ms=p.linger_ms,
-                                          compression=None if p.compression == "none" else p.compression,
-                                          request_timeout_s=p.request_timeout_s, bundle=p.bundle, wire=p.wire,
-                                          layout_every_s=p.layout_every_s)
+            outbox = Outbox(
+                max_messages=p.buffer.max_messages,
+                max_bytes=p.buffer.max_bytes,
+                spill_file=p.buffer.spill_file,
+                spill_max_bytes=p.buffer.spill_max_bytes,
+            )
+            self._sender = SnapshotSender(
+                self.settings,
+                outbox,
+                self.metrics,
+                batch_max=p.batch_max,
+                linger_ms=p.linger_ms,
+                compression=None if p.compression == "none" else p.compression,
+                request_timeout_s=p.request_timeout_s,
+                bundle=p.bundle,
+                wire=p.wire,
+                layout_every_s=p.layout_every_s,
+            )
         return self._sender
 
     def backlog(self) -> int:
@@ -111,8 +135,12 @@ class IngestService:
 
     def gauges(self) -> dict[str, float]:
         g = self.receiver.grouper
-        return {"pending_samples": g.pending_samples, "open_scrapes": g.open_scrapes, "sources": g.source_count,
-                "dead_letter_queue": len(self.dead_letters)}
+        return {
+            "pending_samples": g.pending_samples,
+            "open_scrapes": g.open_scrapes,
+            "sources": g.source_count,
+            "dead_letter_queue": len(self.dead_letters),
+        }
 
     def readiness(self) -> tuple[bool, str]:
         if self.server.stopping:
@@ -175,13 +203,19 @@ class IngestService:
         await self.dead_letters.start()
         if self.config.listen:
             port = await self.server.start(make_app(self.config.path, self.accept, self.server), self.config.listen)
-            log.info("remote write on http://%s:%d%s -> %s", self.config.listen.rpartition(":")[0] or "127.0.0.1",
-                     port, self.config.path, self.settings.telemetry_topic)
+            log.info(
+                "remote write on http://%s:%d%s -> %s",
+                self.config.listen.rpartition(":")[0] or "127.0.0.1",
+                port,
+                self.config.path,
+                self.settings.telemetry_topic,
+            )
         self._tasks.append(asyncio.create_task(self._poll_loop(), name="ingest-poll"))
         if self.puller is not None:
             self._tasks.append(asyncio.create_task(self._federation_loop(), name="ingest-federation"))
-            log.info("federation: pulling %s every %.0f s", self.config.federation.url,
-                     self.config.federation.interval_s)
+            log.info(
+                "federation: pulling %s every %.0f s", self.config.federation.url, self.config.federation.interval_s
+            )
 
     async def reconfigure(self, new: IngestServiceConfig) -> None:
         """Swap in a reloaded config: receiver and federation anew (their counters carried over), the

@@ -35,8 +35,7 @@ def snappy_length(body: bytes) -> int:
 def decompress(body: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> bytes:
     """Snappy block format -> bytes, within the limits (the announced length is checked first)."""
     if len(body) > limits.max_body_bytes:
-        raise RemoteWriteError("too_large", f"request body of {len(body)} bytes (at most {limits.max_body_bytes})",
-                               413)
+        raise RemoteWriteError("too_large", f"request body of {len(body)} bytes (at most {limits.max_body_bytes})", 413)
     try:
         n = snappy_length(body)
     except RemoteWriteError as exc:
@@ -44,8 +43,9 @@ def decompress(body: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> byt
             raise RemoteWriteError("bad_snappy", "truncated snappy preamble") from None
         raise
     if n > limits.max_decoded_bytes:
-        raise RemoteWriteError("too_large", f"request decompresses to {n} bytes (at most {limits.max_decoded_bytes})",
-                               413)
+        raise RemoteWriteError(
+            "too_large", f"request decompresses to {n} bytes (at most {limits.max_decoded_bytes})", 413
+        )
     try:
         out = cramjam.snappy.decompress_raw(body)
     except Exception as exc:  # cramjam.DecompressionError (and what a corrupt stream may raise besides)

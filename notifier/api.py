@@ -103,8 +103,14 @@ class SilenceRequest(BaseModel):
         end = self.ends_at if self.ends_at is not None else start + (self.duration or 0.0)
         if end <= start:
             raise ValueError("the silence must end after it starts")
-        return Silence(matchers=self.matchers, starts_at=start, ends_at=end, author=self.author,
-                       comment=self.comment, created_at=now)
+        return Silence(
+            matchers=self.matchers,
+            starts_at=start,
+            ends_at=end,
+            author=self.author,
+            comment=self.comment,
+            created_at=now,
+        )
 
 
 # --- access ------------------------------------------------------------------------------------------------------
@@ -124,8 +130,10 @@ class ApiAccess:
     allowed_hosts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # never the token
-        return (f"ApiAccess(token={'***' if self.token else None}, loopback={self.loopback}, "
-                f"allow_unauthenticated_writes={self.allow_unauthenticated_writes}, problem={self.problem!r})")
+        return (
+            f"ApiAccess(token={'***' if self.token else None}, loopback={self.loopback}, "
+            f"allow_unauthenticated_writes={self.allow_unauthenticated_writes}, problem={self.problem!r})"
+        )
 
     @classmethod
     def from_settings(cls, settings: NotifierSettings) -> ApiAccess:
@@ -149,8 +157,10 @@ class ApiAccess:
                 value = path.read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as exc:
                 why = getattr(exc, "strerror", None) or type(exc).__name__
-                return cls(allow_unauthenticated_writes=allow,
-                           problem=f"notifier.api_token_file {path}: cannot read it ({why})")
+                return cls(
+                    allow_unauthenticated_writes=allow,
+                    problem=f"notifier.api_token_file {path}: cannot read it ({why})",
+                )
             if not value:
                 return cls(allow_unauthenticated_writes=allow, problem=f"notifier.api_token_file {path} is empty")
             return cls(token=value.encode(), allow_unauthenticated_writes=allow)
@@ -172,8 +182,11 @@ class ApiAccess:
         if self.token is not None:
             if self._bearer_ok(request) or self.sessions.allows(request, self.token):
                 return None
-            return web.json_response({"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
-                                     status=401, headers={"WWW-Authenticate": 'Bearer realm="tailhound"'})
+            return web.json_response(
+                {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="tailhound"'},
+            )
         if write and self.loopback and self.allow_unauthenticated_writes and self.problem is None:
             return None
         if self.problem is not None:
@@ -220,8 +233,9 @@ def make_app(service: NotifierControl, access: ApiAccess | None = None, *, conso
     access = access if access is not None else ApiAccess()
 
     @web.middleware
-    async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                    ) -> web.StreamResponse:
+    async def guard(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         refused = access.refusal(request)
         if refused is not None:
             return (login_redirect(request) if console else None) or refused
@@ -305,9 +319,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def start_site(app: web.Application, listen: str, limits: ServerLimits | None = None, *,
-                     registry: CollectorRegistry | None = None, prefix: str = "tailhound_notifier"
-                     ) -> tuple[web.AppRunner, int | None, bool]:
+async def start_site(
+    app: web.Application,
+    listen: str,
+    limits: ServerLimits | None = None,
+    *,
+    registry: CollectorRegistry | None = None,
+    prefix: str = "tailhound_notifier",
+) -> tuple[web.AppRunner, int | None, bool]:
     """Serve `app` on ``host:port`` (port 0: any free port) within `limits` (header and body timeouts,
     connections per client): (the runner, the port bound, whether every socket is a loopback address -- what
     is actually bound decides: a name such as localhost may resolve to several addresses). With a `registry`,
@@ -332,23 +351,35 @@ async def start_site(app: web.Application, listen: str, limits: ServerLimits | N
     return runner, (sockets[0].getsockname()[1] if sockets else None), loopback
 
 
-async def serve(service: NotifierControl, listen: str, access: ApiAccess | None = None, *,
-                console: bool = True) -> web.AppRunner:
+async def serve(
+    service: NotifierControl, listen: str, access: ApiAccess | None = None, *, console: bool = True
+) -> web.AppRunner:
     """Start the API on ``host:port``; returns the runner (``await runner.cleanup()`` stops it). Port 0
     takes a free port: the one bound is ``service.api_port``. `console`: serve the incident console too."""
     access = access if access is not None else ApiAccess()
-    runner, service.api_port, access.loopback = await start_site(make_app(service, access, console=console),
-                                                                 listen, registry=getattr(service, "registry", None))
+    runner, service.api_port, access.loopback = await start_site(
+        make_app(service, access, console=console), listen, registry=getattr(service, "registry", None)
+    )
     address = f"{split_listen(listen)[0]}:{service.api_port}"
-    log_always(log, f"notifier API on {address}", address=address,
-               paths="/api/v1/silences /metrics /-/healthy /-/ready" + (" / (console)" if console else ""))
+    log_always(
+        log,
+        f"notifier API on {address}",
+        address=address,
+        paths="/api/v1/silences /metrics /-/healthy /-/ready" + (" / (console)" if console else ""),
+    )
     if access.problem is not None:
         log.error("notifier API: writes refused: the API token is not usable: %s", access.problem)
     elif access.token is None and access.allow_unauthenticated_writes and not access.loopback:
-        log.error("notifier API: notifier.allow_unauthenticated_writes is ignored: the API listens on %s, not "
-                  "loopback only; writes are refused until a token is set (%s or notifier.api_token_file)",
-                  listen, TOKEN_ENV)
+        log.error(
+            "notifier API: notifier.allow_unauthenticated_writes is ignored: the API listens on %s, not "
+            "loopback only; writes are refused until a token is set (%s or notifier.api_token_file)",
+            listen,
+            TOKEN_ENV,
+        )
     elif access.token is None and not access.allow_unauthenticated_writes:
-        log.info("notifier API: no token configured (%s or notifier.api_token_file): silences cannot be "
-                 "created or expired over HTTP", TOKEN_ENV)
+        log.info(
+            "notifier API: no token configured (%s or notifier.api_token_file): silences cannot be "
+            "created or expired over HTTP",
+            TOKEN_ENV,
+        )
     return runner

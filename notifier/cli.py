@@ -68,8 +68,9 @@ def notifier_run(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_fo
     from .service import NotifierService, build_receivers, notifier_config
 
     settings = _settings(config)
-    setup_logging(log_level, log_format, default_level=settings.streams.log_level,
-                  default_format=settings.streams.log_format)
+    setup_logging(
+        log_level, log_format, default_level=settings.streams.log_level, default_format=settings.streams.log_format
+    )
     log_start("notifier", broker=settings.broker, api_listen=settings.notifier.api_listen or "off")
     cfg = notifier_config(settings)
 
@@ -79,6 +80,7 @@ def notifier_run(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_fo
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         import signal
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await service.run(stop)
@@ -90,8 +92,12 @@ def notifier_run(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_fo
 def notifier_check(
     paths: Annotated[list[Path], typer.Argument(help="Notifier config files (routing, receivers, inhibit rules).")],
     fmt: Annotated[str, typer.Option("--format", help="text, or github (workflow annotations).")] = "text",
-    rules: Annotated[Path | None, typer.Option(
-        "--rules", help="Rules directory whose rule names and labels matchers may use (default: settings.rules_dir).")
+    rules: Annotated[
+        Path | None,
+        typer.Option(
+            "--rules",
+            help="Rules directory whose rule names and labels matchers may use (default: settings.rules_dir).",
+        ),
     ] = None,
     config: ConfigOpt = None,
     secrets: Annotated[bool, typer.Option(help="Also resolve every receiver's secrets and webhook hosts.")] = False,
@@ -119,13 +125,17 @@ def notifier_check(
     for c in checked:
         if c.config is not None and not any(map(is_error, c.problems)):
             cfg = c.config
-            console.print(f"{c.path}: OK ({len(cfg.receivers)} receivers, {len(cfg.inhibit_rules)} inhibit rules, "
-                          f"{len(cfg.maintenance)} maintenance windows)", highlight=False)
+            console.print(
+                f"{c.path}: OK ({len(cfg.receivers)} receivers, {len(cfg.inhibit_rules)} inhibit rules, "
+                f"{len(cfg.maintenance)} maintenance windows)",
+                highlight=False,
+            )
     if problems:
         warnings = len(problems) - errors
         files = len({p.path for p in problems})
-        err_console.print(f"{_count(errors, 'problem')}, {_count(warnings, 'warning')} in {_count(files, 'file')}",
-                          highlight=False)
+        err_console.print(
+            f"{_count(errors, 'problem')}, {_count(warnings, 'warning')} in {_count(files, 'file')}", highlight=False
+        )
     if missing:
         raise typer.Exit(2)
     if errors:
@@ -142,23 +152,43 @@ notifier_app.add_typer(routes_app, name="routes")
 
 @routes_app.command("test")
 def routes_test(
-    labels: Annotated[list[str] | None, typer.Argument(
-        help="The incident's labels, LABEL=VALUE (e.g. severity=critical transient=false).")] = None,
-    notifier_config: Annotated[Path | None, typer.Option(
-        "--config", help="Notifier config file (default: setting notifier.config, else the bundled one).")
+    labels: Annotated[
+        list[str] | None,
+        typer.Argument(help="The incident's labels, LABEL=VALUE (e.g. severity=critical transient=false)."),
     ] = None,
-    incident: Annotated[Path | None, typer.Option(
-        "--incident", help="Route each incident event of a JSON or JSON-lines file (tailhound replay --out); "
-                           "LABEL=VALUE arguments override its labels.")] = None,
+    notifier_config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Notifier config file (default: setting notifier.config, else the bundled one)."),
+    ] = None,
+    incident: Annotated[
+        Path | None,
+        typer.Option(
+            "--incident",
+            help="Route each incident event of a JSON or JSON-lines file (tailhound replay --out); "
+            "LABEL=VALUE arguments override its labels.",
+        ),
+    ] = None,
     tree: Annotated[bool, typer.Option("--tree", help="Print the routing tree.")] = False,
-    verify: Annotated[str | None, typer.Option(
-        "--verify-receivers", help="Exit 1 unless the receivers are exactly these (comma-separated, any order).")
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify-receivers", help="Exit 1 unless the receivers are exactly these (comma-separated, any order)."
+        ),
     ] = None,
-    rules: Annotated[Path | None, typer.Option(
-        "--rules", help="Rules directory whose rule names and labels are known (default: settings.rules_dir).")
+    rules: Annotated[
+        Path | None,
+        typer.Option(
+            "--rules", help="Rules directory whose rule names and labels are known (default: settings.rules_dir)."
+        ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="text, json or yaml (each case: its labels, "
-                                                               "routes and receivers; --tree is text only).")] = "text",
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            help="text, json or yaml (each case: its labels, routes and receivers; --tree is text only).",
+        ),
+    ] = "text",
 ) -> None:
     """Which routes a label set (or each incident of a file) takes and which receivers get it, like
     `amtool config routes test`. Exit status: 0, 1 receivers differ from --verify-receivers, 2 bad input."""
@@ -184,8 +214,11 @@ def routes_test(
     space, problems = label_space(rules if rules is not None else load_settings(None).rules_dir)
     if problems:
         raise TailhoundError(problems[0].text())
-    bad = [f"label {k}={v}: {msg}" + (f" ({hint})" if hint else "")
-           for k, v in given.items() for msg, hint in label_issues(k, v, space)]
+    bad = [
+        f"label {k}={v}: {msg}" + (f" ({hint})" if hint else "")
+        for k, v in given.items()
+        for msg, hint in label_issues(k, v, space)
+    ]
     if bad:
         raise TailhoundError("\n".join(bad))
     if tree and output == "text":  # json/yaml stay one parseable document: the cases
@@ -211,9 +244,17 @@ def routes_test(
     for title, case in cases:
         paths = trace(root, case)
         got = receivers(paths)
-        records.append({"case": title or None, "labels": case, "receivers": got,
-                        "routes": [{"route": p.steps[-1].path, "receiver": p.receiver, "inherited": p.inherited,
-                                    "trace": p.describe()} for p in paths]})
+        records.append(
+            {
+                "case": title or None,
+                "labels": case,
+                "receivers": got,
+                "routes": [
+                    {"route": p.steps[-1].path, "receiver": p.receiver, "inherited": p.inherited, "trace": p.describe()}
+                    for p in paths
+                ],
+            }
+        )
         if output == "text":
             shown = ", ".join(f'{k}="{v}"' for k, v in case.items()) or "(no labels)"
             print(f"{title}: {shown}" if title else shown)
@@ -222,8 +263,11 @@ def routes_test(
             print(f"  receivers: {', '.join(got) or 'none'}")
         if expected is not None and sorted(set(got)) != expected:
             differ += 1
-            err_console.print(f"receivers differ{' for ' + title if title else ''}: expected "
-                              f"{', '.join(expected) or 'none'}, got {', '.join(got) or 'none'}", highlight=False)
+            err_console.print(
+                f"receivers differ{' for ' + title if title else ''}: expected "
+                f"{', '.join(expected) or 'none'}, got {', '.join(got) or 'none'}",
+                highlight=False,
+            )
     if output != "text":
         print_listing(Listing(["case"], records=records), output, console)
     if differ:
@@ -252,8 +296,10 @@ def _state(settings: Settings) -> dict:
 
 @silence_app.command("add")
 def silence_add(
-    matcher: Annotated[list[str], typer.Option("--matcher", "-m", help='Label matcher, e.g. node="gpu-node-7" '
-                                                                       "(repeatable; all must match).")],
+    matcher: Annotated[
+        list[str],
+        typer.Option("--matcher", "-m", help='Label matcher, e.g. node="gpu-node-7" (repeatable; all must match).'),
+    ],
     author: Annotated[str, typer.Option(help="Who silences.")],
     comment: Annotated[str, typer.Option(help="Why (a ticket, a maintenance).")],
     duration: Annotated[str | None, typer.Option(help="How long, e.g. 2h (default 1h).")] = None,
@@ -274,8 +320,9 @@ def silence_add(
     if end <= start:
         raise TailhoundError("the silence must end after it starts")
     try:
-        silence = Silence(matchers=matchers, starts_at=start, ends_at=end, author=author, comment=comment,
-                          created_at=now)
+        silence = Silence(
+            matchers=matchers, starts_at=start, ends_at=end, author=author, comment=comment, created_at=now
+        )
     except ValidationError as exc:  # the limits (tailhound.notifier.limits): matchers, text sizes, 30 days
         err = exc.errors()[0]
         raise TailhoundError(f"{'.'.join(map(str, err['loc'])) or 'silence'}: {err['msg']}") from None
@@ -291,8 +338,9 @@ def silence_list(
 ) -> None:
     """List silences (active and pending; --all for expired ones too)."""
     now = time.time()
-    silences = [Silence.model_validate(v) for k, v in _state(_settings(config)).items()
-                if k.startswith("silence:") and v]
+    silences = [
+        Silence.model_validate(v) for k, v in _state(_settings(config)).items() if k.startswith("silence:") and v
+    ]
     print_listing(silence_listing_of(silences, now, all_), output, console)
 
 
@@ -301,15 +349,26 @@ def silence_listing_of(silences: list[Silence], now: float, all_: bool = False) 
     listing = Listing(["id", "state", "matchers", "starts", "ends", "author", "comment"], wide=["created"])
     for s in sorted(silences, key=lambda s: s.starts_at):
         if all_ or s.state(now) != "expired":
-            listing.add([s.id, s.state(now), ", ".join(map(str, s.matchers)), _when(s.starts_at),
-                         _when(min(s.ends_at, s.expired_at or s.ends_at)), s.author, s.comment],
-                        [_when(s.created_at)], {"state": s.state(now), **s.model_dump(mode="json")})
+            listing.add(
+                [
+                    s.id,
+                    s.state(now),
+                    ", ".join(map(str, s.matchers)),
+                    _when(s.starts_at),
+                    _when(min(s.ends_at, s.expired_at or s.ends_at)),
+                    s.author,
+                    s.comment,
+                ],
+                [_when(s.created_at)],
+                {"state": s.state(now), **s.model_dump(mode="json")},
+            )
     return listing
 
 
 @silence_app.command("expire")
-def silence_expire(silence_id: Annotated[str, typer.Argument(help="Silence id (sil-...).")],
-                   config: ConfigOpt = None) -> None:
+def silence_expire(
+    silence_id: Annotated[str, typer.Argument(help="Silence id (sil-...).")], config: ConfigOpt = None
+) -> None:
     """End a silence now."""
     settings = _settings(config)
     value = _state(settings).get(f"silence:{silence_id}")
@@ -355,21 +414,33 @@ def incidents_list(
 
 def incident_listing_of(latest: list, all_: bool = False) -> Listing:
     """Each incident's latest event (open ones unless `all_`) as rows, newest first; json/yaml: the event."""
-    listing = Listing(["incident", "state", "root cause", "severity", "scope", "opened", "kind"],
-                      wide=["rule", "summary", "sequence", "last event"])
+    listing = Listing(
+        ["incident", "state", "root cause", "severity", "scope", "opened", "kind"],
+        wide=["rule", "summary", "sequence", "last event"],
+    )
     for ev in sorted(latest, key=lambda e: e.opened_at, reverse=True):
         state = "resolved" if ev.event == "resolved" else "open"
         if all_ or state == "open":
-            listing.add([ev.incident_id, state, str(ev.root_cause), str(ev.severity), ev.scope.describe(),
-                         _when(ev.opened_at), "transient" if ev.transient else "persistent"],
-                        [ev.rule, ev.summary, str(ev.sequence), _when(ev.ts)],
-                        {"state": state, **ev.model_dump(mode="json")})
+            listing.add(
+                [
+                    ev.incident_id,
+                    state,
+                    str(ev.root_cause),
+                    str(ev.severity),
+                    ev.scope.describe(),
+                    _when(ev.opened_at),
+                    "transient" if ev.transient else "persistent",
+                ],
+                [ev.rule, ev.summary, str(ev.sequence), _when(ev.ts)],
+                {"state": state, **ev.model_dump(mode="json")},
+            )
     return listing
 
 
 @incidents_app.command("show")
-def incidents_show(incident_id: Annotated[str, typer.Argument(help="Incident id (inc-...).")],
-                   config: ConfigOpt = None) -> None:
+def incidents_show(
+    incident_id: Annotated[str, typer.Argument(help="Incident id (inc-...).")], config: ConfigOpt = None
+) -> None:
     """An incident's lifecycle, evidence, actions and what was notified where."""
     from tailhound.console import render_incident
 
@@ -381,20 +452,29 @@ def incidents_show(incident_id: Annotated[str, typer.Argument(help="Incident id 
     for ev in events:
         console.print(f"  #{ev.sequence} {ev.event:8s} {_when(ev.ts)}")
     # the live groups, and those the notifier is done with (kept for the console: notifier/history.py)
-    groups = [GroupState.model_validate(v) for k, v in _state(settings).items()
-              if k.startswith(("group:", RECENT_PREFIX)) and v]
+    groups = [
+        GroupState.model_validate(v)
+        for k, v in _state(settings).items()
+        if k.startswith(("group:", RECENT_PREFIX)) and v
+    ]
     for grp in groups:
         if incident_id not in grp.incidents:
             continue
-        console.print(f"notification group {grp.group_id} ({grp.group_key}, {len(grp.incidents)} incidents)"
-                      + (f": {grp.suppressed}" if grp.suppressed else "") + (" [flapping]" if grp.flapping else ""))
+        console.print(
+            f"notification group {grp.group_id} ({grp.group_key}, {len(grp.incidents)} incidents)"
+            + (f": {grp.suppressed}" if grp.suppressed else "")
+            + (" [flapping]" if grp.flapping else "")
+        )
         for name, log in grp.logs.items():
             pending = ", ".join(f"#{n.sequence} {n.kind}" for n in log.pending) or "none"
             err = f"; last error: {log.last_error}" if log.last_error else ""
-            console.print(f"  {name}: delivered up to #{log.delivered} ({log.last_kind or '-'}), "
-                          f"pending {pending}{err}")
+            console.print(
+                f"  {name}: delivered up to #{log.delivered} ({log.last_kind or '-'}), pending {pending}{err}"
+            )
             for rec in log.history:
                 at = _when(rec.at) if rec.at else "-"
                 err = f" ({rec.error})" if rec.error else ""
-                console.print(f"    #{rec.sequence} {rec.kind:8s} created {_when(rec.created_at)}  {rec.outcome} {at}"
-                              f"  attempts {rec.attempts}{err}")
+                console.print(
+                    f"    #{rec.sequence} {rec.kind:8s} created {_when(rec.created_at)}  {rec.outcome} {at}"
+                    f"  attempts {rec.attempts}{err}"
+                )

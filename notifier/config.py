@@ -132,10 +132,16 @@ class Route(_Strict):
 
 
 #: Alertmanager's top-level route keys -> the ``grouping`` key that means the same here
-ROUTE_GROUPING_KEYS = {"group_by": "by", "group_wait": "wait", "group_interval": "interval",
-                       "repeat_interval": "repeat"}
-_PER_ROUTE = ("groups are formed before routing, so grouping is one setting for every route: write it on the "
-              "top-level route or under `grouping:`")
+ROUTE_GROUPING_KEYS = {
+    "group_by": "by",
+    "group_wait": "wait",
+    "group_interval": "interval",
+    "repeat_interval": "repeat",
+}
+_PER_ROUTE = (
+    "groups are formed before routing, so grouping is one setting for every route: write it on the "
+    "top-level route or under `grouping:`"
+)
 #: Alertmanager route keys refused on a route, with what to use instead
 _REFUSED_ROUTE_KEYS = {
     "match": "deprecated in Alertmanager and not read here: use `matchers: ['label=\"value\"']`",
@@ -158,8 +164,9 @@ def _grouping_from_route(data: object) -> object:
     if grouping is None:
         return data  # the structure check reports the bad `grouping:`
     if taken.get("by") == ["..."] or taken.get("by") == "...":
-        raise ValueError("route.group_by: ['...'] (every label) is `grouping.by: [incident]` here: one group per "
-                         "incident")
+        raise ValueError(
+            "route.group_by: ['...'] (every label) is `grouping.by: [incident]` here: one group per incident"
+        )
     for ours, value in taken.items():
         theirs = next(k for k, v in ROUTE_GROUPING_KEYS.items() if v == ours)
         if ours in grouping and grouping[ours] != value:
@@ -202,7 +209,8 @@ class NotifierConfig(_Strict):
     delivery: Delivery = Field(default_factory=Delivery)
     route: Route = Field(default_factory=lambda: Route(receiver="console"))
     receivers: list[Annotated[ReceiverConfig, Field(discriminator="type")]] = Field(
-        default_factory=lambda: [ConsoleConfig(type="console", name="console")])
+        default_factory=lambda: [ConsoleConfig(type="console", name="console")]
+    )
     inhibit_rules: list[InhibitRule] = Field(default_factory=list)
     maintenance: list[MaintenanceWindow] = Field(default_factory=list)
     #: links every notification carries (runbook pages per root cause are added by the notifier)
@@ -267,8 +275,15 @@ def check_text(text: str, origin: str, space: LabelSpace | None) -> CheckedFile:
     if data is None:
         data, node = {}, None
     if not isinstance(data, dict) or (node is not None and not isinstance(node, yaml.MappingNode)):
-        return CheckedFile(origin, [*problems, Problem(origin, 1, 1, "a notifier config is a mapping (grouping, "
-                                                                   "route, receivers, inhibit_rules, ...)")])
+        return CheckedFile(
+            origin,
+            [
+                *problems,
+                Problem(
+                    origin, 1, 1, "a notifier config is a mapping (grouping, route, receivers, inhibit_rules, ...)"
+                ),
+            ],
+        )
     if node is not None:
         problems += lint(origin, text, space, node, data)
         problems += [_receiver_problem(issue, node, origin) for issue in receiver_issues(data)]
@@ -287,8 +302,11 @@ def _validation_problem(err: Any, node: yaml.Node | None, origin: str) -> Proble
     problem = validation_problem(err, node, origin, NotifierConfig)
     kind = err["type"]
     if kind == "union_tag_invalid":
-        return replace(problem, message=problem.message.replace("unknown type", "unknown receiver type"),
-                       hint=problem.hint.replace("types:", "receiver types:"))
+        return replace(
+            problem,
+            message=problem.message.replace("unknown type", "unknown receiver type"),
+            hint=problem.hint.replace("types:", "receiver types:"),
+        )
     if kind == "union_tag_not_found":
         return replace(problem, hint=f"receiver types: {', '.join(RECEIVER_TYPES)}")
     target, _, _ = locate(node, list(err["loc"]))

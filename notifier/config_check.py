@@ -32,9 +32,21 @@ from .label_space import (
 )
 from .receivers.registry import build_receiver
 
-__all__ = ["STREAMS_LABELS", "CheckedFile", "LabelSpace", "MatcherIssue", "WarningProblem", "check_file",
-           "check_secrets", "check_text", "fixed_labels", "is_error", "label_issues", "label_space",
-           "matcher_issues"]
+__all__ = [
+    "STREAMS_LABELS",
+    "CheckedFile",
+    "LabelSpace",
+    "MatcherIssue",
+    "WarningProblem",
+    "check_file",
+    "check_secrets",
+    "check_text",
+    "fixed_labels",
+    "is_error",
+    "label_issues",
+    "label_space",
+    "matcher_issues",
+]
 
 
 def check_file(path: Path, space: LabelSpace | None) -> CheckedFile:
@@ -51,8 +63,9 @@ def check_file(path: Path, space: LabelSpace | None) -> CheckedFile:
     return check_text(text, str(path), space)
 
 
-def check_secrets(checked: CheckedFile, allowed_hosts: list[str], environ: dict[str, str] | None = None
-                  ) -> list[Problem]:
+def check_secrets(
+    checked: CheckedFile, allowed_hosts: list[str], environ: dict[str, str] | None = None
+) -> list[Problem]:
     """What the worker does at start: resolve every receiver's secrets and check its URLs against the
     allow-list; each failure at its receiver's line."""
     if checked.config is None:
@@ -64,6 +77,7 @@ def check_secrets(checked: CheckedFile, allowed_hosts: list[str], environ: dict[
             build_receiver(rc, allowed_hosts=allowed_hosts, environ=environ)
         except ConfigError as exc:
             item = items.value[i] if isinstance(items, yaml.SequenceNode) and i < len(items.value) else None
-            out.append(at(checked.path, item, str(exc)) if item is not None else Problem(checked.path, None, None,
-                                                                                       str(exc)))
+            out.append(
+                at(checked.path, item, str(exc)) if item is not None else Problem(checked.path, None, None, str(exc))
+            )
     return out

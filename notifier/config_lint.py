@@ -53,16 +53,23 @@ class _Semantic:
         if isinstance(route, dict) and isinstance(route_node, yaml.MappingNode):
             top_matchers = _value(route_node, "matchers")
             if isinstance(route.get("matchers"), list) and route["matchers"] and top_matchers is not None:
-                self._add(top_matchers, "route.matchers: the top-level route takes every incident; its matchers "
-                                        "are never read", "move them to a child route under `routes:`",
-                          warning=True)
+                self._add(
+                    top_matchers,
+                    "route.matchers: the top-level route takes every incident; its matchers are never read",
+                    "move them to a child route under `routes:`",
+                    warning=True,
+                )
             self._route(route, route_node, "route")
-        self._label_list(data, ("grouping", "by"), "it is \"\" on every incident, so it never splits a group")
+        self._label_list(data, ("grouping", "by"), 'it is "" on every incident, so it never splits a group')
         for i, (rule, rule_node) in enumerate(self._items(data, "inhibit_rules")):
             for key in ("source_matchers", "target_matchers"):
                 self._matchers(rule.get(key), _value(rule_node, key), f"inhibit_rules[{i}].{key}")
-            self._labels(rule.get("equal"), _value(rule_node, "equal"), f"inhibit_rules[{i}].equal",
-                         "it is \"\" on every incident, so it is always equal")
+            self._labels(
+                rule.get("equal"),
+                _value(rule_node, "equal"),
+                f"inhibit_rules[{i}].equal",
+                'it is "" on every incident, so it is always equal',
+            )
         for i, (window, window_node) in enumerate(self._items(data, "maintenance")):
             self._matchers(window.get("matchers"), _value(window_node, "matchers"), f"maintenance[{i}].matchers")
         return self.out
@@ -79,9 +86,13 @@ class _Semantic:
                 continue
             path = f"{where}.routes[{i}]"
             if catch_all is not None:
-                self._add(child_node, f"{path}: never reached: {catch_all[0]} (line {catch_all[1]}) has no matchers "
-                                      "and no `continue: true`, so it takes every incident first",
-                          "move the catch-all route last, or give it matchers or `continue: true`", warning=True)
+                self._add(
+                    child_node,
+                    f"{path}: never reached: {catch_all[0]} (line {catch_all[1]}) has no matchers "
+                    "and no `continue: true`, so it takes every incident first",
+                    "move the catch-all route last, or give it matchers or `continue: true`",
+                    warning=True,
+                )
             elif not child.get("matchers") and child.get("continue") is not True:
                 catch_all = (path, child_node.start_mark.line + 1)
             self._route(child, child_node, path)
@@ -148,10 +159,8 @@ def _verbatim_start(node: yaml.ScalarNode, text: str) -> int | None:
     s, e = node.start_mark, node.end_mark
     if s.line != e.line:
         return None
-    raw = text[s.index:e.index]
+    raw = text[s.index : e.index]
     quoted = node.style in ("'", '"')
     if quoted:
         raw = raw[1:-1]
     return s.column + int(quoted) if raw == node.value else None
-
-

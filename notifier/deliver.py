@@ -84,9 +84,17 @@ OnDeadLetter = Callable[[Notification, str], Awaitable[None]]
 
 
 class Deliverer:
-    def __init__(self, notifier: Notifier, receivers: dict[str, Receiver], policy: Delivery, *,
-                 clock: Callable[[], float], on_outcome: OnOutcome, on_dead_letter: OnDeadLetter,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        notifier: Notifier,
+        receivers: dict[str, Receiver],
+        policy: Delivery,
+        *,
+        clock: Callable[[], float],
+        on_outcome: OnOutcome,
+        on_dead_letter: OnDeadLetter,
+        rng: random.Random | None = None,
+    ) -> None:
         self.notifier = notifier
         self.receivers = receivers
         self.policy = policy
@@ -161,27 +169,37 @@ class Deliverer:
             self.stats.bump(self.stats.sent, name)
             self.stats.lags.append(max(now - notification.ts, 0.0))
             log.info("delivered %s %s to %s", notification.kind, notification.idempotency_key, name)
-            await self.on_outcome(self.notifier.delivered(group_id, name, notification.sequence,
-                                                          new_receipt or {}, now))
+            await self.on_outcome(
+                self.notifier.delivered(group_id, name, notification.sequence, new_receipt or {}, now)
+            )
         return attempted, True
 
     async def _failed(self, name: str, group_id: str, n: Notification, exc: DeliveryError) -> None:
         now = self.clock()
         self.stats.bump(self.stats.failed, name)
         if self.breakers[name].failure(now):
-            log.warning("receiver %s: circuit open for %.0fs after %d failures", name,
-                        self.policy.breaker.cooldown, self.breakers[name].consecutive)
+            log.warning(
+                "receiver %s: circuit open for %.0fs after %d failures",
+                name,
+                self.policy.breaker.cooldown,
+                self.breakers[name].consecutive,
+            )
         attempts = (self.notifier.groups[group_id].logs[name].attempts + 1) if group_id in self.notifier.groups else 1
         wait = max(exc.retry_after or 0.0, backoff_s(attempts, self.policy.backoff, self.rng))
         outcome, dead = self.notifier.failed(group_id, name, n.sequence, exc, now, wait)
         await self.on_outcome(outcome)
         if dead is not None:
-            why = ("not retryable" if not exc.retryable
-                   else f"gave up after {attempts} attempts in {now - n.ts:.0f}s")
+            why = "not retryable" if not exc.retryable else f"gave up after {attempts} attempts in {now - n.ts:.0f}s"
             reason = f"{why}: {exc.reason}"
             self.stats.bump(self.stats.dead, name)
             log.error("dead-letter %s to %s: %s", dead.idempotency_key, name, reason)
             await self.on_dead_letter(dead, reason)
         else:
-            log.warning("delivery of %s to %s failed (attempt %d, next in %.1fs): %s", n.idempotency_key, name,
-                        attempts, wait, exc.reason)
+            log.warning(
+                "delivery of %s to %s failed (attempt %d, next in %.1fs): %s",
+                n.idempotency_key,
+                name,
+                attempts,
+                wait,
+                exc.reason,
+            )

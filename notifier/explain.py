@@ -81,8 +81,10 @@ def explain(events: list[IncidentEvent], versus: str | None = None) -> str:
         raise TailhoundError("no events to explain")
     last = events[-1]
     shown = next((e for e in reversed(events) if e.candidates), last)
-    lines = [f"{last.incident_id}: {last.root_cause} on {last.scope.describe()} ({last.event}, "
-             f"event #{shown.sequence} explained)"]
+    lines = [
+        f"{last.incident_id}: {last.root_cause} on {last.scope.describe()} ({last.event}, "
+        f"event #{shown.sequence} explained)"
+    ]
     if last.differential is not None:
         d = last.differential
         lines += [f"NOT CERTAIN: {d.lead} or {d.runner_up}. {d.why}", f"Tell them apart: {d.check}"]
@@ -116,16 +118,19 @@ def why_not(lead: Candidate, other: Candidate, event: IncidentEvent) -> list[str
     """The recorded reasons `other` is not the root cause."""
     reasons = []
     if other.unexplained:
-        reasons.append(f"{other.root_cause} does not explain {', '.join(other.unexplained)}, which "
-                       f"{lead.root_cause} does")
+        reasons.append(
+            f"{other.root_cause} does not explain {', '.join(other.unexplained)}, which {lead.root_cause} does"
+        )
     if not any(f.state == "firing" for f in other.supports):
         pending = [f.rule for f in other.supports if f.state == "pending"]
         reasons.append(f"no rule of {other.root_cause} fires" + (f" ({', '.join(pending)} pending)" if pending else ""))
     if other.against:
         reasons.append(f"{other.root_cause}'s own rules disagree: " + "; ".join(f.describe() for f in other.against))
     if other.score >= lead.score:
-        reasons.append(f"both explain what fires equally well: {lead.root_cause} is ranked first because it is "
-                       "the more fundamental cause (the causal order of the rule pack)")
+        reasons.append(
+            f"both explain what fires equally well: {lead.root_cause} is ranked first because it is "
+            "the more fundamental cause (the causal order of the rule pack)"
+        )
     d = event.differential
     if d is not None and {str(d.lead), str(d.runner_up)} == {str(lead.root_cause), str(other.root_cause)}:
         reasons.append(f"but the signals cannot rule {other.root_cause} out: {d.check}")

@@ -42,8 +42,14 @@ def retire(recent: dict[str, GroupState], grp: GroupState, dirty: set[str]) -> N
     dirty.add(recent_key(grp.group_id))
 
 
-def evict(recent: dict[str, GroupState], now: float, dirty: set[str], *, max_groups: int | None = None,
-          retention_s: float | None = None) -> None:
+def evict(
+    recent: dict[str, GroupState],
+    now: float,
+    dirty: set[str],
+    *,
+    max_groups: int | None = None,
+    retention_s: float | None = None,
+) -> None:
     """Drop recent groups that resolved more than `retention_s` (RECENT_RETENTION_S) ago, then the oldest
     beyond `max_groups` (MAX_RECENT_GROUPS)."""
     if not recent:
@@ -68,8 +74,12 @@ def restore_recent(recent: dict[str, GroupState], key: str, value: Any) -> None:
         grp = GroupState.model_validate(value)
     except ValidationError as exc:
         err = exc.errors()[0]
-        log.warning("notifier: skipping recent group record %s: %s: %s", key[:80],
-                    ".".join(map(str, err["loc"])) or "record", err["msg"])
+        log.warning(
+            "notifier: skipping recent group record %s: %s: %s",
+            key[:80],
+            ".".join(map(str, err["loc"])) or "record",
+            err["msg"],
+        )
         return
     recent[grp.group_id] = grp
 
@@ -94,8 +104,9 @@ def fit_series(grp: GroupState) -> None:
             total += size
 
 
-def record_intake(groups: dict[str, GroupState], incident_group: dict[str, str],
-                  events: Iterable[IncidentEvent]) -> None:
+def record_intake(
+    groups: dict[str, GroupState], incident_group: dict[str, str], events: Iterable[IncidentEvent]
+) -> None:
     """After the intake stages: mark each event taken into a group, and fit the chart data of each group an
     event went to."""
     touched: dict[str, GroupState] = {}
@@ -125,8 +136,12 @@ def mirror(groups: dict[str, GroupState], recent: dict[str, GroupState], key: st
         grp = GroupState.model_validate_json(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        log.warning("notifier: standby: skipping state record %s: %s: %s", key[:80],
-                    ".".join(map(str, err["loc"])) or "record", err["msg"])
+        log.warning(
+            "notifier: standby: skipping state record %s: %s: %s",
+            key[:80],
+            ".".join(map(str, err["loc"])) or "record",
+            err["msg"],
+        )
         return True
     store[grp.group_id] = grp
     if kind == "recent":

@@ -36,9 +36,17 @@ _LABELS_DOC = "see docs/notifier.md#matchers-and-incident-labels"
 def fixed_labels() -> frozenset[str]:
     """The labels every incident may carry whatever the rule pack: those of
     :func:`~tailhound.notifier.matchers.incident_labels` (read from it) and :data:`STREAMS_LABELS`."""
-    probe = IncidentEvent(incident_id="inc-probe", event="opened", sequence=1, ts=1.0, opened_at=1.0,
-                          root_cause=RootCause.CAPACITY, severity=Severity.INFO, rule="probe",
-                          scope=Scope(node="n", gpus=["0"], engine="e", model="m", endpoint="p", nodes=["n"]))
+    probe = IncidentEvent(
+        incident_id="inc-probe",
+        event="opened",
+        sequence=1,
+        ts=1.0,
+        opened_at=1.0,
+        root_cause=RootCause.CAPACITY,
+        severity=Severity.INFO,
+        rule="probe",
+        scope=Scope(node="n", gpus=["0"], engine="e", model="m", endpoint="p", nodes=["n"]),
+    )
     return frozenset(incident_labels(probe)) | frozenset(STREAMS_LABELS)
 
 
@@ -119,8 +127,14 @@ def matcher_issues(m: Matcher, space: LabelSpace) -> list[MatcherIssue]:
     if name not in space.names:
         close = space.nearest_name(name)
         effect = "always matches" if m.matches({}) else "never matches"
-        out.append(MatcherIssue("name", 0, f"no incident carries the label {name!r}, so {m} {effect}",
-                                f"did you mean {close!r}?" if close else _label_list(space)))
+        out.append(
+            MatcherIssue(
+                "name",
+                0,
+                f"no incident carries the label {name!r}, so {m} {effect}",
+                f"did you mean {close!r}?" if close else _label_list(space),
+            )
+        )
         if close is None or close not in space.values:
             return out
         name = close  # check the value too, against the label that was meant
@@ -139,15 +153,26 @@ def matcher_issues(m: Matcher, space: LabelSpace) -> list[MatcherIssue]:
         for offset, alt in alternatives:
             if _matches_any(alt, values):
                 continue
-            what = (f"{alt!r} is not a valid {name}" if _LITERAL.fullmatch(alt)
-                    else f"{alt!r} matches no valid {name}")
-            out.append(MatcherIssue("value", offset, f"{what}, so that alternative of {m} never matches",
-                                    nearest(alt, values, space.what(name))))
+            what = f"{alt!r} is not a valid {name}" if _LITERAL.fullmatch(alt) else f"{alt!r} matches no valid {name}"
+            out.append(
+                MatcherIssue(
+                    "value",
+                    offset,
+                    f"{what}, so that alternative of {m} never matches",
+                    nearest(alt, values, space.what(name)),
+                )
+            )
         return out
     if not _matches_any(m.value, values):
         effect = "never matches" if m.op == "=~" else "always matches"
-        out.append(MatcherIssue("value", 0, f"the pattern matches no valid {name}, so {m} {effect}",
-                                nearest(m.value, values, space.what(name))))
+        out.append(
+            MatcherIssue(
+                "value",
+                0,
+                f"the pattern matches no valid {name}, so {m} {effect}",
+                nearest(m.value, values, space.what(name)),
+            )
+        )
     return out
 
 
@@ -177,8 +202,9 @@ def label_issues(name: str, value: str, space: LabelSpace) -> list[tuple[str, st
     out: list[tuple[str, str]] = []
     if name not in space.names:
         close = space.nearest_name(name)
-        out.append((f"no incident carries the label {name!r}", f"did you mean {close!r}?" if close
-                    else _label_list(space)))
+        out.append(
+            (f"no incident carries the label {name!r}", f"did you mean {close!r}?" if close else _label_list(space))
+        )
         if close is None or close not in space.values:
             return out
         name = close

@@ -117,7 +117,7 @@ class Matcher(BaseModel):
             raise ValueError(f"invalid matcher {text[:40]!r}...: {len(text)} characters, more than {MAX_TEXT_CHARS}")
         m = _MATCHER.match(text)
         if not m:
-            raise ValueError(f"invalid matcher {text!r}: write name=\"value\" (operators = != =~ !~)")
+            raise ValueError(f'invalid matcher {text!r}: write name="value" (operators = != =~ !~)')
         value = m.group(3) if m.group(3) is not None else m.group(4)
         value = re.sub(r"\\(.)", r"\1", value)
         _check(m.group(1), m.group(2), value)  # a plain ValueError naming the matcher, not pydantic's wrapping
@@ -161,15 +161,18 @@ def matcher_spans(text: str) -> MatcherSpans | None:
 def _check(name: str, op: str, value: str) -> _Compiled | None:
     """The compiled expression of a regex matcher (None for = and !=); ValueError naming the matcher."""
     if len(value) > MAX_VALUE_CHARS:
-        raise ValueError(f"matcher {name}{op}\"{value[:40]}...\": the value has {len(value)} characters, "
-                         f"more than {MAX_VALUE_CHARS}")
+        raise ValueError(
+            f'matcher {name}{op}"{value[:40]}...": the value has {len(value)} characters, more than {MAX_VALUE_CHARS}'
+        )
     if op in ("=~", "!~"):
         try:
             return _compiled(value)
         except RegexError as exc:
             shown = value.replace("\\", "\\\\").replace('"', '\\"')
-            raise ValueError(f"invalid regular expression in matcher {name}{op}\"{shown}\": {exc} (matchers use "
-                             "RE2 syntax, as Alertmanager: no backreferences or lookaround)") from None
+            raise ValueError(
+                f'invalid regular expression in matcher {name}{op}"{shown}": {exc} (matchers use '
+                "RE2 syntax, as Alertmanager: no backreferences or lookaround)"
+            ) from None
     return None
 
 
@@ -188,7 +191,12 @@ def matches_all(matchers: list[Matcher], labels: dict[str, str]) -> bool:
 def incident_labels(ev: IncidentEvent) -> dict[str, str]:
     """The label set routes, inhibit rules and silences match an incident on."""
     out = dict(ev.labels)
-    out.update(root_cause=str(ev.root_cause), severity=str(ev.severity), rule=ev.rule,
-               transient="true" if ev.transient else "false", incident=ev.incident_id)
+    out.update(
+        root_cause=str(ev.root_cause),
+        severity=str(ev.severity),
+        rule=ev.rule,
+        transient="true" if ev.transient else "false",
+        incident=ev.incident_id,
+    )
     out.update(ev.scope.labels())
     return out

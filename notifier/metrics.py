@@ -32,21 +32,31 @@ class NotifierCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         svc = self.service
         stats = svc._deliverer.stats
-        sent = CounterMetricFamily("tailhound_notifications", "Notifications by receiver and outcome.",
-                                   labels=["receiver", "outcome"])
+        sent = CounterMetricFamily(
+            "tailhound_notifications", "Notifications by receiver and outcome.", labels=["receiver", "outcome"]
+        )
         for receiver in sorted(svc.receivers):
             for field, outcome in OUTCOMES:
                 sent.add_metric([receiver, outcome], getattr(stats, field).get(receiver, 0))
         yield sent
         lags = list(stats.lags)
-        yield SummaryMetricFamily("tailhound_notification_delivery_seconds", "From a notification's creation to "
-                                  "its delivery (the last deliveries).", count_value=len(lags), sum_value=sum(lags))
-        yield GaugeMetricFamily("tailhound_notifier_active", "1 on the notifier that sends, 0 on standbys.",
-                                value=1.0 if svc.active else 0.0)
-        yield GaugeMetricFamily("tailhound_notifier_groups", "Notification groups held.",
-                                value=float(len(svc.notifier.groups)))
-        yield CounterMetricFamily("tailhound_notifier_incidents_ingested", "Incident events read.",
-                                  value=float(svc.ingested))
+        yield SummaryMetricFamily(
+            "tailhound_notification_delivery_seconds",
+            "From a notification's creation to its delivery (the last deliveries).",
+            count_value=len(lags),
+            sum_value=sum(lags),
+        )
+        yield GaugeMetricFamily(
+            "tailhound_notifier_active",
+            "1 on the notifier that sends, 0 on standbys.",
+            value=1.0 if svc.active else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "tailhound_notifier_groups", "Notification groups held.", value=float(len(svc.notifier.groups))
+        )
+        yield CounterMetricFamily(
+            "tailhound_notifier_incidents_ingested", "Incident events read.", value=float(svc.ingested)
+        )
 
 
 class DisabledReceiversCollector(Collector):
@@ -56,9 +66,12 @@ class DisabledReceiversCollector(Collector):
         self.service = service
 
     def collect(self) -> Iterator[Metric]:
-        gauge = GaugeMetricFamily("tailhound_notifier_receiver_disabled", "1 for a receiver disabled at start "
-                                  "because a secret it names is missing (its routes go to the fallback), else 0.",
-                                  labels=["receiver"])
+        gauge = GaugeMetricFamily(
+            "tailhound_notifier_receiver_disabled",
+            "1 for a receiver disabled at start "
+            "because a secret it names is missing (its routes go to the fallback), else 0.",
+            labels=["receiver"],
+        )
         names = {rc.name for rc in self.service.config.receivers} | set(self.service.disabled)
         for name in sorted(names):
             gauge.add_metric([name], 1.0 if name in self.service.disabled else 0.0)

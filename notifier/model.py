@@ -29,7 +29,6 @@ NotificationKind = Literal["opened", "updated", "resolved"]
 Receipt = dict[str, str]
 
 
-
 class Notification(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,7 +38,8 @@ class Notification(BaseModel):
     kind: NotificationKind
     ts: float = Field(gt=0, description="Wall-clock time the notifier decided to send, unix seconds.")
     incidents: list[IncidentEvent] = Field(
-        min_length=1, description="Latest event of every incident in the group; the lead incident first.")
+        min_length=1, description="Latest event of every incident in the group; the lead incident first."
+    )
     group_labels: dict[str, str] = Field(default_factory=dict, description="The `group_by` values.")
     flapping: bool = Field(default=False, description="The group changed state too often; not re-paged.")
     links: dict[str, str] = Field(default_factory=dict, description="Named URLs: runbook, console, ...")

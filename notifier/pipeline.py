@@ -65,8 +65,9 @@ class Outcome:
 
 
 class Notifier:
-    def __init__(self, config: NotifierConfig, *, runbook_url: str = DEFAULT_RUNBOOK,
-                 console_url: str | None = None) -> None:
+    def __init__(
+        self, config: NotifierConfig, *, runbook_url: str = DEFAULT_RUNBOOK, console_url: str | None = None
+    ) -> None:
         self.config = config
         self.runbook_url = runbook_url
         #: the incident console's external base URL: notifications link to ``<console_url>/incidents/<lead>``
@@ -79,15 +80,21 @@ class Notifier:
         self.seen: dict[str, int] = {}
         self.silences: dict[str, Silence] = {}
         for i, window in enumerate(config.maintenance):
-            s = Silence(id=f"maintenance-{i + 1}", matchers=window.matchers, starts_at=window.starts_at.timestamp(),
-                        ends_at=window.ends_at.timestamp(), author=window.author, comment=window.comment,
-                        created_at=window.starts_at.timestamp(), source="config")
+            s = Silence(
+                id=f"maintenance-{i + 1}",
+                matchers=window.matchers,
+                starts_at=window.starts_at.timestamp(),
+                ends_at=window.ends_at.timestamp(),
+                author=window.author,
+                comment=window.comment,
+                created_at=window.starts_at.timestamp(),
+                source="config",
+            )
             self.silences[s.id] = s
 
     # --- state ---------------------------------------------------------------------------------
     @classmethod
-    def restore(cls, config: NotifierConfig, items: dict[str, Any], *, now: float | None = None,
-                **kw: Any) -> Notifier:
+    def restore(cls, config: NotifierConfig, items: dict[str, Any], *, now: float | None = None, **kw: Any) -> Notifier:
         """Rebuild from the table's items (``group:<id>``, ``silence:<id>``, ``recent:<id>``). A silence record
         that breaks the limits (:mod:`tailhound.notifier.limits`) is skipped with a warning, and so is every
         live one past MAX_SILENCES (`now`, default the wall clock, says which are live)."""
@@ -114,8 +121,9 @@ class Notifier:
                     continue
                 if s.source == "cli" and s.state(now) != "expired":
                     if live >= MAX_SILENCES:
-                        logger.warning("notifier: skipping silence %s: already %d active or pending silences",
-                                    s.id, MAX_SILENCES)
+                        logger.warning(
+                            "notifier: skipping silence %s: already %d active or pending silences", s.id, MAX_SILENCES
+                        )
                         continue
                     live += 1
                 self.silences[s.id] = s
@@ -131,9 +139,17 @@ class Notifier:
         return s.state(now) == "expired" or self.live_silences(now) < MAX_SILENCES
 
     def _context(self, now: float) -> Context:
-        return Context(now=now, config=self.config, groups=self.groups, open_groups=self.open_groups,
-                       incident_group=self.incident_group, seen=self.seen, silences=self.silences,
-                       runbook_url=self.runbook_url, console_url=self.console_url)
+        return Context(
+            now=now,
+            config=self.config,
+            groups=self.groups,
+            open_groups=self.open_groups,
+            incident_group=self.incident_group,
+            seen=self.seen,
+            silences=self.silences,
+            runbook_url=self.runbook_url,
+            console_url=self.console_url,
+        )
 
     def _outcome(self, ctx: Context, created: list[Notification] | None = None) -> Outcome:
         dirty: dict[str, dict[str, Any] | None] = {}
@@ -202,8 +218,13 @@ class Notifier:
         history for the console, :mod:`tailhound.notifier.history`), and silences long expired."""
         window = self.config.flap.window
         for gid, grp in list(self.groups.items()):
-            if (grp.status == "resolved" and grp.notified_status != "firing" and grp.idle()
-                    and ctx.now - grp.status_since > window and grp.next_flush_at is None):
+            if (
+                grp.status == "resolved"
+                and grp.notified_status != "firing"
+                and grp.idle()
+                and ctx.now - grp.status_since > window
+                and grp.next_flush_at is None
+            ):
                 del self.groups[gid]
                 if self.open_groups.get(grp.group_key) == gid:
                     del self.open_groups[grp.group_key]
@@ -224,7 +245,7 @@ class Notifier:
             else:
                 expired.append((ended, sid))
         if len(expired) > MAX_EXPIRED_SILENCES:  # keep the newest: listing history, not state
-            for _, sid in sorted(expired)[:len(expired) - MAX_EXPIRED_SILENCES]:
+            for _, sid in sorted(expired)[: len(expired) - MAX_EXPIRED_SILENCES]:
                 del self.silences[sid]
                 ctx.dirty.add(f"silence:{sid}")
 
@@ -253,8 +274,9 @@ class Notifier:
             ctx.touch(self.groups[group_id])
         return self._outcome(ctx)
 
-    def failed(self, group_id: str, receiver: str, sequence: int, error: DeliveryError, now: float,
-               wait_s: float) -> tuple[Outcome, Notification | None]:
+    def failed(
+        self, group_id: str, receiver: str, sequence: int, error: DeliveryError, now: float, wait_s: float
+    ) -> tuple[Outcome, Notification | None]:
         """Record a failed attempt. Returns the notification when it is given up on (dead letter)."""
         ctx = self._context(now)
         log = self._log(group_id, receiver)
@@ -264,8 +286,11 @@ class Notifier:
         log.attempts += 1
         log.last_error = error.reason
         policy = self.config.delivery
-        if (not error.retryable or (policy.max_attempts is not None and log.attempts >= policy.max_attempts)
-                or now - log.pending[0].ts >= policy.give_up_after):
+        if (
+            not error.retryable
+            or (policy.max_attempts is not None and log.attempts >= policy.max_attempts)
+            or now - log.pending[0].ts >= policy.give_up_after
+        ):
             n = log.pending.pop(0)
             log.delivered = sequence
             if not n.flapping:
@@ -285,4 +310,3 @@ class Notifier:
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return f"{'.'.join(map(str, err['loc'])) or 'record'}: {err['msg']}"
-

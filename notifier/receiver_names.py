@@ -39,16 +39,28 @@ def receiver_issues(data: object) -> list[ReceiverIssue]:
     names = _receiver_names(data, out)
     if "route" not in data:
         if names is not None and DEFAULT_RECEIVER not in names:
-            out.append(ReceiverIssue(
-                ("receivers",), f"no `route:`: the default route sends everything to receiver {DEFAULT_RECEIVER!r}, "
-                                "which is not among the receivers", "add `route: {receiver: <name>}`", at_key=True))
+            out.append(
+                ReceiverIssue(
+                    ("receivers",),
+                    f"no `route:`: the default route sends everything to receiver {DEFAULT_RECEIVER!r}, "
+                    "which is not among the receivers",
+                    "add `route: {receiver: <name>}`",
+                    at_key=True,
+                )
+            )
         return out
     route = data["route"]
     if isinstance(route, Mapping):
         if not route.get("receiver"):
             hint = nearest("", names, "receivers") if names else ""
-            out.append(ReceiverIssue(("route",), "route: the top-level route needs a receiver (the default for "
-                                                 "unmatched incidents)", hint, at_key=True))
+            out.append(
+                ReceiverIssue(
+                    ("route",),
+                    "route: the top-level route needs a receiver (the default for unmatched incidents)",
+                    hint,
+                    at_key=True,
+                )
+            )
         _route_receivers(route, ("route",), names, out)
     return out
 
@@ -67,8 +79,13 @@ def _receiver_names(data: Mapping, out: list[ReceiverIssue]) -> list[str] | None
         if not isinstance(name, str):
             continue
         if name in first:
-            out.append(ReceiverIssue(("receivers", i, "name"), f"receivers[{i}].name: receiver {name!r} is defined "
-                                                               "twice", first=("receivers", first[name], "name")))
+            out.append(
+                ReceiverIssue(
+                    ("receivers", i, "name"),
+                    f"receivers[{i}].name: receiver {name!r} is defined twice",
+                    first=("receivers", first[name], "name"),
+                )
+            )
         else:
             first[name] = i
         names.append(name)
@@ -78,8 +95,13 @@ def _receiver_names(data: Mapping, out: list[ReceiverIssue]) -> list[str] | None
 def _route_receivers(route: Mapping, loc: Loc, names: list[str] | None, out: list[ReceiverIssue]) -> None:
     receiver = route.get("receiver")
     if isinstance(receiver, str) and names is not None and receiver not in names:
-        out.append(ReceiverIssue((*loc, "receiver"), f"{_where(loc)}.receiver: no receiver named {receiver!r}",
-                                 nearest(receiver, names, "receivers")))
+        out.append(
+            ReceiverIssue(
+                (*loc, "receiver"),
+                f"{_where(loc)}.receiver: no receiver named {receiver!r}",
+                nearest(receiver, names, "receivers"),
+            )
+        )
     children = route.get("routes")
     for i, child in enumerate(children if isinstance(children, list) else ()):
         if isinstance(child, Mapping):

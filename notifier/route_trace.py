@@ -133,8 +133,9 @@ def _event(item: object, where: str) -> IncidentEvent:
         raise ValueError(f"{where}: not an incident event: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
-def _walk(node: RouteNode, labels: dict[str, str], inherited: str | None, steps: tuple[RouteNode, ...]
-          ) -> list[RoutePath]:
+def _walk(
+    node: RouteNode, labels: dict[str, str], inherited: str | None, steps: tuple[RouteNode, ...]
+) -> list[RoutePath]:
     own = node.route.receiver or inherited
     found: list[RoutePath] = []
     matched = False

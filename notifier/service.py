@@ -93,9 +93,14 @@ def build_receivers(settings: Settings, config: NotifierConfig, **console: Any) 
     if out.disabled:
         out.fallback = _fallback(config, out, console)
         for name, why in out.disabled.items():
-            log.warning("notifier: receiver %r is DISABLED: %s. Its routes deliver to %r until the secret is "
-                        "provided and the worker restarted (`tailhound notifier check --secrets` lists what is "
-                        "missing)", name, why, out.fallback)
+            log.warning(
+                "notifier: receiver %r is DISABLED: %s. Its routes deliver to %r until the secret is "
+                "provided and the worker restarted (`tailhound notifier check --secrets` lists what is "
+                "missing)",
+                name,
+                why,
+                out.fallback,
+            )
     return out
 
 
@@ -116,6 +121,7 @@ def _fallback(config: NotifierConfig, built: Receivers, console: dict[str, Any])
 def reroute(config: NotifierConfig, disabled: set[str] | dict[str, str], fallback: str) -> NotifierConfig:
     """`config` with every route that names a disabled receiver naming `fallback` instead (added as a
     console receiver when the config has no receiver of that name)."""
+
     def walk(route: Route) -> Route:
         receiver = fallback if route.receiver in disabled else route.receiver
         return route.model_copy(update={"receiver": receiver, "routes": [walk(r) for r in route.routes]})
@@ -181,9 +187,16 @@ class _Takeover(ConsumerRebalanceListener):
 
 
 class NotifierService:
-    def __init__(self, settings: Settings, config: NotifierConfig, receivers: dict[str, Receiver], *,
-                 clock: Callable[[], float] = time.time, group_id: str | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: NotifierConfig,
+        receivers: dict[str, Receiver],
+        *,
+        clock: Callable[[], float] = time.time,
+        group_id: str | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.settings = settings
         #: receivers disabled at start for a missing secret (build_receivers): their routes go to the fallback
         self.disabled: dict[str, str] = dict(getattr(receivers, "disabled", {}))
@@ -192,8 +205,9 @@ class NotifierService:
         self.receivers = receivers
         self.clock = clock
         self.group_id = group_id or f"{settings.streams.app_id}-notifier"
-        self.notifier = Notifier(self.config, runbook_url=settings.notifier.runbook_url,
-                                 console_url=settings.notifier.console_link_base())
+        self.notifier = Notifier(
+            self.config, runbook_url=settings.notifier.runbook_url, console_url=settings.notifier.console_link_base()
+        )
         self.active = False
         self._takeover_due = False
         self._dirty: dict[str, Any] = {}
@@ -210,8 +224,14 @@ class NotifierService:
         self.registry.register(DisabledReceiversCollector(self))
 
     def _make_deliverer(self) -> Deliverer:
-        return Deliverer(self.notifier, self.receivers, self.config.delivery, clock=self.clock,
-                         on_outcome=self._record, on_dead_letter=self._dead_letter)
+        return Deliverer(
+            self.notifier,
+            self.receivers,
+            self.config.delivery,
+            clock=self.clock,
+            on_outcome=self._record,
+            on_dead_letter=self._dead_letter,
+        )
 
     # --- state -----------------------------------------------------------------------------------
     async def _record(self, outcome: Outcome) -> None:
@@ -224,9 +244,14 @@ class NotifierService:
         if not self._dirty:
             return
         dirty, self._dirty = self._dirty, {}
-        futures = [await self._producer.send(self.settings.notifier_state_topic, key=k.encode(),
-                                             value=json.dumps(v, separators=(",", ":")).encode() if v is not None
-                                             else None) for k, v in dirty.items()]
+        futures = [
+            await self._producer.send(
+                self.settings.notifier_state_topic,
+                key=k.encode(),
+                value=json.dumps(v, separators=(",", ":")).encode() if v is not None else None,
+            )
+            for k, v in dirty.items()
+        ]
         await asyncio.gather(*futures)
 
     async def stand_by(self) -> None:
@@ -244,15 +269,24 @@ class NotifierService:
         items, _ = await read_state(self.settings, self._state_tail)
         await self._deliverer.stop()
         self._dirty.clear()
-        self.notifier = Notifier.restore(self.config, items, now=self.clock(),
-                                         runbook_url=self.settings.notifier.runbook_url,
-                                         console_url=self.settings.notifier.console_link_base())
+        self.notifier = Notifier.restore(
+            self.config,
+            items,
+            now=self.clock(),
+            runbook_url=self.settings.notifier.runbook_url,
+            console_url=self.settings.notifier.console_link_base(),
+        )
         self._deliverer = self._make_deliverer()
         self.active = True
         await resume_receivers(self.receivers, self.notifier, self.clock())  # re-posting resumes (alertmanager)
         pending = sum(len(dl.pending) for g in self.notifier.groups.values() for dl in g.logs.values())
-        log.info("notifier: active with %d groups, %d silences, %d pending notifications, %d recent groups",
-                 len(self.notifier.groups), len(self.notifier.silences), pending, len(self.notifier.recent))
+        log.info(
+            "notifier: active with %d groups, %d silences, %d pending notifications, %d recent groups",
+            len(self.notifier.groups),
+            len(self.notifier.silences),
+            pending,
+            len(self.notifier.recent),
+        )
 
     async def _tail_state(self, standby: bool = False) -> None:
         """Pick up silences written by the CLI (our own group writes come back too and are ignored); standing
@@ -265,7 +299,8 @@ class NotifierService:
             return
         try:  # never held up here: a standby must see its takeover on time
             batch = await asyncio.wait_for(
-                self._state_tail.getmany(timeout_ms=0, max_records=STATE_RECORDS_PER_TICK), STATE_TAIL_WAIT_S)
+                self._state_tail.getmany(timeout_ms=0, max_records=STATE_RECORDS_PER_TICK), STATE_TAIL_WAIT_S
+            )
         except TimeoutError:
             return
         for records in batch.values():
@@ -282,8 +317,9 @@ class NotifierService:
                     continue
                 known = self.notifier.silences.get(s.id)
                 if known is None and not self.notifier.accepts_silence(s, self.clock()):
-                    log.warning("notifier: ignoring silence %s: already %d active or pending silences",
-                                s.id, MAX_SILENCES)
+                    log.warning(
+                        "notifier: ignoring silence %s: already %d active or pending silences", s.id, MAX_SILENCES
+                    )
                     continue
                 if known is None or known.model_dump() != s.model_dump():
                     self.notifier.silences[s.id] = s
@@ -308,15 +344,25 @@ class NotifierService:
 
     async def write_silence(self, silence: Silence) -> None:
         """Store a silence on the state topic (the active instance, maybe this one, picks it up)."""
-        await self._producer.send_and_wait(self.settings.notifier_state_topic, key=f"silence:{silence.id}".encode(),
-                                           value=silence.model_dump_json().encode())
+        await self._producer.send_and_wait(
+            self.settings.notifier_state_topic,
+            key=f"silence:{silence.id}".encode(),
+            value=silence.model_dump_json().encode(),
+        )
         self.notifier.silences[silence.id] = silence
 
     async def _dead_letter(self, n: Notification, reason: str) -> None:
-        record = DeadLetter.from_bytes(n.model_dump_json().encode(), ts=time.time(), reason=reason, stage="deliver",
-                                       topic=self.settings.incidents_topic, key=n.idempotency_key)
-        await self._producer.send_and_wait(self.settings.deadletter_topic, key=n.idempotency_key.encode(),
-                                           value=record.model_dump_json().encode())
+        record = DeadLetter.from_bytes(
+            n.model_dump_json().encode(),
+            ts=time.time(),
+            reason=reason,
+            stage="deliver",
+            topic=self.settings.incidents_topic,
+            key=n.idempotency_key,
+        )
+        await self._producer.send_and_wait(
+            self.settings.deadletter_topic, key=n.idempotency_key.encode(), value=record.model_dump_json().encode()
+        )
 
     # --- loop ------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -328,30 +374,54 @@ class NotifierService:
         # a worker with a stable identity (streams.instance_id) is a static member of the notifier's group too:
         # its restart within the session timeout moves nothing, so the active notifier stays active
         instance = self.settings.streams.instance_id
-        static = {"group_instance_id": f"{instance}-notifier",
-                  "session_timeout_ms": int(self.settings.streams.session_timeout_s * 1000),
-                  "rebalance_timeout_ms": int(STATIC_REBALANCE_TIMEOUT_S * 1000)} if instance else {}
-        self._consumer = make_consumer(self.settings, group_id=self.group_id, **{
-            "session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000, "max_poll_interval_ms": 300_000,
-            "fetch_max_wait_ms": FETCH_WAIT_MS, **static})
+        static = (
+            {
+                "group_instance_id": f"{instance}-notifier",
+                "session_timeout_ms": int(self.settings.streams.session_timeout_s * 1000),
+                "rebalance_timeout_ms": int(STATIC_REBALANCE_TIMEOUT_S * 1000),
+            }
+            if instance
+            else {}
+        )
+        self._consumer = make_consumer(
+            self.settings,
+            group_id=self.group_id,
+            **{
+                "session_timeout_ms": 10_000,
+                "heartbeat_interval_ms": 1_000,
+                "max_poll_interval_ms": 300_000,
+                "fetch_max_wait_ms": FETCH_WAIT_MS,
+                **static,
+            },
+        )
         self._consumer.subscribe([self.settings.incidents_topic], listener=_Takeover(self))
         await self._consumer.start()
         api = None
         listen = self.settings.notifier.api_listen
         if listen:
             from .api import ApiAccess, serve
+
             try:
-                api = await serve(self, listen, ApiAccess.from_settings(self.settings.notifier),
-                                  console=self.settings.notifier.console)
+                api = await serve(
+                    self,
+                    listen,
+                    ApiAccess.from_settings(self.settings.notifier),
+                    console=self.settings.notifier.console,
+                )
                 log.info("notifier: API on %s (port %s)", listen, self.api_port)
             except OSError as exc:  # the port is taken: notify anyway, without the API
-                log.error("notifier: cannot serve the API on %s: %s; notifying without it. Another worker on "
-                          "this host? Give each its own notifier.api_listen (TAILHOUND_NOTIFIER__API_LISTEN; "
-                          "port 0 takes any free port)", listen, exc)
+                log.error(
+                    "notifier: cannot serve the API on %s: %s; notifying without it. Another worker on "
+                    "this host? Give each its own notifier.api_listen (TAILHOUND_NOTIFIER__API_LISTEN; "
+                    "port 0 takes any free port)",
+                    listen,
+                    exc,
+                )
         try:
             while not stop.is_set():
-                batch = await self._consumer.getmany(timeout_ms=int(self.settings.notifier.tick_s * 1000),
-                                                     max_records=500)
+                batch = await self._consumer.getmany(
+                    timeout_ms=int(self.settings.notifier.tick_s * 1000), max_records=500
+                )
                 if self._takeover_due:
                     self._takeover_due = False
                     await self.take_over()

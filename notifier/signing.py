@@ -50,8 +50,15 @@ def sign_all(secrets: Iterable[str], timestamp: int, body: bytes) -> str:
     return ",".join(sign(s, timestamp, body) for s in secrets)
 
 
-def verify(secret: str | Iterable[str], timestamp_header: str | None, signature_header: str | None, body: bytes,
-           *, tolerance_s: float = DEFAULT_TOLERANCE_S, now: float | None = None) -> None:
+def verify(
+    secret: str | Iterable[str],
+    timestamp_header: str | None,
+    signature_header: str | None,
+    body: bytes,
+    *,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    now: float | None = None,
+) -> None:
     """Check a request's signature and timestamp; raise :class:`SignatureError` saying what is wrong.
 
     `secret` is one secret or several (the receiver's side of a rotation); `body` must be the raw
@@ -68,15 +75,18 @@ def verify(secret: str | Iterable[str], timestamp_header: str | None, signature_
         raise SignatureError(f"malformed {TIMESTAMP_HEADER} header (expected unix seconds)") from None
     clock = time.time() if now is None else now
     if abs(clock - timestamp) > tolerance_s:
-        raise SignatureError(f"{TIMESTAMP_HEADER} is {clock - timestamp:+.0f}s from now, outside the "
-                             f"{tolerance_s:g}s tolerance (stale or replayed request, or clock skew)")
+        raise SignatureError(
+            f"{TIMESTAMP_HEADER} is {clock - timestamp:+.0f}s from now, outside the "
+            f"{tolerance_s:g}s tolerance (stale or replayed request, or clock skew)"
+        )
     if not signature_header or not signature_header.strip():
         raise SignatureError(f"missing {SIGNATURE_HEADER} header")
     parts = [p.strip() for p in signature_header.split(",") if p.strip()]
     if len(parts) > MAX_SIGNATURES:
         raise SignatureError(f"{SIGNATURE_HEADER} carries {len(parts)} signatures (at most {MAX_SIGNATURES})")
-    offered = [value.strip() for scheme, sep, value in (p.partition("=") for p in parts)
-               if sep and scheme.strip() == SCHEME]
+    offered = [
+        value.strip() for scheme, sep, value in (p.partition("=") for p in parts) if sep and scheme.strip() == SCHEME
+    ]
     if not offered:
         raise SignatureError(f"{SIGNATURE_HEADER} has no {SCHEME}= signature")
     expected = [_digest(s, timestamp, body) for s in secrets]

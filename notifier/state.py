@@ -87,13 +87,21 @@ class DeliveryLog(BaseModel):
             self.history.append(record)
             del self.history[:-MAX_DELIVERY_HISTORY]
 
-    def note_outcome(self, sequence: int, outcome: DeliveryOutcome, *, at: float | None = None,
-                     attempts: int = 0, error: str | None = None) -> None:
+    def note_outcome(
+        self,
+        sequence: int,
+        outcome: DeliveryOutcome,
+        *,
+        at: float | None = None,
+        attempts: int = 0,
+        error: str | None = None,
+    ) -> None:
         """Record how notification `sequence` went (a record dropped by the bound is not brought back)."""
         for i in range(len(self.history) - 1, -1, -1):
             if self.history[i].sequence == sequence:
                 self.history[i] = self.history[i].model_copy(
-                    update={"outcome": outcome, "at": at, "attempts": attempts, "error": error})
+                    update={"outcome": outcome, "at": at, "attempts": attempts, "error": error}
+                )
                 return
 
     def is_open(self) -> bool:
@@ -141,7 +149,7 @@ class GroupState(BaseModel):
         marks.append((ev.ts, ev.event, ev.sequence))
         marks.sort(key=lambda m: (m[2], m[0]))
         if len(marks) > MAX_MARKS_PER_INCIDENT:
-            del marks[1:len(marks) - MAX_MARKS_PER_INCIDENT + 1]
+            del marks[1 : len(marks) - MAX_MARKS_PER_INCIDENT + 1]
 
     @property
     def lead(self) -> IncidentEvent:
@@ -159,8 +167,10 @@ class GroupState(BaseModel):
     def fingerprint(self) -> str:
         """What a notification is about: which incidents, their root cause, severity, transience and state.
         New evidence values alone do not change it (no re-page for a number that moved)."""
-        parts = sorted(f"{i}:{e.root_cause}:{e.severity}:{int(e.transient)}:{int(e.event == 'resolved')}"
-                       for i, e in self.incidents.items())
+        parts = sorted(
+            f"{i}:{e.root_cause}:{e.severity}:{int(e.transient)}:{int(e.event == 'resolved')}"
+            for i, e in self.incidents.items()
+        )
         return "|".join(parts)
 
     def idle(self) -> bool:
@@ -199,12 +209,16 @@ class Silence(BaseModel):
             raise ValueError(f"the matchers' values have {size} characters together, more than {MAX_MATCHER_CHARS}")
         program = sum(m.program_size for m in self.matchers)
         if program > MAX_PROGRAM_SIZE:
-            raise ValueError(f"the regular expressions are too complex together: {program} RE2 instructions, more "
-                             f"than {MAX_PROGRAM_SIZE} (simplify them, or use fewer)")
+            raise ValueError(
+                f"the regular expressions are too complex together: {program} RE2 instructions, more "
+                f"than {MAX_PROGRAM_SIZE} (simplify them, or use fewer)"
+            )
         if self.ends_at - self.starts_at > MAX_SILENCE_DURATION_S:
-            raise ValueError(f"a silence lasts at most {MAX_SILENCE_DURATION_S / 86400:g} days "
-                             f"(this one {(self.ends_at - self.starts_at) / 86400:.1f}); declare a longer "
-                             "maintenance window in the notifier config")
+            raise ValueError(
+                f"a silence lasts at most {MAX_SILENCE_DURATION_S / 86400:g} days "
+                f"(this one {(self.ends_at - self.starts_at) / 86400:.1f}); declare a longer "
+                "maintenance window in the notifier config"
+            )
         return self
 
     def active(self, now: float) -> bool:

@@ -73,9 +73,13 @@ ROLLUP_STATE_TABLE = "rollup-state"
 CAUSES_HEADER = "tailhound-node-causes"
 
 
-def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = None,
-               on_snapshot: Callable[[Snapshot], object] | None = None,
-               registry: CollectorRegistry | None = None) -> faust.App:
+def create_app(
+    settings: Settings,
+    rules: RuleSet,
+    catalog: Catalog | None = None,
+    on_snapshot: Callable[[Snapshot], object] | None = None,
+    registry: CollectorRegistry | None = None,
+) -> faust.App:
     """The streams app; `on_snapshot` sees every valid telemetry snapshot before it is evaluated (the
     worker's rule coverage, :mod:`tailhound.streams.coverage_watch`; it must be cheap and never raise)."""
     if not settings.broker:
@@ -110,11 +114,13 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     # the topic, Faust decodes each message when it is fetched and a backlog keeps up to
     # stream_buffer_maxsize (4096) decoded snapshots alive in the stream's buffer, ~1 KB of objects each
     # for every garbage collection to walk
-    telemetry = app.topic(settings.telemetry_topic, key_serializer="raw", value_serializer="raw",
-                          partitions=settings.partitions)
+    telemetry = app.topic(
+        settings.telemetry_topic, key_serializer="raw", value_serializer="raw", partitions=settings.partitions
+    )
     incidents = app.topic(settings.incidents_topic, key_serializer="raw", value_serializer="raw", partitions=1)
-    node_incidents = app.topic(settings.node_incidents_topic, key_serializer="raw", value_serializer="raw",
-                               partitions=1)
+    node_incidents = app.topic(
+        settings.node_incidents_topic, key_serializer="raw", value_serializer="raw", partitions=1
+    )
     rollup_state = _state_table(app, ROLLUP_STATE_TABLE, 1)
     deadletter = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw")
     console = ConsoleSink() if settings.sinks.console.enabled else None
@@ -123,15 +129,29 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     load = load_models(settings.streams.load_models)
     # service levels, and the load-tested thresholds of the capacity file (a bad file stops the start, naming it)
     sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s, **capacity_limits(settings.streams.capacity_file)}
-    processor = SnapshotProcessor(node_rules, catalog, load, sla=sla, max_jump_s=s.max_source_jump_s or None,
-                                  max_state_bytes=s.max_state_bytes, max_nodes=s.max_nodes or None)
+    processor = SnapshotProcessor(
+        node_rules,
+        catalog,
+        load,
+        sla=sla,
+        max_jump_s=s.max_source_jump_s or None,
+        max_state_bytes=s.max_state_bytes,
+        max_nodes=s.max_nodes or None,
+    )
     metrics = PipelineMetrics(registry) if registry is not None else None  # tailhound.streams.pipeline_metrics
     if metrics is not None:
         processor.timings = metrics.stage_seconds
-    model_stage = ModelStage(model_rules, catalog=catalog, models=load, sla=sla, max_models=s.max_models or None,
-                             max_nodes=s.max_nodes or None)
-    model_topic = app.topic(settings.model_topic, key_serializer="raw", value_serializer="raw",
-                            partitions=settings.partitions)
+    model_stage = ModelStage(
+        model_rules,
+        catalog=catalog,
+        models=load,
+        sla=sla,
+        max_models=s.max_models or None,
+        max_nodes=s.max_nodes or None,
+    )
+    model_topic = app.topic(
+        settings.model_topic, key_serializer="raw", value_serializer="raw", partitions=settings.partitions
+    )
     model_state = _state_table(app, MODEL_STATE_TABLE, settings.partitions)
 
     def swap_rules(new: RuleSet) -> None:
@@ -143,7 +163,8 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     _SWAPPERS[app] = swap_rules
     stats = _STATS[app] = IntakeStats()
     model_stage.on_evict = lambda kind, name: stats.evictions.evicted(
-        kind, name, s.max_models if kind == MODEL else s.max_nodes)
+        kind, name, s.max_models if kind == MODEL else s.max_nodes
+    )
     order = EventOrder(s.rollup_max_delay_s)  # the roll-up's event-time order (tailhound.streams.rollup.order)
     # the stages' watermarks, for that order
     marks = ProgressMarks(node_incidents.send, order.enabled, model_partition_of=lambda key: partition_of(key))
@@ -191,8 +212,14 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
             del state[node]
             stats.nodes_expired += 1
             stats.incidents_gone += len(events)
-            log.info("node %s expired: no telemetry for %.0f s of event time (streams.node_expiry_s %g s); "
-                     "%d open incidents resolved", node, now - seen, expiry_s, len(events))
+            log.info(
+                "node %s expired: no telemetry for %.0f s of event time (streams.node_expiry_s %g s); "
+                "%d open incidents resolved",
+                node,
+                now - seen,
+                expiry_s,
+                len(events),
+            )
 
     async def evict_node(node: str, now: float) -> None:
         """`node` is over streams.max_nodes (the least recently seen of the partition being processed): its
@@ -228,8 +255,13 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 for gone in processor.admit(value.node, message.partition):  # over streams.max_nodes
                     await evict_node(gone, value.ts)
                 try:
-                    result = processor.step(state.get(value.node), value, horizon=bounds.horizon(arrival),
-                                            partition=message.partition, arrival=arrival)
+                    result = processor.step(
+                        state.get(value.node),
+                        value,
+                        horizon=bounds.horizon(arrival),
+                        partition=message.partition,
+                        arrival=arrival,
+                    )
                 except Unprocessable as exc:  # a bound of the node's state: the snapshot is a dead letter
                     stats.reject(exc.kind)
                     await dead_letter(message, str(exc), "evaluate", exc.kind)
@@ -241,9 +273,14 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                     continue
                 for lone in result.discarded:  # held apart, and the source went on without them
                     stats.reject(AHEAD_OF_SOURCE)
-                    await dead_letter(_held_message(message, lone), f"event time {lone.ts:.0f} was ahead of its "
-                                      f"source {lone.source!r} on {lone.node!r} and the next snapshot did not "
-                                      "confirm it (settings streams.max_source_jump_s)", "time", AHEAD_OF_SOURCE)
+                    await dead_letter(
+                        _held_message(message, lone),
+                        f"event time {lone.ts:.0f} was ahead of its "
+                        f"source {lone.source!r} on {lone.node!r} and the next snapshot did not "
+                        "confirm it (settings streams.max_source_jump_s)",
+                        "time",
+                        AHEAD_OF_SOURCE,
+                    )
                 if result.held:
                     stats.held += 1
                     continue  # evaluated once the next snapshots of its source confirm it
@@ -261,13 +298,19 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                         forwarded = codec.part_bytes(message.value, values, value)
                         for key in keys:
                             try:
-                                await model_topic.send(key=key.encode(), value=forwarded,
-                                                       headers={CAUSES_HEADER: causes})
+                                await model_topic.send(
+                                    key=key.encode(), value=forwarded, headers={CAUSES_HEADER: causes}
+                                )
                                 await marks.forwarded(key, value.ts)
                             except Exception as exc:  # the node stage goes on without it
                                 stats.forward_failed += 1
-                                log.error("could not forward %s[%s]@%s to the model stage: %r", message.topic,
-                                          message.partition, message.offset, exc)
+                                log.error(
+                                    "could not forward %s[%s]@%s to the model stage: %r",
+                                    message.topic,
+                                    message.partition,
+                                    message.offset,
+                                    exc,
+                                )
                 if not result.redelivered:  # the partition's watermark, for the roll-up's event-time order
                     await marks.node(message.partition, value.node, value.source, value.ts)
                 if expiry.tick(message.partition, value.ts):
@@ -311,8 +354,14 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
                 continue  # validated by the node stage already; nothing malformed gets here
             started = time.perf_counter()
             try:
-                events = model_stage.add(message.key.decode(), value, _causes(message.headers), store=model_state,
-                                         now=time.time(), partition=message.partition)
+                events = model_stage.add(
+                    message.key.decode(),
+                    value,
+                    _causes(message.headers),
+                    store=model_state,
+                    now=time.time(),
+                    partition=message.partition,
+                )
             except Exception:  # one bad bucket must not stop the worker
                 log.exception("model stage failed for %s", message.key)
                 stats.reject(MODEL_STAGE_FAILED)
@@ -326,6 +375,7 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
     add_rollup(app, node_incidents, rollup_state, order, publish, dead_letter, stats, metrics)
 
     if model_stage.enabled:
+
         @app.timer(interval=1.0)
         async def model_tick() -> None:
             """Wall time for the model stage, on every partition (whichever worker holds it)."""
@@ -334,8 +384,9 @@ def create_app(settings: Settings, rules: RuleSet, catalog: Catalog | None = Non
 
     @app.on_partitions_assigned.connect
     async def forget_moved(_app: faust.App, assigned: set, **_kw: Any) -> None:
-        marks.reassigned(assigned, settings.telemetry_topic, settings.model_topic, settings.partitions, processor,
-                         model_stage)
+        marks.reassigned(
+            assigned, settings.telemetry_topic, settings.model_topic, settings.partitions, processor, model_stage
+        )
 
     return app
 
@@ -377,8 +428,13 @@ def intake_stats(app: faust.App) -> IntakeStats:
 def _held_message(message: Any, snapshot: Snapshot) -> Any:
     """What a dead letter of a discarded held snapshot names: its own bytes, on the message's topic and partition
     (its offset is committed already)."""
-    return SimpleNamespace(topic=message.topic, partition=message.partition, offset=None, key=snapshot.key(),
-                           value=codec.snapshot_json(snapshot))
+    return SimpleNamespace(
+        topic=message.topic,
+        partition=message.partition,
+        offset=None,
+        key=snapshot.key(),
+        value=codec.snapshot_json(snapshot),
+    )
 
 
 def _sent_at(message: Any) -> float | None:
@@ -420,8 +476,9 @@ def make_worker(app: faust.App, settings: Settings) -> faust.Worker:
     through the handlers only to be dropped there; now the configured level drops it at the level check.
     The garbage collector is tuned for the worker (:func:`tune_gc`)."""
     # override_logging off: the process's handler (tailhound.logs.setup_logging) keeps its format and filters
-    worker = faust.Worker(app, loglevel=settings.streams.log_level.upper(), quiet=True, redirect_stdouts=False,
-                          override_logging=False)
+    worker = faust.Worker(
+        app, loglevel=settings.streams.log_level.upper(), quiet=True, redirect_stdouts=False, override_logging=False
+    )
     worker.spinner = None
     tune_gc()
     return worker

@@ -100,11 +100,27 @@ class Expected:
 
 
 class RollingBaseline:
-    __slots__ = ("bucket_s", "warmup_s", "median_floor", "_ring", "_cur", "_last_ts", "_raw", "_seen", "_stride",
-                 "_expected", "_ring_json")
+    __slots__ = (
+        "bucket_s",
+        "warmup_s",
+        "median_floor",
+        "_ring",
+        "_cur",
+        "_last_ts",
+        "_raw",
+        "_seen",
+        "_stride",
+        "_expected",
+        "_ring_json",
+    )
 
-    def __init__(self, horizon_s: float = DEFAULT_HORIZON_S, bucket_s: float = DEFAULT_BUCKET_S,
-                 warmup_s: float = DEFAULT_WARMUP_S, median_floor: float = DEFAULT_MEDIAN_FLOOR) -> None:
+    def __init__(
+        self,
+        horizon_s: float = DEFAULT_HORIZON_S,
+        bucket_s: float = DEFAULT_BUCKET_S,
+        warmup_s: float = DEFAULT_WARMUP_S,
+        median_floor: float = DEFAULT_MEDIAN_FLOOR,
+    ) -> None:
         if bucket_s <= 0 or horizon_s < bucket_s:
             raise ValueError("need 0 < bucket_s <= horizon_s")
         if warmup_s > horizon_s - bucket_s:
@@ -178,8 +194,9 @@ class RollingBaseline:
             return None
         median = _median(medians)
         mad = _median([abs(m - median) for m in medians])
-        return Expected(median=_round(median), mad=_round(mad), p90=_round(_quantile(medians, 0.9)),
-                        n_buckets=len(medians))
+        return Expected(
+            median=_round(median), mad=_round(mad), p90=_round(_quantile(medians, 0.9)), n_buckets=len(medians)
+        )
 
     def ratio(self, value: float) -> float | None:
         """``value / median``; the median is floored at ``median_floor`` so a series near 0 is not inf."""
@@ -190,10 +207,16 @@ class RollingBaseline:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "v": STATE_VERSION, "b": self.bucket_s, "w": self.warmup_s, "f": self.median_floor,
-            "i": self._cur, "t": self._last_ts if math.isfinite(self._last_ts) else None,
+            "v": STATE_VERSION,
+            "b": self.bucket_s,
+            "w": self.warmup_s,
+            "f": self.median_floor,
+            "i": self._cur,
+            "t": self._last_ts if math.isfinite(self._last_ts) else None,
             "r": list(self._ring_list()),
-            "c": [_round_kept(x) for x in self._raw], "n": self._seen, "s": self._stride,
+            "c": [_round_kept(x) for x in self._raw],
+            "n": self._seen,
+            "s": self._stride,
         }
 
     def _ring_list(self) -> list:

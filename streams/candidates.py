@@ -57,19 +57,21 @@ class LookAlike:
 DIFFERENTIALS: dict[frozenset[RootCause], LookAlike] = {
     frozenset({RootCause.RETRY_STORM, RootCause.CAPACITY}): LookAlike(
         why="Rejections (429/503) with more requests than usual come from clients retrying and from new users "
-            "alike: request counters only export their sum, and an engine with a bounded queue (TGI "
-            "--max-concurrent-requests) answers a surge with 429s.",
+        "alike: request counters only export their sum, and an engine with a bounded queue (TGI "
+        "--max-concurrent-requests) answers a surge with 429s.",
         check="Compare the 429 rate and requests per client IP (or API key) at the ingress with an hour "
-              "ago: a retry storm is the usual clients each resending rejected requests (the same request "
-              "ids or bodies again within seconds, client retry counters up), a surge is more distinct "
-              "clients at their usual per-client rate.",
-        shadowed_by=RootCause.RETRY_STORM),
+        "ago: a retry storm is the usual clients each resending rejected requests (the same request "
+        "ids or bodies again within seconds, client retry counters up), a surge is more distinct "
+        "clients at their usual per-client rate.",
+        shadowed_by=RootCause.RETRY_STORM,
+    ),
     frozenset({RootCause.LOAD_IMBALANCE, RootCause.CAPACITY}): LookAlike(
         why="One engine queueing while the model's total load is high reads as both an unbalanced balancer "
-            "and a model short of replicas.",
+        "and a model short of replicas.",
         check="Compare requests per second per upstream at the load balancer (nginx upstream / Envoy "
-              "upstream_rq per host): an imbalance gives one replica well over 1/N of the requests while the "
-              "others idle, a capacity shortage keeps every replica near its share and busy."),
+        "upstream_rq per host): an imbalance gives one replica well over 1/N of the requests while the "
+        "others idle, a capacity shortage keeps every replica near its share and busy.",
+    ),
 }
 
 
@@ -77,9 +79,16 @@ def look_alike(a: RootCause | str, b: RootCause | str) -> LookAlike | None:
     return DIFFERENTIALS.get(frozenset({RootCause(a), RootCause(b)}))
 
 
-def diagnose(lead: RootCause, domain_of: Callable[[RootCause], str], rank_of: Callable[[RootCause], int],
-             members: dict[str, list[str]], firing: dict[str, list[Evidence]], pending: Iterable[str],
-             by_name: dict[str, Rule], observe: Observe | None = None) -> tuple[list[Candidate], Differential | None]:
+def diagnose(
+    lead: RootCause,
+    domain_of: Callable[[RootCause], str],
+    rank_of: Callable[[RootCause], int],
+    members: dict[str, list[str]],
+    firing: dict[str, list[Evidence]],
+    pending: Iterable[str],
+    by_name: dict[str, Rule],
+    observe: Observe | None = None,
+) -> tuple[list[Candidate], Differential | None]:
     """The incident's ranked candidates (the lead first) and, where the runner-up is its look-alike, the
     differential."""
     domain = domain_of(lead)
@@ -91,8 +100,7 @@ def diagnose(lead: RootCause, domain_of: Callable[[RootCause], str], rank_of: Ca
         cause = by_name[n].root_cause if n in by_name else None
         if cause is not None and domain_of(cause) == domain:
             causes.add(RootCause(cause))
-    shadow = [c for c in RootCause if c != lead and (la := look_alike(lead, c)) is not None
-              and la.shadowed_by == lead]
+    shadow = [c for c in RootCause if c != lead and (la := look_alike(lead, c)) is not None and la.shadowed_by == lead]
     causes.update(shadow)
     scored = {c: _candidate(c, fired, firing, pending, by_name, entities, rank_of, observe) for c in causes}
     others = sorted((c for c in causes if c != lead), key=lambda c: (c not in shadow, -scored[c].score, rank_of(c)))
@@ -103,9 +111,16 @@ def diagnose(lead: RootCause, domain_of: Callable[[RootCause], str], rank_of: Ca
     return ranked, differential
 
 
-def _candidate(cause: RootCause, fired: list[str], firing: dict[str, list[Evidence]], pending: set[str],
-               by_name: dict[str, Rule], entities: list[str], rank_of: Callable[[RootCause], int],
-               observe: Observe | None) -> Candidate:
+def _candidate(
+    cause: RootCause,
+    fired: list[str],
+    firing: dict[str, list[Evidence]],
+    pending: set[str],
+    by_name: dict[str, Rule],
+    entities: list[str],
+    rank_of: Callable[[RootCause], int],
+    observe: Observe | None,
+) -> Candidate:
     unexplained = [n for n in fired if not _explains(cause, by_name.get(n), rank_of)]
     coverage = 1.0 - len(unexplained) / len(fired) if fired else 1.0
     supports: list[RuleFinding] = []
@@ -121,8 +136,13 @@ def _candidate(cause: RootCause, fired: list[str], firing: dict[str, list[Eviden
         weight += 1.0 if state == "firing" else (PENDING_WEIGHT if state == "pending" else 0.0)
     judged = len(supports) + len(against)
     support = weight / judged if judged else 0.0
-    return Candidate(root_cause=cause, score=round(coverage * support, 3), supports=supports[:MAX_FINDINGS],
-                     against=against[:MAX_FINDINGS], unexplained=unexplained[:MAX_FINDINGS * 2])
+    return Candidate(
+        root_cause=cause,
+        score=round(coverage * support, 3),
+        supports=supports[:MAX_FINDINGS],
+        against=against[:MAX_FINDINGS],
+        unexplained=unexplained[: MAX_FINDINGS * 2],
+    )
 
 
 def _explains(cause: RootCause, rule: Rule | None, rank_of: Callable[[RootCause], int]) -> bool:
@@ -149,4 +169,5 @@ def observer(rules: RuleSet, ctx: EvalContext | None, catalog: Catalog) -> Obser
             if plan.check(ctx, entity) is not None:  # every signal it needs is there
                 return rule_evidence(plan.rule, ctx, entity, 0.0, catalog)
         return []
+
     return observe

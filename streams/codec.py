@@ -52,8 +52,12 @@ def decode_snapshot(raw: bytes | None, max_bytes: int | None = LIMITS.max_messag
     if not raw:
         return Malformed("empty message value", "decode", raw or b"", "empty")
     if max_bytes is not None and len(raw) > max_bytes:
-        return Malformed(f"message of {len(raw)} bytes is over the limit of {max_bytes} bytes "
-                         "(settings streams.max_message_bytes)", "limits", raw, "oversized")
+        return Malformed(
+            f"message of {len(raw)} bytes is over the limit of {max_bytes} bytes (settings streams.max_message_bytes)",
+            "limits",
+            raw,
+            "oversized",
+        )
     try:
         return Snapshot.model_validate_json(raw)
     except ValidationError as exc:
@@ -79,8 +83,9 @@ class Parts(list):
     bundled: bool = False
 
 
-def decode_message(raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes,
-                   layouts: LayoutCache | None = None) -> Parts | Malformed:
+def decode_message(
+    raw: bytes | None, max_bytes: int | None = LIMITS.max_message_bytes, layouts: LayoutCache | None = None
+) -> Parts | Malformed:
     """A telemetry message of any version as its snapshots (one for version 1, the parts in order for versions
     2 and 3: :mod:`tailhound.wire`, told apart by its first bytes), or why not; never raises. Limits as
     :func:`decode_snapshot`, the size one for the whole message; a message with one bad part is rejected whole.
@@ -163,8 +168,11 @@ def rejection_kind(exc: ValidationError) -> str:
     if kind in _RANGE_ERRORS:
         return "out_of_range"
     if "labels" in loc:
-        return "too_many_labels" if kind == "too_long" and loc[-1] == "labels" else (
-            "label_too_long" if kind == "string_too_long" else "invalid")
+        return (
+            "too_many_labels"
+            if kind == "too_long" and loc[-1] == "labels"
+            else ("label_too_long" if kind == "string_too_long" else "invalid")
+        )
     if kind == "too_long" and loc:
         if loc[-1] == "samples":
             return "too_many_samples"

@@ -54,8 +54,9 @@ CAUSAL_RANK: tuple[RootCause, ...] = (
     RootCause.HEALTH_CHECK_FLAPPING,
     RootCause.STREAM_BUFFERING,
 )
-PATH_CAUSES = frozenset({RootCause.INGRESS_SATURATION, RootCause.NETWORK_PATH, RootCause.HEALTH_CHECK_FLAPPING,
-                         RootCause.STREAM_BUFFERING})
+PATH_CAUSES = frozenset(
+    {RootCause.INGRESS_SATURATION, RootCause.NETWORK_PATH, RootCause.HEALTH_CHECK_FLAPPING, RootCause.STREAM_BUFFERING}
+)
 #: causes that name what is left when nothing specific explains a slowdown: they open an incident alone,
 #: but never keep another cause's incident open (their latency windows lag the fault by minutes), and
 #: once that incident resolves they stay explained until they stop firing
@@ -116,18 +117,33 @@ class Firing(BaseModel):
     fired: float | None = None
 
 
-def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: dict[str, Firing], rules: RuleSet,
-              snapshot: Snapshot, models: list[str], pending: set[str] | frozenset[str] = frozenset(),
-              observe: Observe | None = None) -> list[IncidentEvent]:
+def correlate(
+    episodes: dict[str, Episode],
+    orphans: dict[str, float],
+    firing: dict[str, Firing],
+    rules: RuleSet,
+    snapshot: Snapshot,
+    models: list[str],
+    pending: set[str] | frozenset[str] = frozenset(),
+    observe: Observe | None = None,
+) -> list[IncidentEvent]:
     """Update the node's open incidents from what fires now; returns the lifecycle events.
 
     `pending`: rules that hold, not yet for their `for`; `observe`: what a quiet rule compares (:mod:`.candidates`)."""
     by_name = rules.index
-    events: list[IncidentEvent] = _reconcile(episodes, by_name, firing, snapshot, models) if any(
-        ep.root_rule not in by_name or any(m not in by_name for m in ep.members) for ep in episodes.values()) else []
+    events: list[IncidentEvent] = (
+        _reconcile(episodes, by_name, firing, snapshot, models)
+        if any(ep.root_rule not in by_name or any(m not in by_name for m in ep.members) for ep in episodes.values())
+        else []
+    )
     held = False  # a cause fires but waits for a better one: no fallback incident meanwhile
-    causes = {n: f for n, f in firing.items() if by_name[n].root_cause is not None and orphans.get(n) != EXPLAINED
-              and not _in_aftermath(by_name[n], orphans, snapshot.ts)}
+    causes = {
+        n: f
+        for n, f in firing.items()
+        if by_name[n].root_cause is not None
+        and orphans.get(n) != EXPLAINED
+        and not _in_aftermath(by_name[n], orphans, snapshot.ts)
+    }
     symptoms = {n: f for n, f in firing.items() if by_name[n].symptom}
     for domain in ("gpu", "path"):
         mine = {n: f for n, f in causes.items() if domain_of(by_name[n].root_cause) == domain}  # type: ignore[arg-type]
@@ -161,8 +177,11 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
             real = {n: f for n, f in mine.items() if by_name[n].root_cause is not None}
             if real:
                 best = min(real, key=lambda n: (rank_of(by_name[n].root_cause), real[n].since, n))  # type: ignore[arg-type]
-                if best != ep.root_rule and (by_name[ep.root_rule].symptom or rank_of(by_name[best].root_cause)  # type: ignore[arg-type]
-                                             < rank_of(ep.root_cause)):
+                if best != ep.root_rule and (
+                    by_name[ep.root_rule].symptom
+                    or rank_of(by_name[best].root_cause)  # type: ignore[arg-type]
+                    < rank_of(ep.root_cause)
+                ):
                     ep.root_cause, ep.root_rule, changed = str(by_name[best].root_cause), best, True
             if ep.transient and snapshot.ts - ep.opened_at >= PERSISTENT_AFTER_S:
                 ep.transient, changed = False, True
@@ -170,9 +189,16 @@ def correlate(episodes: dict[str, Episode], orphans: dict[str, float], firing: d
                 ep.sequence += 1
                 events.append(_event("updated", ep, by_name, firing, snapshot, models, pending, observe))
     if not held:
-        events += _orphan_symptoms(episodes, orphans, symptoms, by_name, snapshot, firing, models,
-                                   causes_pending=any(n in by_name and by_name[n].root_cause is not None
-                                                      for n in pending))
+        events += _orphan_symptoms(
+            episodes,
+            orphans,
+            symptoms,
+            by_name,
+            snapshot,
+            firing,
+            models,
+            causes_pending=any(n in by_name and by_name[n].root_cause is not None for n in pending),
+        )
     return events
 
 
@@ -191,18 +217,23 @@ def _keeps_open(ep: Episode, mine: dict[str, Firing], by_name: dict[str, Rule]) 
     return any(by_name[n].root_cause not in RESIDUAL_CAUSES for n in mine)
 
 
-def _wait_for_better(mine: dict[str, Firing], pending: set[str] | frozenset[str], by_name: dict[str, Rule],
-                     now: float) -> bool:
+def _wait_for_better(
+    mine: dict[str, Firing], pending: set[str] | frozenset[str], by_name: dict[str, Rule], now: float
+) -> bool:
     """Hold the opening while a better-ranked cause is pending, for at most CORRELATION_WAIT_S after the
     first cause started firing; a residual cause waits as long as a better one is pending (which is at most
     that rule's `for`: then it fires or lets go)."""
     best = min(rank_of(by_name[n].root_cause) for n in mine)  # type: ignore[arg-type]
-    better_pending = any(by_name[n].root_cause is not None and rank_of(by_name[n].root_cause) < best  # type: ignore[arg-type]
-                         for n in pending if n in by_name and n not in mine)
+    better_pending = any(
+        by_name[n].root_cause is not None and rank_of(by_name[n].root_cause) < best  # type: ignore[arg-type]
+        for n in pending
+        if n in by_name and n not in mine
+    )
     if better_pending and all(by_name[n].root_cause in RESIDUAL_CAUSES for n in mine):
         return True  # what is left when nothing specific explains it waits for the specific cause to decide
-    first = min(f.since + by_name[n].for_ if f.fired is None else f.fired
-                for n, f in mine.items())  # when the first cause started firing
+    first = min(
+        f.since + by_name[n].for_ if f.fired is None else f.fired for n, f in mine.items()
+    )  # when the first cause started firing
     return better_pending and now - first < CORRELATION_WAIT_S
 
 
@@ -214,8 +245,14 @@ def _symptom_home(episodes: dict[str, Episode]) -> str | None:
 def _open(domain: str, mine: dict[str, Firing], by_name: dict[str, Rule], snapshot: Snapshot) -> Episode:
     best = min(mine, key=lambda n: (rank_of(by_name[n].root_cause), mine[n].since, n))  # type: ignore[arg-type]
     transient = all(by_name[n].is_transient for n in mine)
-    return Episode(incident_id=incident_id(domain, snapshot.node, snapshot.ts), domain=domain, opened_at=snapshot.ts,
-                   root_cause=str(by_name[best].root_cause), root_rule=best, transient=transient)
+    return Episode(
+        incident_id=incident_id(domain, snapshot.node, snapshot.ts),
+        domain=domain,
+        opened_at=snapshot.ts,
+        root_cause=str(by_name[best].root_cause),
+        root_rule=best,
+        transient=transient,
+    )
 
 
 def _attach(ep: Episode, firing: dict[str, Firing], _unused: dict) -> bool:
@@ -229,13 +266,23 @@ def _attach(ep: Episode, firing: dict[str, Firing], _unused: dict) -> bool:
     return changed
 
 
-def _orphan_symptoms(episodes: dict[str, Episode], orphans: dict[str, float], symptoms: dict[str, Firing],
-                     by_name: dict[str, Rule], snapshot: Snapshot, firing: dict[str, Firing],
-                     models: list[str], causes_pending: bool = False) -> list[IncidentEvent]:
+def _orphan_symptoms(
+    episodes: dict[str, Episode],
+    orphans: dict[str, float],
+    symptoms: dict[str, Firing],
+    by_name: dict[str, Rule],
+    snapshot: Snapshot,
+    firing: dict[str, Firing],
+    models: list[str],
+    causes_pending: bool = False,
+) -> list[IncidentEvent]:
     """Symptoms firing with no incident to attach to: wait `attach_grace` (and while a cause rule is pending,
     which lasts at most that rule's `for`: the cause will explain them), then open with the fallback."""
-    for name in [n for n in orphans if not n.startswith(_AFTERMATH)
-                 and (n not in firing or (episodes and orphans[n] != EXPLAINED))]:
+    for name in [
+        n
+        for n in orphans
+        if not n.startswith(_AFTERMATH) and (n not in firing or (episodes and orphans[n] != EXPLAINED))
+    ]:
         del orphans[name]
     for name in [n for n in orphans if n.startswith(_AFTERMATH) and snapshot.ts - orphans[n] >= AFTERMATH_S]:
         del orphans[name]
@@ -252,25 +299,42 @@ def _orphan_symptoms(episodes: dict[str, Episode], orphans: dict[str, float], sy
         domain = domain_of(rule.fallback_root_cause)
         if domain in episodes:
             continue
-        ep = Episode(incident_id=incident_id(domain, snapshot.node, snapshot.ts), domain=domain,
-                     opened_at=snapshot.ts, root_cause=str(rule.fallback_root_cause), root_rule=name, fallback=True,
-                     transient=rule.is_transient, members={name: sorted(f.entities, key=_entity_order)})
+        ep = Episode(
+            incident_id=incident_id(domain, snapshot.node, snapshot.ts),
+            domain=domain,
+            opened_at=snapshot.ts,
+            root_cause=str(rule.fallback_root_cause),
+            root_rule=name,
+            fallback=True,
+            transient=rule.is_transient,
+            members={name: sorted(f.entities, key=_entity_order)},
+        )
         episodes[domain] = ep
         del orphans[name]
         events.append(_event("opened", ep, by_name, firing, snapshot, models))
     return events
 
 
-def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, Firing], snapshot: Snapshot,
-           models: list[str], pending: set[str] | frozenset[str] = frozenset(), observe: Observe | None = None
-           ) -> IncidentEvent:
+def _event(
+    kind: str,
+    ep: Episode,
+    by_name: dict[str, Rule],
+    firing: dict[str, Firing],
+    snapshot: Snapshot,
+    models: list[str],
+    pending: set[str] | frozenset[str] = frozenset(),
+    observe: Observe | None = None,
+) -> IncidentEvent:
     scope = _scope(ep, by_name, snapshot.node, models)
     root = by_name[ep.root_rule]
     ordered = [ep.root_rule] + sorted(n for n in ep.members if n != ep.root_rule)
     # a resolved incident says what it was about: the evidence kept while its root cause fired, not what
     # else (a lagging residual cause, a draining queue) still fires
-    evidence = [] if kind == "resolved" else _distinct(
-        ev for n in ordered if n in firing for ev in firing[n].evidence)[:MAX_EVIDENCE]
+    evidence = (
+        []
+        if kind == "resolved"
+        else _distinct(ev for n in ordered if n in firing for ev in firing[n].evidence)[:MAX_EVIDENCE]
+    )
     if evidence:
         ep.evidence = evidence[:KEPT_EVIDENCE]
     else:
@@ -287,15 +351,35 @@ def _event(kind: str, ep: Episode, by_name: dict[str, Rule], firing: dict[str, F
     actions = [render_action(a, scope, evidence) for a in root.actions]
     candidates: list[Candidate] = []
     if kind != "resolved":  # a resolved incident keeps the differential it was paged with
-        candidates, ep.differential = diagnose(RootCause(ep.root_cause), domain_of, rank_of, ep.members,
-                                               {n: f.evidence for n, f in firing.items()}, pending, by_name, observe)
+        candidates, ep.differential = diagnose(
+            RootCause(ep.root_cause),
+            domain_of,
+            rank_of,
+            ep.members,
+            {n: f.evidence for n, f in firing.items()},
+            pending,
+            by_name,
+            observe,
+        )
     return IncidentEvent(
-        incident_id=ep.incident_id, event=kind, sequence=ep.sequence, ts=snapshot.ts,  # type: ignore[arg-type]
-        root_cause=RootCause(ep.root_cause), severity=severity, opened_at=ep.opened_at,
-        resolved_at=snapshot.ts if kind == "resolved" else None, scope=scope, transient=ep.transient,
-        summary=summary, evidence=evidence, actions=actions, rule=ep.root_rule,
+        incident_id=ep.incident_id,
+        event=kind,  # type: ignore[arg-type]
+        sequence=ep.sequence,
+        ts=snapshot.ts,  # type: ignore[arg-type]
+        root_cause=RootCause(ep.root_cause),
+        severity=severity,
+        opened_at=ep.opened_at,
+        resolved_at=snapshot.ts if kind == "resolved" else None,
+        scope=scope,
+        transient=ep.transient,
+        summary=summary,
+        evidence=evidence,
+        actions=actions,
+        rule=ep.root_rule,
         labels={**root.labels, "rules": ",".join(sorted(ep.members))},
-        rule_origin=root.origin, rules_version=root.pack_version, candidates=candidates,
+        rule_origin=root.origin,
+        rules_version=root.pack_version,
+        candidates=candidates,
         differential=ep.differential,
     )
 
@@ -321,8 +405,13 @@ def _scope(ep: Episode, by_name: dict[str, Rule], node: str, models: list[str]) 
         target = {"gpu": gpus, "engine": engines, "endpoint": endpoints}.get(scope)
         if target is not None:
             target.update(e for e in entities if e)
-    return Scope(node=node, gpus=sorted(gpus, key=_entity_order), engine=",".join(sorted(engines)) or None,
-                 model=",".join(models) or None, endpoint=",".join(sorted(endpoints)) or None)
+    return Scope(
+        node=node,
+        gpus=sorted(gpus, key=_entity_order),
+        engine=",".join(sorted(engines)) or None,
+        model=",".join(models) or None,
+        endpoint=",".join(sorted(endpoints)) or None,
+    )
 
 
 def _entity_order(e: str) -> tuple[int, str]:
@@ -336,12 +425,14 @@ NODE_GONE = "node-gone"
 
 class _At(BaseModel):
     """Where and when an event is, for _event (which reads a snapshot's ts and node)."""
+
     ts: float
     node: str
 
 
-def resolve_gone(episodes: dict[str, Episode], rules: RuleSet, node: str, models: list[str], ts: float,
-                 last_seen: float) -> list[IncidentEvent]:
+def resolve_gone(
+    episodes: dict[str, Episode], rules: RuleSet, node: str, models: list[str], ts: float, last_seen: float
+) -> list[IncidentEvent]:
     """The node sent nothing since `last_seen` (it is expired at `ts`): every open incident resolves with a
     "node gone" event (label ``resolution: node-gone``, the summary says so); `episodes` ends empty."""
     by_name = rules.index
@@ -353,23 +444,44 @@ def resolve_gone(episodes: dict[str, Episode], rules: RuleSet, node: str, models
         if ep.root_rule in by_name and all(n in by_name for n in ep.members):
             ev = _event("resolved", ep, by_name, {}, _At(ts=ts, node=node), models)  # type: ignore[arg-type]
         else:  # a rule of the incident is gone from the rule set (changed since): what the episode says
-            ev = IncidentEvent(incident_id=ep.incident_id, event="resolved", sequence=ep.sequence, ts=ts,
-                               root_cause=RootCause(ep.root_cause), severity=Severity.WARNING,
-                               opened_at=ep.opened_at, resolved_at=ts, scope=Scope(node=node, model=",".join(models)
-                                                                                     or None),
-                               transient=ep.transient, summary=f"resolved: {ep.root_cause} on node {node}",
-                               evidence=list(ep.evidence), rule=ep.root_rule, labels={"rules": ",".join(ep.members)})
+            ev = IncidentEvent(
+                incident_id=ep.incident_id,
+                event="resolved",
+                sequence=ep.sequence,
+                ts=ts,
+                root_cause=RootCause(ep.root_cause),
+                severity=Severity.WARNING,
+                opened_at=ep.opened_at,
+                resolved_at=ts,
+                scope=Scope(node=node, model=",".join(models) or None),
+                transient=ep.transient,
+                summary=f"resolved: {ep.root_cause} on node {node}",
+                evidence=list(ep.evidence),
+                rule=ep.root_rule,
+                labels={"rules": ",".join(ep.members)},
+            )
         summary = ev.summary.removeprefix("resolved: ")
-        events.append(ev.model_copy(update={"summary": f"resolved ({silent}): {summary}",
-                                             "labels": {**ev.labels, RESOLUTION_LABEL: NODE_GONE}}))
+        events.append(
+            ev.model_copy(
+                update={
+                    "summary": f"resolved ({silent}): {summary}",
+                    "labels": {**ev.labels, RESOLUTION_LABEL: NODE_GONE},
+                }
+            )
+        )
     return events
 
 
 RULE_REMOVED = "rule-removed"
 
 
-def _reconcile(episodes: dict[str, Episode], by_name: dict[str, Rule], firing: dict[str, Firing], snapshot: Snapshot,
-               models: list[str]) -> list[IncidentEvent]:
+def _reconcile(
+    episodes: dict[str, Episode],
+    by_name: dict[str, Rule],
+    firing: dict[str, Firing],
+    snapshot: Snapshot,
+    models: list[str],
+) -> list[IncidentEvent]:
     """After a rule reload: rules that are gone leave their incidents. An incident whose root rule is gone
     takes its best remaining cause as root (``updated``), or, with none left, resolves (label
     ``resolution: rule-removed``, the summary says so)."""
@@ -391,11 +503,22 @@ def _reconcile(episodes: dict[str, Episode], by_name: dict[str, Rule], firing: d
         del episodes[domain]
         scope = Scope(node=snapshot.node, model=",".join(models) or None)
         why = f"its rule {ep.root_rule} was removed from the rule pack"
-        events.append(IncidentEvent(
-            incident_id=ep.incident_id, event="resolved", sequence=ep.sequence, ts=snapshot.ts,
-            root_cause=RootCause(ep.root_cause), severity=Severity.WARNING, opened_at=ep.opened_at,
-            resolved_at=snapshot.ts, scope=scope, transient=ep.transient,
-            summary=f"resolved ({why}): {ROOT_CAUSES[RootCause(ep.root_cause)].title} on {scope.describe()}",
-            evidence=list(ep.evidence), rule=ep.root_rule,
-            labels={"rules": ",".join(sorted({ep.root_rule, *gone})), RESOLUTION_LABEL: RULE_REMOVED}))
+        events.append(
+            IncidentEvent(
+                incident_id=ep.incident_id,
+                event="resolved",
+                sequence=ep.sequence,
+                ts=snapshot.ts,
+                root_cause=RootCause(ep.root_cause),
+                severity=Severity.WARNING,
+                opened_at=ep.opened_at,
+                resolved_at=snapshot.ts,
+                scope=scope,
+                transient=ep.transient,
+                summary=f"resolved ({why}): {ROOT_CAUSES[RootCause(ep.root_cause)].title} on {scope.describe()}",
+                evidence=list(ep.evidence),
+                rule=ep.root_rule,
+                labels={"rules": ",".join(sorted({ep.root_rule, *gone})), RESOLUTION_LABEL: RULE_REMOVED},
+            )
+        )
     return events

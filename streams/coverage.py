@@ -70,16 +70,20 @@ COMPUTED_FROM: dict[str, tuple[str, ...]] = {
 BLIND_ON_DEFAULT_EXPORTERS: dict[str, str] = {
     "load-above-tested-capacity": (
         "a warning; it compares the load with what a load test measured (the capacity file, settings "
-        "streams.capacity_file, from `tailhound capacity`): no exporter sends that, so it needs the file"),
+        "streams.capacity_file, from `tailhound capacity`): no exporter sends that, so it needs the file"
+    ),
     "pcie-link-downgraded": (
         "a warning; dcgm-exporter's default counters have no PCIe link generation or width, and the catalog "
-        "takes the maximum generation and width the rule compares with from the nvml collector only"),
+        "takes the maximum generation and width the rule compares with from the nvml collector only"
+    ),
     "health-check-timeout-too-tight": (
         "a warning; /health latency against the load balancer's health-check timeout is measured by the "
-        "agent's stream_probe only (blackbox_exporter probes one URL, it knows no timeout to compare with)"),
+        "agent's stream_probe only (blackbox_exporter probes one URL, it knows no timeout to compare with)"
+    ),
     "stream-buffered": (
         "a warning; whether a streamed response arrives token by token is seen only by the agent's "
-        "stream_probe, from the client side (no exporter of the engine's node can see a proxy buffer)"),
+        "stream_probe, from the client side (no exporter of the engine's node can see a proxy buffer)"
+    ),
 }
 
 _MAX_ALTERNATIVES = 32
@@ -103,8 +107,9 @@ def requirements(signal: str, catalog: Catalog | None = None) -> frozenset[str]:
         return frozenset().union(*(requirements(s, catalog) for s in RATE_RATIOS[signal]))
     base, _, suffix = signal.rpartition(".")
     spec = catalog.spec(base)
-    if spec is not None and ((suffix == "rate" and spec.kind == "counter")
-                             or (suffix in HISTOGRAM_STATS and spec.kind == "histogram")):
+    if spec is not None and (
+        (suffix == "rate" and spec.kind == "counter") or (suffix in HISTOGRAM_STATS and spec.kind == "histogram")
+    ):
         return frozenset({base})
     return frozenset({signal})
 
@@ -185,18 +190,28 @@ class RuleCoverage:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rule": self.rule, "severity": self.severity, "scope": self.scope, "root_cause": self.root_cause,
-            "status": self.status, "missing": list(self.missing),
+            "rule": self.rule,
+            "severity": self.severity,
+            "scope": self.scope,
+            "root_cause": self.root_cause,
+            "status": self.status,
+            "missing": list(self.missing),
             "alternatives": [list(a) for a in self.alternatives],
             "via": {k: list(v) for k, v in self.via.items()},
-            "fixes": {s: [{"source": f.source, "action": f.action, "line": f.line, "unavailable": f.unavailable}
-                          for f in fixes] for s, fixes in self.fixes.items()},
+            "fixes": {
+                s: [
+                    {"source": f.source, "action": f.action, "line": f.line, "unavailable": f.unavailable}
+                    for f in fixes
+                ]
+                for s, fixes in self.fixes.items()
+            },
             "notes": dict(self.notes),
         }
 
 
-def rule_coverage(rule: Rule, present: Collection[str], catalog: Catalog | None = None,
-                  seen: Collection[str] = ()) -> RuleCoverage:
+def rule_coverage(
+    rule: Rule, present: Collection[str], catalog: Catalog | None = None, seen: Collection[str] = ()
+) -> RuleCoverage:
     """One rule against the present catalog signals; `seen` (the sources that sent anything) orders
     the fixes."""
     catalog = catalog or default_catalog()
@@ -223,8 +238,12 @@ def rule_coverage(rule: Rule, present: Collection[str], catalog: Catalog | None 
         alternatives = tuple(tuple(sorted(a)) for a in sorted(true, key=lambda a: (effort(a), sorted(a))))
         missing = alternatives[0]
     return RuleCoverage(
-        rule=rule.name, severity=rule.severity.value, scope=rule.scope.value,
-        root_cause=(rule.root_cause or rule.fallback_root_cause or "symptom"), status=status, missing=missing,
+        rule=rule.name,
+        severity=rule.severity.value,
+        scope=rule.scope.value,
+        root_cause=(rule.root_cause or rule.fallback_root_cause or "symptom"),
+        status=status,
+        missing=missing,
         alternatives=alternatives,
         via={s: tuple(sorted(reads[s] - {s})) for s in shown if reads.get(s, set()) - {s}},
         fixes=fixes,
@@ -232,8 +251,9 @@ def rule_coverage(rule: Rule, present: Collection[str], catalog: Catalog | None 
     )
 
 
-def coverage(rules: RuleSet, present: Collection[str], catalog: Catalog | None = None,
-             seen: Collection[str] = ()) -> list[RuleCoverage]:
+def coverage(
+    rules: RuleSet, present: Collection[str], catalog: Catalog | None = None, seen: Collection[str] = ()
+) -> list[RuleCoverage]:
     """Every rule, in rule-file order."""
     catalog = catalog or default_catalog()
     present = frozenset(present)
@@ -258,8 +278,9 @@ def summary(report: list[RuleCoverage]) -> str:
     """``16 rules: 10 ok, 2 partial, 4 blind (2 critical)``."""
     count = {s: sum(1 for c in report if c.status == s) for s in ("ok", "partial", "blind")}
     crit = len(blind_critical(report))
-    return (f"{len(report)} rules: {count['ok']} ok, {count['partial']} partial, {count['blind']} blind"
-            + (f" ({crit} critical)" if crit else ""))
+    return f"{len(report)} rules: {count['ok']} ok, {count['partial']} partial, {count['blind']} blind" + (
+        f" ({crit} critical)" if crit else ""
+    )
 
 
 def best_fix(c: RuleCoverage, signal: str) -> Fix | None:

@@ -43,20 +43,36 @@ LogRecord = tuple[int, str]
 
 
 class CoverageWatch:
-    def __init__(self, rules: RuleSet, catalog: Catalog | None = None, window_s: float = WINDOW_S,
-                 rescan_s: float = RESCAN_S, registry: CollectorRegistry | None = None,
-                 emit: Callable[[int, str], None] | None = None, configured: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        rules: RuleSet,
+        catalog: Catalog | None = None,
+        window_s: float = WINDOW_S,
+        rescan_s: float = RESCAN_S,
+        registry: CollectorRegistry | None = None,
+        emit: Callable[[int, str], None] | None = None,
+        configured: Iterable[str] = (),
+    ) -> None:
         self.rules = rules
         self.catalog = catalog or default_catalog()
         self.window_s, self.rescan_s = window_s, rescan_s
         self.registry = registry if registry is not None else CollectorRegistry()
         self._emit = emit or log.log
-        self._blind = Gauge("tailhound_rule_blind", "1 while the rule cannot fire with the signals the fleet sends "
-                            "(see tailhound doctor), 0 when it can.", ["rule", "severity"], registry=self.registry)
-        self._partial = Gauge("tailhound_rule_partial", "1 while some branch of the rule cannot hold with the "
-                              "signals the fleet sends.", ["rule", "severity"], registry=self.registry)
-        self._present_count = Gauge("tailhound_signals_present", "Catalog signals seen in telemetry.",
-                                    registry=self.registry)
+        self._blind = Gauge(
+            "tailhound_rule_blind",
+            "1 while the rule cannot fire with the signals the fleet sends (see tailhound doctor), 0 when it can.",
+            ["rule", "severity"],
+            registry=self.registry,
+        )
+        self._partial = Gauge(
+            "tailhound_rule_partial",
+            "1 while some branch of the rule cannot hold with the signals the fleet sends.",
+            ["rule", "severity"],
+            registry=self.registry,
+        )
+        self._present_count = Gauge(
+            "tailhound_signals_present", "Catalog signals seen in telemetry.", registry=self.registry
+        )
         #: signals seen, and the sources that sent them (they order the fixes)
         self.present: set[str] = set(configured)  # and what the configuration gives (the capacity file)
         self.sources: set[str] = set()
@@ -127,14 +143,29 @@ class CoverageWatch:
             if before is not None and was == c.status:
                 continue
             if c.status == "blind":
-                out.append((logging.WARNING, f"rule {c.rule} ({c.severity}) cannot fire with the signals received: "
-                            + "; ".join(problem_lines(c, with_rule=False))))
+                out.append(
+                    (
+                        logging.WARNING,
+                        f"rule {c.rule} ({c.severity}) cannot fire with the signals received: "
+                        + "; ".join(problem_lines(c, with_rule=False)),
+                    )
+                )
             elif c.status == "partial" and was is None:
-                out.append((logging.INFO, f"rule {c.rule} ({c.severity}) can fire, but not every branch: "
-                            + "; ".join(problem_lines(c, with_rule=False))))
+                out.append(
+                    (
+                        logging.INFO,
+                        f"rule {c.rule} ({c.severity}) can fire, but not every branch: "
+                        + "; ".join(problem_lines(c, with_rule=False)),
+                    )
+                )
             elif was == "blind":
                 out.append((logging.INFO, f"rule {c.rule} ({c.severity}) can fire now ({c.status})"))
         if before is None or out:
-            out.append((logging.INFO, f"rule coverage after {elapsed:.0f} s of telemetry: {summary(report)} "
-                        f"({len(self.present)} signals from {', '.join(sorted(self.sources)) or 'no source'})"))
+            out.append(
+                (
+                    logging.INFO,
+                    f"rule coverage after {elapsed:.0f} s of telemetry: {summary(report)} "
+                    f"({len(self.present)} signals from {', '.join(sorted(self.sources)) or 'no source'})",
+                )
+            )
         return out

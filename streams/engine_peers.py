@@ -103,8 +103,11 @@ class EnginePeerWindows:
         engine = f"{snapshot.node}/{snapshot.labels.get('engine') or snapshot.labels.get('instance') or ''}"
         found: dict[str, tuple[float, float]] = {}
         for s in snapshot.samples:
-            if (s.kind != "histogram" or s.delta is None  # (by kind: version-3 samples are structs)
-                    or (s.labels.get("model_name") or common) != model):
+            if (
+                s.kind != "histogram"
+                or s.delta is None  # (by kind: version-3 samples are structs)
+                or (s.labels.get("model_name") or common) != model
+            ):
                 continue
             for signal, metrics in names.items():
                 if s.name in metrics:

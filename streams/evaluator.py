@@ -35,8 +35,16 @@ from .nodesignals import LatestValues
 from .ruleset.rulefile import RuleSet
 from .stages import PIPELINE, STAGE_NAMES, Step
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "FiringEntity", "NodeState", "RuleState", "evaluate", "heal_future",
-           "render_action", "source_key"]
+__all__ = [
+    "DEFAULT_STALE_AFTER_S",
+    "FiringEntity",
+    "NodeState",
+    "RuleState",
+    "evaluate",
+    "heal_future",
+    "render_action",
+    "source_key",
+]
 
 DEFAULT_STALE_AFTER_S = 300.0
 
@@ -70,8 +78,17 @@ def evaluate(
     if latest is None:
         latest = carried if carried is not None else LatestValues()
     state._latest = latest
-    step = Step(state=state, snapshot=snapshot, rules=rules, catalog=catalog or default_catalog(), latest=latest,
-                stale_after_s=stale_after_s, models=models, sla=sla, all_stats=all_stats)
+    step = Step(
+        state=state,
+        snapshot=snapshot,
+        rules=rules,
+        catalog=catalog or default_catalog(),
+        latest=latest,
+        stale_after_s=stale_after_s,
+        models=models,
+        sla=sla,
+        all_stats=all_stats,
+    )
     if timings is None:
         for stage in PIPELINE:
             if not stage(step):

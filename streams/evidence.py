@@ -38,8 +38,16 @@ def rule_evidence(rule: Rule, ctx: EvalContext, entity: str, held_s: float, cata
         if v is not None:
             spec = catalog.spec(signal) or catalog.spec(signal.rpartition(".")[0])
             detail = _DETAIL[signal](v) if signal in _DETAIL else ""
-            out.append(Evidence(signal=signal, value=round(v, 4), op="=", unit=spec.unit if spec else "",
-                                labels=labels, detail=detail))
+            out.append(
+                Evidence(
+                    signal=signal,
+                    value=round(v, 4),
+                    op="=",
+                    unit=spec.unit if spec else "",
+                    labels=labels,
+                    detail=detail,
+                )
+            )
     return out
 
 
@@ -71,4 +79,3 @@ def render_action(template: str, scope: Scope, evidence: list[Evidence]) -> str:
         if cur is None or float(cur) < ev.value:
             values[ev.signal] = f"{ev.value:g}"
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), MISSING_VALUE), template)
-

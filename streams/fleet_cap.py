@@ -146,6 +146,10 @@ class EvictionLog:
             return
         self._logged_at = now
         what = ", ".join(f"{n} {k} (last {self._last[k]!r})" for k, n in sorted(self._since.items()))
-        log.warning("fleet state over its cap (%s): evicted the least recently seen: %s; an evicted name that "
-                    "sends again starts fresh", cap, what)
+        log.warning(
+            "fleet state over its cap (%s): evicted the least recently seen: %s; an evicted name that "
+            "sends again starts fresh",
+            cap,
+            what,
+        )
         self._since.clear()

@@ -88,8 +88,9 @@ def histogram_quantile(q: float, le: Sequence[float], counts: Sequence[float], c
 _EXACT_COUNTS = 1e11
 
 
-def prepare_buckets(le: Sequence[float], counts: Sequence[float], count: float | None
-                    ) -> tuple[list[float], list[float]] | None:
+def prepare_buckets(
+    le: Sequence[float], counts: Sequence[float], count: float | None
+) -> tuple[list[float], list[float]] | None:
     """What every quantile of one histogram shares: bounds ending with ``+Inf`` and their cumulative
     counts, sorted, coalesced and made monotonic as :func:`histogram_quantile` describes; None when no
     quantile can be answered (no observations, no ``+Inf`` bucket, fewer than two buckets)."""
@@ -131,8 +132,13 @@ def _monotonic_already(cum: list[float]) -> bool:
     """True when ensure_monotonic would change nothing: non-decreasing non-negative whole counts below
     1e11, whose distinct neighbours therefore differ by far more than the float-noise tolerance."""
     try:
-        return (bool(cum) and cum[0] >= 0 and cum[-1] < _EXACT_COUNTS and all(map(float.is_integer, cum))
-                and all(map(operator.le, cum, cum[1:])))
+        return (
+            bool(cum)
+            and cum[0] >= 0
+            and cum[-1] < _EXACT_COUNTS
+            and all(map(float.is_integer, cum))
+            and all(map(operator.le, cum, cum[1:]))
+        )
     except TypeError:  # not all floats
         return False
 

@@ -86,15 +86,21 @@ class TimeBounds:
         the recording's progression); `sent_at`: when it was produced (the Kafka message timestamp), which
         only the bound into the past uses, and never when it is later than `arrival`."""
         if ts > arrival + self.max_future_skew_s:
-            return Rejection(FUTURE_TS, f"event time {_iso(ts)} is {ts - arrival:.0f} s ahead of its arrival at "
-                             f"{_iso(arrival)}; at most {self.max_future_skew_s:g} s are accepted (settings "
-                             "streams.max_future_skew_s): the producer's clock is wrong")
+            return Rejection(
+                FUTURE_TS,
+                f"event time {_iso(ts)} is {ts - arrival:.0f} s ahead of its arrival at "
+                f"{_iso(arrival)}; at most {self.max_future_skew_s:g} s are accepted (settings "
+                "streams.max_future_skew_s): the producer's clock is wrong",
+            )
         if self.max_age_s is not None:
             since = min(sent_at, arrival) if sent_at is not None and sent_at > 0 else arrival
             if ts < since - self.max_age_s:
-                return Rejection(TOO_OLD, f"event time {_iso(ts)} is {since - ts:.0f} s before the message was "
-                                 f"sent at {_iso(since)}; at most {self.max_age_s:g} s are accepted (settings "
-                                 "streams.max_age_s)")
+                return Rejection(
+                    TOO_OLD,
+                    f"event time {_iso(ts)} is {since - ts:.0f} s before the message was "
+                    f"sent at {_iso(since)}; at most {self.max_age_s:g} s are accepted (settings "
+                    "streams.max_age_s)",
+                )
         return None
 
     def horizon(self, arrival: float) -> float:
@@ -107,30 +113,42 @@ class Gate:
     (:func:`tailhound.streams.codec.decode_snapshot`), keyed by its node, dated within `bounds` of its
     arrival; else a :class:`Rejection` (counted in `stats`) for the dead-letter topic."""
 
-    def __init__(self, bounds: TimeBounds | None = None, max_message_bytes: int | None = LIMITS.max_message_bytes,
-                 stats: IntakeStats | None = None) -> None:
+    def __init__(
+        self,
+        bounds: TimeBounds | None = None,
+        max_message_bytes: int | None = LIMITS.max_message_bytes,
+        stats: IntakeStats | None = None,
+    ) -> None:
         self.bounds = bounds or TimeBounds()
         self.max_message_bytes = max_message_bytes
         self.stats = stats if stats is not None else IntakeStats()
         #: the version-3 layouts read in full, for the messages that reference them (publish.layout_every_s)
         self.layouts = LayoutCache()
 
-    def admit(self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
-              ) -> Snapshot | Rejection:
+    def admit(
+        self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
+    ) -> Snapshot | Rejection:
         value = decode_snapshot(raw, max_bytes=self.max_message_bytes)
         if isinstance(value, Malformed):
             return self._reject(Rejection(value.kind, value.reason, value.stage))
         if key != value.key():
             shown = key if key is None or len(key) <= 200 else key[:200] + b"..."
-            return self._reject(Rejection(WRONG_KEY, f"message key {shown!r} must be the snapshot's node "
-                                          f"{value.node!r} (telemetry is partitioned by node)", "key"))
+            return self._reject(
+                Rejection(
+                    WRONG_KEY,
+                    f"message key {shown!r} must be the snapshot's node "
+                    f"{value.node!r} (telemetry is partitioned by node)",
+                    "key",
+                )
+            )
         rejected = self.bounds.check(value.ts, arrival, sent_at) or entities(value)
         if rejected is not None:
             return self._reject(rejected)
         return value
 
-    def admit_all(self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
-                  ) -> Parts | Rejection:
+    def admit_all(
+        self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
+    ) -> Parts | Rejection:
         """:meth:`admit` for a message of either version (:func:`tailhound.streams.codec.decode_message`): its
         snapshots in order (one, or a bundle's parts), or the rejection of the whole message."""
         values = decode_message(raw, max_bytes=self.max_message_bytes, layouts=self.layouts)
@@ -139,8 +157,13 @@ class Gate:
         node = values[0].node  # (a bundle's parts are all of its node)
         if key is None or key != node.encode():
             shown = key if key is None or len(key) <= 200 else key[:200] + b"..."
-            return self._reject(Rejection(WRONG_KEY, f"message key {shown!r} must be the snapshot's node "
-                                          f"{node!r} (telemetry is partitioned by node)", "key"))
+            return self._reject(
+                Rejection(
+                    WRONG_KEY,
+                    f"message key {shown!r} must be the snapshot's node {node!r} (telemetry is partitioned by node)",
+                    "key",
+                )
+            )
         for value in values:
             rejected = self.bounds.check(value.ts, arrival, sent_at) or entities(value)
             if rejected is not None:
@@ -165,8 +188,9 @@ class DeadLetters:
     produced is logged and counted (``stats.deadletter_failed``), never raised: the message is skipped and
     processing goes on."""
 
-    def __init__(self, send: Callable[..., Awaitable[Any]], stats: IntakeStats,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, send: Callable[..., Awaitable[Any]], stats: IntakeStats, clock: Callable[[], float] = time.time
+    ) -> None:
         self.send = send
         self.stats = stats
         self.clock = clock
@@ -176,16 +200,27 @@ class DeadLetters:
         where = (message.topic, message.partition, message.offset)
         try:
             record = DeadLetter.from_bytes(
-                message.value, ts=self.clock(), reason=reason, stage=stage, kind=kind, topic=message.topic,
-                partition=message.partition, offset=message.offset,
+                message.value,
+                ts=self.clock(),
+                reason=reason,
+                stage=stage,
+                kind=kind,
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
                 key=message.key.decode(errors="replace") if message.key else None,
             )
             log.warning("dead-letter %s[%s]@%s (%s, %s): %s", *where, stage, kind, record.reason)
             await self.send(key=message.key[:MAX_KEY] if message.key else None, value=record.encoded())
         except Exception as exc:  # a dead letter that cannot be written must not stop the worker
             self.stats.deadletter_failed += 1
-            log.error("could not produce the dead letter of %s[%s]@%s (%s, %s); the message is skipped: %r",
-                      *where, stage, kind, exc)
+            log.error(
+                "could not produce the dead letter of %s[%s]@%s (%s, %s); the message is skipped: %r",
+                *where,
+                stage,
+                kind,
+                exc,
+            )
             return False
         return True
 
@@ -266,16 +301,25 @@ class IntakeStats:
         self.rejected[kind] += 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "rejected": dict(sorted(self.rejected.items())),
-                "redelivered": self.redelivered, "held": self.held, "deadletter_failed": self.deadletter_failed,
-                "forward_failed": self.forward_failed, "nodes_expired": self.nodes_expired,
-                "incidents_gone": self.incidents_gone, "evicted": dict(sorted(self.evictions.total.items()))}
+        return {
+            "accepted": self.accepted,
+            "rejected": dict(sorted(self.rejected.items())),
+            "redelivered": self.redelivered,
+            "held": self.held,
+            "deadletter_failed": self.deadletter_failed,
+            "forward_failed": self.forward_failed,
+            "nodes_expired": self.nodes_expired,
+            "incidents_gone": self.incidents_gone,
+            "evicted": dict(sorted(self.evictions.total.items())),
+        }
 
     def describe(self) -> str:
         rejected = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected.items())) or "none"
-        return (f"intake: {self.accepted} accepted, {self.redelivered} redelivered (dropped), rejected: "
-                f"{rejected}; {self.deadletter_failed} dead letters failed, {self.forward_failed} forwards "
-                f"failed; {self.nodes_expired} nodes expired ({self.incidents_gone} incidents resolved)")
+        return (
+            f"intake: {self.accepted} accepted, {self.redelivered} redelivered (dropped), rejected: "
+            f"{rejected}; {self.deadletter_failed} dead letters failed, {self.forward_failed} forwards "
+            f"failed; {self.nodes_expired} nodes expired ({self.incidents_gone} incidents resolved)"
+        )
 
 
 class StatsCollector(Collector):
@@ -286,24 +330,40 @@ class StatsCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         s = self.stats
-        yield CounterMetricFamily("tailhound_telemetry_accepted", "Valid telemetry snapshots evaluated.",
-                                  value=s.accepted)
-        rejected = CounterMetricFamily("tailhound_telemetry_rejected", "Telemetry messages rejected (dead "
-                                       "letters), by reason.", labels=["reason"])
+        yield CounterMetricFamily(
+            "tailhound_telemetry_accepted", "Valid telemetry snapshots evaluated.", value=s.accepted
+        )
+        rejected = CounterMetricFamily(
+            "tailhound_telemetry_rejected", "Telemetry messages rejected (dead letters), by reason.", labels=["reason"]
+        )
         for reason, n in sorted(s.rejected.items()):
             rejected.add_metric([reason], n)
         yield rejected
-        yield CounterMetricFamily("tailhound_telemetry_redelivered", "Snapshots not newer than their source's "
-                                  "last one on the node (redeliveries), dropped.", value=s.redelivered)
-        yield CounterMetricFamily("tailhound_telemetry_held", "Snapshots held apart, far ahead of their source, "
-                                  "until its next ones confirmed them.", value=s.held)
-        yield CounterMetricFamily("tailhound_deadletter_failed", "Dead letters that could not be produced.",
-                                  value=s.deadletter_failed)
-        yield CounterMetricFamily("tailhound_nodes_expired", "Nodes expired after streams.node_expiry_s "
-                                  "without telemetry.", value=s.nodes_expired)
-        evicted = CounterMetricFamily("tailhound_state_evicted", "Names evicted over the fleet-state caps "
-                                      "(streams.max_nodes, streams.max_models), the least recently seen first, "
-                                      "by kind.", labels=["kind"])
+        yield CounterMetricFamily(
+            "tailhound_telemetry_redelivered",
+            "Snapshots not newer than their source's last one on the node (redeliveries), dropped.",
+            value=s.redelivered,
+        )
+        yield CounterMetricFamily(
+            "tailhound_telemetry_held",
+            "Snapshots held apart, far ahead of their source, until its next ones confirmed them.",
+            value=s.held,
+        )
+        yield CounterMetricFamily(
+            "tailhound_deadletter_failed", "Dead letters that could not be produced.", value=s.deadletter_failed
+        )
+        yield CounterMetricFamily(
+            "tailhound_nodes_expired",
+            "Nodes expired after streams.node_expiry_s without telemetry.",
+            value=s.nodes_expired,
+        )
+        evicted = CounterMetricFamily(
+            "tailhound_state_evicted",
+            "Names evicted over the fleet-state caps "
+            "(streams.max_nodes, streams.max_models), the least recently seen first, "
+            "by kind.",
+            labels=["kind"],
+        )
         for kind in (NODE, MODEL, MODEL_NODE):
             evicted.add_metric([kind], s.evictions.total[kind])
         yield evicted
@@ -323,8 +383,9 @@ class NodeExpiry:
 
     def __init__(self, expiry_s: float | None, check_every_s: float | None = None) -> None:
         self.expiry_s = expiry_s
-        self.check_every_s = check_every_s if check_every_s is not None else (
-            min(60.0, expiry_s / 4) if expiry_s else 60.0)
+        self.check_every_s = (
+            check_every_s if check_every_s is not None else (min(60.0, expiry_s / 4) if expiry_s else 60.0)
+        )
         self._clock: dict[int, float] = {}
         self._checked: dict[int, float] = {}
 
@@ -345,9 +406,13 @@ class NodeExpiry:
             return True
         return False
 
-    def gone(self, partition: int, states: Iterable[tuple[str, Any]],
-             partition_of: Callable[[str], int | None] = lambda node: None,
-             cutoff: float | None = None) -> list[tuple[str, float]]:
+    def gone(
+        self,
+        partition: int,
+        states: Iterable[tuple[str, Any]],
+        partition_of: Callable[[str], int | None] = lambda node: None,
+        cutoff: float | None = None,
+    ) -> list[tuple[str, float]]:
         """(node, last seen) of the stored `states` of `partition` silent for more than expiry_s (or last seen
         before `cutoff`). `partition_of` names the partition of a state written before it said so itself."""
         clock = self._clock.get(partition)

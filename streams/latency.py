@@ -79,8 +79,11 @@ def _derived_names(signal: str) -> tuple[str, tuple[tuple[str, float], ...], str
     """``<signal>.window_count``, the quantile signals with their q (none for ``tokens.*``), ``<signal>.mean``."""
     names = _DERIVED_NAMES.get(signal)
     if names is None:
-        quantiles = () if signal.startswith("tokens.") else tuple(
-            (f"{signal}.{suffix}", q) for suffix, q in LATENCY_QUANTILES.items())
+        quantiles = (
+            ()
+            if signal.startswith("tokens.")
+            else tuple((f"{signal}.{suffix}", q) for suffix, q in LATENCY_QUANTILES.items())
+        )
         names = (f"{signal}.window_count", quantiles, f"{signal}.mean")
         if len(_DERIVED_NAMES) < 4096:
             _DERIVED_NAMES[signal] = names
@@ -103,8 +106,11 @@ def _wanted_names(signal: str, wanted: frozenset[str]) -> tuple | None:
     if key in _WANTED:
         return _WANTED[key]
     count_name, quantiles, mean_name = _derived_names(signal)
-    names = (count_name if count_name in wanted else None, tuple((n, q) for n, q in quantiles if n in wanted),
-             mean_name if mean_name in wanted else None)
+    names = (
+        count_name if count_name in wanted else None,
+        tuple((n, q) for n, q in quantiles if n in wanted),
+        mean_name if mean_name in wanted else None,
+    )
     found = names if names[0] or names[1] or names[2] else None
     if len(_WANTED) < 4096:
         _WANTED[key] = found
@@ -158,8 +164,12 @@ class _Candidate:
 
 
 class LatencyTracker:
-    def __init__(self, window_s: float = DEFAULT_WINDOW_S, max_intervals: int = DEFAULT_MAX_INTERVALS,
-                 catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        window_s: float = DEFAULT_WINDOW_S,
+        max_intervals: int = DEFAULT_MAX_INTERVALS,
+        catalog: Catalog | None = None,
+    ) -> None:
         LatencyWindow(window_s, max_intervals)  # validates both
         self.window_s = float(window_s)
         self.max_intervals = int(max_intervals)
@@ -254,9 +264,15 @@ class LatencyTracker:
 
     def to_dict(self) -> dict:
         """JSON-able state: ``[signal, node, entity, metric, model, window]`` per series."""
-        return {"window_s": self.window_s, "max_intervals": self.max_intervals, "newest_ts": self.newest_ts,
-                "series": [[signal, node, entity, s.metric, s.model, s.window.to_dict()]
-                           for (signal, node, entity), s in sorted(self.series.items())]}
+        return {
+            "window_s": self.window_s,
+            "max_intervals": self.max_intervals,
+            "newest_ts": self.newest_ts,
+            "series": [
+                [signal, node, entity, s.metric, s.model, s.window.to_dict()]
+                for (signal, node, entity), s in sorted(self.series.items())
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: dict, catalog: Catalog | None = None) -> LatencyTracker:

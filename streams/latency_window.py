@@ -31,8 +31,7 @@ _EXACT_INTERVALS = 4096
 def _whole(values: Sequence[float]) -> bool:
     """Non-negative whole floats below _EXACT_WHOLE (then rounding and summing them are exact)."""
     try:
-        return not values or (min(values) >= 0 and max(values) < _EXACT_WHOLE
-                              and all(map(float.is_integer, values)))
+        return not values or (min(values) >= 0 and max(values) < _EXACT_WHOLE and all(map(float.is_integer, values)))
     except TypeError:  # not all floats
         return False
 
@@ -65,8 +64,14 @@ class Interval:
         while counts and counts[-1] == self.count:  # implied: the +Inf bucket's count
             counts.pop()
         compact = list(map(int, counts)) if self.whole else [_compact(c) for c in counts]  # _compact of whole ones
-        return [_compact(self.ts), _compact(self.span_s), int(self.gap), _compact(self.count), _compact(self.sum),
-                compact]
+        return [
+            _compact(self.ts),
+            _compact(self.span_s),
+            int(self.gap),
+            _compact(self.count),
+            _compact(self.sum),
+            compact,
+        ]
 
     @classmethod
     def from_list(cls, item: list, buckets: int) -> Interval:
@@ -117,8 +122,9 @@ class LatencyWindow:
     def last_ts(self) -> float | None:
         return self.intervals[-1].ts if self.intervals else None
 
-    def add(self, ts: float, prev_ts: float | None, delta: HistogramDelta | None, le: Sequence[float],
-            gap: bool = False) -> bool:
+    def add(
+        self, ts: float, prev_ts: float | None, delta: HistogramDelta | None, le: Sequence[float], gap: bool = False
+    ) -> bool:
         """Add the increase over ``(prev_ts, ts]``; False when ignored (first sight of the series, no
         delta, a re-delivery, non-finite values). An interval whose start is not the previous
         interval's end, or flagged `gap`, is kept and marked as spanning a gap. Negative counts (never
@@ -136,9 +142,14 @@ class LatencyWindow:
         bounds = tuple(map(float, le))
         if bounds != self.le:
             self.le, self.intervals, last = bounds, [], None
-        interval = Interval(ts=ts, span_s=_clean(ts - prev_ts), gap=bool(gap) or (last is not None and prev_ts != last),
-                            count=_clean(max(delta.count, 0.0)), sum=_clean(delta.sum),
-                            counts=_clean_counts(delta.counts))
+        interval = Interval(
+            ts=ts,
+            span_s=_clean(ts - prev_ts),
+            gap=bool(gap) or (last is not None and prev_ts != last),
+            count=_clean(max(delta.count, 0.0)),
+            sum=_clean(delta.sum),
+            counts=_clean_counts(delta.counts),
+        )
         self.intervals.append(interval)
         self._prune(ts)
         return True
@@ -174,7 +185,7 @@ class LatencyWindow:
         if summed == kept:  # by identity first: nothing changed
             return self._sums
         start = 0  # kept[:k] == summed[-k:]: the first k kept intervals are the newest k summed
-        while start < len(summed) and summed[start:] != kept[:len(summed) - start]:
+        while start < len(summed) and summed[start:] != kept[: len(summed) - start]:
             start += 1
         k = len(summed) - start  # (the summed ones are all whole)
         if len(kept) > _EXACT_INTERVALS or not all(iv.whole for iv in kept[k:]):
@@ -236,8 +247,12 @@ class LatencyWindow:
         le = self._le_json
         if le is None or le[0] is not self.le:
             le = self._le_json = (self.le, [_compact(b) for b in self.le])
-        return {"window_s": _compact(self.window_s), "max_intervals": self.max_intervals,
-                "le": list(le[1]), "intervals": [iv._as_list for iv in self.intervals]}
+        return {
+            "window_s": _compact(self.window_s),
+            "max_intervals": self.max_intervals,
+            "le": list(le[1]),
+            "intervals": [iv._as_list for iv in self.intervals],
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> LatencyWindow:
@@ -250,6 +265,10 @@ class LatencyWindow:
         if not isinstance(other, LatencyWindow):
             return NotImplemented
         return (self.window_s, self.max_intervals, self.le, self.intervals) == (
-            other.window_s, other.max_intervals, other.le, other.intervals)
+            other.window_s,
+            other.max_intervals,
+            other.le,
+            other.intervals,
+        )
 
     __hash__ = None  # type: ignore[assignment]

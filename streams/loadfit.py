@@ -20,8 +20,9 @@ from .ruleset.rulefile import RuleSet
 ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
 
 
-def training_rows(records: Iterable[ScrapeRecord], signal: str = "latency.ttft.p95", window_s: float = 60.0,
-                  min_requests: int = 20) -> tuple[list[WindowFeatures], list[float]]:
+def training_rows(
+    records: Iterable[ScrapeRecord], signal: str = "latency.ttft.p95", window_s: float = 60.0, min_requests: int = 20
+) -> tuple[list[WindowFeatures], list[float]]:
     builder = SnapshotBuilder()
     processor = SnapshotProcessor(RuleSet(rules=[]), all_stats=True)  # it reads the whole view
     store = MemoryStateStore()

@@ -53,8 +53,7 @@ if TYPE_CHECKING:
 ARTIFACT_FORMAT = "tailhound-loadmodel"
 ARTIFACT_VERSION = 1
 BASE_FEATURES = ("prompt_tokens", "gen_tokens", "running", "waiting", "request_rate")
-FEATURES = (*BASE_FEATURES, "prompt_tokens*running", "context_tokens*running", "waiting*prompt_tokens",
-            "running^2")
+FEATURES = (*BASE_FEATURES, "prompt_tokens*running", "context_tokens*running", "waiting*prompt_tokens", "running^2")
 #: L1 penalty relative to the median target (scale-free: the same for TTFT in s and TPOT in ms-range values).
 DEFAULT_ALPHA = 1e-3
 DEFAULT_HOLDOUT = 0.2
@@ -71,8 +70,10 @@ def require_fit_dependencies() -> None:
         import numpy  # noqa: F401
         import sklearn.linear_model  # noqa: F401
     except ImportError as exc:
-        raise TailhoundError(f"fitting a load model needs scikit-learn and numpy, the `fit` extra ({exc.name} is "
-                             f"not installed): {FIT_INSTALL_HINT}") from None
+        raise TailhoundError(
+            f"fitting a load model needs scikit-learn and numpy, the `fit` extra ({exc.name} is "
+            f"not installed): {FIT_INSTALL_HINT}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -185,9 +186,16 @@ class LoadModel:
         return self.artifact.signal
 
     @classmethod
-    def fit(cls, rows: Sequence[WindowFeatures], targets: Sequence[float], quantile: float = 0.95, *,
-            signal: str = "latency.ttft.p95", alpha: float = DEFAULT_ALPHA,
-            holdout: float = DEFAULT_HOLDOUT) -> LoadModel:
+    def fit(
+        cls,
+        rows: Sequence[WindowFeatures],
+        targets: Sequence[float],
+        quantile: float = 0.95,
+        *,
+        signal: str = "latency.ttft.p95",
+        alpha: float = DEFAULT_ALPHA,
+        holdout: float = DEFAULT_HOLDOUT,
+    ) -> LoadModel:
         """Fit on all rows; the reported fit quality comes from a fit on the oldest rows scored on the newest.
         numpy and scikit-learn are imported here, not with the module: a worker that only predicts never
         loads them."""
@@ -211,18 +219,26 @@ class LoadModel:
         floor = max(MIN_FLOOR_S, 0.5 * float(y_train.min()))
         held_out = np.maximum(x_test @ coef + intercept, floor)
         constant = np.full_like(y_test, float(np.quantile(y_train, quantile)))
-        fit = FitQuality(pinball_loss=float(mean_pinball_loss(y_test, held_out, alpha=quantile)),
-                         baseline_pinball_loss=float(mean_pinball_loss(y_test, constant, alpha=quantile)),
-                         holdout_rows=n_test)
+        fit = FitQuality(
+            pinball_loss=float(mean_pinball_loss(y_test, held_out, alpha=quantile)),
+            baseline_pinball_loss=float(mean_pinball_loss(y_test, constant, alpha=quantile)),
+            holdout_rows=n_test,
+        )
         coef, intercept = _fit_linear(x, y, quantile, alpha)
         stamps = [r.ts for r in rows if r.ts is not None]
         base = x[:, : len(BASE_FEATURES)]
         artifact = LoadModelArtifact(
-            format=ARTIFACT_FORMAT, version=ARTIFACT_VERSION, signal=signal, quantile=quantile,
-            features=list(FEATURES), coef=[float(c) for c in coef], intercept=intercept,
+            format=ARTIFACT_FORMAT,
+            version=ARTIFACT_VERSION,
+            signal=signal,
+            quantile=quantile,
+            features=list(FEATURES),
+            coef=[float(c) for c in coef],
+            intercept=intercept,
             floor=max(MIN_FLOOR_S, 0.5 * float(y.min())),
             feature_ranges={n: (float(base[:, k].min()), float(base[:, k].max())) for k, n in enumerate(BASE_FEATURES)},
-            alpha=alpha, sklearn_version=sklearn.__version__,
+            alpha=alpha,
+            sklearn_version=sklearn.__version__,
             trained_on=TrainedOn(rows=len(y), ts_min=min(stamps, default=None), ts_max=max(stamps, default=None)),
             fit=fit,
         )
@@ -290,8 +306,13 @@ class ExpectedCost:
         return f"{self.ratio(observed):.1f}x {what} ({self.label})"
 
 
-def expected_for(signal: str, features: WindowFeatures | None, model: LoadModel | None,
-                 rolling: RollingBaseline | None, margin: float = DEFAULT_MARGIN) -> ExpectedCost | None:
+def expected_for(
+    signal: str,
+    features: WindowFeatures | None,
+    model: LoadModel | None,
+    rolling: RollingBaseline | None,
+    margin: float = DEFAULT_MARGIN,
+) -> ExpectedCost | None:
     """The load model's prediction when it is for ``signal`` and covers ``features``, else the rolling median."""
     if model is not None and features is not None and model.signal == signal and model.covers(features, margin):
         return ExpectedCost(value=model.predict(features), source="load-model", floor=model.artifact.floor)
@@ -303,6 +324,7 @@ def expected_for(signal: str, features: WindowFeatures | None, model: LoadModel 
 
 def features_of(view: dict[str, dict[str, float]], entity: str, ts: float | None = None) -> WindowFeatures | None:
     """The load of one engine from the node's current view (None while a part is unknown)."""
+
     def get(signal: str) -> float | None:
         return (view.get(signal) or {}).get(entity)
 
@@ -313,5 +335,11 @@ def features_of(view: dict[str, dict[str, float]], entity: str, ts: float | None
         rate = get("engine.requests_received.rate")
     if None in (prompt, gen, running, waiting, rate):
         return None
-    return WindowFeatures(prompt_tokens=prompt, gen_tokens=gen, running=running, waiting=waiting,  # type: ignore[arg-type]
-                          request_rate=rate, ts=ts)  # type: ignore[arg-type]
+    return WindowFeatures(
+        prompt_tokens=prompt,
+        gen_tokens=gen,
+        running=running,
+        waiting=waiting,  # type: ignore[arg-type]
+        request_rate=rate,
+        ts=ts,
+    )  # type: ignore[arg-type]

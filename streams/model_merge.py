@@ -27,7 +27,8 @@ def merge(snapshots: list[Snapshot], model: str | None) -> list:
                 labels = {k: v for k, v in s.labels.items() if k not in drop}
                 labels["engine"] = engine
                 gauges[(s.name, tuple(sorted(labels.items())))] = GaugeSample.trusted(
-                    name=s.name, labels=labels, value=s.value)
+                    name=s.name, labels=labels, value=s.value
+                )
                 continue
             key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in drop)))
             if isinstance(s, CounterSample):
@@ -46,8 +47,17 @@ def merge(snapshots: list[Snapshot], model: str | None) -> list:
         lbl = dict(labels, engine="all")
         counts = [max(c, 0.0) for c in counts]
         counts = [min(c, count) for c in _cumulative_max(counts)]
-        out.append(HistogramSample(name=name, labels=lbl, le=le, counts=counts, count=count, sum=total,
-                                   delta=HistogramDelta(counts=counts, count=count, sum=total)))
+        out.append(
+            HistogramSample(
+                name=name,
+                labels=lbl,
+                le=le,
+                counts=counts,
+                count=count,
+                sum=total,
+                delta=HistogramDelta(counts=counts, count=count, sum=total),
+            )
+        )
     for (name, labels), total in sorted(counters.items()):
         out.append(CounterSample(name=name, labels=dict(labels, engine="all"), value=total, delta=total))
     out.extend(g for _, g in sorted(gauges.items(), key=lambda kv: kv[0]))

@@ -226,8 +226,9 @@ class ModelAggregator:
             return self.closed_until
         return min(self.buckets) if self.buckets else None
 
-    def _close(self, start: float, by_node: dict[str, list[Snapshot]],
-               causes: dict[str, tuple[str, ...]]) -> list[Snapshot]:
+    def _close(
+        self, start: float, by_node: dict[str, list[Snapshot]], causes: dict[str, tuple[str, ...]]
+    ) -> list[Snapshot]:
         end = start + self.bucket_s
         by_source: dict[str, list[Snapshot]] = {}
         for node in sorted(by_node):
@@ -236,8 +237,7 @@ class ModelAggregator:
                 if self.peers is not None:
                     self.peers.add(snap, self.key)
         node = synthetic_node(self.key)
-        explained = sum(1 for n in by_node
-                        if any(c not in _NOT_EXPLAINING for c in causes.get(n, ())))
+        explained = sum(1 for n in by_node if any(c not in _NOT_EXPLAINING for c in causes.get(n, ())))
         out = []
         for source in sorted(by_source):
             samples = merge(by_source[source], None if self.key == FLEET else self.key)
@@ -251,9 +251,18 @@ class ModelAggregator:
             labels = {} if self.key == FLEET else {"model_name": self.key}
             # built unchecked: every sample came from a validated snapshot, and a model's engines together may
             # have more samples than LIMITS.max_samples allows one node (the roster is bounded by max_nodes)
-            out.append(Snapshot.model_construct(ts=end, node=node, source=source, interval_s=self.bucket_s,
-                                                labels=labels, samples=samples, prev_ts=prev,
-                                                gap=prev is not None and end - prev > self.bucket_s))
+            out.append(
+                Snapshot.model_construct(
+                    ts=end,
+                    node=node,
+                    source=source,
+                    interval_s=self.bucket_s,
+                    labels=labels,
+                    samples=samples,
+                    prev_ts=prev,
+                    gap=prev is not None and end - prev > self.bucket_s,
+                )
+            )
         return out
 
     def _explained_nodes(self, causes: dict[str, tuple[str, ...]]) -> frozenset[str]:
@@ -287,8 +296,9 @@ class ModelStage:
     uses it directly; the worker runs it in its model-stage agent). A key is only aggregated when some
     rule reads it: no fleet-scope rules, no fleet aggregation."""
 
-    def __init__(self, rules: RuleSet, max_models: int | None = None, max_nodes: int | None = None,
-                 **processor_kw) -> None:
+    def __init__(
+        self, rules: RuleSet, max_models: int | None = None, max_nodes: int | None = None, **processor_kw
+    ) -> None:
         #: models by last arrival, per model-topic partition: over `max_models` the least recent is evicted
         self.recent = RecentNames(max_models)
         #: most nodes per aggregator (ModelAggregator.max_nodes)
@@ -327,8 +337,15 @@ class ModelStage:
         fleet rules exist)."""
         return model_keys(snapshot, models=bool(self.model_rules.rules), fleet=bool(self.fleet_rules.rules))
 
-    def add(self, key: str, snapshot: Snapshot, causes: tuple[str, ...] = (), store=None,
-            now: float | None = None, partition: int | None = None) -> list[IncidentEvent]:
+    def add(
+        self,
+        key: str,
+        snapshot: Snapshot,
+        causes: tuple[str, ...] = (),
+        store=None,
+        now: float | None = None,
+        partition: int | None = None,
+    ) -> list[IncidentEvent]:
         """Feed one engine snapshot (and the root causes open on its node; `now`: its wall-clock arrival in the
         worker) to `key`'s aggregator; run the rules on every bucket it closes. A worker that takes a key
         over (a failover, a rebalance) starts from the roster the previous one stored."""
@@ -337,8 +354,9 @@ class ModelStage:
         agg = self.aggregators.get(key)
         if agg is None:
             peers = None if key == FLEET or not self._peer_histograms else EnginePeerWindows(self._peer_histograms)
-            agg = self.aggregators[key] = ModelAggregator(key, peers=peers, max_nodes=self.max_nodes,
-                                                          on_evict=self.on_evict)
+            agg = self.aggregators[key] = ModelAggregator(
+                key, peers=peers, max_nodes=self.max_nodes, on_evict=self.on_evict
+            )
             roster = store.get(ROSTER_PREFIX + key)
             if isinstance(roster, dict):
                 agg.restore(roster, now)
@@ -361,8 +379,12 @@ class ModelStage:
     def tick(self, keys: Iterable[str], now: float, store=None) -> list[IncidentEvent]:
         """Wall time passed (the worker's tick): close what the aggregators of `keys` can close now."""
         store = self.store if store is None else store
-        return [ev for k in keys if (agg := self.aggregators.get(k)) is not None
-                for ev in self._judge(k, agg, agg.close_ready(now), store)]
+        return [
+            ev
+            for k in keys
+            if (agg := self.aggregators.get(k)) is not None
+            for ev in self._judge(k, agg, agg.close_ready(now), store)
+        ]
 
     def _judge(self, key: str, agg: ModelAggregator, closed: list[Snapshot], store) -> list[IncidentEvent]:
         """Run the rules on the synthetic snapshots of closed buckets; store the key's roster when any closed."""

@@ -73,8 +73,9 @@ class NodeState(BaseModel):
 
     def tracker(self, catalog: Catalog) -> LatencyTracker:
         if self._tracker is None:
-            self._tracker = (LatencyTracker.from_dict(self.latency, catalog) if self.latency
-                             else LatencyTracker(catalog=catalog))
+            self._tracker = (
+                LatencyTracker.from_dict(self.latency, catalog) if self.latency else LatencyTracker(catalog=catalog)
+            )
         return self._tracker
 
     def baseline_of(self, key: str) -> RollingBaseline | None:

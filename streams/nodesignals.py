@@ -26,6 +26,7 @@ STALE_INTERVALS = 3.0
 MIN_AGE_S = 60.0
 DEFAULT_AGE_S = 120.0
 
+
 def counter_rates(snapshot: Snapshot, catalog: Catalog) -> SignalValues:
     """``<counter signal>.rate`` per entity: the snapshot's deltas over (prev_ts, ts], summed over the
     labels that are not the entity's (vLLM's finished_reason, ...)."""
@@ -116,8 +117,7 @@ class LatestValues:
 
 
 #: derived signal -> its (numerator, denominator), in the order view() computes them (a later one wins)
-_RATIOS: dict[str, tuple[str, str]] = {**{name: pair for name, (_per, pair) in DERIVED_SIGNALS.items()},
-                                       **RATE_RATIOS}
+_RATIOS: dict[str, tuple[str, str]] = {**{name: pair for name, (_per, pair) in DERIVED_SIGNALS.items()}, **RATE_RATIOS}
 _MISSING = object()
 
 
@@ -252,8 +252,9 @@ def _sample_plan(catalog: Catalog, source: str, kind: str, metric: str) -> objec
     return _resolved_plan(catalog.lookup(source, metric), kind)
 
 
-def _label_plan(plan: _ByLabels, catalog: Catalog, source: str, kind: str, metric: str,
-                labels: dict[str, str]) -> object:
+def _label_plan(
+    plan: _ByLabels, catalog: Catalog, source: str, kind: str, metric: str, labels: dict[str, str]
+) -> object:
     """The plan of one sample of a :class:`_ByLabels` metric (what the catalog maps its label values to)."""
     values = tuple(map(labels.get, plan.keys))
     found = plan.plans.get(values)

@@ -48,15 +48,27 @@ MAX_OPEN = 100_000
 class PipelineMetrics:
     def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self.snapshots = Counter("tailhound_snapshots", "Snapshots evaluated, by source.", ["source"],
-                                 registry=registry)
-        self.processing = Histogram("tailhound_snapshot_processing_seconds", "Node-stage time per snapshot.",
-                                    buckets=PROCESSING_BUCKETS, registry=registry)
-        self.incident_events = Counter("tailhound_incident_events", "Incident events published, by root cause "
-                                       "and event.", ["root_cause", "event"], registry=registry)
-        self.detection_lag = Histogram("tailhound_detection_lag_seconds", "From the event time of the snapshot "
-                                       "that opened an incident to its publication.", buckets=LAG_BUCKETS,
-                                       registry=registry)
+        self.snapshots = Counter(
+            "tailhound_snapshots", "Snapshots evaluated, by source.", ["source"], registry=registry
+        )
+        self.processing = Histogram(
+            "tailhound_snapshot_processing_seconds",
+            "Node-stage time per snapshot.",
+            buckets=PROCESSING_BUCKETS,
+            registry=registry,
+        )
+        self.incident_events = Counter(
+            "tailhound_incident_events",
+            "Incident events published, by root cause and event.",
+            ["root_cause", "event"],
+            registry=registry,
+        )
+        self.detection_lag = Histogram(
+            "tailhound_detection_lag_seconds",
+            "From the event time of the snapshot that opened an incident to its publication.",
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        )
         #: filled by the node stage's processor (SnapshotProcessor.timings) and the model agent
         self.stage_seconds: dict[str, float] = {}
         self.model_stage_seconds = 0.0
@@ -91,8 +103,12 @@ class PipelineMetrics:
         how many member events it released then."""
         late, forced = self.rollup_order.get("late", 0), self.rollup_order.get("forced", 0)
         if state.late > late or state.forced > forced:
-            log.info("roll-up order: %d events late, %d released by the wall-clock bound (streams."
-                     "rollup_max_delay_s) since this worker took the roll-up", state.late, state.forced)
+            log.info(
+                "roll-up order: %d events late, %d released by the wall-clock bound (streams."
+                "rollup_max_delay_s) since this worker took the roll-up",
+                state.late,
+                state.forced,
+            )
         new_late, new_forced = max(late, state.late), max(forced, state.forced)
         self.rollup_order["late"], self.rollup_order["forced"] = new_late, new_forced
         in_order = max(released - (new_late - late) - (new_forced - forced), 0)
@@ -110,24 +126,33 @@ class _Collected(Collector):
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
-        stages = CounterMetricFamily("tailhound_stage_seconds", "Seconds spent in each node-stage evaluation "
-                                     "stage.", labels=["stage"])
+        stages = CounterMetricFamily(
+            "tailhound_stage_seconds", "Seconds spent in each node-stage evaluation stage.", labels=["stage"]
+        )
         for name, seconds in sorted(self.metrics.stage_seconds.items()):
             stages.add_metric([name], seconds)
         yield stages
-        yield CounterMetricFamily("tailhound_model_stage_seconds", "Seconds spent in the model stage.",
-                                  value=self.metrics.model_stage_seconds)
-        open_ = GaugeMetricFamily("tailhound_incidents_open", "Incidents open now, by root cause.",
-                                  labels=["root_cause"])
+        yield CounterMetricFamily(
+            "tailhound_model_stage_seconds", "Seconds spent in the model stage.", value=self.metrics.model_stage_seconds
+        )
+        open_ = GaugeMetricFamily(
+            "tailhound_incidents_open", "Incidents open now, by root cause.", labels=["root_cause"]
+        )
         for cause, n in sorted(self.metrics.open_by_cause().items()):
             open_.add_metric([cause], n)
         yield open_
-        order = CounterMetricFamily("tailhound_rollup_order_events", "Member incident events the roll-up took in "
-                                    "event-time order (ordered), released by the wall-clock bound before "
-                                    "every partition passed them (forced), or after later ones (late).",
-                                    labels=["how"])
+        order = CounterMetricFamily(
+            "tailhound_rollup_order_events",
+            "Member incident events the roll-up took in "
+            "event-time order (ordered), released by the wall-clock bound before "
+            "every partition passed them (forced), or after later ones (late).",
+            labels=["how"],
+        )
         for how, n in sorted(self.metrics.rollup_order.items()):
             order.add_metric([how], n)
         yield order
-        yield GaugeMetricFamily("tailhound_rollup_order_pending", "Member incident events waiting for their turn "
-                                "in the roll-up's event-time order.", value=self.metrics.rollup_pending)
+        yield GaugeMetricFamily(
+            "tailhound_rollup_order_pending",
+            "Member incident events waiting for their turn in the roll-up's event-time order.",
+            value=self.metrics.rollup_pending,
+        )

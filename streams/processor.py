@@ -79,8 +79,12 @@ def _decisions(state: NodeState) -> tuple:
     snapshot; in quiet times it is only the periodic write."""
     if not (state.rules or state.incidents or state.orphans):
         return _NOTHING_DECIDED  # a quiet node (most snapshots): what the general case gives, without the sorts
-    rules = tuple(sorted((n, tuple(sorted(r.pending)), tuple(sorted((e, f.last_true) for e, f in r.firing.items())))
-                         for n, r in state.rules.items()))
+    rules = tuple(
+        sorted(
+            (n, tuple(sorted(r.pending)), tuple(sorted((e, f.last_true) for e, f in r.firing.items())))
+            for n, r in state.rules.items()
+        )
+    )
     incidents = tuple(sorted((d, e.incident_id, e.sequence) for d, e in state.incidents.items()))
     return rules, incidents, tuple(sorted(state.orphans.items()))
 
@@ -92,11 +96,19 @@ class SnapshotProcessor:
     """Keeps each node's latest values in memory (see :mod:`tailhound.streams.nodesignals`) next to the
     persisted state the caller stores."""
 
-    def __init__(self, rules: RuleSet, catalog: Catalog | None = None,
-                 models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
-                 all_stats: bool = False, max_jump_s: float | None = None, confirm: int = 2,
-                 max_sources: int = LIMITS.max_sources_per_node, max_state_bytes: int | None = None,
-                 max_nodes: int | None = None) -> None:
+    def __init__(
+        self,
+        rules: RuleSet,
+        catalog: Catalog | None = None,
+        models: dict[str, LoadModel] | None = None,
+        sla: dict[str, dict[str, float]] | None = None,
+        all_stats: bool = False,
+        max_jump_s: float | None = None,
+        confirm: int = 2,
+        max_sources: int = LIMITS.max_sources_per_node,
+        max_state_bytes: int | None = None,
+        max_nodes: int | None = None,
+    ) -> None:
         self.rules = rules
         #: nodes in the order they last arrived, per partition; over `max_nodes` (None: no cap) see admit()
         self.recent = RecentNames(max_nodes)
@@ -150,8 +162,15 @@ class SnapshotProcessor:
         latest = self._latest.get(node)
         return latest.view(now) if latest is not None else {}
 
-    def step(self, raw_state: RawState | None, snapshot: Snapshot, *, horizon: float | None = None,
-             partition: int | None = None, arrival: float | None = None) -> StepResult:
+    def step(
+        self,
+        raw_state: RawState | None,
+        snapshot: Snapshot,
+        *,
+        horizon: float | None = None,
+        partition: int | None = None,
+        arrival: float | None = None,
+    ) -> StepResult:
         """Evaluate `snapshot` on the node's stored state. `horizon`: the latest event time acceptable now
         (arrival + max future skew); a stored state is healed of times after it when it is decoded
         (:func:`tailhound.streams.evaluator.heal_future`). `partition`: the telemetry partition the snapshot
@@ -163,8 +182,11 @@ class SnapshotProcessor:
         held = self._held.get(node, {}).get(key)
         if held is None:
             newest = self._newest(raw_state, node, key)
-            if (newest is not None and snapshot.ts > newest + self.max_jump_s
-                    and snapshot.ts > arrival + self.max_jump_s):
+            if (
+                newest is not None
+                and snapshot.ts > newest + self.max_jump_s
+                and snapshot.ts > arrival + self.max_jump_s
+            ):
                 self._held.setdefault(node, {})[key] = [snapshot]
                 return StepResult(state=None, changed=False, held=True)
             return self._step(raw_state, snapshot, horizon, partition)
@@ -221,8 +243,9 @@ class SnapshotProcessor:
             if not sources:
                 del self._held[node]
 
-    def _step_all(self, raw_state: RawState | None, snapshots: list[Snapshot], horizon: float | None,
-                  partition: int | None) -> StepResult:
+    def _step_all(
+        self, raw_state: RawState | None, snapshots: list[Snapshot], horizon: float | None, partition: int | None
+    ) -> StepResult:
         """Evaluate confirmed snapshots in order, as if they had come one by one."""
         out = StepResult(state=None, changed=False)
         for snap in snapshots:
@@ -233,8 +256,9 @@ class SnapshotProcessor:
                 out.changed = True
         return out
 
-    def _step(self, raw_state: RawState | None, snapshot: Snapshot, horizon: float | None,
-              partition: int | None) -> StepResult:
+    def _step(
+        self, raw_state: RawState | None, snapshot: Snapshot, horizon: float | None, partition: int | None
+    ) -> StepResult:
         node = snapshot.node
         cached = self._states.get(node)
         healed = False
@@ -254,25 +278,43 @@ class SnapshotProcessor:
                 return StepResult(state=None, changed=False, redelivered=True)
             if last is None and len(before.last_ts) >= self.max_sources:
                 self._states[node] = before
-                raise Unprocessable(TOO_MANY_SOURCES, f"node {node!r} already has {len(before.last_ts)} sources "
-                                    f"and instances; at most {self.max_sources} are kept (a new one, {key!r}, "
-                                    "is refused)")
+                raise Unprocessable(
+                    TOO_MANY_SOURCES,
+                    f"node {node!r} already has {len(before.last_ts)} sources "
+                    f"and instances; at most {self.max_sources} are kept (a new one, {key!r}, "
+                    "is refused)",
+                )
         decided = _decisions(before) if before is not None else None
         latest = self._latest.get(node)
         if latest is None:
             latest = self._latest[node] = LatestValues()
         try:
-            after, events = evaluate(before, snapshot, self.rules, self.catalog, latest=latest, copy=False,
-                                     models=self.models, sla=self.sla, timings=self.timings,
-                                     all_stats=self.all_stats)
+            after, events = evaluate(
+                before,
+                snapshot,
+                self.rules,
+                self.catalog,
+                latest=latest,
+                copy=False,
+                models=self.models,
+                sla=self.sla,
+                timings=self.timings,
+                all_stats=self.all_stats,
+            )
         except Exception:
             self._states.pop(node, None)  # possibly half-updated: decode the stored state next time
             raise
         self._states[node] = after
         if moved:
             after.partition = partition
-        persist = (before is None or bool(events) or _decisions(after) != decided or healed or moved
-                   or snapshot.ts - after.persisted_at >= PERSIST_EVERY_S)
+        persist = (
+            before is None
+            or bool(events)
+            or _decisions(after) != decided
+            or healed
+            or moved
+            or snapshot.ts - after.persisted_at >= PERSIST_EVERY_S
+        )
         if not persist:
             return StepResult(state=None, changed=False, events=events)
         after.version += 1
@@ -286,8 +328,11 @@ class SnapshotProcessor:
                 # brought are dropped with it (the node's sources bring theirs again within an interval)
                 self._states.pop(node, None)
                 self._latest.pop(node, None)
-                raise Unprocessable(STATE_TOO_LARGE, f"node {node!r}'s state record would be {size:,} bytes; at "
-                                    f"most {self.max_state_bytes:,} can be produced (the snapshot is not applied)")
+                raise Unprocessable(
+                    STATE_TOO_LARGE,
+                    f"node {node!r}'s state record would be {size:,} bytes; at "
+                    f"most {self.max_state_bytes:,} can be produced (the snapshot is not applied)",
+                )
         return StepResult(state=dumped, changed=True, events=events)
 
     def expire(self, node: str, raw_state: RawState | None, now: float, expiry_s: float) -> list[IncidentEvent] | None:

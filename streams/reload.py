@@ -74,8 +74,14 @@ def fingerprint(directory: Path) -> tuple:
 
 
 class RuleReloader:
-    def __init__(self, directory: Path, current: RuleSet, apply: Callable[[RuleSet], None],
-                 registry: CollectorRegistry | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        current: RuleSet,
+        apply: Callable[[RuleSet], None],
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.directory = Path(directory)
         self.current = current
         self._apply = apply
@@ -83,13 +89,20 @@ class RuleReloader:
         self._seen = fingerprint(self.directory)
         self._lock = asyncio.Lock()
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._reloads = Counter("tailhound_rules_reloads", "Rule pack reloads by result.", ["result"],
-                                registry=self.registry)
-        self._last_ok = Gauge("tailhound_rules_last_reload_successful",
-                              "1 when the last reload of the rule pack succeeded (or none was tried), 0 when it "
-                              "was rejected and the previous rules still run.", registry=self.registry)
-        self._last_ok_ts = Gauge("tailhound_rules_last_reload_success_timestamp_seconds",
-                                 "When the rule pack in use was loaded.", registry=self.registry)
+        self._reloads = Counter(
+            "tailhound_rules_reloads", "Rule pack reloads by result.", ["result"], registry=self.registry
+        )
+        self._last_ok = Gauge(
+            "tailhound_rules_last_reload_successful",
+            "1 when the last reload of the rule pack succeeded (or none was tried), 0 when it "
+            "was rejected and the previous rules still run.",
+            registry=self.registry,
+        )
+        self._last_ok_ts = Gauge(
+            "tailhound_rules_last_reload_success_timestamp_seconds",
+            "When the rule pack in use was loaded.",
+            registry=self.registry,
+        )
         self._info = Gauge("tailhound_rules_info", "The rule pack in use (1).", ["version"], registry=self.registry)
         self._loaded = Gauge("tailhound_rules_loaded", "Rules running.", registry=self.registry)
         for result in ("success", "failure"):

@@ -58,9 +58,15 @@ class ReplayResult:
     nodes_expired: int = 0
 
 
-def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str] | None = None,
-                   models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
-                   max_future_skew_s: float = 300.0, node_expiry_s: float = 3600.0) -> ReplayResult:
+def replay_records(
+    records: Iterable[ScrapeRecord],
+    rules: RuleSet,
+    out: IO[str] | None = None,
+    models: dict[str, LoadModel] | None = None,
+    sla: dict[str, dict[str, float]] | None = None,
+    max_future_skew_s: float = 300.0,
+    node_expiry_s: float = 3600.0,
+) -> ReplayResult:
     """`max_future_skew_s` and `node_expiry_s` as settings.streams has them (0: no expiry)."""
     builder = SnapshotBuilder()
     result = ReplayResult()
@@ -73,10 +79,16 @@ def replay_records(records: Iterable[ScrapeRecord], rules: RuleSet, out: IO[str]
     return replay_snapshots(snapshots(), rules, out, models, sla, max_future_skew_s, node_expiry_s, result=result)
 
 
-def replay_snapshots(snapshots: Iterable[Snapshot], rules: RuleSet, out: IO[str] | None = None,
-                     models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None,
-                     max_future_skew_s: float = 300.0, node_expiry_s: float = 3600.0,
-                     result: ReplayResult | None = None) -> ReplayResult:
+def replay_snapshots(
+    snapshots: Iterable[Snapshot],
+    rules: RuleSet,
+    out: IO[str] | None = None,
+    models: dict[str, LoadModel] | None = None,
+    sla: dict[str, dict[str, float]] | None = None,
+    max_future_skew_s: float = 300.0,
+    node_expiry_s: float = 3600.0,
+    result: ReplayResult | None = None,
+) -> ReplayResult:
     """The events of `snapshots` (in the order given, as the worker would take them from one partition):
     what :func:`replay_records` does after building the snapshots (the remote-write ingest's are replayed
     so, to compare them with the agent's)."""
@@ -138,9 +150,13 @@ def replay_snapshots(snapshots: Iterable[Snapshot], rules: RuleSet, out: IO[str]
     return result
 
 
-def replay_files(paths: list[Path], rules: RuleSet, out_path: Path | None,
-                 models: dict[str, LoadModel] | None = None, sla: dict[str, dict[str, float]] | None = None
-                 ) -> ReplayResult:
+def replay_files(
+    paths: list[Path],
+    rules: RuleSet,
+    out_path: Path | None,
+    models: dict[str, LoadModel] | None = None,
+    sla: dict[str, dict[str, float]] | None = None,
+) -> ReplayResult:
     """Replay recordings one after another (each file in its own order) into `out_path`."""
 
     def records() -> Iterable[ScrapeRecord]:

@@ -53,7 +53,7 @@ class SeriesTrace(BaseModel):
 
 def _raw_signal(name: str) -> str:
     """``max(gpu.temperature)`` -> ``gpu.temperature``."""
-    return name[name.index("(") + 1:-1] if name.endswith(")") and "(" in name else name
+    return name[name.index("(") + 1 : -1] if name.endswith(")") and "(" in name else name
 
 
 def _charted(evidence: list[Evidence]) -> list[Evidence]:
@@ -69,8 +69,16 @@ def _charted(evidence: list[Evidence]) -> list[Evidence]:
     return out[:MAX_SIGNALS_PER_RULE]
 
 
-def record(traces: dict[str, SeriesTrace], rule: str, for_s: float, scope: str, entity: str, since: float,
-           evidence: list[Evidence], ctx: EvalContext) -> None:
+def record(
+    traces: dict[str, SeriesTrace],
+    rule: str,
+    for_s: float,
+    scope: str,
+    entity: str,
+    since: float,
+    evidence: list[Evidence],
+    ctx: EvalContext,
+) -> None:
     """Add `entity`'s `evidence` of `rule` at ``ctx.now`` to the node's traces (its condition holds since
     `since`)."""
     ts = ctx.now
@@ -82,8 +90,14 @@ def record(traces: dict[str, SeriesTrace], rule: str, for_s: float, scope: str, 
                 continue
             raw = _raw_signal(ev.signal)
             per = ctx.per(raw) if raw == ev.signal else ()
-            trace = traces[key] = SeriesTrace(rule=rule, signal=ev.signal, unit=ev.unit, op=ev.op, for_s=for_s,
-                                              per=per[0] if len(per) == 1 and per[0] == scope else "")
+            trace = traces[key] = SeriesTrace(
+                rule=rule,
+                signal=ev.signal,
+                unit=ev.unit,
+                op=ev.op,
+                for_s=for_s,
+                per=per[0] if len(per) == 1 and per[0] == scope else "",
+            )
         _add_point(trace, entity, since, ev, ctx, ts)
 
 
@@ -103,8 +117,11 @@ def _add_point(trace: SeriesTrace, entity: str, since: float, ev: Evidence, ctx:
         trace.op = ev.op
     if entity not in trace.focus:
         trace.focus.append(entity)
-        trace.values = {e: trace.values[e] for e in trace.focus + [e for e in trace.values if e not in trace.focus]
-                        if e in trace.values}
+        trace.values = {
+            e: trace.values[e]
+            for e in trace.focus + [e for e in trace.values if e not in trace.focus]
+            if e in trace.values
+        }
     if trace.pending_since is None or since < trace.pending_since:
         trace.pending_since = since
     _set(trace, trace.values, entity, ev.value)
@@ -158,11 +175,20 @@ def export(trace: SeriesTrace, node: str) -> EvidenceSeries:
         return e or node
 
     return EvidenceSeries(
-        rule=trace.rule, signal=trace.signal, unit=trace.unit, op=trace.op, threshold=trace.threshold,
-        for_s=trace.for_s, per=trace.per, focus=[named(e) for e in trace.focus],
-        ts=[round(t, 3) for t in trace.ts], pending_since=trace.pending_since, baseline_of=trace.baseline_of,
+        rule=trace.rule,
+        signal=trace.signal,
+        unit=trace.unit,
+        op=trace.op,
+        threshold=trace.threshold,
+        for_s=trace.for_s,
+        per=trace.per,
+        focus=[named(e) for e in trace.focus],
+        ts=[round(t, 3) for t in trace.ts],
+        pending_since=trace.pending_since,
+        baseline_of=trace.baseline_of,
         values={named(e): [_round(v) for v in pts] for e, pts in trace.values.items()},
-        baseline={named(e): [_round(v) for v in pts] for e, pts in trace.baseline.items()})
+        baseline={named(e): [_round(v) for v in pts] for e, pts in trace.baseline.items()},
+    )
 
 
 def series_of(traces: dict[str, SeriesTrace], rules: Iterable[str], node: str) -> list[EvidenceSeries]:

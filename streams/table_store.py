@@ -59,8 +59,10 @@ def store_url(settings: StreamsSettings) -> str:
     if settings.store == "memory":
         return "memory://"
     if not rocksdb_available():
-        raise ConfigError(f"streams.store is 'rocksdb' but the RocksDB binding (rocksdict) is not installed: "
-                          f"pip install '{EXTRA}', or set streams.store to 'memory'")
+        raise ConfigError(
+            f"streams.store is 'rocksdb' but the RocksDB binding (rocksdict) is not installed: "
+            f"pip install '{EXTRA}', or set streams.store to 'memory'"
+        )
     return f"{SCHEME}://"
 
 
@@ -122,8 +124,11 @@ class StateStore(faust_rocksdb.Store):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        defaults = {"write_buffer_size": WRITE_BUFFER_BYTES, "max_write_buffer_number": WRITE_BUFFERS,
-                    "block_cache_size": BLOCK_CACHE_BYTES}
+        defaults = {
+            "write_buffer_size": WRITE_BUFFER_BYTES,
+            "max_write_buffer_number": WRITE_BUFFERS,
+            "block_cache_size": BLOCK_CACHE_BYTES,
+        }
         self.rocksdb_options = _Options(**{**defaults, **self.options}, use_rocksdict=self.use_rocksdict)
         #: key -> (version, length, hash) of the JSON object this store last wrote under it
         self._written: dict[bytes, tuple[int, int, int]] = {}

@@ -126,8 +126,16 @@ class EmbeddedBroker:
                 self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop(); a restart appends
             try:
                 self.proc = subprocess.Popen(
-                    [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-                     "--storage-engine", "memory://tansu/"],
+                    [
+                        binary,
+                        "broker",
+                        "--listener-url",
+                        listener,
+                        "--advertised-listener-url",
+                        listener,
+                        "--storage-engine",
+                        "memory://tansu/",
+                    ],
                     stdin=subprocess.DEVNULL,
                     stdout=self._log,
                     stderr=subprocess.STDOUT,

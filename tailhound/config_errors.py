@@ -35,8 +35,11 @@ class Problem:
 
     def github(self, title: str = "tailhound") -> str:
         """A GitHub Actions workflow command: an annotation on the file and line (`title`: the checker)."""
-        props = ",".join(f"{k}={_gh(str(v), prop=True)}" for k, v in
-                         (("file", self.path), ("line", self.line), ("col", self.column)) if v is not None)
+        props = ",".join(
+            f"{k}={_gh(str(v), prop=True)}"
+            for k, v in (("file", self.path), ("line", self.line), ("col", self.column))
+            if v is not None
+        )
         msg = self.message + (f" ({self.hint})" if self.hint else "")
         return f"::error {props},title={_gh(title, prop=True)}::{_gh(msg)}"
 
@@ -55,15 +58,17 @@ def nearest(word: str, choices: typing.Iterable[str], what: str, limit: int = 16
     return f"{what}: {', '.join(listed)}" if listed and len(listed) <= limit else what
 
 
-def validation_problems(exc: ValidationError, node: yaml.Node | None, origin: str,
-                        model: type[BaseModel]) -> list[Problem]:
+def validation_problems(
+    exc: ValidationError, node: yaml.Node | None, origin: str, model: type[BaseModel]
+) -> list[Problem]:
     """Every error of `exc` (validating `model` from the YAML under `node`) at its node, in people's terms."""
     problems = [validation_problem(err, node, origin, model) for err in exc.errors()]
     return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
-def validation_problem(err: Any, node: yaml.Node | None, origin: str, model: type[BaseModel],
-                       *, env_prefix: str | None = None) -> Problem:
+def validation_problem(
+    err: Any, node: yaml.Node | None, origin: str, model: type[BaseModel], *, env_prefix: str | None = None
+) -> Problem:
     """One pydantic error as a problem; with `env_prefix` (``TAILHOUND_``) it came from the environment and
     names the variable (``TAILHOUND_STREAMS__APP_IDD``) instead of a line."""
     loc = list(err["loc"])
@@ -90,12 +95,14 @@ def validation_problem(err: Any, node: yaml.Node | None, origin: str, model: typ
     elif kind == "union_tag_not_found":
         msg = f"missing key {str(err.get('ctx', {}).get('discriminator', 'type')).strip(chr(39))!r}"
     elif kind in ("literal_error", "enum") and isinstance(err.get("input"), str):
-        hint = nearest(err["input"], re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", ""))),
-                       "valid values", limit=0)
+        hint = nearest(
+            err["input"], re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", ""))), "valid values", limit=0
+        )
         hint = hint if hint.startswith("did you mean") else ""
     if env_prefix is not None:  # from the environment: name the variable, there is no line
-        return Problem(origin, None, None, msg if kind == "extra_forbidden" else f"{env_var(env_prefix, loc)}: {msg}",
-                       hint)
+        return Problem(
+            origin, None, None, msg if kind == "extra_forbidden" else f"{env_var(env_prefix, loc)}: {msg}", hint
+        )
     text = f"{where}: {msg}" if where else msg
     if isinstance(at, yaml.MappingNode | yaml.SequenceNode) and key_node is not None and at is target:
         at = key_node  # a whole block is wrong: point at its key, not the next line where its content starts
@@ -114,8 +121,9 @@ def clean_message(err: Any) -> str:
     msg = str(err.get("msg", ""))
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
-    if err.get("type") in ("float_parsing", "float_type", "int_parsing", "int_type", "bool_parsing") and \
-            isinstance(err.get("input"), str):
+    if err.get("type") in ("float_parsing", "float_type", "int_parsing", "int_type", "bool_parsing") and isinstance(
+        err.get("input"), str
+    ):
         msg = f"{msg} (got {err['input'][:40]!r})"
     return msg
 

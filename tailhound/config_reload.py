@@ -31,16 +31,29 @@ log = logging.getLogger("tailhound.reload")
 class ConfigReloader(Generic[C]):
     """Reads `path` with `load` and hands a valid result to `apply` (awaited); never raises."""
 
-    def __init__(self, path: Path, load: Callable[[Path], C], apply: Callable[[C], Awaitable[None]], *,
-                 prefix: str, registry: CollectorRegistry | None = None, what: str = "config") -> None:
+    def __init__(
+        self,
+        path: Path,
+        load: Callable[[Path], C],
+        apply: Callable[[C], Awaitable[None]],
+        *,
+        prefix: str,
+        registry: CollectorRegistry | None = None,
+        what: str = "config",
+    ) -> None:
         self.path, self.load, self.apply, self.what = path, load, apply, what
         r = registry or CollectorRegistry()
-        self.reloads = Counter(f"{prefix}_config_reloads", f"Reloads of the {what} file, by result.", ["result"],
-                               registry=r)
-        self.last_ok = Gauge(f"{prefix}_config_last_reload_successful", "1 when the last reload was applied.",
-                             registry=r)
-        self.last_ok_ts = Gauge(f"{prefix}_config_last_reload_success_timestamp_seconds",
-                                "When the config was last loaded successfully.", registry=r)
+        self.reloads = Counter(
+            f"{prefix}_config_reloads", f"Reloads of the {what} file, by result.", ["result"], registry=r
+        )
+        self.last_ok = Gauge(
+            f"{prefix}_config_last_reload_successful", "1 when the last reload was applied.", registry=r
+        )
+        self.last_ok_ts = Gauge(
+            f"{prefix}_config_last_reload_success_timestamp_seconds",
+            "When the config was last loaded successfully.",
+            registry=r,
+        )
         self.last_ok.set(1)
         self.last_ok_ts.set(time.time())
         self._lock = asyncio.Lock()

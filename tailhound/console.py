@@ -46,8 +46,7 @@ def render_incident(ev: IncidentEvent, origin: float | None = None, kind: str | 
     parts: list[Text] = [head]
     if ev.differential is not None and kind != "resolved":  # the look-alike the signals cannot rule out
         d = ev.differential
-        parts.append(Text(f"not certain  {d.lead} or {d.runner_up}: {d.why}\ntell apart   {d.check}",
-                          style="yellow"))
+        parts.append(Text(f"not certain  {d.lead} or {d.runner_up}: {d.why}\ntell apart   {d.check}", style="yellow"))
     if ev.evidence and kind != "resolved":
         ev_text = Text("evidence", style="bold")
         for e in ev.evidence:

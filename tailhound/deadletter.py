@@ -33,8 +33,10 @@ class DeadLetter(BaseModel):
     reason: str
     stage: str = Field(description="Where it was rejected: decode, validate, key, time, limits, evaluate, ...")
     kind: str | None = Field(
-        default=None, description="What was wrong, in a word that can be counted (the worker's "
-        "tailhound_telemetry_rejected{reason} label): oversized, not_utf8, bad_json, future_ts, wrong_key, ...")
+        default=None,
+        description="What was wrong, in a word that can be counted (the worker's "
+        "tailhound_telemetry_rejected{reason} label): oversized, not_utf8, bad_json, future_ts, wrong_key, ...",
+    )
     topic: str
     partition: int | None = None
     offset: int | None = None
@@ -42,23 +44,32 @@ class DeadLetter(BaseModel):
     payload: str
     payload_encoding: Literal["utf-8", "base64"] = "utf-8"
     payload_truncated: bool = Field(
-        default=False, description=f"`payload` holds only the first {MAX_PAYLOAD_BYTES} bytes of the original.")
+        default=False, description=f"`payload` holds only the first {MAX_PAYLOAD_BYTES} bytes of the original."
+    )
     payload_size: int | None = Field(default=None, description="Bytes of the original message value.")
     payload_sha256: str | None = Field(default=None, description="SHA-256 (hex) of the whole original value.")
 
     @classmethod
-    def from_bytes(cls, raw: bytes | None, *, reason: str, key: str | None = None,
-                   max_payload: int = MAX_PAYLOAD_BYTES, **fields: object) -> DeadLetter:
+    def from_bytes(
+        cls,
+        raw: bytes | None,
+        *,
+        reason: str,
+        key: str | None = None,
+        max_payload: int = MAX_PAYLOAD_BYTES,
+        **fields: object,
+    ) -> DeadLetter:
         """The record of `raw`, bounded: payload cut to `max_payload` bytes (at a character boundary when
         it is UTF-8 text), reason and key cut to MAX_REASON and MAX_KEY characters."""
         raw = raw or b""
         size, digest = len(raw), hashlib.sha256(raw).hexdigest()
         kept = raw[:max_payload]
         truncated = len(kept) < size
-        reason = reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 1] + "…"
-        key = key if key is None or len(key) <= MAX_KEY else key[:MAX_KEY - 1] + "…"
-        common = dict(reason=reason, key=key, payload_truncated=truncated, payload_size=size,
-                      payload_sha256=digest, **fields)
+        reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
+        key = key if key is None or len(key) <= MAX_KEY else key[: MAX_KEY - 1] + "…"
+        common = dict(
+            reason=reason, key=key, payload_truncated=truncated, payload_size=size, payload_sha256=digest, **fields
+        )
         text = _utf8_prefix(kept, whole=not truncated)
         if text is not None:
             return cls(payload=text, payload_encoding="utf-8", **common)  # type: ignore[arg-type]
@@ -81,6 +92,6 @@ def _utf8_prefix(kept: bytes, whole: bool) -> str | None:
         if whole or exc.reason != "unexpected end of data":
             return None
         try:
-            return kept[:exc.start].decode("utf-8")
+            return kept[: exc.start].decode("utf-8")
         except UnicodeDecodeError:
             return None

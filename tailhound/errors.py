@@ -18,8 +18,16 @@ class ConfigFileError(ConfigError):
     ``FILE:LINE:COL: path.to.key: message (hint)`` for the first problem; ``problems`` holds them all
     (:class:`tailhound.config_errors.Problem`)."""
 
-    def __init__(self, path: str, line: int | None, message: str, *, column: int | None = None, hint: str = "",
-                 problems: tuple = ()) -> None:
+    def __init__(
+        self,
+        path: str,
+        line: int | None,
+        message: str,
+        *,
+        column: int | None = None,
+        hint: str = "",
+        problems: tuple = (),
+    ) -> None:
         self.path = path
         self.line = line
         self.column = column
@@ -70,8 +78,9 @@ class DeliveryError(TailhoundError):
     ``retry_after`` is the wait the far side asked for (``Retry-After``), in seconds.
     """
 
-    def __init__(self, reason: str, *, retryable: bool, retry_after: float | None = None,
-                 status: int | None = None) -> None:
+    def __init__(
+        self, reason: str, *, retryable: bool, retry_after: float | None = None, status: int | None = None
+    ) -> None:
         self.reason = reason
         self.retryable = retryable
         self.retry_after = retry_after

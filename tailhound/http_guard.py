@@ -39,15 +39,24 @@ class ServerLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    header_timeout_s: Duration = Field(default=10.0, gt=0, le=3600, description=(
-        "A connection that sent no whole request line and headers this long after connecting (or after its "
-        "last answer) is closed."))
-    body_timeout_s: Duration = Field(default=30.0, gt=0, le=3600, description=(
-        "A request body not received whole within this is answered 408."))
-    max_per_client: int = Field(default=64, ge=1, le=100_000, description=(
-        "Open connections from one address; more are closed as they arrive."))
-    max_connections: int = Field(default=1024, ge=1, le=1_000_000, description=(
-        "Open connections in all; more are closed as they arrive."))
+    header_timeout_s: Duration = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description=(
+            "A connection that sent no whole request line and headers this long after connecting (or after its "
+            "last answer) is closed."
+        ),
+    )
+    body_timeout_s: Duration = Field(
+        default=30.0, gt=0, le=3600, description=("A request body not received whole within this is answered 408.")
+    )
+    max_per_client: int = Field(
+        default=64, ge=1, le=100_000, description=("Open connections from one address; more are closed as they arrive.")
+    )
+    max_connections: int = Field(
+        default=1024, ge=1, le=1_000_000, description=("Open connections in all; more are closed as they arrive.")
+    )
 
 
 class BodyTimeout(Exception):
@@ -75,9 +84,16 @@ class ConnectionCounter:
             self.dropped["per_client_limit" if over_client else "total_limit"] += 1
             if time.monotonic() - self._last_warning > 60:  # one line a minute, however many are refused
                 self._last_warning = time.monotonic()
-                log.warning("HTTP connection from %s refused: %d open from it (limit %d), %d in all (limit %d); "
-                            "%d refused so far", peer, self.open[peer], self.limits.max_per_client,
-                            sum(self.open.values()), self.limits.max_connections, self.refused)
+                log.warning(
+                    "HTTP connection from %s refused: %d open from it (limit %d), %d in all (limit %d); "
+                    "%d refused so far",
+                    peer,
+                    self.open[peer],
+                    self.limits.max_per_client,
+                    sum(self.open.values()),
+                    self.limits.max_connections,
+                    self.refused,
+                )
             return False
         self.open[peer] += 1
         return True
@@ -104,9 +120,12 @@ class DroppedConnections(Collector):
         self.counters = counters
 
     def collect(self):  # prometheus_client's collector protocol
-        family = CounterMetricFamily(f"{self.prefix}_http_connections_dropped",
-                                     "HTTP connections the server dropped, by reason (header or body timeout, "
-                                     "connection limit per client or in all).", labels=["reason"])
+        family = CounterMetricFamily(
+            f"{self.prefix}_http_connections_dropped",
+            "HTTP connections the server dropped, by reason (header or body timeout, "
+            "connection limit per client or in all).",
+            labels=["reason"],
+        )
         totals = Counter({reason: 0 for reason in DROP_REASONS})
         for counter in self.counters():
             totals.update(counter.dropped)
@@ -115,8 +134,9 @@ class DroppedConnections(Collector):
         yield family
 
 
-_EXPORTED: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, list[ConnectionCounter]]] = \
+_EXPORTED: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, list[ConnectionCounter]]] = (
     weakref.WeakKeyDictionary()
+)
 
 
 def export_dropped(registry: CollectorRegistry, prefix: str, counter: ConnectionCounter | None = None) -> None:
@@ -180,8 +200,9 @@ class _GuardedHandler(RequestHandler):
 class GuardedSite(web.TCPSite):
     """A TCP site whose connections go through a :class:`ConnectionCounter`."""
 
-    def __init__(self, runner: web.BaseRunner, host: str | None, port: int, limits: ServerLimits,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, runner: web.BaseRunner, host: str | None, port: int, limits: ServerLimits, **kwargs: Any
+    ) -> None:
         super().__init__(runner, host, port, **kwargs)
         self.counter = ConnectionCounter(limits)
 
@@ -195,9 +216,15 @@ class GuardedSite(web.TCPSite):
         def handler() -> RequestHandler:
             return _GuardedHandler(server, loop=loop, counter=self.counter, **options)
 
-        self._server = await loop.create_server(handler, self._host, self._port, ssl=self._ssl_context,
-                                                backlog=self._backlog, reuse_address=self._reuse_address,
-                                                reuse_port=self._reuse_port)
+        self._server = await loop.create_server(
+            handler,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
@@ -208,8 +235,9 @@ def runner_options(limits: ServerLimits) -> dict[str, Any]:
     return {"keepalive_timeout": limits.header_timeout_s, "lingering_time": min(2.0, limits.body_timeout_s)}
 
 
-async def read_body_within(request: web.Request, limit: int, timeout_s: float,
-                           too_large: Callable[[], Exception]) -> bytes:
+async def read_body_within(
+    request: web.Request, limit: int, timeout_s: float, too_large: Callable[[], Exception]
+) -> bytes:
     """The request body, at most `limit` bytes (`too_large()` raised beyond) and within `timeout_s`
     (:class:`BodyTimeout` after)."""
     if request.content_length is not None and request.content_length > limit:
@@ -235,16 +263,20 @@ def body_deadline(limits: ServerLimits) -> Callable[..., Awaitable[web.StreamRes
     before the handler runs: 408 when it is slower; the handler then reads it from memory."""
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                         ) -> web.StreamResponse:
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         if request.can_read_body:
             try:
                 async with asyncio.timeout(limits.body_timeout_s):
                     await request.read()
             except TimeoutError:
                 count_drop(request, "body_timeout")
-                return web.Response(status=408, text=f"request body not received within "
-                                                     f"{limits.body_timeout_s:g} s\n", headers={"Connection": "close"})
+                return web.Response(
+                    status=408,
+                    text=f"request body not received within {limits.body_timeout_s:g} s\n",
+                    headers={"Connection": "close"},
+                )
         return await handler(request)
 
     return middleware

@@ -32,7 +32,8 @@ class Scope(BaseModel):
     endpoint: str | None = None
     nodes: list[str] = Field(
         default_factory=list,
-        description="The nodes of a model- or fleet-scope incident that rolls up one cause on several nodes.")
+        description="The nodes of a model- or fleet-scope incident that rolls up one cause on several nodes.",
+    )
 
     def labels(self) -> dict[str, str]:
         """The scope as labels (what routes, silences and Alertmanager match on): ``node``, ``engine``,
@@ -121,13 +122,20 @@ class EvidenceSeries(BaseModel):
     focus: list[str] = Field(default_factory=list, description="The entities the incident is about.")
     ts: list[float] = Field(default_factory=list, max_length=MAX_SERIES_POINTS)
     values: dict[str, _Points] = Field(
-        default_factory=dict, max_length=MAX_SERIES_ENTITIES,
-        description="entity -> value at each `ts`; focus entities first, then peers.")
+        default_factory=dict,
+        max_length=MAX_SERIES_ENTITIES,
+        description="entity -> value at each `ts`; focus entities first, then peers.",
+    )
     baseline: dict[str, _Points] = Field(
-        default_factory=dict, max_length=MAX_SERIES_ENTITIES,
-        description="entity -> the baseline (or peer median) compared with, at each `ts`.")
-    baseline_of: str = Field(default="", description="What the baseline is: rolling (the entity's usual level), "
-                                                     "load-model, or peers (the median of its peers); empty: none.")
+        default_factory=dict,
+        max_length=MAX_SERIES_ENTITIES,
+        description="entity -> the baseline (or peer median) compared with, at each `ts`.",
+    )
+    baseline_of: str = Field(
+        default="",
+        description="What the baseline is: rolling (the entity's usual level), "
+        "load-model, or peers (the median of its peers); empty: none.",
+    )
     #: when the condition first held for the first focus entity (start of the `for` window)
     pending_since: float | None = None
 
@@ -174,14 +182,23 @@ class Candidate(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     root_cause: RootCause
-    score: float = Field(ge=0, le=1, description="How well it explains the incident's firing rules (1: all of them) "
-                                                 "times the share of its own rules that support it.")
-    supports: list[RuleFinding] = Field(default_factory=list, max_length=MAX_FINDINGS,
-                                        description="Its rules that fire or are pending.")
-    against: list[RuleFinding] = Field(default_factory=list, max_length=MAX_FINDINGS,
-                                       description="Its rules that are quiet.")
-    unexplained: list[str] = Field(default_factory=list, max_length=MAX_FINDINGS * 2,
-                                   description="Firing rules of the incident this cause does not explain.")
+    score: float = Field(
+        ge=0,
+        le=1,
+        description="How well it explains the incident's firing rules (1: all of them) "
+        "times the share of its own rules that support it.",
+    )
+    supports: list[RuleFinding] = Field(
+        default_factory=list, max_length=MAX_FINDINGS, description="Its rules that fire or are pending."
+    )
+    against: list[RuleFinding] = Field(
+        default_factory=list, max_length=MAX_FINDINGS, description="Its rules that are quiet."
+    )
+    unexplained: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_FINDINGS * 2,
+        description="Firing rules of the incident this cause does not explain.",
+    )
 
 
 class Differential(BaseModel):
@@ -218,20 +235,29 @@ class IncidentEvent(BaseModel):
     rule: str
     labels: dict[str, str] = Field(default_factory=dict)
     rule_origin: str | None = Field(
-        default=None, description="Where the root rule is defined: `<rules directory>/<file>:<line>`.")
+        default=None, description="Where the root rule is defined: `<rules directory>/<file>:<line>`."
+    )
     rules_version: str | None = Field(
-        default=None, description="The rule pack's version: `git:<commit>` for a clean checkout, "
-                                  "`git:<commit>+dirty.<hash>` with local changes, else `sha256:<hash>` of the files.")
+        default=None,
+        description="The rule pack's version: `git:<commit>` for a clean checkout, "
+        "`git:<commit>+dirty.<hash>` with local changes, else `sha256:<hash>` of the files.",
+    )
     series: list[EvidenceSeries] = Field(
-        default_factory=list, max_length=MAX_SERIES,
+        default_factory=list,
+        max_length=MAX_SERIES,
         description="Recent history of the evidence signals, for charts (the incident console). Carried on the "
-                    "incidents topic; left out of what receivers (Slack, PagerDuty, webhooks) are sent.")
+        "incidents topic; left out of what receivers (Slack, PagerDuty, webhooks) are sent.",
+    )
     candidates: list[Candidate] = Field(
-        default_factory=list, max_length=MAX_CANDIDATES,
-        description="The ranked candidate causes, the root cause first, each with the evidence for and against it.")
+        default_factory=list,
+        max_length=MAX_CANDIDATES,
+        description="The ranked candidate causes, the root cause first, each with the evidence for and against it.",
+    )
     differential: Differential | None = Field(
-        default=None, description="Set when the root cause and the runner-up cannot be told apart from the "
-                                  "recorded signals: the runner-up and the check that separates them.")
+        default=None,
+        description="Set when the root cause and the runner-up cannot be told apart from the "
+        "recorded signals: the runner-up and the check that separates them.",
+    )
 
     @property
     def runner_up(self) -> RootCause | None:

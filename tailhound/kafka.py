@@ -39,9 +39,14 @@ def topic_specs(settings: Settings) -> dict[str, tuple[int, dict[str, str]]]:
     partition: incident events are few, consumers get them in one order, and the roll-up and the notifier
     (one active instance each) read them all. (The worker's Faust app declares its own table changelogs.)"""
     compact = {"cleanup.policy": "compact"}
-    return {settings.telemetry_topic: (settings.partitions, {}), settings.model_topic: (settings.partitions, {}),
-            settings.node_incidents_topic: (1, {}), settings.incidents_topic: (1, {}),
-            settings.deadletter_topic: (1, {}), settings.notifier_state_topic: (1, compact)}
+    return {
+        settings.telemetry_topic: (settings.partitions, {}),
+        settings.model_topic: (settings.partitions, {}),
+        settings.node_incidents_topic: (1, {}),
+        settings.incidents_topic: (1, {}),
+        settings.deadletter_topic: (1, {}),
+        settings.notifier_state_topic: (1, compact),
+    }
 
 
 async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None) -> list[str]:
@@ -61,8 +66,11 @@ async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None)
     try:
         await admin.start()
         existing = set(await admin.list_topics())
-        new = [NewTopic(name, num_partitions=n, replication_factor=rf, topic_configs=configs or None)
-               for name, (n, configs) in wanted.items() if name not in existing]
+        new = [
+            NewTopic(name, num_partitions=n, replication_factor=rf, topic_configs=configs or None)
+            for name, (n, configs) in wanted.items()
+            if name not in existing
+        ]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(new)

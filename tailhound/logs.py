@@ -43,8 +43,13 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _logfmt_value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str) if isinstance(
-        value, list | dict | tuple) else str(value)
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, default=str)
+        if isinstance(value, list | dict | tuple)
+        else str(value)
+    )
     if text and not any(c in text for c in ' ="\\\n\t') and text.isprintable():
         return text
     return json.dumps(text, ensure_ascii=False)
@@ -54,8 +59,12 @@ class LogfmtFormatter(logging.Formatter):
     """``ts=... level=info logger=... msg="..." key=value``, one line per record (tracebacks in ``exc``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        pairs: list[tuple[str, Any]] = [("ts", _stamp(record.created)), ("level", record.levelname.lower()),
-                                        ("logger", record.name), ("msg", record.getMessage())]
+        pairs: list[tuple[str, Any]] = [
+            ("ts", _stamp(record.created)),
+            ("level", record.levelname.lower()),
+            ("logger", record.name),
+            ("msg", record.getMessage()),
+        ]
         pairs += _fields(record).items()
         if record.exc_info:
             pairs.append(("exc", self.formatException(record.exc_info)))
@@ -66,8 +75,13 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg``, the extra fields, ``exc``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": _stamp(record.created), "level": record.levelname.lower(),
-                               "logger": record.name, "msg": record.getMessage(), **_fields(record)}
+        out: dict[str, Any] = {
+            "ts": _stamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_fields(record),
+        }
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
@@ -79,8 +93,13 @@ class RepeatFilter(logging.Filter):
     loop writes two lines per window instead of hundreds a second. Only warnings and errors of loggers under
     `prefixes`."""
 
-    def __init__(self, prefixes: Iterable[str] = NOISY_LOGGERS, window_s: float = REPEAT_WINDOW_S,
-                 clock: Callable[[], float] = time.monotonic, max_kinds: int = 1024) -> None:
+    def __init__(
+        self,
+        prefixes: Iterable[str] = NOISY_LOGGERS,
+        window_s: float = REPEAT_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_kinds: int = 1024,
+    ) -> None:
         super().__init__()
         self.prefixes = tuple(prefixes)
         self.window_s = window_s
@@ -109,8 +128,9 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-def resolve(level: str | None = None, fmt: str | None = None, default_level: str = "info",
-            default_format: str = "logfmt") -> tuple[str, str]:
+def resolve(
+    level: str | None = None, fmt: str | None = None, default_level: str = "info", default_format: str = "logfmt"
+) -> tuple[str, str]:
     """(level, format) from the arguments, else the environment, else the defaults; ValueError names the choices."""
     level = (level or os.environ.get(LEVEL_ENV) or default_level).lower()
     fmt = (fmt or os.environ.get(FORMAT_ENV) or default_format).lower()
@@ -140,8 +160,14 @@ class _TailhoundHandler(logging.StreamHandler):
         self._fixed = value if value is not sys.stderr else self._fixed
 
 
-def setup_logging(level: str | None = None, fmt: str | None = None, *, stream: IO[str] | None = None,
-                  default_level: str = "info", default_format: str = "logfmt") -> logging.Handler:
+def setup_logging(
+    level: str | None = None,
+    fmt: str | None = None,
+    *,
+    stream: IO[str] | None = None,
+    default_level: str = "info",
+    default_format: str = "logfmt",
+) -> logging.Handler:
     """Send every log record of the process to `stream` (stderr) in `fmt`, at `level` and above; the handler.
 
     `level` and `fmt` come from the command line (None: not given), the defaults from settings.
@@ -169,8 +195,9 @@ def setup_logging(level: str | None = None, fmt: str | None = None, *, stream: I
 def log_always(logger: logging.Logger, msg: str, **fields: Any) -> None:
     """An info line written at every level (start and listen lines: a worker at ``warning`` still says what it
     is and where it listens); `fields` as extra fields, None left out."""
-    record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, msg, (), None,
-                               extra={k: v for k, v in fields.items() if v is not None})
+    record = logger.makeRecord(
+        logger.name, logging.INFO, __file__, 0, msg, (), None, extra={k: v for k, v in fields.items() if v is not None}
+    )
     logger.handle(record)  # handle(), not info(): past the level check, through the handlers and filters
 
 
@@ -178,5 +205,10 @@ def log_start(process: str, **fields: Any) -> None:
     """The start line: ``msg="tailhound <process> starting" version=... pid=... <fields>`` (listen addresses)."""
     from tailhound import __version__
 
-    log_always(logging.getLogger(f"tailhound.{process}"), f"tailhound {process} starting", version=__version__,
-               pid=os.getpid(), **fields)
+    log_always(
+        logging.getLogger(f"tailhound.{process}"),
+        f"tailhound {process} starting",
+        version=__version__,
+        pid=os.getpid(),
+        **fields,
+    )

@@ -37,13 +37,22 @@ def _output_choice(value: str) -> str:
     return value
 
 
-OutputOpt = Annotated[str, typer.Option(
-    "--output", "-o", callback=_output_choice,
-    help="table, wide (more columns), json or yaml (for scripts: every field, never cut).")]
-LogLevelOpt = Annotated[str | None, typer.Option(
-    "--log-level", help="debug, info, warning or error (default: $TAILHOUND_LOG_LEVEL, else info).")]
-LogFormatOpt = Annotated[str | None, typer.Option(
-    "--log-format", help="logfmt or json (default: $TAILHOUND_LOG_FORMAT, else logfmt).")]
+OutputOpt = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        callback=_output_choice,
+        help="table, wide (more columns), json or yaml (for scripts: every field, never cut).",
+    ),
+]
+LogLevelOpt = Annotated[
+    str | None,
+    typer.Option("--log-level", help="debug, info, warning or error (default: $TAILHOUND_LOG_LEVEL, else info)."),
+]
+LogFormatOpt = Annotated[
+    str | None, typer.Option("--log-format", help="logfmt or json (default: $TAILHOUND_LOG_FORMAT, else logfmt).")
+]
 
 
 @dataclass
@@ -57,8 +66,9 @@ class Listing:
 
     def add(self, cells: Sequence[str], wide: Sequence[str] = (), record: dict[str, Any] | None = None) -> None:
         self.rows.append((list(cells), list(wide)))
-        self.records.append(record if record is not None else dict(zip([*self.columns, *self.wide],
-                                                                       [*cells, *wide], strict=False)))
+        self.records.append(
+            record if record is not None else dict(zip([*self.columns, *self.wide], [*cells, *wide], strict=False))
+        )
 
 
 def check_output_format(fmt: str) -> str:
@@ -74,8 +84,9 @@ def print_listing(listing: Listing, fmt: str, console: Console) -> None:
         sys.stdout.write(json.dumps(listing.records, indent=2, default=str) + "\n")
         return
     if fmt == "yaml":
-        sys.stdout.write(yaml.safe_dump(listing.records, sort_keys=False, allow_unicode=True) if listing.records
-                         else "[]\n")
+        sys.stdout.write(
+            yaml.safe_dump(listing.records, sort_keys=False, allow_unicode=True) if listing.records else "[]\n"
+        )
         return
     names = [*listing.columns, *(listing.wide if fmt == "wide" else ())]
     table = Table()

@@ -26,9 +26,20 @@ def compose_for_check(text: str, origin: str) -> tuple[yaml.Node | None, Any, li
         node, data, duplicates = compose_with_duplicates(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        return None, None, [Problem(origin, mark.line + 1 if mark else None, mark.column + 1 if mark else None,
-                                    yaml_error_text(exc))], False
-    problems = [Problem(origin, k.start_mark.line + 1, k.start_mark.column + 1, f"duplicate key {k.value!r}",
-                        f"first at line {first.start_mark.line + 1}; YAML keeps only the last one")
-                for k, first in duplicates]
+        return (
+            None,
+            None,
+            [Problem(origin, mark.line + 1 if mark else None, mark.column + 1 if mark else None, yaml_error_text(exc))],
+            False,
+        )
+    problems = [
+        Problem(
+            origin,
+            k.start_mark.line + 1,
+            k.start_mark.column + 1,
+            f"duplicate key {k.value!r}",
+            f"first at line {first.start_mark.line + 1}; YAML keeps only the last one",
+        )
+        for k, first in duplicates
+    ]
     return node, data, problems, True

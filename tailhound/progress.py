@@ -19,10 +19,19 @@ class ProgressReporter:
     """`update(done, total)` as often as wanted: redrawn at most 10 times a second on a terminal, a line every
     `every_s` otherwise; nothing before `after_s` (1 s on a terminal, `every_s` otherwise) or when disabled."""
 
-    def __init__(self, label: str, *, unit: str = "records", total: float | None = None,
-                 stream: IO[str] | None = None, enabled: bool = True, after_s: float | None = None,
-                 every_s: float = PLAIN_EVERY_S, clock: Callable[[], float] = time.monotonic,
-                 tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        *,
+        unit: str = "records",
+        total: float | None = None,
+        stream: IO[str] | None = None,
+        enabled: bool = True,
+        after_s: float | None = None,
+        every_s: float = PLAIN_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        tty: bool | None = None,
+    ) -> None:
         self.label, self.unit, self.total = label, unit, total
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
@@ -54,9 +63,16 @@ class ProgressReporter:
         self.shown = True
         if self.tty:
             if self._bar is None:
-                self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                                     TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                     console=Console(file=self.stream, force_terminal=True), transient=False)
+                self._bar = Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    TaskProgressColumn(),
+                    TextColumn("{task.fields[detail]}"),
+                    TimeElapsedColumn(),
+                    TimeRemainingColumn(),
+                    console=Console(file=self.stream, force_terminal=True),
+                    transient=False,
+                )
                 self._bar.start()
                 self._task = self._bar.add_task(self.label, total=self.total, detail="")
             self._bar.update(self._task, completed=self.done_n, total=self.total, detail=self._detail(now))

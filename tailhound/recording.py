@@ -49,8 +49,12 @@ class ScrapeRecord(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     ts: float = Field(gt=0, allow_inf_nan=False, description="Unix seconds of the collection.")
-    node: str = Field(min_length=1, max_length=200, pattern=r"^\S+$",
-                      description="Host the scrape describes (for probes: the probed target's host).")
+    node: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^\S+$",
+        description="Host the scrape describes (for probes: the probed target's host).",
+    )
     job: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$", description="Source kind: " + ", ".join(JOBS) + ", ...")
     body: str = Field(default="", description="Prometheus text (0.0.4) or OpenMetrics exposition.")
     labels: dict[str, str] = Field(default_factory=dict)
@@ -81,8 +85,10 @@ def require_records(count: int, paths: Iterable[str | Path]) -> None:
     """Raise when `count` records were read from `paths`: nothing to replay is an error, not a success."""
     if count == 0:
         names = ", ".join(str(p) for p in paths) or "(no file given)"
-        raise EmptyRecordingError(f"read no records from {names}: is it a recording (JSON lines, "
-                                  "docs/recording-format.md; plain, gzip or zstd)?")
+        raise EmptyRecordingError(
+            f"read no records from {names}: is it a recording (JSON lines, "
+            "docs/recording-format.md; plain, gzip or zstd)?"
+        )
 
 
 def compression_of(path: str | Path) -> str | None:

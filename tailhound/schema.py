@@ -22,8 +22,11 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
 
 def render(model: type[BaseModel]) -> str:
     schema = model.model_json_schema(mode="serialization")
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-              "$id": f"urn:tailhound:schema:{model.__name__}:v{model.model_fields['schema_version'].default}", **schema}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"urn:tailhound:schema:{model.__name__}:v{model.model_fields['schema_version'].default}",
+        **schema,
+    }
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 

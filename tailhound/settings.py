@@ -140,8 +140,10 @@ class StreamsSettings(BaseModel):
         if self.data_dir is not None:
             return self.data_dir
         if self.store == "rocksdb":
-            raise ConfigError("streams.store rocksdb keeps the tables on disk: name the directory with "
-                              "TAILHOUND_STREAMS__DATA_DIR (a persistent volume, one per worker)")
+            raise ConfigError(
+                "streams.store rocksdb keeps the tables on disk: name the directory with "
+                "TAILHOUND_STREAMS__DATA_DIR (a persistent volume, one per worker)"
+            )
         return _temporary_data_dir()
 
     @property
@@ -356,16 +358,24 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     try:
         env_values = Settings().model_dump(exclude_unset=True)  # only what TAILHOUND_* env set
     except ValidationError as exc:
-        problems = [validation_problem(err, None, "environment", Settings, env_prefix=ENV_PREFIX)
-                    for err in exc.errors()]
+        problems = [
+            validation_problem(err, None, "environment", Settings, env_prefix=ENV_PREFIX) for err in exc.errors()
+        ]
         raise file_error("environment", problems) from exc
     merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
     try:
         return Settings(**merged)
     except ValidationError as exc:
-        problems = [validation_problem(err, node, origin or "environment", Settings,
-                                       env_prefix=ENV_PREFIX if _has(env_values, err["loc"]) or not origin else None)
-                    for err in exc.errors()]
+        problems = [
+            validation_problem(
+                err,
+                node,
+                origin or "environment",
+                Settings,
+                env_prefix=ENV_PREFIX if _has(env_values, err["loc"]) or not origin else None,
+            )
+            for err in exc.errors()
+        ]
         raise file_error(origin or "environment", problems) from exc
 
 
@@ -378,9 +388,13 @@ def read_settings_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], ya
         raise ConfigFileError(str(p), 1, "a settings file is a mapping of settings (broker, streams, notifier, ...)")
     token = mapping_key(mapping_value(node, "notifier"), "api_token")
     if token is not None:
-        raise ConfigFileError(str(p), token.start_mark.line + 1, "notifier.api_token is never read from a settings "
-                              "file; set TAILHOUND_NOTIFIER__API_TOKEN or notifier.api_token_file",
-                              column=token.start_mark.column + 1)
+        raise ConfigFileError(
+            str(p),
+            token.start_mark.line + 1,
+            "notifier.api_token is never read from a settings "
+            "file; set TAILHOUND_NOTIFIER__API_TOKEN or notifier.api_token_file",
+            column=token.start_mark.column + 1,
+        )
     return loaded or {}, node, str(p)
 
 

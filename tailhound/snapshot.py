@@ -48,7 +48,6 @@ KNOWN_SOURCES = (
 )
 
 
-
 @dataclass(frozen=True)
 class SnapshotLimits:
     """What one snapshot may carry. Generous: a real 8-GPU dcgm-exporter snapshot (every field) is ~34 KB
@@ -117,17 +116,22 @@ def entity_problem(snapshot: Snapshot) -> tuple[str, str] | None:
     if len(gpus) > LIMITS.max_gpus:
         return "too_many_gpus", f"{len(gpus)} distinct GPUs (label gpu) in one snapshot; at most {LIMITS.max_gpus}"
     if len(models) > LIMITS.max_models:
-        return ("too_many_models", f"{len(models)} distinct models (label model_name) in one snapshot; at most "
-                f"{LIMITS.max_models}")
+        return (
+            "too_many_models",
+            f"{len(models)} distinct models (label model_name) in one snapshot; at most {LIMITS.max_models}",
+        )
     for m in sorted(models):
         problem = name_problem(m, "model_name", 200 - _MODEL_PREFIX_LEN)
         if problem is not None:
             return "bad_name", problem
     return None
 
+
 Labels = Annotated[
-    dict[Annotated[str, Field(max_length=LIMITS.max_label_name)],
-         Annotated[str, Field(max_length=LIMITS.max_label_value)]],
+    dict[
+        Annotated[str, Field(max_length=LIMITS.max_label_name)],
+        Annotated[str, Field(max_length=LIMITS.max_label_value)],
+    ],
     Field(max_length=LIMITS.max_labels),
 ]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
@@ -211,9 +215,16 @@ class HistogramSample(_SampleBase):
         le, counts = self.le, self.counts
         delta = self.delta
         n = len(le)
-        if (n == len(counts) and (delta is None or len(delta.counts) == n) and math.isfinite(le[0])
-                and math.isfinite(le[-1]) and all(map(operator.lt, le, le[1:])) and counts[0] >= 0
-                and counts[-1] <= self.count and all(map(operator.le, counts, counts[1:]))):
+        if (
+            n == len(counts)
+            and (delta is None or len(delta.counts) == n)
+            and math.isfinite(le[0])
+            and math.isfinite(le[-1])
+            and all(map(operator.lt, le, le[1:]))
+            and counts[0] >= 0
+            and counts[-1] <= self.count
+            and all(map(operator.le, counts, counts[1:]))
+        ):
             # valid: finite strictly increasing bounds (a NaN fails every comparison), cumulative counts
             # from >= 0 up to at most `count` (finite), so each check below would pass; they word the reason
             return self
@@ -250,8 +261,11 @@ class Snapshot(BaseModel):
         description="Collector or exporter kind: " + ", ".join(KNOWN_SOURCES) + ", ...",
     )
     interval_s: float | None = Field(
-        default=None, gt=0, le=LIMITS.max_interval_s, allow_inf_nan=False,
-        description="Collection interval, so consumers can tell a gap from a pause."
+        default=None,
+        gt=0,
+        le=LIMITS.max_interval_s,
+        allow_inf_nan=False,
+        description="Collection interval, so consumers can tell a gap from a pause.",
     )
     labels: Labels = Field(
         default_factory=dict,
@@ -259,7 +273,9 @@ class Snapshot(BaseModel):
     )
     samples: list[Sample] = Field(default_factory=list, max_length=LIMITS.max_samples)
     prev_ts: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
         description="Event time of the previous collection of this source on this node: counter and histogram "
         "deltas cover (prev_ts, ts]. None on the first collection.",
     )
@@ -305,8 +321,11 @@ class SnapshotBundle(BaseModel):
 
     schema_version: Literal[2] = BUNDLE_SCHEMA_VERSION
     node: Name = Field(description="Host every snapshot of the bundle describes; also the Kafka message key.")
-    snapshots: list[Snapshot] = Field(min_length=1, max_length=LIMITS.max_bundle_snapshots,
-                                      description="The node's snapshots, in the order they were collected.")
+    snapshots: list[Snapshot] = Field(
+        min_length=1,
+        max_length=LIMITS.max_bundle_snapshots,
+        description="The node's snapshots, in the order they were collected.",
+    )
 
     @model_validator(mode="after")
     def _one_node(self) -> SnapshotBundle:

@@ -93,13 +93,15 @@ class StrictLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > self.limits.max_aliases:
-                raise YamlLimitError(f"too many aliases: more than {self.limits.max_aliases}",
-                                     self.peek_event().start_mark)
+                raise YamlLimitError(
+                    f"too many aliases: more than {self.limits.max_aliases}", self.peek_event().start_mark
+                )
         self._depth += 1
         try:
             if self._depth > self.limits.max_depth:  # the composer recurses: refuse before Python's stack does
-                raise YamlLimitError(f"nested too deep: more than {self.limits.max_depth} levels",
-                                     self.peek_event().start_mark)
+                raise YamlLimitError(
+                    f"nested too deep: more than {self.limits.max_depth} levels", self.peek_event().start_mark
+                )
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -111,13 +113,19 @@ class StrictLoader(yaml.SafeLoader):
         if id(node) in self._sizes:
             total = self._sizes[id(node)]  # an alias: the anchored node once more
         else:
-            kids = node.value if isinstance(node, yaml.SequenceNode) else \
-                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            kids = (
+                node.value
+                if isinstance(node, yaml.SequenceNode)
+                else [n for pair in node.value for n in pair]
+                if isinstance(node, yaml.MappingNode)
+                else []
+            )
             total = 1 + sum(self._sizes.get(id(k), 1) for k in kids)
             self._sizes[id(node)] = total
         if total > self.limits.max_nodes:
-            raise YamlLimitError(f"too many nodes: more than {self.limits.max_nodes:,} once its aliases are expanded",
-                                 node.start_mark)
+            raise YamlLimitError(
+                f"too many nodes: more than {self.limits.max_nodes:,} once its aliases are expanded", node.start_mark
+            )
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
@@ -131,8 +139,9 @@ class StrictLoader(yaml.SafeLoader):
         return SafeConstructor.construct_mapping(self, node, deep)
 
 
-def compose_with_duplicates(text: str, limits: YamlLimits = LIMITS
-                            ) -> tuple[yaml.Node | None, Any, list[tuple[yaml.Node, yaml.Node]]]:
+def compose_with_duplicates(
+    text: str, limits: YamlLimits = LIMITS
+) -> tuple[yaml.Node | None, Any, list[tuple[yaml.Node, yaml.Node]]]:
     """(the YAML node tree, the data, the duplicate keys as (duplicate, first) key nodes); raises
     ``yaml.YAMLError`` for invalid YAML or a file over `limits`. The checkers report duplicates as problems,
     loaders refuse them."""
@@ -166,8 +175,9 @@ def read_text(path: str | Path, limits: YamlLimits = LIMITS) -> str:
     return data.decode("utf-8")
 
 
-def read_config_text(path: str | Path, error: Callable[[str, int | None, str], Exception],
-                     cannot_read: str = "cannot read") -> str:
+def read_config_text(
+    path: str | Path, error: Callable[[str, int | None, str], Exception], cannot_read: str = "cannot read"
+) -> str:
     """:func:`read_text`, with what goes wrong (unreadable, too large) raised as ``error(file, None, why)``: the
     caller's own exception (a config, rule or rule-test file error)."""
     try:
@@ -206,8 +216,9 @@ def compose_strict(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
         raise ConfigFileError(origin, mark.line + 1 if mark else None, yaml_error_text(exc)) from exc
     if duplicates:
         key, first = duplicates[0]
-        raise ConfigFileError(origin, key.start_mark.line + 1,
-                              f"duplicate key {key.value!r} (first at line {first.start_mark.line + 1})")
+        raise ConfigFileError(
+            origin, key.start_mark.line + 1, f"duplicate key {key.value!r} (first at line {first.start_mark.line + 1})"
+        )
     return node, data
 
 
@@ -229,8 +240,9 @@ def expand_env(text: str, origin: str, env: dict[str, str] | None = None) -> str
                 return env[name]
             if default is not None:
                 return default
-            raise ConfigFileError(origin, line_no,
-                                  f"environment variable {name} is not set (write ${{{name}:-default}})")
+            raise ConfigFileError(
+                origin, line_no, f"environment variable {name} is not set (write ${{{name}:-default}})"
+            )
 
         out.append(_VAR.sub(sub, line))
     return "".join(out)
@@ -256,8 +268,9 @@ def file_error(origin: str, problems: list[Problem]) -> ConfigFileError:
     """The error for `problems` (at least one) of the file `origin`: the first in its text, all attached."""
     problems = sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
     first = problems[0]
-    return ConfigFileError(first.path or origin, first.line, first.message, column=first.column, hint=first.hint,
-                           problems=tuple(problems))
+    return ConfigFileError(
+        first.path or origin, first.line, first.message, column=first.column, hint=first.hint, problems=tuple(problems)
+    )
 
 
 def load_yaml_model(path: str | Path, model: type[M], *, env: bool = False) -> M:

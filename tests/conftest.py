@@ -33,8 +33,11 @@ def pytest_collection_modifyitems(config, items):
     workers do not wait on one of them at the end; each module keeps its own order."""
     if not (getattr(config.option, "loadgroup", False) or config.getvalue("dist") == "loadgroup"):
         return  # (xdist's workers see dist "no" and loadgroup True)
-    slow = {item.nodeid.split("::", 1)[0] for item in items
-            if item.get_closest_marker("slow") or item.get_closest_marker("drill")}
+    slow = {
+        item.nodeid.split("::", 1)[0]
+        for item in items
+        if item.get_closest_marker("slow") or item.get_closest_marker("drill")
+    }
     items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)
 
 
@@ -52,8 +55,13 @@ def settings(broker, tmp_path) -> Settings:
         broker=broker.url,
         topic_prefix=f"t{run}.",
         partitions=2,
-        streams={"app_id": f"test-{run}", "data_dir": tmp_path / "streams", "log_level": "info",
-                 "web_listen": "127.0.0.1:0", "rollup_max_delay_s": 2.0},
+        streams={
+            "app_id": f"test-{run}",
+            "data_dir": tmp_path / "streams",
+            "log_level": "info",
+            "web_listen": "127.0.0.1:0",
+            "rollup_max_delay_s": 2.0,
+        },
         notifier={"api_listen": "127.0.0.1:0"},
     )
 

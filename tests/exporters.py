@@ -77,8 +77,7 @@ def _start(name: str, argv: list[str], workdir: Path, port: int, ready_path: str
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=workdir)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
     exporter = Exporter(name, port, proc, log)
     _wait_http(exporter, ready_path)
     return exporter
@@ -88,8 +87,9 @@ def start_node_exporter(workdir: Path, *flags: str) -> Exporter:
     """node_exporter with its default collectors and flags; `flags` adds to them (e.g. a netstat field list)."""
     binary = require_tool("prometheus-node-exporter", NODE_EXPORTER_INSTALL)
     port = free_port()
-    return _start("node-exporter", [binary, f"--web.listen-address=127.0.0.1:{port}", *flags],
-                  workdir, port, "/metrics")
+    return _start(
+        "node-exporter", [binary, f"--web.listen-address=127.0.0.1:{port}", *flags], workdir, port, "/metrics"
+    )
 
 
 def start_blackbox_exporter(workdir: Path, config: Path | None = None) -> Exporter:
@@ -97,8 +97,13 @@ def start_blackbox_exporter(workdir: Path, config: Path | None = None) -> Export
     binary = require_tool("prometheus-blackbox-exporter", BLACKBOX_INSTALL)
     config = config or BLACKBOX_DEFAULT_CONFIG
     port = free_port()
-    return _start("blackbox-exporter", [binary, f"--config.file={config}",
-                                        f"--web.listen-address=127.0.0.1:{port}"], workdir, port, "/metrics")
+    return _start(
+        "blackbox-exporter",
+        [binary, f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}"],
+        workdir,
+        port,
+        "/metrics",
+    )
 
 
 NGINX_CONF = """\
@@ -137,8 +142,13 @@ def start_nginx(workdir: Path) -> Exporter:
     (workdir / "tmp").mkdir(exist_ok=True)
     conf = workdir / "nginx.conf"
     conf.write_text(NGINX_CONF.format(workdir=workdir, port=port))
-    return _start("nginx", [binary, "-e", str(workdir / "error.log"), "-p", str(workdir), "-c", str(conf)],
-                  workdir, port, "/nginx_status")
+    return _start(
+        "nginx",
+        [binary, "-e", str(workdir / "error.log"), "-p", str(workdir), "-c", str(conf)],
+        workdir,
+        port,
+        "/nginx_status",
+    )
 
 
 @contextlib.contextmanager

@@ -19,10 +19,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 180
-                ) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
+def run_checked(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     said = f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert r.returncode == 0, f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{said}"
     return r
@@ -30,8 +30,16 @@ def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float =
 
 def checkout_copy(dest: Path) -> Path:
     """The files git would commit (tracked and not ignored), so the build sees what a fresh clone has."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         src = ROOT / rel
         if src.is_file():
@@ -44,8 +52,11 @@ def install_wheel(base: Path) -> dict:
     """Build the wheel under `base`, install it into `base`/venv; the venv, the wheel, an empty dir, the env."""
     src = checkout_copy(base / "src")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TAILHOUND_", "PYTHON", "VIRTUAL_ENV"))}
-    run_checked([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist"),
-                 str(src)], cwd=base, env=env)
+    run_checked(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(base / "dist"), str(src)],
+        cwd=base,
+        env=env,
+    )
     wheel = next((base / "dist").glob("tailhound-*.whl"))
     deps = base / "deps"  # the test environment's packages without tailhound (its editable install must not be seen)
     deps.mkdir()
@@ -56,8 +67,9 @@ def install_wheel(base: Path) -> dict:
     run_checked([sys.executable, "-m", "venv", str(venv)], cwd=base, env=env)
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "test-deps.pth").write_text(f"{deps}\n")
-    run_checked([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--quiet", str(wheel)],
-                cwd=base, env=env)
+    run_checked(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--quiet", str(wheel)], cwd=base, env=env
+    )
     empty = base / "empty"
     empty.mkdir()
     return {"wheel": wheel, "venv": venv, "empty": empty, "env": env}

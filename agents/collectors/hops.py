@@ -49,10 +49,17 @@ class HopTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=100)
-    host: str = Field(min_length=1, max_length=200, pattern=r"^[^\s-]\S*$",
-                      description="Hostname or IP; never starts with '-' (it is passed to mtr as an argument).")
-    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
-        "Node the probe describes (default: host; a loopback host: the agent's node)."))
+    host: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\s-]\S*$",
+        description="Hostname or IP; never starts with '-' (it is passed to mtr as an argument).",
+    )
+    node: str | None = Field(
+        default=None,
+        pattern=r"^\S+$",
+        description=("Node the probe describes (default: host; a loopback host: the agent's node)."),
+    )
 
 
 class HopsConfig(BaseModel):
@@ -92,17 +99,19 @@ def parse_mtr_json(text: str) -> list[Hop]:
     for index, hub in enumerate(hubs):
         if not isinstance(hub, dict) or "host" not in hub:
             raise ValueError(f"mtr json: hub {index} has no host")
-        hops.append(Hop(
-            number=int(_number(hub, "count", index, default=index + 1)),
-            address=str(hub["host"]),
-            loss_ratio=_number(hub, "Loss%", index) / 100.0,
-            sent=int(_number(hub, "Snt", index)),
-            last_s=_number(hub, "Last", index) / 1000.0,
-            avg_s=_number(hub, "Avg", index) / 1000.0,
-            best_s=_number(hub, "Best", index) / 1000.0,
-            worst_s=_number(hub, "Wrst", index) / 1000.0,
-            stdev_s=_number(hub, "StDev", index) / 1000.0,
-        ))
+        hops.append(
+            Hop(
+                number=int(_number(hub, "count", index, default=index + 1)),
+                address=str(hub["host"]),
+                loss_ratio=_number(hub, "Loss%", index) / 100.0,
+                sent=int(_number(hub, "Snt", index)),
+                last_s=_number(hub, "Last", index) / 1000.0,
+                avg_s=_number(hub, "Avg", index) / 1000.0,
+                best_s=_number(hub, "Best", index) / 1000.0,
+                worst_s=_number(hub, "Wrst", index) / 1000.0,
+                stdev_s=_number(hub, "StDev", index) / 1000.0,
+            )
+        )
     return sorted(hops, key=lambda h: h.number)
 
 
@@ -128,10 +137,18 @@ def write_hops(target: HopTarget, hops: list[Hop], route_changes: int) -> Exposi
         w.gauge("tailhound_hop_loss_ratio", hop.loss_ratio, labels, help="Share of probes the hop did not answer.")
     base = {"target": target.name}
     w.gauge("tailhound_hop_count", len(hops), base, help="Hops on the path to the target.")
-    w.gauge("tailhound_route_info", 1, {**base, "signature": route_signature(hops)},
-            help="Route signature: SHA-1 prefix of the ordered hop addresses.")
-    w.counter("tailhound_route_changes_total", route_changes, base,
-              help="Collections whose route signature differed from the previous one.")
+    w.gauge(
+        "tailhound_route_info",
+        1,
+        {**base, "signature": route_signature(hops)},
+        help="Route signature: SHA-1 prefix of the ordered hop addresses.",
+    )
+    w.counter(
+        "tailhound_route_changes_total",
+        route_changes,
+        base,
+        help="Collections whose route signature differed from the previous one.",
+    )
     return w
 
 
@@ -167,9 +184,17 @@ async def run_mtr(mtr: str, host: str, cycles: int, timeout_s: float) -> str:
     """stdout of ``mtr --json -n -c <cycles> <host>``; CollectError on timeout or failure."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            mtr, "--json", "-n", "-c", str(cycles), host,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+            mtr,
+            "--json",
+            "-n",
+            "-c",
+            str(cycles),
+            host,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
     except OSError as exc:
         raise CollectError(f"hops: cannot run {mtr}: {exc}") from None
     try:
@@ -230,21 +255,37 @@ class HopsCollector:
             self._route_changes[target.name] += 1
         self._signatures[target.name] = signature
         writer = write_hops(target, hops, self._route_changes[target.name])
-        return CollectedRecord(ts=now(), node=self._nodes[target.name], job=self.job, writer=writer,
-                               interval_s=self.interval_s, labels={"target": target.name, "source": self.source})
+        return CollectedRecord(
+            ts=now(),
+            node=self._nodes[target.name],
+            job=self.job,
+            writer=writer,
+            interval_s=self.interval_s,
+            labels={"target": target.name, "source": self.source},
+        )
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         """The whole collection failed: one gap per target, on the same source as its data."""
-        return [ScrapeRecord(ts=ts, node=self._nodes[t.name], job=self.job, error=reason, interval_s=self.interval_s,
-                             labels={"target": t.name, "source": self.source}) for t in self.config.targets]
+        return [
+            ScrapeRecord(
+                ts=ts,
+                node=self._nodes[t.name],
+                job=self.job,
+                error=reason,
+                interval_s=self.interval_s,
+                labels={"target": t.name, "source": self.source},
+            )
+            for t in self.config.targets
+        ]
 
     async def collect(self) -> list[ScrapeRecord | CollectedRecord]:
         if not self._chosen:
             self._mtr = find_mtr(self.config.mtr_path)
             self._chosen = True
         limit = asyncio.Semaphore(MAX_CONCURRENT_MTR)
-        results = await asyncio.gather(*(self._probe(t, self._mtr, limit) for t in self.config.targets),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._probe(t, self._mtr, limit) for t in self.config.targets), return_exceptions=True
+        )
         records: list[ScrapeRecord | CollectedRecord] = []
         errors: list[CollectError] = []
         for target, result in zip(self.config.targets, results, strict=True):
@@ -252,9 +293,16 @@ class HopsCollector:
                 raise result
             if isinstance(result, CollectError):
                 errors.append(result)
-                records.append(ScrapeRecord(ts=now(), node=self._nodes[target.name], job=self.job, error=str(result),
-                                            interval_s=self.interval_s,
-                                            labels={"target": target.name, "source": self.source}))
+                records.append(
+                    ScrapeRecord(
+                        ts=now(),
+                        node=self._nodes[target.name],
+                        job=self.job,
+                        error=str(result),
+                        interval_s=self.interval_s,
+                        labels={"target": target.name, "source": self.source},
+                    )
+                )
             elif isinstance(result, BaseException):
                 raise result
             else:

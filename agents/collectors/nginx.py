@@ -53,8 +53,11 @@ class NginxConfig(BaseModel):
     interval_s: Duration = Field(default=5.0, gt=0)
     timeout_s: Duration = Field(default=2.0, gt=0, le=60)
     labels: dict[str, str] = Field(default_factory=dict)
-    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
-        "Node the page describes (default: the URL's host; a loopback URL: the agent's node)."))
+    node: str | None = Field(
+        default=None,
+        pattern=r"^\S+$",
+        description=("Node the page describes (default: the URL's host; a loopback URL: the agent's node)."),
+    )
 
     @field_validator("url")
     @classmethod
@@ -81,8 +84,12 @@ def parse_stub_status(text: str) -> StubStatus:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 4:
         raise ValueError(f"expected 4 lines, got {len(lines)}: {text[:120]!r}")
-    expected = (("'Active connections: N'", _ACTIVE), ("'server accepts handled requests'", _HEADER),
-                ("'accepts handled requests' numbers", _TOTALS), ("'Reading: N Writing: N Waiting: N'", _STATES))
+    expected = (
+        ("'Active connections: N'", _ACTIVE),
+        ("'server accepts handled requests'", _HEADER),
+        ("'accepts handled requests' numbers", _TOTALS),
+        ("'Reading: N Writing: N Waiting: N'", _STATES),
+    )
     groups: list[int] = []
     for line_no, (line, (what, pattern)) in enumerate(zip(lines, expected, strict=True), 1):
         m = pattern.match(line)
@@ -105,15 +112,24 @@ def write_stub_status(status: StubStatus, worker_connections: int) -> Exposition
     w.counter("nginx_connections_accepted", status.accepts, help="Accepted client connections")
     w.counter("nginx_connections_handled", status.handled, help="Handled client connections")
     w.gauge("nginx_connections_reading", status.reading, help="Connections where NGINX is reading the request header")
-    w.gauge("nginx_connections_writing", status.writing,
-            help="Connections where NGINX is writing the response back to the client")
+    w.gauge(
+        "nginx_connections_writing",
+        status.writing,
+        help="Connections where NGINX is writing the response back to the client",
+    )
     w.gauge("nginx_connections_waiting", status.waiting, help="Idle client connections")
     w.counter("nginx_http_requests_total", status.requests, help="Total http requests")
     w.gauge("nginx_up", 1, help="Status of the last metric scrape")
-    w.gauge("tailhound_nginx_worker_connections", worker_connections,
-            help="Configured connection capacity (worker_connections x worker_processes).")
-    w.gauge("tailhound_nginx_connections_utilization_ratio", status.active / worker_connections,
-            help="Active client connections / configured capacity.")
+    w.gauge(
+        "tailhound_nginx_worker_connections",
+        worker_connections,
+        help="Configured connection capacity (worker_connections x worker_processes).",
+    )
+    w.gauge(
+        "tailhound_nginx_connections_utilization_ratio",
+        status.active / worker_connections,
+        help="Active client connections / configured capacity.",
+    )
     return w
 
 
@@ -136,8 +152,16 @@ class NginxCollector:
         return self._client
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
-        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=dict(self.config.labels),
-                             interval_s=self.interval_s, error=reason)]
+        return [
+            ScrapeRecord(
+                ts=ts,
+                node=self.node,
+                job=self.job,
+                labels=dict(self.config.labels),
+                interval_s=self.interval_s,
+                error=reason,
+            )
+        ]
 
     async def collect(self) -> list[CollectedRecord]:
         url = self.config.url
@@ -155,9 +179,16 @@ class NginxCollector:
             status = parse_stub_status(text)
         except ValueError as exc:
             raise CollectError(f"nginx stub_status {url}: malformed page: {exc}") from None
-        return [CollectedRecord(ts=now(), node=self.node, job=self.job, labels=dict(self.config.labels),
-                                writer=write_stub_status(status, self.config.worker_connections),
-                                interval_s=self.interval_s)]
+        return [
+            CollectedRecord(
+                ts=now(),
+                node=self.node,
+                job=self.job,
+                labels=dict(self.config.labels),
+                writer=write_stub_status(status, self.config.worker_connections),
+                interval_s=self.interval_s,
+            )
+        ]
 
     async def close(self) -> None:
         if self._client is not None:

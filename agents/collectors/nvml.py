@@ -147,8 +147,9 @@ class NvmlCollector:
                 r.xid_errors, r.last_xid = gpu.xid_errors, gpu.last_xid
         except nv.NVMLError_GpuIsLost:
             if not gpu.lost:
-                log.warning("nvml: gpu %d is lost (GpuIsLost); its metrics are absent until it answers again",
-                            gpu.index)
+                log.warning(
+                    "nvml: gpu %d is lost (GpuIsLost); its metrics are absent until it answers again", gpu.index
+                )
             gpu.lost = True
             return None
         if gpu.lost:
@@ -178,12 +179,22 @@ class NvmlCollector:
             if fid == FI_NVLINK_GET_STATE:
                 state_failed.append(ret)
                 continue
-            self._log_once(("field", fid, gpu.index), logging.INFO, "nvml: gpu %d: %s unavailable (%s); left out",
-                           gpu.index, FIELD_NAMES.get(fid, fid), nv.NVMLError(ret))
+            self._log_once(
+                ("field", fid, gpu.index),
+                logging.INFO,
+                "nvml: gpu %d: %s unavailable (%s); left out",
+                gpu.index,
+                FIELD_NAMES.get(fid, fid),
+                nv.NVMLError(ret),
+            )
         if gpu.nvlink_state_field and len(state_failed) == len(links):  # a driver without the field
             gpu.nvlink_state_field, gpu.nvlink_requests = False, None
-            log.info("nvml: gpu %d: %s unavailable (%s); NVLink state is read link by link", gpu.index,
-                     FIELD_NAMES[FI_NVLINK_GET_STATE], nv.NVMLError(state_failed[0]))
+            log.info(
+                "nvml: gpu %d: %s unavailable (%s); NVLink state is read link by link",
+                gpu.index,
+                FIELD_NAMES[FI_NVLINK_GET_STATE],
+                nv.NVMLError(state_failed[0]),
+            )
         for link, reading in readings.items():
             if reading.up is None:
                 state = self._get(gpu, "nvmlDeviceGetNvLinkState", gpu.handle, link)
@@ -207,8 +218,9 @@ class NvmlCollector:
             for i, metric_id in enumerate(GPM_METRICS):
                 metrics[i].metricId = metric_id
             if self._call(gpu, "nvmlGpmMetricsGet", req) is not _MISSING:
-                values = [float(metrics[i].value) if metrics[i].nvmlReturn == 0 else None
-                          for i in range(len(GPM_METRICS))]
+                values = [
+                    float(metrics[i].value) if metrics[i].nvmlReturn == 0 else None for i in range(len(GPM_METRICS))
+                ]
                 r.gpm_dram_bw_util_pct = values[0]
                 if values[1] is not None and values[2] is not None:
                     r.pcie_tx_kb_s, r.pcie_rx_kb_s = values[1] * 1024, values[2] * 1024  # MiB/s -> KiB/s
@@ -231,8 +243,9 @@ class NvmlCollector:
                 self._unsupported.add(key)
                 log.info("nvml: gpu %d: %s not supported (%s); its metrics are left out", gpu.index, fn, exc)
             else:
-                self._log_once((fn, gpu.index, type(exc)), logging.WARNING, "nvml: gpu %d: %s failed (%s)",
-                               gpu.index, fn, exc)
+                self._log_once(
+                    (fn, gpu.index, type(exc)), logging.WARNING, "nvml: gpu %d: %s failed (%s)", gpu.index, fn, exc
+                )
             return _MISSING
 
     def _get(self, gpu: GpuState, fn: str, *args: Any) -> Any:
@@ -251,8 +264,9 @@ class NvmlCollector:
             try:
                 import pynvml
             except ImportError as exc:
-                raise CollectorUnavailable(f"nvml: no NVIDIA driver (pynvml not importable: {exc}); "
-                                           "GPU collector off") from None
+                raise CollectorUnavailable(
+                    f"nvml: no NVIDIA driver (pynvml not importable: {exc}); GPU collector off"
+                ) from None
             self._nvml = pynvml
         nv = self._nvml
         try:
@@ -264,8 +278,9 @@ class NvmlCollector:
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as exc:
             self._shutdown()
-            raise CollectorUnavailable(f"nvml: no NVIDIA driver (nvmlDeviceGetCount: {exc}); "
-                                       "GPU collector off") from None
+            raise CollectorUnavailable(
+                f"nvml: no NVIDIA driver (nvmlDeviceGetCount: {exc}); GPU collector off"
+            ) from None
         wanted = range(count) if self.config.gpus is None else self.config.gpus
         missing = sorted(set(wanted) - set(range(count)))
         if missing:
@@ -313,8 +328,9 @@ class NvmlCollector:
         if info.sm_clock_max_mhz is None:
             info.sm_clock_max_mhz = self._get(gpu, "nvmlDeviceGetMaxClockInfo", h, nv.NVML_CLOCK_SM)
         if info.slowdown_temperature_c is None:
-            info.slowdown_temperature_c = self._get(gpu, "nvmlDeviceGetTemperatureThreshold", h,
-                                                    nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+            info.slowdown_temperature_c = self._get(
+                gpu, "nvmlDeviceGetTemperatureThreshold", h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            )
         if info.pcie_gen_max is None:
             info.pcie_gen_max = self._get(gpu, "nvmlDeviceGetMaxPcieLinkGeneration", h)
         if info.pcie_width_max is None:

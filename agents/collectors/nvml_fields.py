@@ -43,8 +43,9 @@ _LINK_UP = {1.0: True, 0.0: False}
 #: c_nvmlFieldValue_t.valueType -> the member of the c_nvmlValue_t union that holds the value.
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 #: The same members as struct formats (native sizes: c_ulong is 8 bytes on Linux, 4 on Windows).
-_VALUE_STRUCTS = {t: struct.Struct("@" + f) for t, f in
-                  {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}.items()}
+_VALUE_STRUCTS = {
+    t: struct.Struct("@" + f) for t, f in {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}.items()
+}
 #: c_nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value (8 bytes).
 _FIELD_VALUE = struct.Struct("@IIqqII8x")
 _VALUE_OFFSET = 32
@@ -68,11 +69,13 @@ def field_value(fv: Any) -> float | None:
 @lru_cache(maxsize=4)
 def _packed(struct_type: type) -> bool:
     """Whether this pynvml's c_nvmlFieldValue_t has the layout `_FIELD_VALUE` reads."""
-    offsets = {name: getattr(struct_type, name, None) for name in ("fieldId", "scopeId", "valueType", "nvmlReturn",
-                                                                    "value")}
+    offsets = {
+        name: getattr(struct_type, name, None) for name in ("fieldId", "scopeId", "valueType", "nvmlReturn", "value")
+    }
     want = {"fieldId": 0, "scopeId": 4, "valueType": 24, "nvmlReturn": 28, "value": _VALUE_OFFSET}
     return ctypes.sizeof(struct_type) == _FIELD_VALUE.size and all(
-        d is not None and d.offset == want[name] for name, d in offsets.items())
+        d is not None and d.offset == want[name] for name, d in offsets.items()
+    )
 
 
 def read_field_values(values: Any) -> list[tuple[int, int, int, float | None]]:
@@ -88,8 +91,10 @@ def read_field_values(values: Any) -> list[tuple[int, int, int, float | None]]:
             value = None if unpack is None else float(unpack.unpack_from(buf, size * i + _VALUE_OFFSET)[0])
             out.append((fid, scope, ret, value))
         return out
-    return [(int(_raw(fv, "fieldId")), int(_raw(fv, "scopeId")), int(_raw(fv, "nvmlReturn")), field_value(fv))
-            for fv in values]
+    return [
+        (int(_raw(fv, "fieldId")), int(_raw(fv, "scopeId")), int(_raw(fv, "nvmlReturn")), field_value(fv))
+        for fv in values
+    ]
 
 
 def nvlink_field_requests(links: tuple[int, ...], state: bool = True) -> list[tuple[int, int]]:
@@ -141,8 +146,7 @@ class GpuInfo:
     nvlinks: tuple[int, ...] = ()
     gpm: bool = False  # DRAM bandwidth from GPM (Hopper+); otherwise the memory-busy-time proxy
 
-    _label_sets: dict[tuple[str, str] | None, dict[str, str]] = field(default_factory=dict, repr=False,
-                                                                      compare=False)
+    _label_sets: dict[tuple[str, str] | None, dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
 
     def labels(self) -> dict[str, str]:
         """Labels of every per-GPU sample: the index only (uuid and model name are on ``tailhound_gpu_up``,
@@ -263,49 +267,87 @@ def render_gpu(w: ExpositionWriter, r: GpuReading) -> None:
     info = r.info
     base, lab = info.labels(), info.labels_with
     rows: list[tuple] = [
-        (_G, "tailhound_gpu_utilization_ratio",
-         "Fraction of the sample period with at least one kernel running (NVML utilization.gpu).", base,
-         _ratio(r.utilization_gpu_pct)),
-        (_G, "tailhound_gpu_memory_busy_ratio",
-         "Fraction of time device memory was read or written (NVML utilization.memory); time, not bandwidth.", base,
-         _ratio(r.utilization_memory_pct)),
-        (_G, "tailhound_gpu_dram_bw_util_ratio", _H_DRAM, lab("measure", DRAM_MEASURE_GPM),
-         _ratio(r.gpm_dram_bw_util_pct)) if info.gpm else
-        (_G, "tailhound_gpu_dram_bw_util_ratio", _H_DRAM, lab("measure", DRAM_MEASURE_PROXY),
-         _ratio(r.utilization_memory_pct)),
+        (
+            _G,
+            "tailhound_gpu_utilization_ratio",
+            "Fraction of the sample period with at least one kernel running (NVML utilization.gpu).",
+            base,
+            _ratio(r.utilization_gpu_pct),
+        ),
+        (
+            _G,
+            "tailhound_gpu_memory_busy_ratio",
+            "Fraction of time device memory was read or written (NVML utilization.memory); time, not bandwidth.",
+            base,
+            _ratio(r.utilization_memory_pct),
+        ),
+        (
+            _G,
+            "tailhound_gpu_dram_bw_util_ratio",
+            _H_DRAM,
+            lab("measure", DRAM_MEASURE_GPM),
+            _ratio(r.gpm_dram_bw_util_pct),
+        )
+        if info.gpm
+        else (
+            _G,
+            "tailhound_gpu_dram_bw_util_ratio",
+            _H_DRAM,
+            lab("measure", DRAM_MEASURE_PROXY),
+            _ratio(r.utilization_memory_pct),
+        ),
         (_G, "tailhound_gpu_memory_used_mib", "Framebuffer memory used.", base, _scaled(r.memory_used_bytes, 1 / MIB)),
-        (_G, "tailhound_gpu_memory_total_mib", "Framebuffer memory total.", base,
-         _scaled(r.memory_total_bytes, 1 / MIB)),
+        (
+            _G,
+            "tailhound_gpu_memory_total_mib",
+            "Framebuffer memory total.",
+            base,
+            _scaled(r.memory_total_bytes, 1 / MIB),
+        ),
         (_G, "tailhound_gpu_temperature_celsius", "GPU temperature.", base, r.temperature_c),
-        (_G, "tailhound_gpu_slowdown_temperature_celsius", "Temperature at which the GPU slows its clocks.", base,
-         info.slowdown_temperature_c),
+        (
+            _G,
+            "tailhound_gpu_slowdown_temperature_celsius",
+            "Temperature at which the GPU slows its clocks.",
+            base,
+            info.slowdown_temperature_c,
+        ),
         (_G, "tailhound_gpu_sm_clock_mhz", "Current SM clock.", base, r.sm_clock_mhz),
         (_G, "tailhound_gpu_sm_clock_max_mhz", "Maximum SM clock.", base, info.sm_clock_max_mhz),
     ]
     if r.clock_event_reasons is not None:
         mask = int(r.clock_event_reasons)
-        rows.append((_G, "tailhound_gpu_clock_event_reasons", "NVML clock event (throttle) reasons bitmask.", base,
-                     mask))
-        rows += [(_G, "tailhound_gpu_clock_event_reason", _H_REASON, lab("reason", name), 1 if mask & bit else 0)
-                 for bit, name in CLOCK_EVENT_REASONS.items()]
+        rows.append(
+            (_G, "tailhound_gpu_clock_event_reasons", "NVML clock event (throttle) reasons bitmask.", base, mask)
+        )
+        rows += [
+            (_G, "tailhound_gpu_clock_event_reason", _H_REASON, lab("reason", name), 1 if mask & bit else 0)
+            for bit, name in CLOCK_EVENT_REASONS.items()
+        ]
     rows.append((_G, "tailhound_gpu_power_watts", "Power draw.", base, _scaled(r.power_mw, 1e-3)))
     rows.append((_G, "tailhound_gpu_power_limit_watts", "Enforced power limit.", base, _scaled(r.power_limit_mw, 1e-3)))
     for link in r.nvlinks:
         labels, up, speed = lab("link", str(link.link)), link.up, link.speed_mbyte_s
-        rows += ((_G, "tailhound_gpu_nvlink_up", _H_LINK_UP, labels, None if up is None else int(up)),
-                 (_G, "tailhound_gpu_nvlink_speed_mbps", _H_LINK_SPEED, labels, None if speed is None else speed * 8),
-                 (_C, "tailhound_gpu_nvlink_tx_kib_total", _H_LINK_TX, labels, link.tx_kib),
-                 (_C, "tailhound_gpu_nvlink_rx_kib_total", _H_LINK_RX, labels, link.rx_kib))
+        rows += (
+            (_G, "tailhound_gpu_nvlink_up", _H_LINK_UP, labels, None if up is None else int(up)),
+            (_G, "tailhound_gpu_nvlink_speed_mbps", _H_LINK_SPEED, labels, None if speed is None else speed * 8),
+            (_C, "tailhound_gpu_nvlink_tx_kib_total", _H_LINK_TX, labels, link.tx_kib),
+            (_C, "tailhound_gpu_nvlink_rx_kib_total", _H_LINK_RX, labels, link.rx_kib),
+        )
     rows += [
         (_G, "tailhound_gpu_pcie_tx_bytes_per_second", _H_PCIE_TX, base, _scaled(r.pcie_tx_kb_s, 1024)),
-        (_G, "tailhound_gpu_pcie_rx_bytes_per_second", _H_PCIE_RX, base,
-         _scaled(r.pcie_rx_kb_s, 1024)),
+        (_G, "tailhound_gpu_pcie_rx_bytes_per_second", _H_PCIE_RX, base, _scaled(r.pcie_rx_kb_s, 1024)),
         (_G, "tailhound_gpu_pcie_link_gen", "Current PCIe link generation (drops when idle).", base, r.pcie_gen),
         (_G, "tailhound_gpu_pcie_link_width", "Current PCIe link width.", base, r.pcie_width),
         (_G, "tailhound_gpu_pcie_link_gen_max", "Maximum PCIe link generation.", base, info.pcie_gen_max),
         (_G, "tailhound_gpu_pcie_link_width_max", "Maximum PCIe link width.", base, info.pcie_width_max),
-        (_C, "tailhound_gpu_xid_errors_total", "XID critical error events seen since the agent started.", base,
-         r.xid_errors),
+        (
+            _C,
+            "tailhound_gpu_xid_errors_total",
+            "XID critical error events seen since the agent started.",
+            base,
+            r.xid_errors,
+        ),
         (_G, "tailhound_gpu_last_xid", "The last XID code seen.", base, r.last_xid),
         (_C, "tailhound_gpu_ecc_errors_total", _H_ECC, lab("type", "corrected"), r.ecc_corrected),
         (_C, "tailhound_gpu_ecc_errors_total", _H_ECC, lab("type", "uncorrected"), r.ecc_uncorrected),
@@ -316,5 +358,9 @@ def render_gpu(w: ExpositionWriter, r: GpuReading) -> None:
 def render_gpu_up(w: ExpositionWriter, index: int, info: GpuInfo | None, up: bool) -> None:
     """``tailhound_gpu_up``: 0 for a GPU NVML lost (its other metrics are then absent)."""
     labels = info.identity() if info is not None else {"gpu": str(index)}
-    w.gauge("tailhound_gpu_up", 1 if up else 0, labels,
-            "1 if NVML could read the GPU, 0 if it is lost; carries the GPU's uuid and model name.")
+    w.gauge(
+        "tailhound_gpu_up",
+        1 if up else 0,
+        labels,
+        "1 if NVML could read the GPU, 0 if it is lost; carries the GPU's uuid and model name.",
+    )

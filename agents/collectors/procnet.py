@@ -30,11 +30,26 @@ from tailhound.durations import Duration
 
 JOB = "node"
 #: (protocol, field) pairs exported from /proc/net/netstat.
-NETSTAT_FIELDS = (("TcpExt", "ListenOverflows"), ("TcpExt", "ListenDrops"), ("TcpExt", "TCPTimeouts"),
-                  ("TcpExt", "TCPSynRetrans"))
+NETSTAT_FIELDS = (
+    ("TcpExt", "ListenOverflows"),
+    ("TcpExt", "ListenDrops"),
+    ("TcpExt", "TCPTimeouts"),
+    ("TcpExt", "TCPSynRetrans"),
+)
 #: (protocol, field) pairs exported from /proc/net/snmp.
-SNMP_FIELDS = tuple(("Tcp", f) for f in ("RetransSegs", "OutSegs", "InSegs", "CurrEstab", "ActiveOpens",
-                                         "PassiveOpens", "AttemptFails", "EstabResets"))
+SNMP_FIELDS = tuple(
+    ("Tcp", f)
+    for f in (
+        "RetransSegs",
+        "OutSegs",
+        "InSegs",
+        "CurrEstab",
+        "ActiveOpens",
+        "PassiveOpens",
+        "AttemptFails",
+        "EstabResets",
+    )
+)
 #: (protocol, field) pairs exported from /proc/net/sockstat (plus ``sockets used``).
 SOCKSTAT_FIELDS = tuple(("TCP", f) for f in ("inuse", "orphan", "tw", "alloc"))
 
@@ -83,22 +98,32 @@ def parse_sockstat(text: str) -> dict[str, dict[str, int]]:
     return stats
 
 
-def write_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]],
-                  sockstat: dict[str, dict[str, int]]) -> ExpositionWriter:
+def write_procnet(
+    netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]], sockstat: dict[str, dict[str, int]]
+) -> ExpositionWriter:
     """node_exporter-style families of the selected fields; a field the kernel lacks is left out."""
     families: dict[str, tuple[str, str, int]] = {}
     for source, fields in ((netstat, NETSTAT_FIELDS), (snmp, SNMP_FIELDS)):
         for proto, field in fields:
             if field in source.get(proto, {}):
-                families[f"node_netstat_{proto}_{field}"] = ("untyped", f"Statistic {proto}{field}.",
-                                                             source[proto][field])
+                families[f"node_netstat_{proto}_{field}"] = (
+                    "untyped",
+                    f"Statistic {proto}{field}.",
+                    source[proto][field],
+                )
     if "used" in sockstat.get("sockets", {}):
-        families["node_sockstat_sockets_used"] = ("gauge", "Number of IPv4 sockets in use.",
-                                                  sockstat["sockets"]["used"])
+        families["node_sockstat_sockets_used"] = (
+            "gauge",
+            "Number of IPv4 sockets in use.",
+            sockstat["sockets"]["used"],
+        )
     for proto, field in SOCKSTAT_FIELDS:
         if field in sockstat.get(proto, {}):
-            families[f"node_sockstat_{proto}_{field}"] = ("gauge", f"Number of {proto} sockets in state {field}.",
-                                                          sockstat[proto][field])
+            families[f"node_sockstat_{proto}_{field}"] = (
+                "gauge",
+                f"Number of {proto} sockets in state {field}.",
+                sockstat[proto][field],
+            )
     w = ExpositionWriter()
     for name in sorted(families):  # client_golang sorts families by name
         type_, help_, value = families[name]
@@ -106,8 +131,9 @@ def write_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, 
     return w
 
 
-def render_procnet(netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]],
-                   sockstat: dict[str, dict[str, int]]) -> str:
+def render_procnet(
+    netstat: dict[str, dict[str, int]], snmp: dict[str, dict[str, int]], sockstat: dict[str, dict[str, int]]
+) -> str:
     """The exposition text of :func:`write_procnet`."""
     return write_procnet(netstat, snmp, sockstat).text()
 
@@ -141,8 +167,11 @@ class ProcNetCollector:
 
     def snapshot(self) -> ExpositionWriter:
         """The current kernel counters."""
-        return write_procnet(self._parse("netstat", parse_netstat), self._parse("snmp", parse_netstat),
-                             self._parse("sockstat", parse_sockstat))
+        return write_procnet(
+            self._parse("netstat", parse_netstat),
+            self._parse("snmp", parse_netstat),
+            self._parse("sockstat", parse_sockstat),
+        )
 
     async def collect(self) -> list[CollectedRecord]:
         writer = self.snapshot()  # three small procfs reads: no need for a thread

@@ -30,14 +30,19 @@ MAX_BODY_BYTES = 16 << 20
 class ScrapeTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    job: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,39}$",
-                     description="Mapping to use: vllm, tgi, nim, sglang, dcgm, node, blackbox (or a new source name).")
+    job: str = Field(
+        pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+        description="Mapping to use: vllm, tgi, nim, sglang, dcgm, node, blackbox (or a new source name).",
+    )
     url: str = Field(pattern=r"^https?://", description="The /metrics (or blackbox /probe?target=...) URL.")
     interval_s: Duration = Field(default=5.0, gt=0)
     timeout_s: Duration = Field(default=2.0, gt=0)
-    node: str | None = Field(default=None, description="Node the metrics describe (default: the agent's node; "
-                                                       "blackbox: the probed target's host, the agent's "
-                                                       "node for a loopback target).")
+    node: str | None = Field(
+        default=None,
+        description="Node the metrics describe (default: the agent's node; "
+        "blackbox: the probed target's host, the agent's "
+        "node for a loopback target).",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     headers_from_env: dict[str, str] = Field(
         default_factory=dict, description="Header name -> env var holding its value (e.g. a bearer token)."
@@ -88,12 +93,16 @@ class ScrapeCollector:
             raise CollectError(f"{url}: timed out after {self.target.timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
             raise CollectError(f"{url}: {type(exc).__name__}: {exc}") from None
-        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, body=body, labels=self.labels,
-                             interval_s=self.interval_s)]
+        return [
+            ScrapeRecord(ts=ts, node=self.node, job=self.job, body=body, labels=self.labels, interval_s=self.interval_s)
+        ]
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
-        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=self.labels, interval_s=self.interval_s,
-                             error=reason)]
+        return [
+            ScrapeRecord(
+                ts=ts, node=self.node, job=self.job, labels=self.labels, interval_s=self.interval_s, error=reason
+            )
+        ]
 
     async def close(self) -> None:
         if self._session is not None:

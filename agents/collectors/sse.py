@@ -161,8 +161,9 @@ def count_bursts(arrivals: Sequence[float], burst_gap_s: float) -> int:
     return 1 + sum(1 for a, b in zip(arrivals, arrivals[1:], strict=False) if b - a > burst_gap_s)
 
 
-def analyse_stream(arrivals: Sequence[float], start: float, burst_gap_s: float,
-                   end: float | None = None) -> StreamTiming:
+def analyse_stream(
+    arrivals: Sequence[float], start: float, burst_gap_s: float, end: float | None = None
+) -> StreamTiming:
     """Timing of a stream from the arrival times of its content events (same clock as `start`).
 
     `end` is the arrival of the last event of any kind (``[DONE]``); it defaults to the last content

@@ -48,8 +48,27 @@ log = logging.getLogger(__name__)
 STREAM_OUTCOMES = ("ok", "http_error", "timeout", "connect_error", "protocol_error")
 HEALTH_OUTCOMES = ("ok", "error", "timeout")
 #: vLLM's TTFT buckets (up to 80 s); also used for the whole probe's duration.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
 HEALTH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: A P95 over fewer successful /health samples than this is not reported.
@@ -82,8 +101,11 @@ class StreamProbeConfig(BaseModel):
     lb_health_timeout_s: Duration | None = Field(default=None, gt=0, description="The load balancer's check timeout.")
     burst_gap_s: Duration = Field(default=0.005, gt=0, description="A longer gap between events starts a new burst.")
     labels: dict[str, str] = Field(default_factory=dict)
-    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
-        "Node the probe describes (default: the endpoint's host; a loopback endpoint: the agent's node)."))
+    node: str | None = Field(
+        default=None,
+        pattern=r"^\S+$",
+        description=("Node the probe describes (default: the endpoint's host; a loopback endpoint: the agent's node)."),
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -150,7 +172,8 @@ def buffering_header_gauges(headers: Mapping[str, str]) -> dict[str, float]:
         out["tailhound_stream_x_accel_buffering_disabled"] = float(headers["x-accel-buffering"].strip().lower() == "no")
     if "content-type" in headers:
         out["tailhound_stream_content_type_event_stream"] = float(
-            headers["content-type"].split(";")[0].strip().lower() == "text/event-stream")
+            headers["content-type"].split(";")[0].strip().lower() == "text/event-stream"
+        )
     if "cache-control" in headers:
         directives = {d.strip().lower() for d in headers["cache-control"].split(",")}
         out["tailhound_stream_cache_control_no_cache"] = float(bool(directives & {"no-cache", "no-store"}))
@@ -210,8 +233,12 @@ class StreamProbeCollector:
                 headers[header] = value
             elif env not in self._missing_env_warned:
                 self._missing_env_warned.add(env)
-                log.warning("streamprobe %s: env variable %s for header %s is not set; sending without it",
-                            self.config.name, env, header)
+                log.warning(
+                    "streamprobe %s: env variable %s for header %s is not set; sending without it",
+                    self.config.name,
+                    env,
+                    header,
+                )
         return headers
 
     async def collect(self) -> list[CollectedRecord]:
@@ -222,13 +249,22 @@ class StreamProbeCollector:
         if stream.outcome == "connect_error" and all(c.connect_failed for c in checks):
             raise CollectError(f"streamprobe {self.config.name}: cannot connect to {self.config.endpoint}")
         labels = {"endpoint": self.config.name, **self.config.labels}
-        return [CollectedRecord(ts=ts, node=self.node, job=self.job, writer=self._write(stream),
-                                labels=labels, interval_s=self.interval_s)]
+        return [
+            CollectedRecord(
+                ts=ts,
+                node=self.node,
+                job=self.job,
+                writer=self._write(stream),
+                labels=labels,
+                interval_s=self.interval_s,
+            )
+        ]
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         labels = {"endpoint": self.config.name, **self.config.labels}
-        return [ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=labels, interval_s=self.interval_s,
-                             error=reason)]
+        return [
+            ScrapeRecord(ts=ts, node=self.node, job=self.job, labels=labels, interval_s=self.interval_s, error=reason)
+        ]
 
     async def close(self) -> None:
         if self._client is not None:
@@ -237,16 +273,26 @@ class StreamProbeCollector:
 
     async def _probe_stream(self, headers: dict[str, str]) -> StreamResult:
         cfg = self.config
-        body = {"model": cfg.model, "messages": [{"role": "user", "content": cfg.prompt}],
-                "max_tokens": cfg.max_tokens, "stream": True}
+        body = {
+            "model": cfg.model,
+            "messages": [{"role": "user", "content": cfg.prompt}],
+            "max_tokens": cfg.max_tokens,
+            "stream": True,
+        }
         result = StreamResult("protocol_error")
         arrivals: list[float] = []
         last_event: float | None = None
         start = time.perf_counter()
         try:
-            async with asyncio.timeout(cfg.timeout_s), self._http().post(
-                    f"{cfg.endpoint}/v1/chat/completions", json=body, allow_redirects=False,
-                    headers={**headers, "Accept": "text/event-stream"}) as resp:
+            async with (
+                asyncio.timeout(cfg.timeout_s),
+                self._http().post(
+                    f"{cfg.endpoint}/v1/chat/completions",
+                    json=body,
+                    allow_redirects=False,
+                    headers={**headers, "Accept": "text/event-stream"},
+                ) as resp,
+            ):
                 result.header_gauges = buffering_header_gauges(resp.headers)
                 if not 200 <= resp.status < 300:
                     result.outcome = "http_error"
@@ -289,8 +335,10 @@ class StreamProbeCollector:
         for _ in range(cfg.health_samples):
             start = time.perf_counter()
             try:
-                async with asyncio.timeout(limit), self._http().get(url, headers=headers,
-                                                                     allow_redirects=False) as resp:
+                async with (
+                    asyncio.timeout(limit),
+                    self._http().get(url, headers=headers, allow_redirects=False) as resp,
+                ):
                     await read_body(resp, MAX_HEALTH_BYTES, url)
                 latency = time.perf_counter() - start
                 ok = 200 <= resp.status < 300
@@ -310,8 +358,9 @@ class StreamProbeCollector:
         self._stream_outcomes[stream.outcome] += 1
         if stream.outcome != self._last_outcome:
             level = logging.INFO if stream.outcome == "ok" else logging.WARNING
-            log.log(level, "streamprobe %s: stream outcome %s -> %s", self.config.name, self._last_outcome,
-                    stream.outcome)
+            log.log(
+                level, "streamprobe %s: stream outcome %s -> %s", self.config.name, self._last_outcome, stream.outcome
+            )
             self._last_outcome = stream.outcome
         timing = stream.timing
         if timing is not None:
@@ -334,35 +383,62 @@ class StreamProbeCollector:
         sl = {"endpoint": cfg.name, "model": cfg.model}
         hl = {"endpoint": cfg.name}
         for name, hist, help_ in (
-                ("tailhound_stream_ttft_seconds", self._ttft, "Client-side time to first content token."),
-                ("tailhound_stream_tpot_seconds", self._tpot, "Client-side mean time between content events."),
-                ("tailhound_stream_duration_seconds", self._duration, "Client-side time to the end of the stream.")):
+            ("tailhound_stream_ttft_seconds", self._ttft, "Client-side time to first content token."),
+            ("tailhound_stream_tpot_seconds", self._tpot, "Client-side mean time between content events."),
+            ("tailhound_stream_duration_seconds", self._duration, "Client-side time to the end of the stream."),
+        ):
             w.histogram(name, hist.le, hist.cumulative(), hist.count, hist.sum, sl, help=help_)
         for outcome, n in self._stream_outcomes.items():
-            w.counter("tailhound_stream_requests_total", n, {**sl, "outcome": outcome},
-                      help="Streamed probe requests by outcome.")
-        w.counter("tailhound_stream_buffered_total", self._buffered_total, sl,
-                  help="Probes whose stream arrived buffered (all tokens in <= 2 bursts).")
+            w.counter(
+                "tailhound_stream_requests_total",
+                n,
+                {**sl, "outcome": outcome},
+                help="Streamed probe requests by outcome.",
+            )
+        w.counter(
+            "tailhound_stream_buffered_total",
+            self._buffered_total,
+            sl,
+            help="Probes whose stream arrived buffered (all tokens in <= 2 bursts).",
+        )
         timing = stream.timing
         if timing is not None:
             for name, value, help_ in (
-                    ("tailhound_stream_last_ttft_seconds", timing.ttft_s, "TTFT of the last probe."),
-                    ("tailhound_stream_last_tpot_seconds", None if timing.buffered else timing.tpot_s,
-                     "TPOT of the last probe (absent when it was buffered)."),
-                    ("tailhound_stream_last_duration_seconds", timing.duration_s, "Duration of the last probe."),
-                    ("tailhound_stream_first_byte_share", timing.first_byte_share,
-                     "TTFT / duration of the last probe; near 1 when a proxy buffered the stream.")):
+                ("tailhound_stream_last_ttft_seconds", timing.ttft_s, "TTFT of the last probe."),
+                (
+                    "tailhound_stream_last_tpot_seconds",
+                    None if timing.buffered else timing.tpot_s,
+                    "TPOT of the last probe (absent when it was buffered).",
+                ),
+                ("tailhound_stream_last_duration_seconds", timing.duration_s, "Duration of the last probe."),
+                (
+                    "tailhound_stream_first_byte_share",
+                    timing.first_byte_share,
+                    "TTFT / duration of the last probe; near 1 when a proxy buffered the stream.",
+                ),
+            ):
                 if value is not None:
                     w.gauge(name, value, sl, help=help_)
             w.gauge("tailhound_stream_chunks", timing.chunks, sl, help="Content events in the last probe.")
             w.gauge("tailhound_stream_bursts", timing.bursts, sl, help="Bursts the content events arrived in.")
             if timing.buffered is not None:
-                w.gauge("tailhound_stream_buffered", float(timing.buffered), sl,
-                        help="1 when a proxy/CDN held the last stream and flushed it at once.")
+                w.gauge(
+                    "tailhound_stream_buffered",
+                    float(timing.buffered),
+                    sl,
+                    help="1 when a proxy/CDN held the last stream and flushed it at once.",
+                )
         for name, value in stream.header_gauges.items():
             w.gauge(name, value, sl, help="A response header of the last probe that explains buffering (1/0).")
-        w.histogram("tailhound_health_duration_seconds", self._health.le, self._health.cumulative(),
-                    self._health.count, self._health.sum, hl, help="Latency of successful /health checks.")
+        w.histogram(
+            "tailhound_health_duration_seconds",
+            self._health.le,
+            self._health.cumulative(),
+            self._health.count,
+            self._health.sum,
+            hl,
+            help="Latency of successful /health checks.",
+        )
         for outcome, n in self._health_outcomes.items():
             w.counter("tailhound_health_checks_total", n, {**hl, "outcome": outcome}, help="/health checks by outcome.")
         window = list(self._health_window)
@@ -374,6 +450,10 @@ class StreamProbeCollector:
         if cfg.lb_health_timeout_s is not None:
             w.gauge("tailhound_lb_health_timeout_seconds", cfg.lb_health_timeout_s, hl)
             if p95 is not None and p95 > 0:
-                w.gauge("tailhound_lb_health_timeout_margin_ratio", cfg.lb_health_timeout_s / p95, hl,
-                        help="LB health-check timeout / P95 of /health; below 1.5 instances flap.")
+                w.gauge(
+                    "tailhound_lb_health_timeout_margin_ratio",
+                    cfg.lb_health_timeout_s / p95,
+                    hl,
+                    help="LB health-check timeout / P95 of /health; below 1.5 instances flap.",
+                )
         return w

@@ -49,8 +49,11 @@ class TcpTarget(BaseModel):
     host: str = Field(min_length=1, max_length=200, pattern=r"^\S+$")
     port: int = Field(ge=1, le=65535)
     labels: dict[str, str] = Field(default_factory=dict)
-    node: str | None = Field(default=None, pattern=r"^\S+$", description=(
-        "Node the probe describes (default: host; a loopback host: the agent's node)."))
+    node: str | None = Field(
+        default=None,
+        pattern=r"^\S+$",
+        description=("Node the probe describes (default: host; a loopback host: the agent's node)."),
+    )
 
     @field_validator("labels")
     @classmethod
@@ -130,27 +133,51 @@ def render_target(target: TcpTarget, totals: ConnectTotals, round_outcomes: Sequ
     return write_target(target, totals, round_outcomes).text()
 
 
-def write_target(target: TcpTarget, totals: ConnectTotals,
-                 round_outcomes: Sequence[ConnectOutcome]) -> ExpositionWriter:
+def write_target(
+    target: TcpTarget, totals: ConnectTotals, round_outcomes: Sequence[ConnectOutcome]
+) -> ExpositionWriter:
     """One target's families: lifetime counters/histogram plus this round's gauges."""
     labels = {"target": target.name, "address": f"{target.host}:{target.port}"}
     w = ExpositionWriter()
-    w.histogram("tailhound_tcp_connect_duration_seconds", CONNECT_BUCKETS, totals.bucket_counts, totals.successes,
-                totals.duration_sum, labels, help="Duration of successful TCP connects (handshake).")
+    w.histogram(
+        "tailhound_tcp_connect_duration_seconds",
+        CONNECT_BUCKETS,
+        totals.bucket_counts,
+        totals.successes,
+        totals.duration_sum,
+        labels,
+        help="Duration of successful TCP connects (handshake).",
+    )
     w.counter("tailhound_tcp_connect_attempts_total", totals.attempts, labels, help="TCP connect attempts.")
-    w.counter("tailhound_tcp_connect_failures_total", totals.failures, labels,
-              help="TCP connects that failed (refused, timeout, unreachable, ...).")
+    w.counter(
+        "tailhound_tcp_connect_failures_total",
+        totals.failures,
+        labels,
+        help="TCP connects that failed (refused, timeout, unreachable, ...).",
+    )
     for reason, count in totals.errors.items():
-        w.counter("tailhound_tcp_connect_errors_total", count, {**labels, "reason": reason},
-                  help="Failed TCP connects by reason.")
+        w.counter(
+            "tailhound_tcp_connect_errors_total",
+            count,
+            {**labels, "reason": reason},
+            help="Failed TCP connects by reason.",
+        )
     successes = [o.duration_s for o in round_outcomes if o.duration_s is not None]
     if successes:
-        w.gauge("tailhound_tcp_connect_last_seconds", statistics.median(successes), labels,
-                help="Median connect duration of this collection's successful attempts.")
+        w.gauge(
+            "tailhound_tcp_connect_last_seconds",
+            statistics.median(successes),
+            labels,
+            help="Median connect duration of this collection's successful attempts.",
+        )
     if round_outcomes:
         failed = sum(1 for o in round_outcomes if o.duration_s is None)
-        w.gauge("tailhound_tcp_connect_failure_ratio", failed / len(round_outcomes), labels,
-                help="Share of this collection's connect attempts that failed.")
+        w.gauge(
+            "tailhound_tcp_connect_failure_ratio",
+            failed / len(round_outcomes),
+            labels,
+            help="Share of this collection's connect attempts that failed.",
+        )
     return w
 
 
@@ -218,18 +245,31 @@ class TcpConnectCollector:
         totals = self._totals[target.name]
         for outcome in outcomes:
             totals.add(outcome)
-        return CollectedRecord(ts=now(), node=self._nodes[target.name], job=self.job,
-                               writer=write_target(target, totals, outcomes),
-                               labels=self._labels(target), interval_s=self.interval_s)
+        return CollectedRecord(
+            ts=now(),
+            node=self._nodes[target.name],
+            job=self.job,
+            writer=write_target(target, totals, outcomes),
+            labels=self._labels(target),
+            interval_s=self.interval_s,
+        )
 
     def _labels(self, target: TcpTarget) -> dict[str, str]:
         return {"target": target.name, **target.labels, "source": self.source}
 
     def failure_records(self, ts: float, reason: str) -> list[ScrapeRecord]:
         """The whole collection failed: one gap per target, on the same source as its data."""
-        return [ScrapeRecord(ts=ts, node=self._nodes[t.name], job=self.job, labels=self._labels(t),
-                             interval_s=self.interval_s,
-                             error=reason) for t in self.config.targets]
+        return [
+            ScrapeRecord(
+                ts=ts,
+                node=self._nodes[t.name],
+                job=self.job,
+                labels=self._labels(t),
+                interval_s=self.interval_s,
+                error=reason,
+            )
+            for t in self.config.targets
+        ]
 
     async def collect(self) -> list[CollectedRecord]:
         limit = asyncio.Semaphore(MAX_CONCURRENT_TARGETS)

@@ -108,7 +108,7 @@ def parse_reply(packet: bytes) -> IcmpReply | None:
     inner = _ip_header(quoted)
     if inner is None or quoted[inner] != ECHO_REQUEST:
         return None
-    ident, seq = struct.unpack("!HH", quoted[inner + 4:inner + 8])
+    ident, seq = struct.unpack("!HH", quoted[inner + 4 : inner + 8])
     return IcmpReply(kind, source, socket.inet_ntoa(quoted[16:20]), ident, seq)
 
 
@@ -120,11 +120,17 @@ class _HopStats:
 
     def hop(self, ttl: int) -> Hop:
         rtts = self.rtts
-        return Hop(number=ttl, address=self.address or UNKNOWN_HOST,
-                   loss_ratio=1.0 - len(rtts) / self.sent if self.sent else 1.0, sent=self.sent,
-                   last_s=rtts[-1] if rtts else 0.0, avg_s=statistics.fmean(rtts) if rtts else 0.0,
-                   best_s=min(rtts, default=0.0), worst_s=max(rtts, default=0.0),
-                   stdev_s=statistics.stdev(rtts) if len(rtts) > 1 else 0.0)
+        return Hop(
+            number=ttl,
+            address=self.address or UNKNOWN_HOST,
+            loss_ratio=1.0 - len(rtts) / self.sent if self.sent else 1.0,
+            sent=self.sent,
+            last_s=rtts[-1] if rtts else 0.0,
+            avg_s=statistics.fmean(rtts) if rtts else 0.0,
+            best_s=min(rtts, default=0.0),
+            worst_s=max(rtts, default=0.0),
+            stdev_s=statistics.stdev(rtts) if len(rtts) > 1 else 0.0,
+        )
 
 
 class Tracer:
@@ -257,8 +263,9 @@ async def _run(host: str, cycles: int, max_hops: int, timeout_s: float, interval
     return hops
 
 
-async def trace(host: str, cycles: int, max_hops: int = 30, timeout_s: float = 1.0,
-                interval_s: float = 0.1) -> list[Hop]:
+async def trace(
+    host: str, cycles: int, max_hops: int = 30, timeout_s: float = 1.0, interval_s: float = 0.1
+) -> list[Hop]:
     """Per-hop RTT and loss to ``host`` from ``cycles`` rounds of ICMP probes (IPv4, raw socket).
 
     Raises CollectorUnavailable without raw-socket permission, CollectError when the host does not

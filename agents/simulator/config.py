@@ -35,8 +35,9 @@ FAULT_NAMES: tuple[str, ...] = (
 ONE_SHOT_FAULTS: frozenset[str] = frozenset({"short-blip", "engine-restart"})
 
 #: Faults that act on individual GPUs (the others act on a node).
-GPU_FAULTS: frozenset[str] = frozenset({"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded",
-                                        "warm-gpu", "gpu-xid-error", "power-cap"})
+GPU_FAULTS: frozenset[str] = frozenset(
+    {"thermal-throttle", "memory-bandwidth-saturation", "nvlink-degraded", "warm-gpu", "gpu-xid-error", "power-cap"}
+)
 
 #: Faults that start on the client side or are rolled out fleet-wide: without ``node=`` they act on every
 #: node (the others act on the first node).
@@ -210,8 +211,11 @@ class SimConfig:
             raise ValueError(f"interval_s must be > 0, got {self.interval_s}")
         if not math.isfinite(self.start_ts) or self.start_ts <= 0:
             raise ValueError(f"start_ts must be > 0, got {self.start_ts}")
-        for name, value, known in (("engine", self.engine, ENGINE_KINDS), ("dcgm_fields", self.dcgm_fields,
-                                   DCGM_PROFILES), ("noise", self.noise, NOISE_PROFILES)):
+        for name, value, known in (
+            ("engine", self.engine, ENGINE_KINDS),
+            ("dcgm_fields", self.dcgm_fields, DCGM_PROFILES),
+            ("noise", self.noise, NOISE_PROFILES),
+        ):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
         if not math.isfinite(self.load_trace_peak) or not 0.0 < self.load_trace_peak <= 4.0:

@@ -16,7 +16,8 @@ from tailhound.catalog.dcgm_counters import default_counters
 
 #: (field, Prometheus type) of every enabled line of default-counters.csv.
 DCGM_DEFAULT_COUNTERS: tuple[tuple[str, str], ...] = tuple(
-    (c.field, c.kind) for c in default_counters().values() if c.enabled)
+    (c.field, c.kind) for c in default_counters().values() if c.enabled
+)
 
 #: The fields exported as series (every field that is not a label).
 DEFAULT_SERIES: frozenset[str] = frozenset(f for f, kind in DCGM_DEFAULT_COUNTERS if kind != "label")

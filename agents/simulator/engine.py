@@ -109,20 +109,21 @@ def _capped_lognormal_mean(median: float, sigma: float, cap: float) -> float:
     """E[min(X, cap)] for a log-normal X."""
     mu, nd = math.log(median), NormalDist()
     lc = math.log(cap)
-    return (math.exp(mu + sigma**2 / 2) * nd.cdf((lc - mu - sigma**2) / sigma)
-            + cap * (1.0 - nd.cdf((lc - mu) / sigma)))
+    return math.exp(mu + sigma**2 / 2) * nd.cdf((lc - mu - sigma**2) / sigma) + cap * (1.0 - nd.cdf((lc - mu) / sigma))
 
 
 def mixed_mean_gen(long_share: float) -> float:
     """Mean output length when `long_share` of the requests are long generations (capped at max_tokens)."""
     normal = 0.1 * _capped_lognormal_mean(GEN_MEDIAN, GEN_SIGMA, SHORT_MAX_TOKENS) + 0.9 * _capped_lognormal_mean(
-        GEN_MEDIAN, GEN_SIGMA, DEFAULT_MAX_TOKENS)
+        GEN_MEDIAN, GEN_SIGMA, DEFAULT_MAX_TOKENS
+    )
     long = _capped_lognormal_mean(LONG_GEN_MEDIAN, LONG_GEN_SIGMA, DEFAULT_MAX_TOKENS)
     return (1.0 - long_share) * normal + long_share * long
 
 
-def _capacity(mean_prompt: float, mean_gen: float, s_dec: float, s_pre: float) -> tuple[float, float, float, float,
-                                                                                   float, float]:
+def _capacity(
+    mean_prompt: float, mean_gen: float, s_dec: float, s_pre: float
+) -> tuple[float, float, float, float, float, float]:
     """(capacity in requests/s, batch cap, KV-bound batch, mean KV tokens a request holds, per-sequence step
     cost, mean prefill time) of an engine serving a mix with these mean lengths at these slowdowns."""
     ctx = mean_prompt + mean_gen / 2  # mean tokens a running request holds in the KV cache
@@ -158,8 +159,15 @@ class EngineTick:
 class Engine:
     """vLLM V1-like engine state: queue, counters and histograms of one node."""
 
-    def __init__(self, rng: random.Random, model: str, kind: str = "vllm", http_metrics: bool = False,
-                 http_rng: random.Random | None = None, instance: str = "localhost:3000") -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        model: str,
+        kind: str = "vllm",
+        http_metrics: bool = False,
+        http_rng: random.Random | None = None,
+        instance: str = "localhost:3000",
+    ) -> None:
         self._rng = rng
         self.kind = kind
         self.tgi = kind == "tgi"
@@ -187,8 +195,11 @@ class Engine:
                 "max_new": CumulativeHistogram("tgi_request_max_new_tokens", tgi_linear_buckets(TGI_MAX_TOTAL_TOKENS)),
             }
             # backends/v3: one observation per forward pass of the batch, by method
-            self._batch_hist = {(name, m): CumulativeHistogram(name, TGI_DURATION_BUCKETS) for m in TGI_METHODS
-                                for name in ("tgi_batch_forward_duration", "tgi_batch_inference_duration")}
+            self._batch_hist = {
+                (name, m): CumulativeHistogram(name, TGI_DURATION_BUCKETS)
+                for m in TGI_METHODS
+                for name in ("tgi_batch_forward_duration", "tgi_batch_inference_duration")
+            }
         elif kind == "sglang":  # no engine label: the scraped instance is the engine
             self._batch_hist = {}
             self.labels = {"model_name": model, "instance": instance}
@@ -235,8 +246,14 @@ class Engine:
         self.last = EngineTick(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0, ITL_BASE_S)
         self.trace_queue.clear()
 
-    def step(self, dt: float, arrivals: int, effects: NodeEffects, clock_slowdown: float,
-             requests: list[tuple[int, int]] | None = None) -> EngineTick:
+    def step(
+        self,
+        dt: float,
+        arrivals: int,
+        effects: NodeEffects,
+        clock_slowdown: float,
+        requests: list[tuple[int, int]] | None = None,
+    ) -> EngineTick:
         """Advance one tick of `dt` seconds with `arrivals` new requests (`requests`: their (prompt, output)
         tokens, from a load trace; None: drawn from the built-in mix)."""
         if effects.engine_restart:
@@ -298,8 +315,9 @@ class Engine:
         aborted = max(0, waiting - max_waiting)
         waiting -= aborted
         self.waiting = waiting
-        served_requests = (None if requests is None
-                           else self.trace_queue.advance(requests, arrivals, served, aborted, waiting))
+        served_requests = (
+            None if requests is None else self.trace_queue.advance(requests, arrivals, served, aborted, waiting)
+        )
         rate = served / dt
         if effects.retry_storm:
             wait_s = waiting / capacity_rps
@@ -326,7 +344,15 @@ class Engine:
 
         util = 1.0 if waiting > 0 else min(1.0, rate / capacity_rps)
         prompt_sum, gen_sum = self._complete(
-            served, itl, s_pre, running_f, util, effects, dt, waiting_before / capacity_rps, waiting / capacity_rps,
+            served,
+            itl,
+            s_pre,
+            running_f,
+            util,
+            effects,
+            dt,
+            waiting_before / capacity_rps,
+            waiting / capacity_rps,
             served_requests,
         )
         self.success["abort"] += aborted
@@ -344,8 +370,9 @@ class Engine:
         )
         return self.last
 
-    def _trace_means(self, requests: list[tuple[int, int]], prompt_scale: float,
-                     long_share: float) -> tuple[float, float]:
+    def _trace_means(
+        self, requests: list[tuple[int, int]], prompt_scale: float, long_share: float
+    ) -> tuple[float, float]:
         """Mean prompt and output lengths of the trace requests waiting and arriving (the last ones when
         none are), as the mix's means are in the built-in case (prompt scale, long generations)."""
         mean_prompt, mean_gen = self.trace_queue.next_means(requests)
@@ -353,7 +380,8 @@ class Engine:
         if long_share:
             mean_prompt *= 1.0 - long_share * (1.0 - LONG_PROMPT_SCALE)
             mean_gen = (1.0 - long_share) * mean_gen + long_share * _capped_lognormal_mean(
-                LONG_GEN_MEDIAN, LONG_GEN_SIGMA, DEFAULT_MAX_TOKENS)
+                LONG_GEN_MEDIAN, LONG_GEN_SIGMA, DEFAULT_MAX_TOKENS
+            )
         return mean_prompt, mean_gen
 
     def _storm_admit(self, fresh: int, capacity: float, capacity_rps: float) -> tuple[int, int]:
@@ -489,8 +517,9 @@ class Engine:
         self.success["length"] += n_length
         return prompt_sum, gen_sum
 
-    def _tgi_batches(self, dt: float, served: int, itl: float, s_pre: float, mean_prompt: float,
-                     running_f: float) -> None:
+    def _tgi_batches(
+        self, dt: float, served: int, itl: float, s_pre: float, mean_prompt: float, running_f: float
+    ) -> None:
         """TGI's per-forward-pass histograms and counters: a decode pass per ITL while the batch runs, the
         tick's new requests prefilled in at most TGI_PREFILLS_PER_S batches (forward = the model call,
         inference = forward plus the router's bookkeeping)."""
@@ -503,14 +532,16 @@ class Engine:
         if prefills:
             each = s_pre * (PREFILL_OVERHEAD_S + served / prefills * mean_prompt / PREFILL_TOKENS_PER_S)
             for name, share in (("tgi_batch_forward_duration", 0.95), ("tgi_batch_inference_duration", 1.0)):
-                h[(name, "prefill")].observe_lognormal_mix(prefills, prefills * each * share,
-                                                           ((1.0, each * share, 0.3),))
+                h[(name, "prefill")].observe_lognormal_mix(
+                    prefills, prefills * each * share, ((1.0, each * share, 0.3),)
+                )
         self.batch_calls["decode"] += steps
         self.batch_calls["prefill"] += prefills
         self._reserved = min(TGI_MAX_BATCH_TOTAL_TOKENS, running_f * (mean_prompt + MEAN_MAX_NEW_TOKENS))
 
-    def _observe_tgi(self, prompts: list[int], gens: list[int], queues: list[float], e2es: list[float],
-                     limits: list[int]) -> None:
+    def _observe_tgi(
+        self, prompts: list[int], gens: list[int], queues: list[float], e2es: list[float], limits: list[int]
+    ) -> None:
         """TGI's per-request histograms (router/src/server.rs): inference = prefill + decode, time per token =
         inference / generated tokens, duration = validation (tokenisation) + queue + inference."""
         h = self._hist
@@ -532,8 +563,13 @@ class Engine:
         if self.http_metrics:
             for status in HTTP_STATUSES:  # a label set appears with its first request, as in prometheus_client
                 if self.http[status]:
-                    out.append(CounterSample(name="http_requests_total", value=float(self.http[status]), labels={
-                        "handler": HTTP_HANDLER, "method": "POST", "status": status}))
+                    out.append(
+                        CounterSample(
+                            name="http_requests_total",
+                            value=float(self.http[status]),
+                            labels={"handler": HTTP_HANDLER, "method": "POST", "status": status},
+                        )
+                    )
         return out
 
     def _tgi_samples(self) -> list[Sample]:

@@ -177,8 +177,9 @@ def validate_faults(faults: Sequence[FaultSpec], node_names: Sequence[str], gpus
             raise ValueError(f"fault {f.name}: GPU index {bad} out of range 0..{gpus_per_node - 1}")
 
 
-def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], gpus_per_node: int,
-                 t_s: float = 0.0) -> NodeEffects:
+def node_effects(
+    faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], gpus_per_node: int, t_s: float = 0.0
+) -> NodeEffects:
     """Fold the (already active) `faults` that target `node` into one :class:`NodeEffects` at `t_s`
     seconds from the start (time-shaped faults: rolling deploy, the retry storm's trigger)."""
     eff = NodeEffects()
@@ -190,8 +191,11 @@ def node_effects(faults: Sequence[FaultSpec], node: str, node_names: Sequence[st
         if f.name == "gpu-xid-error" and node not in fault_nodes(f, node_names):  # the LB drains the dead engine
             dead = len(fault_nodes(f, node_names))
             eff.arrival_scale *= len(node_names) / max(1, len(node_names) - dead)
-        if f.name == "health-check-flap" and node not in fault_nodes(f, node_names) \
-                and health_flap_phase(f, t_s) == "removed":  # the others take the removed instance's share
+        if (
+            f.name == "health-check-flap"
+            and node not in fault_nodes(f, node_names)
+            and health_flap_phase(f, t_s) == "removed"
+        ):  # the others take the removed instance's share
             flapping = len(fault_nodes(f, node_names))
             eff.arrival_scale *= len(node_names) / max(1, len(node_names) - flapping)
         if f.name == "load-imbalance":  # the balancer's other nodes get what the hot ones take on top

@@ -37,13 +37,24 @@ class _Node:
         self.engine_source = config.engine
         self.load = LoadModel(rng("load"))
         if config.engine == "vllm":
-            self.engine = Engine(rng("engine"), config.model, http_metrics=config.http_metrics,
-                                 http_rng=rng("http") if config.http_metrics else None)
+            self.engine = Engine(
+                rng("engine"),
+                config.model,
+                http_metrics=config.http_metrics,
+                http_rng=rng("http") if config.http_metrics else None,
+            )
         else:
-            self.engine = Engine(rng("engine"), config.model, kind=config.engine, http_rng=rng("http"),
-                                 instance=f"{name}:{SGLANG_PORT if config.engine == 'sglang' else TGI_PORT}")
-        self.gpus = [GpuState(rng(f"gpu{i}"), name, i, config.nvlink_per_link, config.dcgm_fields)
-                     for i in range(config.gpus_per_node)]
+            self.engine = Engine(
+                rng("engine"),
+                config.model,
+                kind=config.engine,
+                http_rng=rng("http"),
+                instance=f"{name}:{SGLANG_PORT if config.engine == 'sglang' else TGI_PORT}",
+            )
+        self.gpus = [
+            GpuState(rng(f"gpu{i}"), name, i, config.nvlink_per_link, config.dcgm_fields)
+            for i in range(config.gpus_per_node)
+        ]
         self.network = NodeNetwork(rng("network"))
         self.probe = BlackboxProbe(rng("probe"), name)
         if config.engine == "tgi":
@@ -104,8 +115,17 @@ class _Node:
             if source in self._missed:  # a failed scrape: the envelope and the error, no samples
                 error = DOWN_ERROR if source == self.engine_source and self.engine.down else TIMEOUT_ERROR
                 labels = dict(self.engine.labels) if source == self.engine_source else {}
-                out.append(Snapshot.model_construct(ts=ts, node=self.name, source=source, interval_s=config.interval_s,
-                                                    labels=labels, samples=[], error=error))
+                out.append(
+                    Snapshot.model_construct(
+                        ts=ts,
+                        node=self.name,
+                        source=source,
+                        interval_s=config.interval_s,
+                        labels=labels,
+                        samples=[],
+                        error=error,
+                    )
+                )
                 continue
             if source == self.engine_source:
                 labels, samples = dict(self.engine.labels), self.engine.samples()
@@ -134,8 +154,9 @@ def _trace_load(config: SimConfig) -> TraceLoad:
     of the engines' capacity for the trace's own token mix."""
     trace = load_trace(str(config.load_trace))
     capacity = config.nodes * mix_capacity_rps(*trace.mean_tokens())
-    return TraceLoad(trace, config.load_trace_peak * capacity / trace.peak_rps(), config.nodes,
-                     config.load_trace_start_s)
+    return TraceLoad(
+        trace, config.load_trace_peak * capacity / trace.peak_rps(), config.nodes, config.load_trace_start_s
+    )
 
 
 class FleetSimulator:
@@ -149,8 +170,11 @@ class FleetSimulator:
         self.trace_load = _trace_load(config) if config.load_trace is not None else None
         self._nodes = [_Node(config, name, self.trace_load) for name in self._names]
         # a trace carries the fleet's own swings and bursts: the realistic profile adds only per-node noise
-        self._noise = (FleetNoise(random.Random(f"tailhound-sim/{config.seed}/fleet/noise"))
-                       if config.noise == "realistic" and self.trace_load is None else None)
+        self._noise = (
+            FleetNoise(random.Random(f"tailhound-sim/{config.seed}/fleet/noise"))
+            if config.noise == "realistic" and self.trace_load is None
+            else None
+        )
         self._t = 0.0  # simulated seconds from start of the next tick
 
     @property

@@ -55,8 +55,7 @@ def gpu_uuid(node: str, index: int) -> str:
 class GpuState:
     """One GPU as dcgm-exporter reports it."""
 
-    def __init__(self, rng: random.Random, node: str, index: int, per_link: bool = False,
-                 fields: str = "all") -> None:
+    def __init__(self, rng: random.Random, node: str, index: int, per_link: bool = False, fields: str = "all") -> None:
         self._rng = rng
         self.index = index
         self.fields = fields

@@ -25,7 +25,6 @@ REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 
-
 def tgi_duration_buckets() -> tuple[float, ...]:
     """TGI's bounds for every ``*_duration`` histogram (router/src/server.rs, huggingface/text-generation-inference
     db931fc): 35 exponential buckets, ``value = 0.0001; value *= 1.5`` before each push (0.00015 .. ~145.7 s)."""

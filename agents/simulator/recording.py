@@ -21,9 +21,15 @@ from .fleet import FleetSimulator
 
 def snapshot_to_record(snapshot: Snapshot) -> ScrapeRecord:
     """One simulated snapshot -> the recording line a collector would have written for it."""
-    return ScrapeRecord(ts=snapshot.ts, node=snapshot.node, job=snapshot.source,
-                        body=render_samples(snapshot.samples), labels=dict(snapshot.labels),
-                        interval_s=snapshot.interval_s, error=snapshot.error)
+    return ScrapeRecord(
+        ts=snapshot.ts,
+        node=snapshot.node,
+        job=snapshot.source,
+        body=render_samples(snapshot.samples),
+        labels=dict(snapshot.labels),
+        interval_s=snapshot.interval_s,
+        error=snapshot.error,
+    )
 
 
 def iter_records(sim: FleetSimulator, minutes: float) -> Iterator[ScrapeRecord]:

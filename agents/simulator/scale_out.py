@@ -26,8 +26,9 @@ def scale_out_phase(fault: FaultSpec, t_s: float) -> str:
     return "cold" if t_s < fault.start_s + COLD_START_S else "ready"
 
 
-def apply_scale_out(eff: NodeEffects, faults: Sequence[FaultSpec], node: str, node_names: Sequence[str],
-                    t_s: float) -> None:
+def apply_scale_out(
+    eff: NodeEffects, faults: Sequence[FaultSpec], node: str, node_names: Sequence[str], t_s: float
+) -> None:
     """Fold every scale-out fault (started or not: an added node is absent before its start) into `eff`."""
     for f in faults:
         if f.name != "scale-out":

@@ -58,8 +58,9 @@ def sglang_histograms() -> dict[str, CumulativeHistogram]:
     }
 
 
-def sglang_samples(engine: Any, hist: dict[str, CumulativeHistogram], model: str,
-                   kv_capacity_tokens: int) -> list[Sample]:
+def sglang_samples(
+    engine: Any, hist: dict[str, CumulativeHistogram], model: str, kv_capacity_tokens: int
+) -> list[Sample]:
     """The engine's metrics as an SGLang server exposes them (tokenizer and scheduler label sets); `engine` is an
     ``engine.Engine`` (not imported: engine.py imports this module)."""
     tok = {"model_name": model, "engine_type": "unified"}

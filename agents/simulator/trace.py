@@ -163,12 +163,15 @@ class TraceQueue:
         n = len(self.pending) + len(requests)
         if n:
             cap = self.max_output
-            self.means = ((self._sums[0] + sum(p for p, _ in requests)) / n,
-                          (self._sums[1] + sum(min(g, cap) for _, g in requests)) / n)
+            self.means = (
+                (self._sums[0] + sum(p for p, _ in requests)) / n,
+                (self._sums[1] + sum(min(g, cap) for _, g in requests)) / n,
+            )
         return self.means
 
-    def advance(self, requests: list[tuple[int, int]], admitted: int, served: int, aborted: int,
-                waiting: int) -> list[tuple[int, int]]:
+    def advance(
+        self, requests: list[tuple[int, int]], admitted: int, served: int, aborted: int, waiting: int
+    ) -> list[tuple[int, int]]:
         """Move a tick's requests through the queue: `admitted` of them join (a retry storm's re-sent
         requests repeat the tick's), the first `served` leave to be completed, the next `aborted` gave up;
         what the queue bound refused (TGI's 429s, a closed-loop client holding back) is the newest. Returns

@@ -70,8 +70,9 @@ class BadSignature(Exception):
     """The request is not from tailhound, was altered, or is outside the replay window."""
 
 
-def verify(secret: str, timestamp: str | None, signature: str | None, body: bytes, tolerance_s: float,
-           now: float | None = None) -> None:
+def verify(
+    secret: str, timestamp: str | None, signature: str | None, body: bytes, tolerance_s: float, now: float | None = None
+) -> None:
     """Raise :class:`BadSignature` unless some ``v1=`` signature is HMAC-SHA256(secret, "<ts>." + body)."""
     try:
         ts = int((timestamp or "").strip())
@@ -80,8 +81,9 @@ def verify(secret: str, timestamp: str | None, signature: str | None, body: byte
     if abs((time.time() if now is None else now) - ts) > tolerance_s:
         raise BadSignature("timestamp outside the tolerance window (stale or replayed)")
     expected = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
-    offered = [v.strip() for k, _, v in (p.strip().partition("=") for p in (signature or "").split(",")[:8])
-               if k == "v1"]
+    offered = [
+        v.strip() for k, _, v in (p.strip().partition("=") for p in (signature or "").split(",")[:8]) if k == "v1"
+    ]
     if not any(hmac.compare_digest(v.encode(), expected.encode()) for v in offered):
         raise BadSignature("signature does not match")
 
@@ -115,22 +117,28 @@ class Config:
         if not secret:
             raise SystemExit("set TAILHOUND_WEBHOOK_SECRET or TAILHOUND_WEBHOOK_SECRET_FILE")
         api = env.get("K8S_API") or "https://{}:{}".format(
-            env.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc"), env.get("KUBERNETES_SERVICE_PORT", "443"))
+            env.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc"), env.get("KUBERNETES_SERVICE_PORT", "443")
+        )
         ns_file = SA_DIR / "namespace"
         namespace = env.get("K8S_NAMESPACE") or (ns_file.read_text().strip() if ns_file.is_file() else "default")
         mapping = dict(pair.split("=", 1) for pair in env.get("K8S_DEPLOYMENT_MAP", "").split(",") if "=" in pair)
         cfg = cls(
-            secret=secret, k8s_api=api.rstrip("/"), namespace=namespace,
+            secret=secret,
+            k8s_api=api.rstrip("/"),
+            namespace=namespace,
             deployment=env.get("K8S_DEPLOYMENT") or None,
             deployment_map={k.strip(): v.strip() for k, v in mapping.items()},
-            scale_step=int(env.get("SCALE_STEP", "1")), max_replicas=int(env.get("MAX_REPLICAS", "10")),
+            scale_step=int(env.get("SCALE_STEP", "1")),
+            max_replicas=int(env.get("MAX_REPLICAS", "10")),
             token_file=Path(env["K8S_TOKEN_FILE"]) if env.get("K8S_TOKEN_FILE") else SA_DIR / "token",
             ca_file=Path(env["K8S_CA_FILE"]) if env.get("K8S_CA_FILE") else SA_DIR / "ca.crt",
             tolerance_s=float(env.get("SIGNATURE_TOLERANCE_S", "300")),
             dedup_max_keys=int(env.get("DEDUP_MAX_KEYS", "10000")),
             replay_file=Path(replay) if (replay := env.get("REPLAY_CACHE_FILE", str(DEFAULT_REPLAY_FILE))) else None,
-            read_timeout_s=float(env.get("READ_TIMEOUT_S", "10")), max_body=int(env.get("MAX_BODY_BYTES", MAX_BODY)),
-            host=env.get("LISTEN_HOST") or "127.0.0.1", port=int(env.get("LISTEN_PORT", "8080")),
+            read_timeout_s=float(env.get("READ_TIMEOUT_S", "10")),
+            max_body=int(env.get("MAX_BODY_BYTES", MAX_BODY)),
+            host=env.get("LISTEN_HOST") or "127.0.0.1",
+            port=int(env.get("LISTEN_PORT", "8080")),
         )
         if min(cfg.scale_step, cfg.max_replicas, cfg.max_body) < 1 or not 0 < cfg.read_timeout_s <= 300:
             raise SystemExit("SCALE_STEP, MAX_REPLICAS, MAX_BODY_BYTES must be at least 1, READ_TIMEOUT_S in (0, 300]")
@@ -228,10 +236,12 @@ class ReplayCache:
         try:
             live = sorted((float(t), str(k)) for k, t in json.loads(path.read_bytes())["keys"].items())
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SystemExit(f"{path}: unreadable replay cache ({exc}); remove it once {self.window_s:g} s have "
-                             "passed since the receiver stopped (no replay passes the signature check then)") from None
+            raise SystemExit(
+                f"{path}: unreadable replay cache ({exc}); remove it once {self.window_s:g} s have "
+                "passed since the receiver stopped (no replay passes the signature check then)"
+            ) from None
         now = self.clock()
-        self.keys.update((k, t) for t, k in live[-self.max_keys:] if t >= now)
+        self.keys.update((k, t) for t, k in live[-self.max_keys :] if t >= now)
 
     def save(self) -> None:
         if self.path is None:
@@ -265,8 +275,13 @@ class Remediator:
     def handle(self, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
         h = {k.lower(): v for k, v in headers.items()}
         try:
-            verify(self.cfg.secret, h.get("x-tailhound-timestamp"), h.get("x-tailhound-signature"), body,
-                   self.cfg.tolerance_s)
+            verify(
+                self.cfg.secret,
+                h.get("x-tailhound-timestamp"),
+                h.get("x-tailhound-signature"),
+                body,
+                self.cfg.tolerance_s,
+            )
         except BadSignature as exc:
             return 401, {"error": str(exc)}
         try:
@@ -286,10 +301,17 @@ class Remediator:
             wait = self.handled.full_for()
             if wait is not None:  # forgetting a key now would let its replay through: refuse instead
                 self.refused_full += 1
-                log.warning("replay cache full (%d keys inside the %g s window): %s refused for %.0f s",
-                            len(self.handled.keys), self.cfg.tolerance_s, key, wait)
-                return 503, {"error": f"replay cache full ({self.cfg.dedup_max_keys} keys): retry later",
-                             "retry_after_s": int(wait + 0.999)}
+                log.warning(
+                    "replay cache full (%d keys inside the %g s window): %s refused for %.0f s",
+                    len(self.handled.keys),
+                    self.cfg.tolerance_s,
+                    key,
+                    wait,
+                )
+                return 503, {
+                    "error": f"replay cache full ({self.cfg.dedup_max_keys} keys): retry later",
+                    "retry_after_s": int(wait + 0.999),
+                }
             status, answer = self.act(doc)
             if status < 300:  # failures are not remembered: the redelivery gets another try
                 try:
@@ -312,8 +334,14 @@ class Remediator:
             scale = self.kube.get_scale(deployment)
             current = int(scale.get("spec", {}).get("replicas") or 0)
             wanted = min(current + self.cfg.scale_step, self.cfg.max_replicas)
-            done = {"action": "scale-out", "namespace": self.cfg.namespace, "deployment": deployment,
-                    "from": current, "to": max(wanted, current), "capped": wanted < current + self.cfg.scale_step}
+            done = {
+                "action": "scale-out",
+                "namespace": self.cfg.namespace,
+                "deployment": deployment,
+                "from": current,
+                "to": max(wanted, current),
+                "capped": wanted < current + self.cfg.scale_step,
+            }
             if wanted <= current:
                 log.info("%s already at %d replicas (MAX_REPLICAS %d)", deployment, current, self.cfg.max_replicas)
                 return 200, {**done, "scaled": False}
@@ -321,8 +349,14 @@ class Remediator:
         except KubeError as exc:
             log.warning("scale-out of %s failed: %s", deployment, exc)
             return (503 if exc.retryable else 424), {"error": str(exc)}
-        log.info("scaled %s/%s from %d to %d replicas (%s)", self.cfg.namespace, deployment, current, wanted,
-                 doc.get("group_id"))
+        log.info(
+            "scaled %s/%s from %d to %d replicas (%s)",
+            self.cfg.namespace,
+            deployment,
+            current,
+            wanted,
+            doc.get("group_id"),
+        )
         return 200, {**done, "scaled": True}
 
 
@@ -389,9 +423,11 @@ def make_server(cfg: Config, remediator: Remediator | None = None) -> ThreadingH
             self._answer(*((200, {"ok": True}) if self.path == "/healthz" else (404, {"error": "not found"})))
 
         def _metrics(self) -> None:
-            text = (f"tailhound_remediation_replay_cache_keys {len(remediator.handled.keys)}\n"
-                    f"tailhound_remediation_replay_cache_max_keys {cfg.dedup_max_keys}\n"
-                    f'tailhound_remediation_refused_total{{reason="replay_cache_full"}} {remediator.refused_full}\n')
+            text = (
+                f"tailhound_remediation_replay_cache_keys {len(remediator.handled.keys)}\n"
+                f"tailhound_remediation_replay_cache_max_keys {cfg.dedup_max_keys}\n"
+                f'tailhound_remediation_refused_total{{reason="replay_cache_full"}} {remediator.refused_full}\n'
+            )
             data = text.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -421,9 +457,17 @@ def main(argv: list[str] | None = None) -> None:
     cfg.port = cfg.port if args.port is None else args.port
     server = make_server(cfg)
     host, port = server.server_address[:2]
-    log.info("listening on http://%s:%d (namespace %s, deployment %s, map %s, step %d, max %d, replay cache %s)",
-             host, port, cfg.namespace, cfg.deployment, cfg.deployment_map, cfg.scale_step, cfg.max_replicas,
-             cfg.replay_file or "in memory only")
+    log.info(
+        "listening on http://%s:%d (namespace %s, deployment %s, map %s, step %d, max %d, replay cache %s)",
+        host,
+        port,
+        cfg.namespace,
+        cfg.deployment,
+        cfg.deployment_map,
+        cfg.scale_step,
+        cfg.max_replicas,
+        cfg.replay_file or "in memory only",
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -23,8 +23,13 @@ def describe(scope: dict) -> str:
 
 
 async def follow(args: argparse.Namespace) -> None:
-    consumer = AIOKafkaConsumer(args.topic, bootstrap_servers=args.bootstrap, group_id=args.group,
-                                auto_offset_reset="earliest", enable_auto_commit=args.group is not None)
+    consumer = AIOKafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=args.group is not None,
+    )
     await consumer.start()
     latest: dict[str, int] = {}  # incident_id -> highest sequence handled
     printed = 0
@@ -40,9 +45,11 @@ async def follow(args: argparse.Namespace) -> None:
                 latest[ev["incident_id"]] = ev["sequence"]
                 when = datetime.fromtimestamp(ev["ts"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 nature = "transient" if ev.get("transient") else "persistent"
-                print(f"{when} {ev['incident_id']} #{ev['sequence']} {ev['event']:<8} {ev['severity']:<8} "
-                      f"{ev['root_cause']} on {describe(ev['scope'])} ({nature}): {ev.get('summary', '')}",
-                      flush=True)
+                print(
+                    f"{when} {ev['incident_id']} #{ev['sequence']} {ev['event']:<8} {ev['severity']:<8} "
+                    f"{ev['root_cause']} on {describe(ev['scope'])} ({nature}): {ev.get('summary', '')}",
+                    flush=True,
+                )
                 printed += 1
                 if printed == args.max_events:
                     return

@@ -92,7 +92,6 @@ log = logging.getLogger(__name__)
 _DETAIL_IN_REASON = 300
 
 
-
 @dataclass
 class _Tracked:
     """A group this receiver posted: re-posted while firing, and its resolve until `until`."""
@@ -106,8 +105,14 @@ class _Tracked:
 class AlertmanagerReceiver:
     """Posts each notification's incidents as alerts to every configured Alertmanager and re-posts open ones."""
 
-    def __init__(self, config: AlertmanagerConfig, environ: dict[str, str] | None = None, *,
-                 allowed_hosts: list[str] | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: AlertmanagerConfig,
+        environ: dict[str, str] | None = None,
+        *,
+        allowed_hosts: list[str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """`allowed_hosts`: ``notifier.webhook_allowed_hosts``; every url's host must be on it (ConfigError
         now, and every request is checked again before it leaves). Secrets are resolved now."""
         allowed = list(allowed_hosts or [])
@@ -128,9 +133,12 @@ class AlertmanagerReceiver:
             self._secret = config.bearer_token.resolve(environ)
             self._authorization = Secret("Bearer " + self._secret.reveal(), config.bearer_token.describe())
         guard = OutboundGuard("alertmanager", config.name, allowed)
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), follow_redirects=False,
-                                         headers={"User-Agent": USER_AGENT},
-                                         event_hooks={"request": [guard.httpx_hook]})
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s),
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+            event_hooks={"request": [guard.httpx_hook]},
+        )
         self._tracked: dict[str, _Tracked] = {}
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
@@ -156,8 +164,13 @@ class AlertmanagerReceiver:
             return dict(receipt or {})
         frozen = {**frozen_from_receipt(receipt), **(tracked.labels if tracked else {})}
         if len(notification.incidents) > MAX_ALERTS_PER_NOTIFICATION:
-            log.warning("alertmanager %r: group %s has %d incidents; posting the first %d", self.name, gid,
-                        len(notification.incidents), MAX_ALERTS_PER_NOTIFICATION)
+            log.warning(
+                "alertmanager %r: group %s has %d incidents; posting the first %d",
+                self.name,
+                gid,
+                len(notification.incidents),
+                MAX_ALERTS_PER_NOTIFICATION,
+            )
         async with self._lock:
             now = self.clock()
             alerts = build_alerts(notification, self.config, now, frozen)
@@ -170,13 +183,21 @@ class AlertmanagerReceiver:
             posted = notification.incidents[:MAX_ALERTS_PER_NOTIFICATION]
             labels = {i.incident_id: a["labels"] for i, a in zip(posted, alerts, strict=True)}
             firing = any(incident_firing(i, notification) for i in posted)
-            self._tracked[gid] = _Tracked(notification, labels, firing=firing,
-                                          until=0.0 if firing else now + self.config.hold_s)
-        log.info("%s: %d alert(s) accepted by %d of %d Alertmanager(s)", what, len(alerts),
-                 len(self._endpoints) - len(errors), len(self._endpoints))
+            self._tracked[gid] = _Tracked(
+                notification, labels, firing=firing, until=0.0 if firing else now + self.config.hold_s
+            )
+        log.info(
+            "%s: %d alert(s) accepted by %d of %d Alertmanager(s)",
+            what,
+            len(alerts),
+            len(self._endpoints) - len(errors),
+            len(self._endpoints),
+        )
         self._ensure_loop()
-        return {"state": "firing" if firing else "resolved",
-                "labels": json.dumps(labels, separators=(",", ":"), sort_keys=True, ensure_ascii=False)}
+        return {
+            "state": "firing" if firing else "resolved",
+            "labels": json.dumps(labels, separators=(",", ":"), sort_keys=True, ensure_ascii=False),
+        }
 
     async def _post_everywhere(self, alerts: list[dict[str, Any]]) -> dict[str, DeliveryError]:
         """POST `alerts` (in batches) to every endpoint at once; the endpoints that failed, with why."""
@@ -189,7 +210,7 @@ class AlertmanagerReceiver:
         if self._authorization is not None:
             headers["Authorization"] = self._authorization.reveal()
         for start in range(0, len(alerts), BATCH_SIZE):
-            body = json.dumps(alerts[start:start + BATCH_SIZE], separators=(",", ":"), ensure_ascii=False).encode()
+            body = json.dumps(alerts[start : start + BATCH_SIZE], separators=(",", ":"), ensure_ascii=False).encode()
             try:
                 async with asyncio.timeout(self.config.timeout_s):
                     response = await self._client.post(endpoint, content=body, headers=headers)
@@ -225,8 +246,9 @@ class AlertmanagerReceiver:
         waits = [e.retry_after for e in errors if e.retry_after is not None]
         reason = f"{what}: every Alertmanager failed: " + "; ".join(e.reason for e in errors)
         log.warning("%s (%s)", reason, "retryable" if retryable else "not retryable")
-        return DeliveryError(reason, retryable=retryable, retry_after=max(waits) if waits else None,
-                             status=errors[0].status)
+        return DeliveryError(
+            reason, retryable=retryable, retry_after=max(waits) if waits else None, status=errors[0].status
+        )
 
     # --- re-posting ------------------------------------------------------------------------------------------
     @property
@@ -256,8 +278,9 @@ class AlertmanagerReceiver:
 
     def _ensure_loop(self) -> None:
         if self._tracked and (self._loop_task is None or self._loop_task.done()):
-            self._loop_task = asyncio.get_running_loop().create_task(self._repost_loop(),
-                                                                     name=f"alertmanager-repost-{self.name}")
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._repost_loop(), name=f"alertmanager-repost-{self.name}"
+            )
 
     async def _repost_loop(self) -> None:
         while self._tracked:
@@ -316,8 +339,16 @@ def open_notifications(notifier: _NotifierState, receiver: str, now: float) -> l
             continue
         links = dict(notifier.config.links)
         links.setdefault("runbook", f"{notifier.runbook_url}#{grp.lead.root_cause}")
-        n = Notification(group_id=grp.group_id, receiver=receiver, sequence=max(log_.delivered, 1), kind="updated",
-                         ts=now, incidents=grp.ordered(), group_labels=grp.labels, links=links)
+        n = Notification(
+            group_id=grp.group_id,
+            receiver=receiver,
+            sequence=max(log_.delivered, 1),
+            kind="updated",
+            ts=now,
+            incidents=grp.ordered(),
+            group_labels=grp.labels,
+            links=links,
+        )
         out.append((n, dict(log_.receipt)))
     return out
 

@@ -36,8 +36,19 @@ MAX_URLS = 8
 DEFAULT_TIMEOUT_S = 10.0
 ANNOTATION_LIMIT = 4000
 #: the labels the receiver sets itself (static ``labels`` may not use them)
-CORE_LABELS = ("alertname", "root_cause", "severity", "incident_id", "rule",
-               "node", "gpus", "model", "engine", "endpoint", "nodes")
+CORE_LABELS = (
+    "alertname",
+    "root_cause",
+    "severity",
+    "incident_id",
+    "rule",
+    "node",
+    "gpus",
+    "model",
+    "engine",
+    "endpoint",
+    "nodes",
+)
 #: incident labels that change while an incident is open (the streams worker's member rules): not labels
 #: here (the label set must not change), shown as annotations instead
 VOLATILE_LABELS = ("rules",)
@@ -62,14 +73,25 @@ class AlertmanagerConfig(BaseModel):
 
     type: Literal["alertmanager"]
     name: str = Field(min_length=1)
-    urls: list[str] = Field(min_length=1, max_length=MAX_URLS,
-                            description="Alertmanager base URLs (http://am-0:9093); each gets every post.")
-    timeout_s: Duration = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=60,
-                                description="Limit for one request; default 10 s, at most half of repost_interval.")
-    repost_interval: Duration = Field(default=60.0, ge=1, le=3600,
-                                      description="Open alerts are re-posted this often; endsAt is 3x ahead.")
-    alertname: str = Field(default=DEFAULT_ALERTNAME, min_length=1,
-                           description="The alertname label; `{root_cause}` is replaced by the root cause.")
+    urls: list[str] = Field(
+        min_length=1,
+        max_length=MAX_URLS,
+        description="Alertmanager base URLs (http://am-0:9093); each gets every post.",
+    )
+    timeout_s: Duration = Field(
+        default=DEFAULT_TIMEOUT_S,
+        gt=0,
+        le=60,
+        description="Limit for one request; default 10 s, at most half of repost_interval.",
+    )
+    repost_interval: Duration = Field(
+        default=60.0, ge=1, le=3600, description="Open alerts are re-posted this often; endsAt is 3x ahead."
+    )
+    alertname: str = Field(
+        default=DEFAULT_ALERTNAME,
+        min_length=1,
+        description="The alertname label; `{root_cause}` is replaced by the root cause.",
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="Static labels added to every alert.")
     console_url: str | None = Field(default=None, description="generatorURL; `{incident_id}` is replaced.")
     basic_auth: BasicAuth | None = None
@@ -133,8 +155,10 @@ class AlertmanagerConfig(BaseModel):
         if self.basic_auth is not None and self.bearer_token is not None:
             raise ValueError("use at most one of `basic_auth` and `bearer_token`")
         if self.timeout_s >= self.repost_interval:
-            raise ValueError(f"timeout_s ({self.timeout_s:g}s) must be shorter than repost_interval "
-                             f"({self.repost_interval:g}s): a re-post must end before the next one")
+            raise ValueError(
+                f"timeout_s ({self.timeout_s:g}s) must be shorter than repost_interval "
+                f"({self.repost_interval:g}s): a re-post must end before the next one"
+            )
         return self
 
     @property
@@ -170,8 +194,13 @@ def alert_labels(incident: IncidentEvent, config: AlertmanagerConfig) -> dict[st
         if name not in VOLATILE_LABELS and value:
             labels[label_name(name)] = str(value)
     root_cause = str(incident.root_cause)
-    labels.update(alertname=config.alertname.replace("{root_cause}", root_cause), root_cause=root_cause,
-                  severity=str(incident.severity), incident_id=incident.incident_id, rule=incident.rule)
+    labels.update(
+        alertname=config.alertname.replace("{root_cause}", root_cause),
+        root_cause=root_cause,
+        severity=str(incident.severity),
+        incident_id=incident.incident_id,
+        rule=incident.rule,
+    )
     labels.update(incident.scope.labels())
     return labels
 
@@ -204,8 +233,10 @@ def alert_annotations(incident: IncidentEvent, notification: Notification) -> di
         d = incident.differential
         lines += [f"Not certain: {d.lead} or {d.runner_up}. {d.why}", f"Tell them apart: {d.check}"]
     lines.append(f"Rule: {incident.rule}{rule_place(incident)}")
-    lines.append(f"Incident: {incident.incident_id} (tailhound group {notification.group_id}, "
-                 f"notification {notification.kind} #{notification.sequence})")
+    lines.append(
+        f"Incident: {incident.incident_id} (tailhound group {notification.group_id}, "
+        f"notification {notification.kind} #{notification.sequence})"
+    )
     others = [i.incident_id for i in notification.incidents if i.incident_id != incident.incident_id]
     if others:
         lines.append(f"Related in the group: {', '.join(others[:10])}" + (" ..." if len(others) > 10 else ""))
@@ -248,8 +279,12 @@ def generator_url(incident: IncidentEvent, notification: Notification, config: A
     return notification.links.get("console")
 
 
-def build_alerts(notification: Notification, config: AlertmanagerConfig, now: float,
-                 frozen: Mapping[str, Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
+def build_alerts(
+    notification: Notification,
+    config: AlertmanagerConfig,
+    now: float,
+    frozen: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[dict[str, Any]]:
     """The postable alerts for `notification` at wall time `now`: one per incident (at most
     MAX_ALERTS_PER_NOTIFICATION). `frozen`: incident id -> the labels of its first post, reused so that
     Alertmanager sees one alert per incident however it changes."""
@@ -261,8 +296,12 @@ def build_alerts(notification: Notification, config: AlertmanagerConfig, now: fl
             ends = max(now, starts) + config.hold_s
         else:  # resolved: when it resolved, never later than now (a clock ahead of ours must not keep it)
             ends = max(min(incident.resolved_at or incident.ts, now), starts)
-        alert: dict[str, Any] = {"labels": labels, "annotations": alert_annotations(incident, notification),
-                                 "startsAt": iso(starts), "endsAt": iso(ends)}
+        alert: dict[str, Any] = {
+            "labels": labels,
+            "annotations": alert_annotations(incident, notification),
+            "startsAt": iso(starts),
+            "endsAt": iso(ends),
+        }
         url = generator_url(incident, notification, config)
         if url:
             alert["generatorURL"] = url

@@ -26,8 +26,7 @@ def cut_strings(doc: Any, limit: int, max_items: int) -> Any:
     if isinstance(doc, list):
         return [cut_strings(v, limit, max_items) for v in doc[:max_items]]
     if isinstance(doc, dict):
-        return {truncate(str(k), limit): cut_strings(v, limit, max_items)
-                for k, v in list(doc.items())[:max_items]}
+        return {truncate(str(k), limit): cut_strings(v, limit, max_items) for k, v in list(doc.items())[:max_items]}
     return doc
 
 

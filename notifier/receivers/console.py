@@ -26,8 +26,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def printable(console: Console, renderable: RenderableType) -> Segments:
     """`renderable` rendered for `console`, with the control characters of its text removed (rich's own
     style codes are added later, when the segments are written)."""
-    return Segments(s if s.control else Segment(_CONTROL.sub("", s.text), s.style)
-                    for s in console.render(renderable, console.options))
+    return Segments(
+        s if s.control else Segment(_CONTROL.sub("", s.text), s.style)
+        for s in console.render(renderable, console.options)
+    )
 
 
 class ConsoleConfig(BaseModel):
@@ -53,8 +55,9 @@ class ConsoleReceiver:
             self._print(render_incident(notification.lead, self.origin, kind=notification.kind))
         related = notification.incidents[1:]
         for ev in related[:10]:
-            self._print(f"  related: {escape(str(ev.root_cause))} {escape(ev.scope.describe())} "
-                        f"({escape(ev.incident_id)})")
+            self._print(
+                f"  related: {escape(str(ev.root_cause))} {escape(ev.scope.describe())} ({escape(ev.incident_id)})"
+            )
         if len(related) > 10:
             self.console.print(f"  ... and {len(related) - 10} more")
         return {}

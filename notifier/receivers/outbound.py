@@ -79,12 +79,14 @@ def url_problem(kind: str, url: str, allowed_hosts: Iterable[str]) -> tuple[str,
     if host_allowed(host, defaults):
         if parsed.scheme == "https":
             return host, None
-        return host, (f"host {host!r} is allowed over https only (list it in {ALLOWED_HOSTS_SETTING} to use "
-                      f"{parsed.scheme})")
+        return host, (
+            f"host {host!r} is allowed over https only (list it in {ALLOWED_HOSTS_SETTING} to use {parsed.scheme})"
+        )
     listed = ", ".join(allowed) if allowed else "empty"
     default = f"; {kind} hosts allowed by default: {', '.join(defaults)}" if defaults else ""
-    return host, (f"host {host!r} is not in {ALLOWED_HOSTS_SETTING} ({listed}){default}; add it there "
-                  f"(env {ALLOWED_HOSTS_ENV})")
+    return host, (
+        f"host {host!r} is not in {ALLOWED_HOSTS_SETTING} ({listed}){default}; add it there (env {ALLOWED_HOSTS_ENV})"
+    )
 
 
 def check_outbound(kind: str, name: str, url: str, allowed_hosts: Iterable[str]) -> str:
@@ -121,8 +123,7 @@ class OutboundGuard:
         async def on_start(session: Any, ctx: SimpleNamespace, params: aiohttp.TraceRequestStartParams) -> None:
             self.check(str(params.url))
 
-        async def on_redirect(session: Any, ctx: SimpleNamespace,
-                              params: aiohttp.TraceRequestRedirectParams) -> None:
+        async def on_redirect(session: Any, ctx: SimpleNamespace, params: aiohttp.TraceRequestRedirectParams) -> None:
             location = params.response.headers.get("Location") or params.response.headers.get("URI")
             if location:
                 self.check(urljoin(str(params.url), location))

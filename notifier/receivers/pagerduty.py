@@ -49,13 +49,23 @@ FIELD_LIMIT = 1024
 MAX_ITEMS = 100
 MAX_LINKS = 10
 #: Custom details dropped first when they do not fit, least useful to whoever is paged first.
-_DROPPABLE_DETAILS = ["related", "candidates", "group_labels", "labels", "incident_ids", "evidence",
-                      "suggested_actions"]
+_DROPPABLE_DETAILS = [
+    "related",
+    "candidates",
+    "group_labels",
+    "labels",
+    "incident_ids",
+    "evidence",
+    "suggested_actions",
+]
 _DETAIL_IN_REASON = 1000
 
 PagerDutySeverity = Literal["critical", "error", "warning", "info"]
 _IDENTITY: dict[Severity, PagerDutySeverity] = {
-    Severity.CRITICAL: "critical", Severity.WARNING: "warning", Severity.INFO: "info"}
+    Severity.CRITICAL: "critical",
+    Severity.WARNING: "warning",
+    Severity.INFO: "info",
+}
 
 
 class PagerDutyConfig(BaseModel):
@@ -70,7 +80,8 @@ class PagerDutyConfig(BaseModel):
     timeout_s: Duration = Field(default=10, gt=0)
     severity_map: dict[Severity, PagerDutySeverity] = Field(
         default_factory=lambda: dict(_IDENTITY),
-        description="tailhound severity -> PagerDuty severity; unlisted ones map to themselves.")
+        description="tailhound severity -> PagerDuty severity; unlisted ones map to themselves.",
+    )
     client: str | None = Field(default="tailhound", description="Shown by PagerDuty as the sending tool.")
     client_url: str | None = Field(default=None, description="Link PagerDuty shows next to `client`.")
 
@@ -103,8 +114,14 @@ def _evidence(e: Evidence) -> dict[str, Any]:
 
 
 def _incident_brief(i: IncidentEvent) -> dict[str, Any]:
-    return {"incident_id": i.incident_id, "event": i.event, "root_cause": str(i.root_cause),
-            "severity": str(i.severity), "scope": i.scope.describe(), "summary": i.summary}
+    return {
+        "incident_id": i.incident_id,
+        "event": i.event,
+        "root_cause": str(i.root_cause),
+        "severity": str(i.severity),
+        "scope": i.scope.describe(),
+        "summary": i.summary,
+    }
 
 
 def custom_details(notification: Notification) -> dict[str, Any]:
@@ -162,8 +179,11 @@ def build_event(notification: Notification, routing_key: str, config: PagerDutyC
     if config.client_url:
         event["client_url"] = config.client_url
     if notification.links:
-        event["links"] = [{"href": href, "text": truncate(text, FIELD_LIMIT)}
-                          for text, href in list(notification.links.items())[:MAX_LINKS] if len(href) <= 2048]
+        event["links"] = [
+            {"href": href, "text": truncate(text, FIELD_LIMIT)}
+            for text, href in list(notification.links.items())[:MAX_LINKS]
+            if len(href) <= 2048
+        ]
     return event
 
 
@@ -186,8 +206,9 @@ def _pd_error_text(response: httpx.Response) -> str:
 class PagerDutyReceiver:
     """Triggers, updates and resolves one PagerDuty alert per incident group."""
 
-    def __init__(self, config: PagerDutyConfig, environ: dict[str, str] | None = None, *,
-                 allowed_hosts: list[str] | None = None) -> None:
+    def __init__(
+        self, config: PagerDutyConfig, environ: dict[str, str] | None = None, *, allowed_hosts: list[str] | None = None
+    ) -> None:
         """`allowed_hosts`: ``notifier.webhook_allowed_hosts``; PagerDuty's own event hosts are allowed
         (over https) without it. A `url` elsewhere is a ConfigError now and is refused again on send."""
         check_outbound("pagerduty", config.name, config.url, allowed_hosts or [])
@@ -195,9 +216,12 @@ class PagerDutyReceiver:
         self.name = config.name
         self._routing_key = config.routing_key.resolve(environ)
         guard = OutboundGuard("pagerduty", config.name, allowed_hosts or [])
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), follow_redirects=False,
-                                         headers={"User-Agent": USER_AGENT},
-                                         event_hooks={"request": [guard.httpx_hook]})
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s),
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+            event_hooks={"request": [guard.httpx_hook]},
+        )
 
     def __repr__(self) -> str:
         return f"PagerDutyReceiver(name={self.name!r}, url={self.config.url!r})"
@@ -208,8 +232,9 @@ class PagerDutyReceiver:
         A flapping notice about an alert this receiver already resolved is not sent: re-triggering
         would page again, and flapping incidents are marked, not re-paged."""
         if notification.flapping and notification.kind == "updated" and (receipt or {}).get("state") == "resolved":
-            log.info("pagerduty %r: flapping notice for resolved %s not sent (no re-page)", self.name,
-                     notification.group_id)
+            log.info(
+                "pagerduty %r: flapping notice for resolved %s not sent (no re-page)", self.name, notification.group_id
+            )
             return dict(receipt or {})
         event = build_event(notification, self._routing_key.reveal(), self.config)
         what = f"pagerduty {self.name!r} {event['event_action']} {event['dedup_key']}"

@@ -17,12 +17,18 @@ from .webhook import WebhookConfig, WebhookReceiver
 
 ReceiverConfig = ConsoleConfig | SlackConfig | PagerDutyConfig | WebhookConfig | AlertmanagerConfig
 #: the ``type`` of every receiver kind, in the order of :data:`ReceiverConfig`
-RECEIVER_TYPES: tuple[str, ...] = tuple(get_args(kind.model_fields["type"].annotation)[0]
-                                        for kind in get_args(ReceiverConfig))
+RECEIVER_TYPES: tuple[str, ...] = tuple(
+    get_args(kind.model_fields["type"].annotation)[0] for kind in get_args(ReceiverConfig)
+)
 
 
-def build_receiver(config: ReceiverConfig, *, allowed_hosts: list[str] | None = None,
-                   environ: dict[str, str] | None = None, **extra: Any):
+def build_receiver(
+    config: ReceiverConfig,
+    *,
+    allowed_hosts: list[str] | None = None,
+    environ: dict[str, str] | None = None,
+    **extra: Any,
+):
     """The receiver for `config`, secrets resolved now: a missing one is a ConfigError naming the
     receiver and the env variable or file (never the value). Every outbound URL (Slack, PagerDuty,
     webhooks, Alertmanager) is checked against `allowed_hosts` (``notifier.webhook_allowed_hosts``) and

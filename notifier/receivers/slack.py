@@ -43,8 +43,9 @@ from tailhound.notifier.secrets import SecretRef
 log = logging.getLogger(__name__)
 
 #: Slack ``error`` codes that mean "try again later" even though the request itself was fine.
-RETRYABLE_CODES = frozenset({"ratelimited", "rate_limited", "internal_error", "fatal_error",
-                             "service_unavailable", "request_timeout"})
+RETRYABLE_CODES = frozenset(
+    {"ratelimited", "rate_limited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
 
 
 class SlackConfig(BaseModel):
@@ -82,8 +83,15 @@ class SlackConfig(BaseModel):
 class SlackDeliveryError(DeliveryError):
     """A failed Slack call; `code` is Slack's ``error`` (``invalid_auth``) when it gave one."""
 
-    def __init__(self, reason: str, *, code: str | None, retryable: bool, retry_after: float | None = None,
-                 status: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        code: str | None,
+        retryable: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
         super().__init__(reason, retryable=retryable, retry_after=retry_after, status=status)
         self.code = code
 
@@ -96,8 +104,12 @@ class ChannelPacer:
     network delays. `clock` and `sleep` are injectable for tests.
     """
 
-    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
         self.interval = interval
         self._clock = clock
         self._sleep = sleep
@@ -177,9 +189,15 @@ def _retry_after(headers: Any) -> float | None:
 class SlackReceiver:
     """Delivers notifications to one Slack channel (bot token) or one incoming webhook."""
 
-    def __init__(self, config: SlackConfig, environ: dict[str, str] | None = None, *,
-                 allowed_hosts: list[str] | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        config: SlackConfig,
+        environ: dict[str, str] | None = None,
+        *,
+        allowed_hosts: list[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
         """`allowed_hosts`: ``notifier.webhook_allowed_hosts``; Slack's own hosts are allowed (over https)
         without it. A `base_url` or webhook URL elsewhere is a ConfigError naming the receiver and the host
         (never the URL: a webhook URL is a secret), and every request is checked again when it is sent."""
@@ -201,11 +219,20 @@ class SlackReceiver:
         self._web: AsyncWebClient | None = None
         self._hook: AsyncWebhookClient | None = None
         if config.mode == "bot":
-            self._web = AsyncWebClient(token=secret.reveal(), base_url=config.base_url or AsyncWebClient.BASE_URL,
-                                       timeout=config.timeout_s, retry_handlers=[], logger=_SDK_LOG)  # type: ignore[arg-type]
+            self._web = AsyncWebClient(
+                token=secret.reveal(),
+                base_url=config.base_url or AsyncWebClient.BASE_URL,
+                timeout=config.timeout_s,
+                retry_handlers=[],
+                logger=_SDK_LOG,
+            )  # type: ignore[arg-type]
         else:
-            self._hook = AsyncWebhookClient(url=secret.reveal(), timeout=config.timeout_s,  # type: ignore[arg-type]
-                                            retry_handlers=[], logger=_SDK_LOG)
+            self._hook = AsyncWebhookClient(
+                url=secret.reveal(),
+                timeout=config.timeout_s,  # type: ignore[arg-type]
+                retry_handlers=[],
+                logger=_SDK_LOG,
+            )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -214,8 +241,9 @@ class SlackReceiver:
 
     async def send(self, notification: Notification, receipt: Receipt | None) -> Receipt:
         """Post, or update and reply in the thread; returns ``{channel, ts}`` (bot) or ``{}`` (webhook)."""
-        text, blocks = render_message(notification, mention=self.config.mention_on_critical,
-                                      console_url=self.config.console_url)
+        text, blocks = render_message(
+            notification, mention=self.config.mention_on_critical, console_url=self.config.console_url
+        )
         if self._hook is not None:
             await self._send_webhook(text, blocks)
             return {}
@@ -248,8 +276,9 @@ class SlackReceiver:
     def _http(self) -> aiohttp.ClientSession:
         """One session for all calls, made on first use (inside the running loop)."""
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
-                                                  trace_configs=[self._guard.trace_config()])
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.config.timeout_s), trace_configs=[self._guard.trace_config()]
+            )
         return self._session
 
     async def _post(self, text: str, blocks: list[dict[str, Any]]) -> Receipt:
@@ -257,8 +286,9 @@ class SlackReceiver:
         data = await self._call("chat.postMessage", self.config.channel, text=text, blocks=blocks)
         channel, ts = data.get("channel") or self.config.channel, data.get("ts")
         if not ts:
-            raise SlackDeliveryError("slack chat.postMessage answered without a message ts", code=None,
-                                     retryable=False, status=200)
+            raise SlackDeliveryError(
+                "slack chat.postMessage answered without a message ts", code=None, retryable=False, status=200
+            )
         self._channel_id = str(channel)
         return {"channel": str(channel), "ts": str(ts)}
 
@@ -295,9 +325,13 @@ class SlackReceiver:
         if status == 200:
             return
         code = (response.body or "").strip()[:200] or None
-        raise SlackDeliveryError(self._redact(f"slack webhook failed: {code or 'no answer'} (HTTP {status})"),
-                                 code=code, retryable=status == 429 or status >= 500,
-                                 retry_after=_retry_after(response.headers) if status == 429 else None, status=status)
+        raise SlackDeliveryError(
+            self._redact(f"slack webhook failed: {code or 'no answer'} (HTTP {status})"),
+            code=code,
+            retryable=status == 429 or status >= 500,
+            retry_after=_retry_after(response.headers) if status == 429 else None,
+            status=status,
+        )
 
     # -- errors --------------------------------------------------------------------------------------
 
@@ -320,8 +354,13 @@ class SlackReceiver:
         rate_limited = status == 429 or code in ("ratelimited", "rate_limited")
         retryable = rate_limited or (status or 0) >= 500 or code in RETRYABLE_CODES
         headers = getattr(response, "headers", None)
-        return SlackDeliveryError(truncate(self._redact(reason), 1000), code=code, retryable=retryable,
-                                  retry_after=_retry_after(headers) if rate_limited else None, status=status)
+        return SlackDeliveryError(
+            truncate(self._redact(reason), 1000),
+            code=code,
+            retryable=retryable,
+            retry_after=_retry_after(headers) if rate_limited else None,
+            status=status,
+        )
 
     def _transport_error(self, what: str, exc: BaseException) -> SlackDeliveryError:
         if isinstance(exc, TimeoutError):

@@ -140,8 +140,13 @@ def _related(n: Notification) -> str:
     lines = []
     for ev in n.incidents[1:]:
         state = "resolved" if ev.event == "resolved" else "firing"
-        lines.append(truncate(f"• {SEVERITY_EMOJI.get(ev.severity, '')} {root_cause_label(ev)} — "
-                              f"{escape(ev.scope.describe())} — {state}", ITEM_LIMIT))
+        lines.append(
+            truncate(
+                f"• {SEVERITY_EMOJI.get(ev.severity, '')} {root_cause_label(ev)} — "
+                f"{escape(ev.scope.describe())} — {state}",
+                ITEM_LIMIT,
+            )
+        )
     return capped_list(f"*Related incidents ({len(n.incidents) - 1})*", lines, max_items=MAX_RELATED)
 
 
@@ -155,8 +160,10 @@ def _links(links: dict[str, str]) -> str:
 
 def _context(n: Notification) -> Block:
     lead = n.lead
-    text = (f"incident `{escape(lead.incident_id)}` #{lead.sequence} · rule `{escape(lead.rule)}` · "
-            f"notification #{n.sequence}")
+    text = (
+        f"incident `{escape(lead.incident_id)}` #{lead.sequence} · rule `{escape(lead.rule)}` · "
+        f"notification #{n.sequence}"
+    )
     if n.group_id != lead.incident_id:
         text += f" · group `{escape(n.group_id)}`"
     return {"type": "context", "elements": [mrkdwn(text, SECTION_LIMIT)]}
@@ -166,13 +173,16 @@ def differential_text(ev: IncidentEvent) -> str:
     """The lead, the runner-up, why the signals do not separate them and the check that does (mrkdwn)."""
     d = ev.differential
     assert d is not None
-    text = (f"*Not certain: {escape(str(d.lead))} or {escape(str(d.runner_up))}* — {escape(d.why)}\n"
-            f"*Tell them apart:* {escape(d.check)}")
+    text = (
+        f"*Not certain: {escape(str(d.lead))} or {escape(str(d.runner_up))}* — {escape(d.why)}\n"
+        f"*Tell them apart:* {escape(d.check)}"
+    )
     return truncate(text, SECTION_LIMIT)
 
 
-def render_message(n: Notification, *, mention: str | None = None,
-                   console_url: str | None = None) -> tuple[str, list[Block]]:
+def render_message(
+    n: Notification, *, mention: str | None = None, console_url: str | None = None
+) -> tuple[str, list[Block]]:
     """The channel message for the group's current state: (fallback text, blocks).
 
     `mention` (``<!here>``) is put in front when the group is critical, firing and not flapping.
@@ -180,8 +190,9 @@ def render_message(n: Notification, *, mention: str | None = None,
     """
     title = n.title()  # plain_text in the header (Slack parses nothing there); escaped where it is mrkdwn
     header = f"{_state_emoji(n)} {title}"
-    blocks: list[Block] = [{"type": "header",
-                            "text": {"type": "plain_text", "text": truncate(header, HEADER_LIMIT), "emoji": True}}]
+    blocks: list[Block] = [
+        {"type": "header", "text": {"type": "plain_text", "text": truncate(header, HEADER_LIMIT), "emoji": True}}
+    ]
     text = truncate(escape(title), TEXT_LIMIT)
     if mention and n.severity == "critical" and not n.resolved and not n.flapping:
         blocks.append(_section(f"{mention} critical incident"))
@@ -223,8 +234,10 @@ def render_reply(n: Notification) -> tuple[str, list[Block]]:
     newest = max(n.incidents, key=lambda ev: ev.ts)
     verb = "Opened again" if n.kind == "opened" else "Updated"
     plain = escape(f"{verb}: {newest.event} {newest.root_cause} on {newest.scope.describe()}")
-    body = (f"{SEVERITY_EMOJI.get(newest.severity, '')} *{verb}* (notification #{n.sequence}): {newest.event} "
-            f"{root_cause_label(newest)} on {escape(newest.scope.describe())}, severity {newest.severity}")
+    body = (
+        f"{SEVERITY_EMOJI.get(newest.severity, '')} *{verb}* (notification #{n.sequence}): {newest.event} "
+        f"{root_cause_label(newest)} on {escape(newest.scope.describe())}, severity {newest.severity}"
+    )
     if len(n.incidents) > 1:
         body += f"\nThe group now has {len(n.incidents)} incidents (highest severity {n.severity})."
     if n.flapping:

@@ -67,8 +67,19 @@ MAX_ITEMS = 64
 MAX_INCIDENTS = 50
 
 #: Headers the receiver sets itself; a config may not override them.
-_RESERVED_HEADERS = {h.lower() for h in (SIGNATURE_HEADER, TIMESTAMP_HEADER, IDEMPOTENCY_HEADER, "Content-Type",
-                                         "User-Agent", "Host", "Content-Length", "Transfer-Encoding")}
+_RESERVED_HEADERS = {
+    h.lower()
+    for h in (
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        IDEMPOTENCY_HEADER,
+        "Content-Type",
+        "User-Agent",
+        "Host",
+        "Content-Length",
+        "Transfer-Encoding",
+    )
+}
 #: Headers that carry credentials: secrets come from a SecretRef, never inline in the config.
 _CREDENTIAL_HEADERS = {"authorization", "proxy-authorization", "cookie"}
 #: HTTP statuses below 500 worth a retry (timeout, too early, too many requests)
@@ -86,7 +97,8 @@ class WebhookConfig(BaseModel):
     url: str = Field(min_length=1, description="http(s) URL; its host must be in the allow-list setting.")
     secret: SecretRef = Field(description="The HMAC signing secret, from env or a file.")
     previous_secret: SecretRef | None = Field(
-        default=None, description="During a rotation: requests are signed with this one too.")
+        default=None, description="During a rotation: requests are signed with this one too."
+    )
     timeout_s: Duration = Field(default=5, gt=0)
     headers: dict[str, str] = Field(default_factory=dict, description="Extra non-secret request headers.")
 
@@ -126,8 +138,7 @@ def requested_action(incident: IncidentEvent) -> dict[str, Any]:
         "suggested_actions": list(incident.actions),
     }
     if incident.differential is not None:  # automation should not act on a cause the signals cannot confirm
-        action.update(certain=False, runner_up=str(incident.differential.runner_up),
-                      check=incident.differential.check)
+        action.update(certain=False, runner_up=str(incident.differential.runner_up), check=incident.differential.check)
     return action
 
 
@@ -234,9 +245,12 @@ class WebhookReceiver:
         self._previous = config.previous_secret.resolve(environ) if config.previous_secret else None
         self._host = httpx.URL(config.url).host
         guard = OutboundGuard("webhook", config.name, allowed_hosts)  # checked again on every request
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), follow_redirects=False,
-                                         headers={"User-Agent": USER_AGENT},
-                                         event_hooks={"request": [guard.httpx_hook]})
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s),
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+            event_hooks={"request": [guard.httpx_hook]},
+        )
 
     def __repr__(self) -> str:
         return f"WebhookReceiver(name={self.name!r}, url={self.config.url!r})"

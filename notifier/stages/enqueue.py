@@ -64,8 +64,17 @@ def _enqueue_one(cand: Draft, ctx: Context) -> list[Notification]:
             seq = log.pending.pop().sequence  # never attempted: the newer update replaces it
         else:
             seq = log.sequence = log.sequence + 1
-        n = Notification(group_id=grp.group_id, receiver=name, sequence=seq, kind=kind, ts=now,
-                         incidents=incidents, group_labels=grp.labels, flapping=cand.flapping, links=carried)
+        n = Notification(
+            group_id=grp.group_id,
+            receiver=name,
+            sequence=seq,
+            kind=kind,
+            ts=now,
+            incidents=incidents,
+            group_labels=grp.labels,
+            flapping=cand.flapping,
+            links=carried,
+        )
         log.pending.append(n)
         log.note_created(n)
         created.append(n)

@@ -33,8 +33,14 @@ def group(events: list[IncidentEvent], ctx: Context) -> list[IncidentEvent]:
             if grp is None:
                 if ev.event == "resolved":
                     continue  # the end of an incident we never saw open: nothing to say
-                grp = GroupState(group_id=ev.incident_id, group_key=key, labels=values, created_at=ctx.now,
-                                 status_since=ctx.now, next_flush_at=ctx.now + cfg.grouping.wait)
+                grp = GroupState(
+                    group_id=ev.incident_id,
+                    group_key=key,
+                    labels=values,
+                    created_at=ctx.now,
+                    status_since=ctx.now,
+                    next_flush_at=ctx.now + cfg.grouping.wait,
+                )
                 ctx.groups[grp.group_id] = grp
                 ctx.open_groups[key] = grp.group_id
                 ctx.note(grp.group_id, f"new group {key}")
@@ -51,8 +57,12 @@ def _status_changed(grp: GroupState, ctx: Context) -> None:
     if status == grp.status:
         return
     flap = ctx.config.flap
-    if (status == "firing" and ctx.now - grp.status_since < flap.min_flip_interval and grp.flips
-            and grp.flips[-1] == grp.status_since):
+    if (
+        status == "firing"
+        and ctx.now - grp.status_since < flap.min_flip_interval
+        and grp.flips
+        and grp.flips[-1] == grp.status_since
+    ):
         grp.flips.pop()  # a resolve undone within the minimum flip time was a blip, not two flips
     else:
         grp.flips.append(ctx.now)

@@ -20,8 +20,12 @@ def inhibit(cands: list[Draft], ctx: Context) -> list[Draft]:
         return cands
     sources = ctx.cache.get("inhibit_sources")
     if sources is None:
-        sources = ctx.cache["inhibit_sources"] = [(ev.incident_id, incident_labels(ev)) for grp in ctx.groups.values()
-                                                  for ev in grp.incidents.values() if ev.event != "resolved"]
+        sources = ctx.cache["inhibit_sources"] = [
+            (ev.incident_id, incident_labels(ev))
+            for grp in ctx.groups.values()
+            for ev in grp.incidents.values()
+            if ev.event != "resolved"
+        ]
     out = []
     for cand in cands:
         if cand.kind == "resolved":
@@ -43,8 +47,9 @@ def inhibit(cands: list[Draft], ctx: Context) -> list[Draft]:
     return out
 
 
-def _inhibited_by(target_id: str, target: dict[str, str], sources: list[tuple[str, dict[str, str]]],
-                  rules) -> str | None:
+def _inhibited_by(
+    target_id: str, target: dict[str, str], sources: list[tuple[str, dict[str, str]]], rules
+) -> str | None:
     for rule in rules:
         if not matches_all(rule.target_matchers, target):
             continue

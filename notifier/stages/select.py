@@ -40,8 +40,9 @@ def draft(grp: GroupState, ctx: Context) -> Draft | None:
     status, said = grp.status, grp.notified_status
     kind: NotificationKind | None = None
     if grp.notified_flapping:  # it settled after receivers were told it flaps: tell them how it ended
-        return Draft(group=grp, kind="resolved" if status == "resolved" else "opened",
-                         incidents=grp.ordered(), settled=True)
+        return Draft(
+            group=grp, kind="resolved" if status == "resolved" else "opened", incidents=grp.ordered(), settled=True
+        )
     if said is None:
         kind = "opened" if status == "firing" else None  # resolved before group_wait: never paged
     elif status == "resolved":

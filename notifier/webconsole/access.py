@@ -42,8 +42,9 @@ class ConsoleSessions:
     """Issues and checks session cookies: ``<expiry>.<HMAC-SHA256(key, token | expiry)>``, the key random per
     process (or given, for tests)."""
 
-    def __init__(self, key: bytes | None = None, *, ttl_s: float = CONSOLE_SESSION_S,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, key: bytes | None = None, *, ttl_s: float = CONSOLE_SESSION_S, clock: Callable[[], float] = time.time
+    ) -> None:
         self._key = key if key is not None else secrets.token_bytes(32)
         self.ttl_s = ttl_s
         self.clock = clock
@@ -77,8 +78,15 @@ class LoginThrottle:
     most `overall`; past either, :meth:`wait` says how long until the oldest failure leaves the window.
     At most `max_clients` addresses are tracked (the oldest forgotten: the overall bound still holds)."""
 
-    def __init__(self, *, per_client: int = 5, overall: int = 50, window_s: float = 60.0,
-                 max_clients: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        per_client: int = 5,
+        overall: int = 50,
+        window_s: float = 60.0,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.per_client, self.overall, self.window_s, self.max_clients = per_client, overall, window_s, max_clients
         self.clock = clock
         self._clients: OrderedDict[str, deque[float]] = OrderedDict()
@@ -156,8 +164,12 @@ the session cookie only lets you read.</p>
     return web.Response(text=body, content_type="text/html", charset="utf-8", status=status)
 
 
-def add_login_routes(app: web.Application, token: Callable[[], bytes | None], sessions: ConsoleSessions,
-                     throttle: LoginThrottle | None = None) -> None:
+def add_login_routes(
+    app: web.Application,
+    token: Callable[[], bytes | None],
+    sessions: ConsoleSessions,
+    throttle: LoginThrottle | None = None,
+) -> None:
     """``GET`` and ``POST`` :data:`LOGIN_PATH`. `token` gives the configured API token (None: none, and no
     one can sign in); `throttle` bounds the guesses (a fresh :class:`LoginThrottle` by default)."""
     throttle = throttle if throttle is not None else LoginThrottle()
@@ -168,8 +180,11 @@ def add_login_routes(app: web.Application, token: Callable[[], bytes | None], se
     async def sign_in(request: web.Request) -> web.Response:
         expected = token()
         if expected is None:
-            return login_page("No API token is configured (TAILHOUND_NOTIFIER__API_TOKEN or "
-                              "notifier.api_token_file): signing in is not possible.", status=403)
+            return login_page(
+                "No API token is configured (TAILHOUND_NOTIFIER__API_TOKEN or "
+                "notifier.api_token_file): signing in is not possible.",
+                status=403,
+            )
         size = request.content_length
         if size is None or size > MAX_LOGIN_BODY_BYTES:
             return login_page(f"The form is larger than {MAX_LOGIN_BODY_BYTES} bytes.", status=413)
@@ -189,8 +204,15 @@ def add_login_routes(app: web.Application, token: Callable[[], bytes | None], se
             return login_page("Wrong token.", status=401)
         throttle.succeeded(client)
         response = web.Response(status=303, headers={"Location": CONSOLE_PATH})
-        response.set_cookie(SESSION_COOKIE, sessions.issue(expected), max_age=int(sessions.ttl_s), path="/",
-                            httponly=True, samesite="Strict", secure=request.secure)
+        response.set_cookie(
+            SESSION_COOKIE,
+            sessions.issue(expected),
+            max_age=int(sessions.ttl_s),
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=request.secure,
+        )
         return response
 
     app.router.add_get(LOGIN_PATH, show)

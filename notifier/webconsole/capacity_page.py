@@ -26,8 +26,10 @@ _PNG = b"\x89PNG\r\n\x1a\n"
 def read_capacity(path: Path | None) -> tuple[CapacityFile | None, str | None]:
     """(the file, None), or (None, why it cannot be shown)."""
     if path is None:
-        return None, ("No capacity file: run `tailhound loadtest` and `tailhound capacity RESULT.json --out "
-                      "capacity.yaml --plots plots/`, then set streams.capacity_file (docs/capacity.md).")
+        return None, (
+            "No capacity file: run `tailhound loadtest` and `tailhound capacity RESULT.json --out "
+            "capacity.yaml --plots plots/`, then set streams.capacity_file (docs/capacity.md)."
+        )
     try:
         return load_capacity_file(path), None
     except (TailhoundError, OSError) as exc:
@@ -60,18 +62,26 @@ def capacity_page(path: Path | None, now: float, *, base: str = "/console") -> s
         f'<tr data-testid="capacity-row" data-model="{safe_text(pattern)}"><td><code>{safe_text(pattern)}</code></td>'
         f"<td>{format_value(t.safe_request_rate)} req/s</td><td>{format_value(t.queue_scale_out)}</td>"
         f"<td>{t.max_num_seqs}</td><td>{_seconds(t.ttft_knee_s)}</td><td>{_seconds(t.tpot_knee_s)}</td></tr>"
-        for pattern, t in cf.models.items())
+        for pattern, t in cf.models.items()
+    )
     plots = "".join(
-        f'<section><h2><code>{safe_text(pattern)}</code></h2>'
-        + "".join(f'<figure><img data-testid="capacity-plot" src="{uri}" alt="{safe_text(name)}" width="800">'
-                  f"<figcaption>{safe_text(name)}</figcaption></figure>" for name, uri in pngs)
-        + "</section>" for pattern, pngs in images.items())
-    body = (f"<h1>Capacity</h1><p>From {safe_text(cf.source)}, measured {format_time(cf.generated_at)}: per engine, "
-            "what rules compare with (the <code>capacity.*</code> signals; rule "
-            "<code>load-above-tested-capacity</code>).</p><table data-testid=\"capacity-table\"><thead><tr>"
-            "<th>Model</th><th>Safe request rate</th>"
-            "<th>Scale out at (waiting)</th><th>max_num_seqs</th><th>TTFT at the knee</th><th>TPOT at the knee</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table>{plots}")
+        f"<section><h2><code>{safe_text(pattern)}</code></h2>"
+        + "".join(
+            f'<figure><img data-testid="capacity-plot" src="{uri}" alt="{safe_text(name)}" width="800">'
+            f"<figcaption>{safe_text(name)}</figcaption></figure>"
+            for name, uri in pngs
+        )
+        + "</section>"
+        for pattern, pngs in images.items()
+    )
+    body = (
+        f"<h1>Capacity</h1><p>From {safe_text(cf.source)}, measured {format_time(cf.generated_at)}: per engine, "
+        "what rules compare with (the <code>capacity.*</code> signals; rule "
+        '<code>load-above-tested-capacity</code>).</p><table data-testid="capacity-table"><thead><tr>'
+        "<th>Model</th><th>Safe request rate</th>"
+        "<th>Scale out at (waiting)</th><th>max_num_seqs</th><th>TTFT at the knee</th><th>TPOT at the knee</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table>{plots}"
+    )
     return layout("Capacity", body, now=now, live=True, base=base, current="capacity")
 
 

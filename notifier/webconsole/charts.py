@@ -24,8 +24,11 @@ from tailhound.notifier.webconsole.view import Mark
 
 MARK_COLOURS = {"opened": "#cf222e", "updated": "#bc4c00", "resolved": "#1a7f37"}
 #: how the legend names a baseline, by what it is (EvidenceSeries.baseline_of)
-BASELINE_NAMES = {"peers": "median of its peers", "rolling": "usual level (rolling baseline)",
-                  "load-model": "expected at this load (load model)"}
+BASELINE_NAMES = {
+    "peers": "median of its peers",
+    "rolling": "usual level (rolling baseline)",
+    "load-model": "expected at this load (load model)",
+}
 #: the incident's own entities in the timeline (distinct hues; the baseline repeats its entity's hue, dashed)
 FOCUS_COLOURS = ("#0969da", "#8250df", "#1b7c83", "#bf3989", "#9a6700", "#57606a")
 #: the incident's own entities in the peer view: red and orange against grey peers
@@ -69,8 +72,9 @@ def timeline_svg(series: EvidenceSeries, marks: list[Mark], *, width: int = 720,
     times = [t for pts in lines.values() for t, _ in pts] + [t for pts in baselines.values() for t, _ in pts]
     window = _for_window(series)
     times += list(window or ()) + [m.ts for m in marks if _finite(m.ts) is not None]
-    legend = [(FOCUS_COLOURS[i % len(FOCUS_COLOURS)], "line", entity_label(series.per, e))
-              for i, e in enumerate(entities)]
+    legend = [
+        (FOCUS_COLOURS[i % len(FOCUS_COLOURS)], "line", entity_label(series.per, e)) for i, e in enumerate(entities)
+    ]
     if baselines:
         legend.append((MUTED_COLOUR, "dash", BASELINE_NAMES.get(getattr(series, "baseline_of", ""), "baseline")))
     if threshold is not None:
@@ -82,17 +86,20 @@ def timeline_svg(series: EvidenceSeries, marks: list[Mark], *, width: int = 720,
     out = frame.open("timeline-chart", title, aria) + frame.axes()
     if window:
         x0, x1 = frame.x(window[0]), frame.x(window[1])
-        out.append(f'<rect class="for-window" x="{x0:.1f}" y="{frame.top:.1f}" width="{max(x1 - x0, 1.0):.1f}" '
-                   f'height="{frame.bottom - frame.top:.1f}" fill="{FOR_WINDOW_FILL}" fill-opacity="0.18">'
-                   f'<title>{safe_text(f"for window: the condition must hold {format_span(series.for_s)}")}'
-                   '</title></rect>')
+        out.append(
+            f'<rect class="for-window" x="{x0:.1f}" y="{frame.top:.1f}" width="{max(x1 - x0, 1.0):.1f}" '
+            f'height="{frame.bottom - frame.top:.1f}" fill="{FOR_WINDOW_FILL}" fill-opacity="0.18">'
+            f"<title>{safe_text(f'for window: the condition must hold {format_span(series.for_s)}')}"
+            "</title></rect>"
+        )
     if threshold is not None:
         out.append(frame.threshold(threshold, f"threshold {series.op} {format_value(threshold, series.unit)}"))
     for i, e in enumerate(entities):
         colour, label = FOCUS_COLOURS[i % len(FOCUS_COLOURS)], entity_label(series.per, e)
         if e in baselines:
-            out.append(frame.line(baselines[e], colour, 1.25, "baseline-line", e, f"{label} baseline",
-                                  dash="5 4", opacity=0.7))
+            out.append(
+                frame.line(baselines[e], colour, 1.25, "baseline-line", e, f"{label} baseline", dash="5 4", opacity=0.7)
+            )
         out.append(frame.line(lines[e], colour, 2.0, "series-line", e, _latest_title(label, lines[e], series.unit)))
     out.append(frame.marks(marks))
     out.append(frame.legend(legend))
@@ -124,15 +131,25 @@ def peer_svg(series: EvidenceSeries, *, width: int = 720, height: int = 220) -> 
     for e in peers + focus:  # the incident's own on top
         hot = e in colour
         label = entity_label(series.per, e)
-        out.append(frame.line(lines[e], colour.get(e, PEER_COLOUR), 2.5 if hot else 1.0,
-                              "focus-line" if hot else "peer-line", e, _latest_title(label, lines[e], series.unit),
-                              opacity=1.0 if hot else 0.8))
+        out.append(
+            frame.line(
+                lines[e],
+                colour.get(e, PEER_COLOUR),
+                2.5 if hot else 1.0,
+                "focus-line" if hot else "peer-line",
+                e,
+                _latest_title(label, lines[e], series.unit),
+                opacity=1.0 if hot else 0.8,
+            )
+        )
     ends = [(frame.y(pts[-1][1]), e) for e in entities if (pts := [p for p in lines[e] if p[1] is not None])]
     for y, e in _spread(ends, frame.top + 4, frame.bottom, 11.0):
         weight = ' font-weight="600"' if e in colour else ""
-        out.append(f'<text class="entity-label" x="{frame.right + 6:.1f}" y="{y + 4:.1f}" '
-                   f'fill="{colour.get(e, MUTED_COLOUR)}"{weight}>'
-                   f'{safe_text(entity_label(series.per, e, 12))}</text>')
+        out.append(
+            f'<text class="entity-label" x="{frame.right + 6:.1f}" y="{y + 4:.1f}" '
+            f'fill="{colour.get(e, MUTED_COLOUR)}"{weight}>'
+            f"{safe_text(entity_label(series.per, e, 12))}</text>"
+        )
     out.append(frame.latest_strip(entities, lines, colour))
     return "".join(out) + "</svg>"
 
@@ -223,11 +240,13 @@ class _Frame:
 
     def points(self, values: Sequence[float | None]) -> list[Point]:
         """(time, value or None) in time order, for the series' times that have a slot in `values`."""
-        return [(_finite(self.series.ts[i]) or 0.0, _finite(values[i]) if i < len(values) else None)
-                for i in self.order]
+        return [
+            (_finite(self.series.ts[i]) or 0.0, _finite(values[i]) if i < len(values) else None) for i in self.order
+        ]
 
-    def layout(self, times: Iterable[float], values: Sequence[float],
-               legend_items: Sequence[tuple[str, str, str]] = ()) -> None:
+    def layout(
+        self, times: Iterable[float], values: Sequence[float], legend_items: Sequence[tuple[str, str, str]] = ()
+    ) -> None:
         times = [t for t in (_finite(t) for t in times) if t is not None]
         self.t0, self.t1 = min(times), max(times)
         if self.t1 - self.t0 < 1.0:
@@ -259,12 +278,14 @@ class _Frame:
 
     def open(self, testid: str, title: str, aria: str) -> list[str]:
         s = self.series
-        return [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" data-testid="{testid}" '
-                f'data-signal="{safe_text(s.signal)}" aria-label="{safe_text(aria)}" width="{self.width}" '
-                f'height="{self.full_height}" viewBox="0 0 {self.width} {self.full_height}" '
-                f'font-family="{_FONT_FAMILY}" font-size="11">'
-                f'<title>{safe_text(title)}</title>'
-                f'<rect x="0" y="0" width="{self.width}" height="{self.full_height}" fill="#ffffff"/>']
+        return [
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" data-testid="{testid}" '
+            f'data-signal="{safe_text(s.signal)}" aria-label="{safe_text(aria)}" width="{self.width}" '
+            f'height="{self.full_height}" viewBox="0 0 {self.width} {self.full_height}" '
+            f'font-family="{_FONT_FAMILY}" font-size="11">'
+            f"<title>{safe_text(title)}</title>"
+            f'<rect x="0" y="0" width="{self.width}" height="{self.full_height}" fill="#ffffff"/>'
+        ]
 
     def placeholder(self, testid: str, title: str, aria: str) -> str:
         mid_x, mid_y = self.width / 2, self.height / 2
@@ -272,30 +293,46 @@ class _Frame:
             f'<rect x="{self.left:.1f}" y="{self.top:.1f}" width="{self.right - self.left:.1f}" '
             f'height="{self.bottom - self.top:.1f}" fill="#f6f8fa" stroke="{GRID_COLOUR}"/>'
             f'<text class="no-data" x="{mid_x:.1f}" y="{mid_y:.1f}" text-anchor="middle" fill="{MUTED_COLOUR}">'
-            f'no data for {safe_text(self.series.signal)}</text></svg>')
+            f"no data for {safe_text(self.series.signal)}</text></svg>"
+        )
 
     def axes(self) -> list[str]:
         out = [f'<g class="axes" stroke="{GRID_COLOUR}">']
         for v, label in self.value_ticks:
             y = self.y(v)
-            out.append(f'<line x1="{self.left:.1f}" x2="{self.right:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                       f'<text x="{self.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" stroke="none" '
-                       f'fill="{MUTED_COLOUR}">{safe_text(label)}</text>')
+            out.append(
+                f'<line x1="{self.left:.1f}" x2="{self.right:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                f'<text x="{self.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" stroke="none" '
+                f'fill="{MUTED_COLOUR}">{safe_text(label)}</text>'
+            )
         ticks, seconds = _time_ticks(self.t0, self.t1, max(int((self.right - self.left) // 110), 2))
         for t in ticks:
             x = self.x(t)
             anchor = "end" if x + 30 > self.width else "middle"
-            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.top:.1f}" y2="{self.bottom:.1f}"/>'
-                       f'<text x="{x:.1f}" y="{self.bottom + 14:.1f}" text-anchor="{anchor}" stroke="none" '
-                       f'fill="{MUTED_COLOUR}">{format_clock(t, seconds)}</text>')
-        out.append(f'<text x="{self.right:.1f}" y="{self.bottom + 26:.1f}" text-anchor="end" stroke="none" '
-                   f'fill="{MUTED_COLOUR}">UTC</text>'
-                   f'<line x1="{self.left:.1f}" x2="{self.right:.1f}" y1="{self.bottom:.1f}" y2="{self.bottom:.1f}" '
-                   f'stroke="{AXIS_COLOUR}"/></g>')
+            out.append(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.top:.1f}" y2="{self.bottom:.1f}"/>'
+                f'<text x="{x:.1f}" y="{self.bottom + 14:.1f}" text-anchor="{anchor}" stroke="none" '
+                f'fill="{MUTED_COLOUR}">{format_clock(t, seconds)}</text>'
+            )
+        out.append(
+            f'<text x="{self.right:.1f}" y="{self.bottom + 26:.1f}" text-anchor="end" stroke="none" '
+            f'fill="{MUTED_COLOUR}">UTC</text>'
+            f'<line x1="{self.left:.1f}" x2="{self.right:.1f}" y1="{self.bottom:.1f}" y2="{self.bottom:.1f}" '
+            f'stroke="{AXIS_COLOUR}"/></g>'
+        )
         return out
 
-    def line(self, pts: list[Point], colour: str, stroke: float, cls: str, entity: str, title: str,
-             dash: str = "", opacity: float = 1.0) -> str:
+    def line(
+        self,
+        pts: list[Point],
+        colour: str,
+        stroke: float,
+        cls: str,
+        entity: str,
+        title: str,
+        dash: str = "",
+        opacity: float = 1.0,
+    ) -> str:
         """One entity's polyline, broken at each gap; a lone point between gaps is a dot."""
         segments: list[list[tuple[float, float]]] = [[]]
         for t, v in pts:
@@ -305,24 +342,30 @@ class _Frame:
             else:
                 segments[-1].append((self.x(t), self.y(v)))
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out = [f'<g class="{cls}" data-entity="{safe_text(entity)}" stroke="{colour}" fill="{colour}" '
-               f'opacity="{opacity:g}"><title>{safe_text(title)}</title>']
+        out = [
+            f'<g class="{cls}" data-entity="{safe_text(entity)}" stroke="{colour}" fill="{colour}" '
+            f'opacity="{opacity:g}"><title>{safe_text(title)}</title>'
+        ]
         for seg in segments:
             if len(seg) == 1:
                 out.append(f'<circle cx="{seg[0][0]:.1f}" cy="{seg[0][1]:.1f}" r="{stroke + 1.0:g}" stroke="none"/>')
             elif seg:
                 coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in seg)
-                out.append(f'<polyline points="{coords}" fill="none" stroke-width="{stroke:g}" '
-                           f'stroke-linejoin="round" stroke-linecap="round"{dash_attr}/>')
+                out.append(
+                    f'<polyline points="{coords}" fill="none" stroke-width="{stroke:g}" '
+                    f'stroke-linejoin="round" stroke-linecap="round"{dash_attr}/>'
+                )
         return "".join(out) + "</g>"
 
     def threshold(self, value: float, label: str) -> str:
         y = self.y(value)
         text_y = y - 4 if y - 14 > self.top else y + 12
-        return (f'<g class="threshold-line" data-value="{value:g}"><line x1="{self.left:.1f}" x2="{self.right:.1f}" '
-                f'y1="{y:.1f}" y2="{y:.1f}" stroke="{THRESHOLD_COLOUR}" stroke-width="1.25" stroke-dasharray="2 3"/>'
-                f'<text x="{self.left + 4:.1f}" y="{text_y:.1f}" fill="{THRESHOLD_COLOUR}"{_HALO}>'
-                f'{safe_text(label)}</text></g>')
+        return (
+            f'<g class="threshold-line" data-value="{value:g}"><line x1="{self.left:.1f}" x2="{self.right:.1f}" '
+            f'y1="{y:.1f}" y2="{y:.1f}" stroke="{THRESHOLD_COLOUR}" stroke-width="1.25" stroke-dasharray="2 3"/>'
+            f'<text x="{self.left + 4:.1f}" y="{text_y:.1f}" fill="{THRESHOLD_COLOUR}"{_HALO}>'
+            f"{safe_text(label)}</text></g>"
+        )
 
     def marks(self, marks: Sequence[Mark]) -> str:
         """Vertical lines at the lifecycle events; labelled where there is room (opened and resolved first)."""
@@ -335,15 +378,19 @@ class _Frame:
             x, colour = self.x(t), MARK_COLOURS[m.kind]
             dash = ' stroke-dasharray="3 3"' if m.kind == "updated" else ""
             tip = f"{m.kind} #{m.sequence} at {format_clock(t, True)} UTC"
-            out.append(f'<g class="mark mark-{m.kind}" data-kind="{m.kind}" data-sequence="{m.sequence}">'
-                       f'<title>{safe_text(tip)}</title><line x1="{x:.1f}" x2="{x:.1f}" y1="{self.top - 4:.1f}" '
-                       f'y2="{self.bottom:.1f}" stroke="{colour}" stroke-width="1.5"{dash}/>')
+            out.append(
+                f'<g class="mark mark-{m.kind}" data-kind="{m.kind}" data-sequence="{m.sequence}">'
+                f'<title>{safe_text(tip)}</title><line x1="{x:.1f}" x2="{x:.1f}" y1="{self.top - 4:.1f}" '
+                f'y2="{self.bottom:.1f}" stroke="{colour}" stroke-width="1.5"{dash}/>'
+            )
             if all(abs(x - other) > 52 for other in labelled):
                 labelled.append(x)
                 anchor = "start" if x < self.right - 60 else "end"
                 shift = 3 if anchor == "start" else -3
-                out.append(f'<text x="{x + shift:.1f}" y="{self.top - 8:.1f}" text-anchor="{anchor}" '
-                           f'fill="{colour}" font-size="10"{_HALO}>{m.kind}</text>')
+                out.append(
+                    f'<text x="{x + shift:.1f}" y="{self.top - 8:.1f}" text-anchor="{anchor}" '
+                    f'fill="{colour}" font-size="10"{_HALO}>{m.kind}</text>'
+                )
             out.append("</g>")
         return "".join(out)
 
@@ -354,19 +401,26 @@ class _Frame:
             y = self.bottom + 32 + 15 * row_i
             for colour, kind, label, x in row:
                 if kind == "box":
-                    out.append(f'<rect x="{x:.1f}" y="{y - 8:.1f}" width="18" height="9" fill="{colour}" '
-                               'fill-opacity="0.35"/>')
+                    out.append(
+                        f'<rect x="{x:.1f}" y="{y - 8:.1f}" width="18" height="9" fill="{colour}" fill-opacity="0.35"/>'
+                    )
                 elif kind == "mark":
-                    out.append(f'<line x1="{x + 9:.1f}" x2="{x + 9:.1f}" y1="{y - 10:.1f}" y2="{y + 1:.1f}" '
-                               f'stroke="{colour}" stroke-width="2"/>')
+                    out.append(
+                        f'<line x1="{x + 9:.1f}" x2="{x + 9:.1f}" y1="{y - 10:.1f}" y2="{y + 1:.1f}" '
+                        f'stroke="{colour}" stroke-width="2"/>'
+                    )
                 else:
                     dash = {"dash": ' stroke-dasharray="4 3"', "dots": ' stroke-dasharray="2 3"'}.get(kind, "")
-                    out.append(f'<line x1="{x:.1f}" x2="{x + 18:.1f}" y1="{y - 4:.1f}" y2="{y - 4:.1f}" '
-                               f'stroke="{colour}" stroke-width="2"{dash}/>')
+                    out.append(
+                        f'<line x1="{x:.1f}" x2="{x + 18:.1f}" y1="{y - 4:.1f}" y2="{y - 4:.1f}" '
+                        f'stroke="{colour}" stroke-width="2"{dash}/>'
+                    )
                 out.append(f'<text x="{x + 24:.1f}" y="{y:.1f}" fill="{TEXT_COLOUR}">{safe_text(label)}</text>')
         if shown < len(items):
-            out.append(f'<text x="{self.width - 8}" y="{self.full_height - 4}" text-anchor="end" '
-                       f'fill="{MUTED_COLOUR}">+{len(items) - shown} more</text>')
+            out.append(
+                f'<text x="{self.width - 8}" y="{self.full_height - 4}" text-anchor="end" '
+                f'fill="{MUTED_COLOUR}">+{len(items) - shown} more</text>'
+            )
         return "".join(out) + "</g>"
 
     def latest_strip(self, entities: Sequence[str], lines: dict[str, list[Point]], colour: dict[str, str]) -> str:
@@ -376,8 +430,10 @@ class _Frame:
         base, peak = min([0.0, *known]), max([0.0, *known])
         top, floor_y = self.height + 12.0, self.height + STRIP_HEIGHT - 16.0
         col_w = (self.right - self.left) / max(len(entities), 1)
-        out = [f'<g class="latest-strip"><text x="{self.left - 6:.1f}" y="{floor_y:.1f}" text-anchor="end" '
-               f'fill="{MUTED_COLOUR}">latest</text>']
+        out = [
+            f'<g class="latest-strip"><text x="{self.left - 6:.1f}" y="{floor_y:.1f}" text-anchor="end" '
+            f'fill="{MUTED_COLOUR}">latest</text>'
+        ]
         for i, e in enumerate(entities):
             v, cx = latest[e], self.left + col_w * (i + 0.5)
             fill = colour.get(e, PEER_COLOUR)
@@ -385,12 +441,14 @@ class _Frame:
             h = max(min(share, 1.0), 0.0) * (floor_y - top - 12) if math.isfinite(share) else 0.0
             bar_w = max(min(col_w * 0.5, 28.0), 2.0)
             shown = format_value(v, self.unit) if v is not None else "–"
-            out.append(f'<g class="latest-bar" data-entity="{safe_text(e)}"><title>'
-                       f'{safe_text(entity_label(self.series.per, e))}: {safe_text(shown)}</title>'
-                       f'<rect x="{cx - bar_w / 2:.1f}" y="{floor_y - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-                       f'fill="{fill}"/><text x="{cx:.1f}" y="{floor_y - h - 3:.1f}" text-anchor="middle" '
-                       f'font-size="9" fill="{MUTED_COLOUR}">{safe_text(shown if col_w > 40 else "")}</text>'
-                       f'<text x="{cx:.1f}" y="{floor_y + 12:.1f}" text-anchor="middle" font-size="10" '
-                       f'fill="{fill if e in colour else MUTED_COLOUR}">'
-                       f'{safe_text(entity_label(self.series.per, e, max(int(col_w // 6.5), 2)))}</text></g>')
+            out.append(
+                f'<g class="latest-bar" data-entity="{safe_text(e)}"><title>'
+                f"{safe_text(entity_label(self.series.per, e))}: {safe_text(shown)}</title>"
+                f'<rect x="{cx - bar_w / 2:.1f}" y="{floor_y - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
+                f'fill="{fill}"/><text x="{cx:.1f}" y="{floor_y - h - 3:.1f}" text-anchor="middle" '
+                f'font-size="9" fill="{MUTED_COLOUR}">{safe_text(shown if col_w > 40 else "")}</text>'
+                f'<text x="{cx:.1f}" y="{floor_y + 12:.1f}" text-anchor="middle" font-size="10" '
+                f'fill="{fill if e in colour else MUTED_COLOUR}">'
+                f"{safe_text(entity_label(self.series.per, e, max(int(col_w // 6.5), 2)))}</text></g>"
+            )
         return "".join(out) + "</g>"

@@ -34,8 +34,15 @@ _CODE = re.compile(r"`([^`]+)`")
 
 def index_page(views: list[IncidentView], now: float, *, live: bool, base: str = "/console") -> str:
     """Open and recent incidents in one filterable table."""
-    return layout("Incidents", incident_list(views, now, live=live, base=base), now=now, live=live, base=base,
-                  current="incidents", script=FILTER_SCRIPT)
+    return layout(
+        "Incidents",
+        incident_list(views, now, live=live, base=base),
+        now=now,
+        live=live,
+        base=base,
+        current="incidents",
+        script=FILTER_SCRIPT,
+    )
 
 
 def incident_page(view: IncidentView, now: float, *, live: bool, base: str = "/console") -> str:
@@ -47,8 +54,9 @@ def incident_page(view: IncidentView, now: float, *, live: bool, base: str = "/c
     return layout(cause_title(view), body, now=now, live=live, base=base, current="incidents")
 
 
-def silences_page(silences: list[dict], now: float, *, base: str = "/console", api: str = "",
-                  prefill: list[str] | None = None) -> str:
+def silences_page(
+    silences: list[dict], now: float, *, base: str = "/console", api: str = "", prefill: list[str] | None = None
+) -> str:
     """The silences as the API lists them (expire buttons on active and pending CLI/API silences) and a form
     that previews and creates one (hooks ``silence-form``, ``silence-matchers``, ``silence-duration``,
     ``silence-author``, ``silence-comment``, ``silence-token``, ``silence-preview-button``, ``silence-create-button``,
@@ -64,7 +72,7 @@ def silences_page(silences: list[dict], now: float, *, base: str = "/console", a
         f'placeholder="node=&quot;gpu-node-2&quot;">{safe_text(matchers)}</textarea>'
         '<span class="hint muted small">One per line, as Alertmanager writes them: <code>node="gpu-node-2"</code>, '
         '<code>root_cause=~"gpu-.*"</code>, <code>severity!="info"</code>. An incident is silenced when every '
-        'matcher matches.</span>'
+        "matcher matches.</span>"
         '<label for="silence-duration">Duration</label><input id="silence-duration" name="duration" value="2h" '
         'required size="8" data-testid="silence-duration">'
         '<label for="silence-author">Author</label><input id="silence-author" name="author" required '
@@ -74,45 +82,67 @@ def silences_page(silences: list[dict], now: float, *, base: str = "/console", a
         '<label for="silence-token">API token</label><input id="silence-token" name="token" type="password" '
         'data-testid="silence-token" placeholder="optional">'
         '<span class="hint muted small">Sent as <code>Authorization: Bearer</code> with each call; kept in this '
-        'browser tab only (sessionStorage).</span>'
+        "browser tab only (sessionStorage).</span>"
         '<span></span><div class="actions-row">'
         '<button type="button" data-testid="silence-preview-button">Preview</button>'
         '<button type="submit" class="primary" data-testid="silence-create-button">Create</button></div></form>'
         '<noscript><p class="notice">Creating and expiring silences needs JavaScript here; '
-        '<code>tailhound silence add</code> does it from a terminal.</p></noscript>'
+        "<code>tailhound silence add</code> does it from a terminal.</p></noscript>"
         '<div class="error" role="alert" data-testid="silence-error" hidden></div>'
         '<div class="notice" role="status" data-testid="silence-status" hidden></div>'
-        '<div class="preview" data-testid="silence-preview" aria-live="polite" hidden></div></section>')
+        '<div class="preview" data-testid="silence-preview" aria-live="polite" hidden></div></section>'
+    )
     order = {"active": 0, "pending": 1}
     ordered = sorted(silences, key=lambda s: (order.get(str(s.get("state")), 2), _number(s.get("starts_at")) or 0))
     rows = "".join(_silence_row(s, now) for s in ordered) or (
-        '<tr><td colspan="8" class="muted">No silences.</td></tr>')
-    table = ('<h2>Silences</h2><table data-testid="silence-table"><thead><tr><th>State</th><th>Matchers</th>'
-             '<th>Starts</th><th>Ends</th><th>Author</th><th>Comment</th><th>Created</th><th></th></tr></thead>'
-             f'<tbody>{rows}</tbody></table>')
-    return layout("Silences", "<h1>Silences</h1>" + form + table, now=now, live=True, base=base, current="silences",
-                  script=SILENCES_SCRIPT)
+        '<tr><td colspan="8" class="muted">No silences.</td></tr>'
+    )
+    table = (
+        '<h2>Silences</h2><table data-testid="silence-table"><thead><tr><th>State</th><th>Matchers</th>'
+        "<th>Starts</th><th>Ends</th><th>Author</th><th>Comment</th><th>Created</th><th></th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+    return layout(
+        "Silences",
+        "<h1>Silences</h1>" + form + table,
+        now=now,
+        live=True,
+        base=base,
+        current="silences",
+        script=SILENCES_SCRIPT,
+    )
 
 
 # --- building blocks (the report uses them too) --------------------------------------------------------------------
-def layout(title: str, body: str, *, now: float, live: bool, base: str = "/console", current: str = "",
-           script: str = "") -> str:
+def layout(
+    title: str, body: str, *, now: float, live: bool, base: str = "/console", current: str = "", script: str = ""
+) -> str:
     """A complete page: doctype, inline style, the console's header (with navigation when `live`), `body`
     (already HTML) and an inline `script`."""
     nav = ""
     if live:
-        links = [("incidents", base or "/", "Incidents"), ("silences", f"{base}/silences", "Silences"),
-                 ("capacity", f"{base}/capacity", "Capacity")]
-        nav = "<nav>" + "".join(
-            f'<a href="{safe_text(href)}"{" aria-current=page" if key == current else ""}>{label}</a>'
-            for key, href, label in links) + "</nav>"
+        links = [
+            ("incidents", base or "/", "Incidents"),
+            ("silences", f"{base}/silences", "Silences"),
+            ("capacity", f"{base}/capacity", "Capacity"),
+        ]
+        nav = (
+            "<nav>"
+            + "".join(
+                f'<a href="{safe_text(href)}"{" aria-current=page" if key == current else ""}>{label}</a>'
+                for key, href, label in links
+            )
+            + "</nav>"
+        )
     script_tag = f"<script>{script}</script>" if script else ""
-    return ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
-            f'<title>{safe_text(title)} · tailhound</title><style>{STYLE}</style></head><body>'
-            f'<header class="top"><span class="brand">{BRAND}</span>{nav}'
-            f'<span class="clock">as of {format_time(now)}</span></header>'
-            f'<main>{body}</main>{script_tag}</body></html>')
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+        f"<title>{safe_text(title)} · tailhound</title><style>{STYLE}</style></head><body>"
+        f'<header class="top"><span class="brand">{BRAND}</span>{nav}'
+        f'<span class="clock">as of {format_time(now)}</span></header>'
+        f"<main>{body}</main>{script_tag}</body></html>"
+    )
 
 
 def cause_title(view: IncidentView) -> str:
@@ -131,7 +161,8 @@ def incident_list(views: list[IncidentView], now: float, *, live: bool, base: st
     causes = sorted({str(v.event.root_cause) for v in views})
     cause_options = "".join(
         f'<option value="{safe_text(c)}">{safe_text(ROOT_CAUSES[c].title if c in ROOT_CAUSES else c)}</option>'
-        for c in causes)
+        for c in causes
+    )
     severity_options = "".join(f'<option value="{s}">{s}</option>' for s in reversed(Severity))
     n_open = sum(1 for v in views if v.open)
     filters = (
@@ -141,16 +172,20 @@ def incident_list(views: list[IncidentView], now: float, *, live: bool, base: st
         '<label>State <select name="state" data-testid="filter-state"><option value="all">all</option>'
         '<option value="open">open</option><option value="resolved">resolved</option></select></label>'
         f'<label>Cause <select name="cause" data-testid="filter-cause"><option value="">all causes</option>'
-        f'{cause_options}</select></label>'
+        f"{cause_options}</select></label>"
         f'<label>Severity <select name="severity" data-testid="filter-severity"><option value="">all</option>'
-        f'{severity_options}</select></label></form>')
+        f"{severity_options}</select></label></form>"
+    )
     rows = "".join(_incident_row(v, now, live=live, base=base) for v in ordered) or (
-        '<tr><td colspan="7" class="muted">No incidents.</td></tr>')
-    return (f'<section id="incidents"><h1>Incidents</h1><p class="muted"><span data-testid="incident-count">'
-            f'{len(views)} incidents</span> · {n_open} open</p>{filters}'
-            '<table data-testid="incident-table"><thead><tr><th>Cause</th><th>Severity</th><th>Scope</th>'
-            '<th>Age</th><th>Kind</th><th>State</th><th>Opened</th></tr></thead>'
-            f'<tbody>{rows}</tbody></table></section>')
+        '<tr><td colspan="7" class="muted">No incidents.</td></tr>'
+    )
+    return (
+        f'<section id="incidents"><h1>Incidents</h1><p class="muted"><span data-testid="incident-count">'
+        f"{len(views)} incidents</span> · {n_open} open</p>{filters}"
+        '<table data-testid="incident-table"><thead><tr><th>Cause</th><th>Severity</th><th>Scope</th>'
+        "<th>Age</th><th>Kind</th><th>State</th><th>Opened</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
 
 
 def incident_detail(view: IncidentView, now: float, *, live: bool, base: str = "/console", heading: int = 1) -> str:
@@ -164,35 +199,56 @@ def incident_detail(view: IncidentView, now: float, *, live: bool, base: str = "
         facts += [("Resolved", format_time(ev.resolved_at)), ("Duration", format_span(view.age_s(now)))]
     else:
         facts.append(("Open for", format_span(view.age_s(now))))
-    facts += [("Incident", f"<code>{safe_text(ev.incident_id)}</code> · event #{ev.sequence} ({safe_text(ev.event)})"),
-              ("Rule", f"<code>{safe_text(ev.rule)}</code>"
-                       + (f' <span class="muted small">{safe_text(ev.rule_origin)}</span>' if ev.rule_origin else "")),
-              ("Rules version", f"<code>{safe_text(ev.rules_version)}</code>" if ev.rules_version else "—")]
+    facts += [
+        ("Incident", f"<code>{safe_text(ev.incident_id)}</code> · event #{ev.sequence} ({safe_text(ev.event)})"),
+        (
+            "Rule",
+            f"<code>{safe_text(ev.rule)}</code>"
+            + (f' <span class="muted small">{safe_text(ev.rule_origin)}</span>' if ev.rule_origin else ""),
+        ),
+        ("Rules version", f"<code>{safe_text(ev.rules_version)}</code>" if ev.rules_version else "—"),
+    ]
     if view.group_id:
         facts.append(("Notification group", f"<code>{safe_text(view.group_id)}</code>"))
     if ev.labels:
-        facts.append(("Labels", " ".join(f"<code>{safe_text(k)}={safe_text(v)}</code>"
-                                         for k, v in sorted(ev.labels.items()))))
+        facts.append(
+            ("Labels", " ".join(f"<code>{safe_text(k)}={safe_text(v)}</code>" for k, v in sorted(ev.labels.items())))
+        )
     silence = ""
     if live:
         href = f"{base}/silences?" + urlencode([("matcher", m) for m in silence_matchers(view)])
-        silence = (f'<p><a class="button silence" data-testid="silence-incident" href="{safe_text(href)}">'
-                   "Silence this incident</a></p>")
-    head = (f'<header class="incident-head"><{h}>{safe_text(cause_title(view))}</{h}><div class="badges">'
-            f'{_badge("sev-" + ev.severity, ev.severity)}{_badge("state-" + state, state)}'
-            f'{_badge("kind-tag", "transient" if ev.transient else "persistent")}</div>'
-            f'<p class="summary">{safe_text(ev.summary)}</p><dl class="facts">'
-            + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + f"</dl>{silence}</header>")
+        silence = (
+            f'<p><a class="button silence" data-testid="silence-incident" href="{safe_text(href)}">'
+            "Silence this incident</a></p>"
+        )
+    head = (
+        f'<header class="incident-head"><{h}>{safe_text(cause_title(view))}</{h}><div class="badges">'
+        f"{_badge('sev-' + ev.severity, ev.severity)}{_badge('state-' + state, state)}"
+        f"{_badge('kind-tag', 'transient' if ev.transient else 'persistent')}</div>"
+        f'<p class="summary">{safe_text(ev.summary)}</p><dl class="facts">'
+        + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
+        + f"</dl>{silence}</header>"
+    )
     evidence = "".join(f"<li><code>{safe_text(e.describe())}</code></li>" for e in ev.evidence)
-    parts = [head, f'<{sub}>Evidence</{sub}>',
-             f'<ul data-testid="evidence">{evidence}</ul>' if evidence else '<p class="muted">No evidence.</p>',
-             f'<{sub}>Differential diagnosis</{sub}>', _diagnosis(ev), f'<{sub}>Charts</{sub}>', _charts(view)]
+    parts = [
+        head,
+        f"<{sub}>Evidence</{sub}>",
+        f'<ul data-testid="evidence">{evidence}</ul>' if evidence else '<p class="muted">No evidence.</p>',
+        f"<{sub}>Differential diagnosis</{sub}>",
+        _diagnosis(ev),
+        f"<{sub}>Charts</{sub}>",
+        _charts(view),
+    ]
     actions = "".join(f"<li>{_code_spans(a)}</li>" for a in ev.actions)
-    parts += [f'<{sub}>Suggested actions</{sub}>',
-              f'<ol data-testid="actions">{actions}</ol>' if actions else '<p class="muted">None.</p>']
-    parts += [f'<{sub}>Notifications</{sub}>', _notifications(view, live=live)]
-    return (f'<article class="incident" id="{safe_text(ev.incident_id)}" data-testid="incident" '
-            f'data-incident="{safe_text(ev.incident_id)}">' + "".join(parts) + "</article>")
+    parts += [
+        f"<{sub}>Suggested actions</{sub}>",
+        f'<ol data-testid="actions">{actions}</ol>' if actions else '<p class="muted">None.</p>',
+    ]
+    parts += [f"<{sub}>Notifications</{sub}>", _notifications(view, live=live)]
+    return (
+        f'<article class="incident" id="{safe_text(ev.incident_id)}" data-testid="incident" '
+        f'data-incident="{safe_text(ev.incident_id)}">' + "".join(parts) + "</article>"
+    )
 
 
 def _diagnosis(ev: IncidentEvent) -> str:
@@ -201,21 +257,30 @@ def _diagnosis(ev: IncidentEvent) -> str:
     out = ""
     if ev.differential is not None:
         d = ev.differential
-        out += (f'<p class="notice" data-testid="differential"><strong>Not certain: {safe_text(str(d.lead))} or '
-                f'{safe_text(str(d.runner_up))}.</strong> {safe_text(d.why)}<br><strong>Tell them apart:</strong> '
-                f'{safe_text(d.check)}</p>')
+        out += (
+            f'<p class="notice" data-testid="differential"><strong>Not certain: {safe_text(str(d.lead))} or '
+            f"{safe_text(str(d.runner_up))}.</strong> {safe_text(d.why)}<br><strong>Tell them apart:</strong> "
+            f"{safe_text(d.check)}</p>"
+        )
     if not ev.candidates:
-        return out + ('<p class="muted">No candidates on this event (they are recorded while the incident is '
-                      f'open: <code>tailhound explain {safe_text(ev.incident_id)}</code>).</p>')
+        return out + (
+            '<p class="muted">No candidates on this event (they are recorded while the incident is '
+            f"open: <code>tailhound explain {safe_text(ev.incident_id)}</code>).</p>"
+        )
     rows = []
     for k, c in enumerate(ev.candidates, 1):
         missed = ", ".join(f"<code>{safe_text(n)}</code>" for n in c.unexplained) or "—"
-        rows.append(f'<tr data-testid="candidate"><td>{k}</td><td>{safe_text(str(c.root_cause))}</td>'
-                    f'<td class="nowrap">{c.score:.2f}</td><td class="small"><ul>{_findings(c.supports)}</ul></td>'
-                    f'<td class="small"><ul>{_findings(c.against)}</ul></td><td class="small">{missed}</td></tr>')
-    return (out + '<table data-testid="candidates"><thead><tr><th>#</th><th>Cause</th><th>Score</th>'
-            '<th>For (firing, pending)</th><th>Against (quiet)</th><th>Does not explain</th></tr></thead><tbody>'
-            + "".join(rows) + "</tbody></table>")
+        rows.append(
+            f'<tr data-testid="candidate"><td>{k}</td><td>{safe_text(str(c.root_cause))}</td>'
+            f'<td class="nowrap">{c.score:.2f}</td><td class="small"><ul>{_findings(c.supports)}</ul></td>'
+            f'<td class="small"><ul>{_findings(c.against)}</ul></td><td class="small">{missed}</td></tr>'
+        )
+    return (
+        out + '<table data-testid="candidates"><thead><tr><th>#</th><th>Cause</th><th>Score</th>'
+        "<th>For (firing, pending)</th><th>Against (quiet)</th><th>Does not explain</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
 
 
 def _findings(items: list[RuleFinding]) -> str:
@@ -259,14 +324,16 @@ def _ended(view: IncidentView) -> float:
 def _incident_row(view: IncidentView, now: float, *, live: bool, base: str) -> str:
     ev = view.event
     state = "open" if view.open else "resolved"
-    return (f'<tr data-testid="incident-row" data-incident="{safe_text(ev.incident_id)}" data-state="{state}" '
-            f'data-cause="{safe_text(ev.root_cause)}" data-severity="{safe_text(ev.severity)}">'
-            f'<td><a href="{safe_text(incident_href(view, live=live, base=base))}">{safe_text(cause_title(view))}</a>'
-            f'<div class="muted small">{safe_text(ev.summary)}</div></td>'
-            f'<td>{_badge("sev-" + ev.severity, ev.severity)}</td><td>{safe_text(ev.scope.describe())}</td>'
-            f'<td class="nowrap">{format_span(view.age_s(now))}</td>'
-            f'<td>{"transient" if ev.transient else "persistent"}</td><td>{_badge("state-" + state, state)}</td>'
-            f'<td class="nowrap small">{format_time(ev.opened_at)}</td></tr>')
+    return (
+        f'<tr data-testid="incident-row" data-incident="{safe_text(ev.incident_id)}" data-state="{state}" '
+        f'data-cause="{safe_text(ev.root_cause)}" data-severity="{safe_text(ev.severity)}">'
+        f'<td><a href="{safe_text(incident_href(view, live=live, base=base))}">{safe_text(cause_title(view))}</a>'
+        f'<div class="muted small">{safe_text(ev.summary)}</div></td>'
+        f"<td>{_badge('sev-' + ev.severity, ev.severity)}</td><td>{safe_text(ev.scope.describe())}</td>"
+        f'<td class="nowrap">{format_span(view.age_s(now))}</td>'
+        f"<td>{'transient' if ev.transient else 'persistent'}</td><td>{_badge('state-' + state, state)}</td>"
+        f'<td class="nowrap small">{format_time(ev.opened_at)}</td></tr>'
+    )
 
 
 def _charts(view: IncidentView) -> str:
@@ -277,13 +344,18 @@ def _charts(view: IncidentView) -> str:
         ref = f", threshold {s.op} {format_value(s.threshold, s.unit)}" if s.threshold is not None else ""
         held = f", for {format_span(s.for_s)}" if s.for_s else ""
         peers = s.peers()
-        out.append(f'<figure class="series" data-testid="series" data-signal="{safe_text(s.signal)}">'
-                   f'<figcaption><code>{safe_text(s.signal)}</code> <span class="muted small">rule '
-                   f'{safe_text(s.rule)}{safe_text(ref)}{safe_text(held)}</span></figcaption>'
-                   + timeline_svg(s, view.marks, width=CHART_WIDTH)
-                   + (f'<p class="muted small">Against {len(peers)} peers:</p>' + peer_svg(s, width=CHART_WIDTH)
-                      if peers else "")
-                   + "</figure>")
+        out.append(
+            f'<figure class="series" data-testid="series" data-signal="{safe_text(s.signal)}">'
+            f'<figcaption><code>{safe_text(s.signal)}</code> <span class="muted small">rule '
+            f"{safe_text(s.rule)}{safe_text(ref)}{safe_text(held)}</span></figcaption>"
+            + timeline_svg(s, view.marks, width=CHART_WIDTH)
+            + (
+                f'<p class="muted small">Against {len(peers)} peers:</p>' + peer_svg(s, width=CHART_WIDTH)
+                if peers
+                else ""
+            )
+            + "</figure>"
+        )
     return "".join(out)
 
 
@@ -297,13 +369,17 @@ def _notifications(view: IncidentView, *, live: bool) -> str:
     rows = "".join(
         f'<tr data-testid="notification-row" data-receiver="{safe_text(d.receiver)}" '
         f'data-outcome="{safe_text(d.outcome)}"><td>{safe_text(d.receiver)}</td><td>{safe_text(d.kind)}'
-        f'{" " + _badge("kind-tag", "flapping") if d.flapping else ""}</td><td>#{d.sequence}</td>'
+        f"{' ' + _badge('kind-tag', 'flapping') if d.flapping else ''}</td><td>#{d.sequence}</td>"
         f'<td class="nowrap small">{format_time(d.created_at)}</td><td class="nowrap small">{format_time(d.at)}</td>'
-        f'<td>{_badge("outcome-" + d.outcome, d.outcome)}</td><td>{d.attempts}</td>'
-        f'<td class="small">{safe_text(d.error or "")}</td></tr>' for d in view.deliveries)
-    return (out + '<table data-testid="notifications"><thead><tr><th>Receiver</th><th>Kind</th><th>Sequence</th>'
-            '<th>Created</th><th>Delivered</th><th>Outcome</th><th>Attempts</th><th>Error</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
+        f"<td>{_badge('outcome-' + d.outcome, d.outcome)}</td><td>{d.attempts}</td>"
+        f'<td class="small">{safe_text(d.error or "")}</td></tr>'
+        for d in view.deliveries
+    )
+    return (
+        out + '<table data-testid="notifications"><thead><tr><th>Receiver</th><th>Kind</th><th>Sequence</th>'
+        "<th>Created</th><th>Delivered</th><th>Outcome</th><th>Attempts</th><th>Error</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def _silence_row(s: dict, now: float) -> str:
@@ -312,16 +388,20 @@ def _silence_row(s: dict, now: float) -> str:
     ends = _number(s.get("ends_at"))
     left = f' <span class="muted small">(in {format_span(ends - now)})</span>' if ends and state != "expired" else ""
     if state in ("active", "pending") and source == "cli":
-        action = (f'<button type="button" class="danger" data-testid="silence-expire" data-silence="{safe_text(sid)}">'
-                  "Expire</button>")
+        action = (
+            f'<button type="button" class="danger" data-testid="silence-expire" data-silence="{safe_text(sid)}">'
+            "Expire</button>"
+        )
     elif source != "cli":
         action = _badge("kind-tag", "config") + ' <span class="muted small">maintenance window</span>'
     else:
         action = ""
-    return (f'<tr data-testid="silence-row" data-silence="{safe_text(sid)}" data-state="{safe_text(state)}">'
-            f'<td>{_badge("state-" + state, state)}</td>'
-            f'<td class="matchers">{"<br>".join(f"<code>{safe_text(m)}</code>" for m in matchers)}</td>'
-            f'<td class="nowrap small">{format_time(_number(s.get("starts_at")))}</td>'
-            f'<td class="nowrap small">{format_time(ends)}{left}</td><td>{safe_text(s.get("author", ""))}</td>'
-            f'<td>{safe_text(s.get("comment", ""))}</td>'
-            f'<td class="nowrap small">{format_time(_number(s.get("created_at")))}</td><td>{action}</td></tr>')
+    return (
+        f'<tr data-testid="silence-row" data-silence="{safe_text(sid)}" data-state="{safe_text(state)}">'
+        f"<td>{_badge('state-' + state, state)}</td>"
+        f'<td class="matchers">{"<br>".join(f"<code>{safe_text(m)}</code>" for m in matchers)}</td>'
+        f'<td class="nowrap small">{format_time(_number(s.get("starts_at")))}</td>'
+        f'<td class="nowrap small">{format_time(ends)}{left}</td><td>{safe_text(s.get("author", ""))}</td>'
+        f"<td>{safe_text(s.get('comment', ''))}</td>"
+        f'<td class="nowrap small">{format_time(_number(s.get("created_at")))}</td><td>{action}</td></tr>'
+    )

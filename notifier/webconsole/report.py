@@ -17,13 +17,16 @@ from tailhound.notifier.webconsole.view import IncidentView
 
 def render_report(views: list[IncidentView], *, title: str, generated_at: float) -> str:
     """The report of `views` (one per incident, in the order given) as one HTML document."""
-    intro = (f'<p class="muted" data-testid="report-title">{safe_text(title)} · {len(views)} incidents · '
-             f"times in UTC, ages as of {format_time(generated_at)}</p>")
+    intro = (
+        f'<p class="muted" data-testid="report-title">{safe_text(title)} · {len(views)} incidents · '
+        f"times in UTC, ages as of {format_time(generated_at)}</p>"
+    )
     index = incident_list(views, generated_at, live=False)
     details = "".join(
         incident_detail(v, generated_at, live=False, heading=2)
         + '<p class="small"><a href="#incidents">&uarr; back to the incident list</a></p>'
-        for v in views)
+        for v in views
+    )
     return layout(title, intro + index + details, now=generated_at, live=False, script=FILTER_SCRIPT)
 
 

@@ -90,8 +90,13 @@ def request_checks(allowed_hosts: Callable[[], Iterable[str]]) -> Callable[..., 
         if request.path in OPEN_PATHS:
             return await handler(request)
         if not host_header_allowed(request.headers.get("Host"), allowed_hosts()):
-            return web.json_response({"error": f"Host {host_name(request.headers.get('Host', ''))[:100]!r} is not "
-                                      "this server's (add it to notifier.console_allowed_hosts)"}, status=403)
+            return web.json_response(
+                {
+                    "error": f"Host {host_name(request.headers.get('Host', ''))[:100]!r} is not "
+                    "this server's (add it to notifier.console_allowed_hosts)"
+                },
+                status=403,
+            )
         if request.method in _READ_METHODS:
             return await handler(request)
         if (why := origin_problem(request)) is not None:

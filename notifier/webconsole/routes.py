@@ -67,8 +67,8 @@ SCRIPT_SRC = " ".join(script_hash(s) for s in (FILTER_SCRIPT, SILENCES_SCRIPT))
 STYLE_SRC = " ".join(script_hash(s) for s in (STYLE, LOGIN_STYLE))
 SECURITY_HEADERS = {
     "Content-Security-Policy": f"default-src 'none'; img-src 'self' data:; style-src {STYLE_SRC}; "
-                               f"script-src {SCRIPT_SRC}; connect-src 'self'; base-uri 'none'; "
-                               "form-action 'self'; frame-ancestors 'none'",
+    f"script-src {SCRIPT_SRC}; connect-src 'self'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
@@ -113,12 +113,25 @@ def _newest_first(item: tuple[IncidentEvent, GroupState]) -> tuple[bool, float, 
 
 def incident_summary(ev: IncidentEvent, grp: GroupState) -> dict[str, Any]:
     """One incident as the list answers it (no evidence, no chart data)."""
-    return {"incident_id": ev.incident_id, "id": ev.incident_id, "root_cause": str(ev.root_cause),
-            "cause": str(ev.root_cause), "severity": str(ev.severity),
-            "scope": ev.scope.model_dump(mode="json"), "where": ev.scope.describe(), "summary": ev.summary,
-            "opened_at": ev.opened_at, "resolved_at": ev.resolved_at, "transient": ev.transient,
-            "state": "resolved" if ev.event == "resolved" else "open", "event": ev.event,
-            "sequence": ev.sequence, "ts": ev.ts, "rule": ev.rule, "group_id": grp.group_id}
+    return {
+        "incident_id": ev.incident_id,
+        "id": ev.incident_id,
+        "root_cause": str(ev.root_cause),
+        "cause": str(ev.root_cause),
+        "severity": str(ev.severity),
+        "scope": ev.scope.model_dump(mode="json"),
+        "where": ev.scope.describe(),
+        "summary": ev.summary,
+        "opened_at": ev.opened_at,
+        "resolved_at": ev.resolved_at,
+        "transient": ev.transient,
+        "state": "resolved" if ev.event == "resolved" else "open",
+        "event": ev.event,
+        "sequence": ev.sequence,
+        "ts": ev.ts,
+        "rule": ev.rule,
+        "group_id": grp.group_id,
+    }
 
 
 def find_view(notifier: Notifier, incident_id: str) -> tuple[IncidentView, GroupState, bool] | None:
@@ -135,18 +148,32 @@ def find_view(notifier: Notifier, incident_id: str) -> tuple[IncidentView, Group
 
 
 def incident_json(view: IncidentView, grp: GroupState, live: bool) -> dict[str, Any]:
-    return {"incident": view.event.model_dump(mode="json"), "state": "open" if view.open else "resolved",
-            "marks": [asdict(m) for m in view.marks], "deliveries": [asdict(d) for d in view.deliveries],
-            "group_id": grp.group_id, "suppressed": view.suppressed,
-            "group": {"group_id": grp.group_id, "group_key": grp.group_key, "labels": grp.labels,
-                      "status": grp.status, "flapping": grp.flapping, "incidents": list(grp.incidents),
-                      "live": live}}
+    return {
+        "incident": view.event.model_dump(mode="json"),
+        "state": "open" if view.open else "resolved",
+        "marks": [asdict(m) for m in view.marks],
+        "deliveries": [asdict(d) for d in view.deliveries],
+        "group_id": grp.group_id,
+        "suppressed": view.suppressed,
+        "group": {
+            "group_id": grp.group_id,
+            "group_key": grp.group_key,
+            "labels": grp.labels,
+            "status": grp.status,
+            "flapping": grp.flapping,
+            "incidents": list(grp.incidents),
+            "live": live,
+        },
+    }
 
 
 def silence_listing(notifier: Notifier, now: float, include_all: bool) -> list[dict[str, Any]]:
     """Silences as ``GET /api/v1/silences`` answers them: with their state, by start time."""
-    out = [dict(s.model_dump(mode="json"), state=s.state(now)) for s in notifier.silences.values()
-           if include_all or s.state(now) != "expired"]
+    out = [
+        dict(s.model_dump(mode="json"), state=s.state(now))
+        for s in notifier.silences.values()
+        if include_all or s.state(now) != "expired"
+    ]
     return sorted(out, key=lambda s: s["starts_at"])
 
 
@@ -166,18 +193,27 @@ def preview(notifier: Notifier, texts: list[str], now: float) -> dict[str, Any]:
                 errors.append(str(exc))
     if not errors:  # the bounds of the matchers together, as a silence checks them
         try:
-            Silence(matchers=matchers, starts_at=now, ends_at=now + 1, author="preview", comment="preview",
-                    created_at=now)
+            Silence(
+                matchers=matchers, starts_at=now, ends_at=now + 1, author="preview", comment="preview", created_at=now
+            )
         except ValidationError as exc:
             errors.append(str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
     if errors:
         return {"matches": [], "total": 0, "errors": errors}
-    hits = sorted((item for item in _incidents(notifier) if matches_all(matchers, incident_labels(item[0]))),
-                  key=_newest_first)
-    matches = [{"incident_id": ev.incident_id, "summary": ev.summary or ev.scope.describe(),
-                "root_cause": str(ev.root_cause), "severity": str(ev.severity),
-                "state": "resolved" if ev.event == "resolved" else "open", "group_id": grp.group_id}
-               for ev, grp in hits[:MAX_PREVIEW_MATCHES]]
+    hits = sorted(
+        (item for item in _incidents(notifier) if matches_all(matchers, incident_labels(item[0]))), key=_newest_first
+    )
+    matches = [
+        {
+            "incident_id": ev.incident_id,
+            "summary": ev.summary or ev.scope.describe(),
+            "root_cause": str(ev.root_cause),
+            "severity": str(ev.severity),
+            "state": "resolved" if ev.event == "resolved" else "open",
+            "group_id": grp.group_id,
+        }
+        for ev, grp in hits[:MAX_PREVIEW_MATCHES]
+    ]
     return {"matches": matches, "total": len(hits), "errors": []}
 
 
@@ -213,8 +249,9 @@ def add_incident_routes(app: web.Application, source: ConsoleSource) -> None:
                 continue
             hits.append((ev, grp))
         hits.sort(key=_newest_first)
-        return web.json_response([incident_summary(ev, grp) for ev, grp in hits[:limit]],
-                                 headers={"X-Total-Count": str(len(hits))})
+        return web.json_response(
+            [incident_summary(ev, grp) for ev, grp in hits[:limit]], headers={"X-Total-Count": str(len(hits))}
+        )
 
     async def show_incident(request: web.Request) -> web.Response:
         iid = request.match_info["incident_id"]
@@ -258,9 +295,12 @@ def add_console_routes(app: web.Application, source: ConsoleSource) -> None:
         iid = request.match_info["incident_id"]
         found = find_view(source.notifier, iid)
         if found is None:
-            return _html(f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>not found</title>'
-                         f'</head><body><p>No incident {html.escape(iid[:80])} (open, or resolved recently). '
-                         f'<a href="{CONSOLE_PATH}">All incidents</a></p></body></html>', status=404)
+            return _html(
+                f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>not found</title>'
+                f"</head><body><p>No incident {html.escape(iid[:80])} (open, or resolved recently). "
+                f'<a href="{CONSOLE_PATH}">All incidents</a></p></body></html>',
+                status=404,
+            )
         now = source.clock() - event_clock_offset(all_groups(source.notifier))
         return await _render(pages.incident_page, found[0], now, live=True, base=CONSOLE_PATH)
 
@@ -269,8 +309,14 @@ def add_console_routes(app: web.Application, source: ConsoleSource) -> None:
 
         now = source.clock()
         prefill = [m for m in request.query.getall("matcher", []) if len(m) <= MAX_TEXT_CHARS][:MAX_MATCHERS]
-        return await _render(pages.silences_page, silence_listing(source.notifier, now, include_all=True), now,
-                             base=CONSOLE_PATH, api="", prefill=prefill)
+        return await _render(
+            pages.silences_page,
+            silence_listing(source.notifier, now, include_all=True),
+            now,
+            base=CONSOLE_PATH,
+            api="",
+            prefill=prefill,
+        )
 
     async def capacity(_request: web.Request) -> web.Response:
         from .capacity_page import capacity_page

@@ -77,8 +77,10 @@ def views_from_events(events: list[IncidentEvent]) -> list[IncidentView]:
         if cur is None or ev.sequence >= cur.sequence:
             latest[ev.incident_id] = ev
         marks.setdefault(ev.incident_id, []).append(Mark(ev.ts, ev.event, ev.sequence))
-    out = [IncidentView(event=ev, marks=sorted(set(marks[iid]), key=lambda m: (m.sequence, m.ts)))
-           for iid, ev in latest.items()]
+    out = [
+        IncidentView(event=ev, marks=sorted(set(marks[iid]), key=lambda m: (m.sequence, m.ts)))
+        for iid, ev in latest.items()
+    ]
     return sorted(out, key=lambda v: (v.event.opened_at, v.incident_id))
 
 
@@ -98,10 +100,16 @@ def views_from_groups(groups: Iterable[GroupState]) -> list[IncidentView]:
                 continue
             seen.add(iid)
             marks = [Mark(ts, kind, seq) for ts, kind, seq in grp.marks.get(iid, [])]
-            out.append(IncidentView(event=ev, marks=marks or [Mark(ev.ts, ev.event, ev.sequence)],
-                                    deliveries=list(deliveries), group_id=grp.group_id, suppressed=grp.suppressed))
-    return sorted(out, key=lambda v: (not v.open, -(v.event.opened_at if v.open else _ended(v.event)),
-                                      v.incident_id))
+            out.append(
+                IncidentView(
+                    event=ev,
+                    marks=marks or [Mark(ev.ts, ev.event, ev.sequence)],
+                    deliveries=list(deliveries),
+                    group_id=grp.group_id,
+                    suppressed=grp.suppressed,
+                )
+            )
+    return sorted(out, key=lambda v: (not v.open, -(v.event.opened_at if v.open else _ended(v.event)), v.incident_id))
 
 
 def _ended(ev: IncidentEvent) -> float:
@@ -111,18 +119,38 @@ def _ended(ev: IncidentEvent) -> float:
 def _delivery_rows(log: DeliveryLog) -> list[DeliveryRow]:
     """The log's recorded notifications, and pending ones it has no record of (a state record without
     ``history``)."""
-    rows = [DeliveryRow(receiver=log.receiver, sequence=r.sequence, kind=r.kind, created_at=r.created_at, at=r.at,
-                        outcome=r.outcome, attempts=r.attempts, error=r.error, flapping=r.flapping)
-            for r in log.history]
+    rows = [
+        DeliveryRow(
+            receiver=log.receiver,
+            sequence=r.sequence,
+            kind=r.kind,
+            created_at=r.created_at,
+            at=r.at,
+            outcome=r.outcome,
+            attempts=r.attempts,
+            error=r.error,
+            flapping=r.flapping,
+        )
+        for r in log.history
+    ]
     recorded = {r.sequence for r in log.history}
     for i, n in enumerate(log.pending):
         if n.sequence in recorded:
             continue
         retrying = i == 0 and log.attempts > 0
-        rows.append(DeliveryRow(receiver=log.receiver, sequence=n.sequence, kind=n.kind, created_at=n.ts, at=None,
-                                outcome="retrying" if retrying else "pending",
-                                attempts=log.attempts if retrying else 0,
-                                error=log.last_error if retrying else None, flapping=n.flapping))
+        rows.append(
+            DeliveryRow(
+                receiver=log.receiver,
+                sequence=n.sequence,
+                kind=n.kind,
+                created_at=n.ts,
+                at=None,
+                outcome="retrying" if retrying else "pending",
+                attempts=log.attempts if retrying else 0,
+                error=log.last_error if retrying else None,
+                flapping=n.flapping,
+            )
+        )
     return rows
 
 
@@ -135,8 +163,9 @@ def event_clock_offset(groups: Iterable[GroupState]) -> float:
     taken in seconds after they happen); for a replay or a simulated fleet (the demo's runs in 2026-01-01) the
     median gap between a group's creation (wall clock) and its first incident's opening (event time), so the
     console's ages and "as of" read in the fleet's time."""
-    gaps = sorted(grp.created_at - min(ev.opened_at for ev in grp.incidents.values())
-                  for grp in groups if grp.incidents)
+    gaps = sorted(
+        grp.created_at - min(ev.opened_at for ev in grp.incidents.values()) for grp in groups if grp.incidents
+    )
     if not gaps:
         return 0.0
     gap = gaps[len(gaps) // 2]

@@ -50,8 +50,9 @@ class ProgressMarks:
     """The watermarks this worker publishes for the partitions it runs (node stage: telemetry partitions;
     model stage: model-topic partitions), sent with `send(key, value)` to the roll-up's topic."""
 
-    def __init__(self, send: Callable[..., Awaitable[Any]], enabled: bool,
-                 model_partition_of: Callable[[str], int] | None = None) -> None:
+    def __init__(
+        self, send: Callable[..., Awaitable[Any]], enabled: bool, model_partition_of: Callable[[str], int] | None = None
+    ) -> None:
         self.send = send
         self.enabled = enabled
         #: the model-topic partition a model-stage key goes to (the producer's partitioner)
@@ -95,8 +96,15 @@ class ProgressMarks:
             self.model_marks[partition] = mark
             await self.send(key=progress_key(MODEL_STAGE, partition), value=repr(mark).encode())
 
-    def reassigned(self, assigned: set, telemetry_topic: str, model_topic: str, partitions: int,
-                   processor: SnapshotProcessor, stage: ModelStage) -> None:
+    def reassigned(
+        self,
+        assigned: set,
+        telemetry_topic: str,
+        model_topic: str,
+        partitions: int,
+        processor: SnapshotProcessor,
+        stage: ModelStage,
+    ) -> None:
         """A rebalance gave this worker `assigned` (topic partitions): what is kept in memory for the partitions
         that left goes (another worker may change their state; if they come back it is read from the tables
         again), and their watermarks start over."""
@@ -112,10 +120,16 @@ class ProgressMarks:
             del self.model_marks[p]
 
 
-def add_rollup(app: faust.App, topic: faust.TopicT, table: Any, order: EventOrder,
-               publish: Callable[[list[IncidentEvent]], Awaitable[None]],
-               dead_letter: Callable[..., Awaitable[None]], stats: IntakeStats,
-               metrics: PipelineMetrics | None) -> None:
+def add_rollup(
+    app: faust.App,
+    topic: faust.TopicT,
+    table: Any,
+    order: EventOrder,
+    publish: Callable[[list[IncidentEvent]], Awaitable[None]],
+    dead_letter: Callable[..., Awaitable[None]],
+    stats: IntakeStats,
+    metrics: PipelineMetrics | None,
+) -> None:
     """The ``rollup`` agent on `topic` (member events and control messages), its state in `table`."""
 
     @app.agent(topic, name="rollup")
@@ -149,6 +163,7 @@ def add_rollup(app: faust.App, topic: faust.TopicT, table: Any, order: EventOrde
             await publish(out)
 
     if order.enabled:
+
         @app.timer(interval=min(1.0, max(0.1, order.max_delay_s / 5)))
         async def rollup_tick() -> None:
             """Wall time for the roll-up's bound on how long an event waits (whichever worker holds it). A tick

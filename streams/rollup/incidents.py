@@ -138,8 +138,9 @@ def _keep(group: Group, ev: IncidentEvent) -> None:
 
 
 def _signature(ev: IncidentEvent) -> str:
-    return "|".join((str(ev.root_cause), str(ev.severity), ev.scope.describe(), str(ev.transient),
-                     ev.labels.get("rules", "")))
+    return "|".join(
+        (str(ev.root_cause), str(ev.severity), ev.scope.describe(), str(ev.transient), ev.labels.get("rules", ""))
+    )
 
 
 def _explaining_group(state: RollupState, ev: IncidentEvent) -> Group | None:
@@ -208,13 +209,24 @@ def _group_event(group: Group, kind: str, ts: float) -> IncidentEvent:
     lines = [group.headlines[m] for m in dict.fromkeys([source.incident_id, *group.headlines]) if m in group.headlines]
     series = group_series(group.source_series.get(source.incident_id, []), lines, open_nodes)
     return IncidentEvent(
-        incident_id=group.incident_id, event=kind, sequence=group.sequence, ts=ts,  # type: ignore[arg-type]
-        root_cause=cause, severity=highest_severity(m.severity for m in members),
-        opened_at=group.opened_at, resolved_at=ts if kind == "resolved" else None, scope=scope,
+        incident_id=group.incident_id,
+        event=kind,
+        sequence=group.sequence,
+        ts=ts,  # type: ignore[arg-type]
+        root_cause=cause,
+        severity=highest_severity(m.severity for m in members),
+        opened_at=group.opened_at,
+        resolved_at=ts if kind == "resolved" else None,
+        scope=scope,
         transient=all(m.transient for m in open_members),
         summary=summary if one_node else summary + f"; {len(nodes)} nodes",
-        evidence=evidence, actions=list(source.actions), rule=source.rule,
-        rule_origin=source.rule_origin, rules_version=source.rules_version,
-        labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)}, series=series,
-        candidates=list(source.candidates), differential=source.differential,
+        evidence=evidence,
+        actions=list(source.actions),
+        rule=source.rule,
+        rule_origin=source.rule_origin,
+        rules_version=source.rules_version,
+        labels={**source.labels, "rules": ",".join(rules), "nodes": ",".join(nodes)},
+        series=series,
+        candidates=list(source.candidates),
+        differential=source.differential,
     )

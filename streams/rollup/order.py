@@ -80,8 +80,14 @@ class EventOrder:
     """Holds member events back and releases them in event-time order (see the module docstring).
     ``max_delay_s`` 0 turns the order off: every event is released as it arrives."""
 
-    def __init__(self, max_delay_s: float, idle_s: float = IDLE_S, idle_wall_s: float = IDLE_WALL_S,
-                 max_pending: int = MAX_PENDING, cold_s: float = COLD_S) -> None:
+    def __init__(
+        self,
+        max_delay_s: float,
+        idle_s: float = IDLE_S,
+        idle_wall_s: float = IDLE_WALL_S,
+        max_pending: int = MAX_PENDING,
+        cold_s: float = COLD_S,
+    ) -> None:
         self.max_delay_s = max_delay_s
         self.cold_s = cold_s
         self.idle_s = idle_s
@@ -132,8 +138,9 @@ class EventOrder:
         if not state.progress:
             return None
         newest = max(p.mark for p in state.progress.values())
-        return min(p.mark for p in state.progress.values()
-                   if newest - p.mark <= self.idle_s or now - p.at < self.idle_wall_s)
+        return min(
+            p.mark for p in state.progress.values() if newest - p.mark <= self.idle_s or now - p.at < self.idle_wall_s
+        )
 
     def _release(self, state: OrderState, now: float) -> list[IncidentEvent]:
         if state.cold_until is None:
@@ -175,4 +182,4 @@ def parse_progress(key: bytes, value: bytes | None) -> tuple[str, float] | None:
         mark = float(value.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         return None
-    return (key[len(PROGRESS_PREFIX):].decode("ascii", "replace"), mark) if math.isfinite(mark) else None
+    return (key[len(PROGRESS_PREFIX) :].decode("ascii", "replace"), mark) if math.isfinite(mark) else None

@@ -48,8 +48,18 @@ def headline(ev: IncidentEvent) -> Headline | None:
     for i in range(len(s.ts)):
         at = [v for e in focus if (v := s.values[e][i]) is not None]
         values.append(max(at) if at else None)
-    return Headline(node=node, rule=s.rule, signal=s.signal, unit=s.unit, op=s.op, threshold=s.threshold,
-                    for_s=s.for_s, pending_since=s.pending_since, ts=list(s.ts), values=values)
+    return Headline(
+        node=node,
+        rule=s.rule,
+        signal=s.signal,
+        unit=s.unit,
+        op=s.op,
+        threshold=s.threshold,
+        for_s=s.for_s,
+        pending_since=s.pending_since,
+        ts=list(s.ts),
+        values=values,
+    )
 
 
 def keep_headline(headlines: dict[str, Headline], member_id: str, ev: IncidentEvent) -> None:
@@ -84,16 +94,23 @@ def nodes_view(headlines: list[Headline], open_nodes: set[str]) -> EvidenceSerie
                 row[index[min(int((t - start) / width), bins - 1)]] = v
     focus = [h.node for h in lines if h.node in open_nodes] or [lead.node]
     ordered = {n: values[n] for n in [*focus, *[n for n in values if n not in focus]]}
-    return EvidenceSeries(rule=lead.rule, signal=lead.signal, unit=lead.unit, op=lead.op, threshold=lead.threshold,
-                          for_s=lead.for_s, per="node", focus=list(dict.fromkeys(focus)),
-                          ts=[round(start + (b + 1) * width, 3) for b in grid], values=ordered,
-                          pending_since=min((h.pending_since for h in lines if h.pending_since is not None),
-                                            default=None))
+    return EvidenceSeries(
+        rule=lead.rule,
+        signal=lead.signal,
+        unit=lead.unit,
+        op=lead.op,
+        threshold=lead.threshold,
+        for_s=lead.for_s,
+        per="node",
+        focus=list(dict.fromkeys(focus)),
+        ts=[round(start + (b + 1) * width, 3) for b in grid],
+        values=ordered,
+        pending_since=min((h.pending_since for h in lines if h.pending_since is not None), default=None),
+    )
 
 
-def group_series(source: list[EvidenceSeries], headlines: list[Headline], open_nodes: set[str]
-                 ) -> list[EvidenceSeries]:
+def group_series(source: list[EvidenceSeries], headlines: list[Headline], open_nodes: set[str]) -> list[EvidenceSeries]:
     """What the group's event carries: the nodes side by side first (when there are several), then the source
     member's own series."""
     view = nodes_view(headlines, open_nodes)
-    return ([view] if view is not None else [])[:1] + list(source)[:MAX_SERIES - (view is not None)]
+    return ([view] if view is not None else [])[:1] + list(source)[: MAX_SERIES - (view is not None)]

@@ -45,11 +45,18 @@ from .rulefile import Engine, Rule, RuleGroup, Scope, _check_engines
 #: what an action may name besides the signals its rule reports (streams/evidence.py render_action)
 SCOPE_PLACEHOLDERS = ("node", "gpus", "model", "engine")
 _PLACEHOLDER = re.compile(r"\{([^{}\s]*)\}")
-_ENUMS: dict[str, type[StrEnum]] = {"severity": Severity, "root_cause": RootCause, "fallback_root_cause": RootCause,
-                                    "scope": Scope, "reduce": Reduce, "engines": Engine}
+_ENUMS: dict[str, type[StrEnum]] = {
+    "severity": Severity,
+    "root_cause": RootCause,
+    "fallback_root_cause": RootCause,
+    "scope": Scope,
+    "reduce": Reduce,
+    "engines": Engine,
+}
 _RULE_KEYS = sorted({f.alias or n for n, f in Rule.model_fields.items()})
-_CONDITION_KEYS = sorted({f.alias or n for m in (SignalCondition, Absent, AllOf, AnyOf, NotOf, Ref)
-                          for n, f in m.model_fields.items()})
+_CONDITION_KEYS = sorted(
+    {f.alias or n for m in (SignalCondition, Absent, AllOf, AnyOf, NotOf, Ref) for n, f in m.model_fields.items()}
+)
 _CONDITION_TAGS = frozenset({"signal", "all", "any", "not", "absent"})
 _LEVEL_KEYS = {"file": ["groups"], "group": sorted(RuleGroup.model_fields)}
 
@@ -92,16 +99,18 @@ def check_paths(paths: list[Path], catalog: Catalog | None = None) -> tuple[list
             count += 1
             if name in names:
                 other = names[name]
-                problems.append(Problem(str(path), line, None, f"rule {name!r} is defined twice",
-                                        f"also at {other[0]}:{other[1]}"))
+                problems.append(
+                    Problem(str(path), line, None, f"rule {name!r} is defined twice", f"also at {other[0]}:{other[1]}")
+                )
             elif name:
                 names[name] = (str(path), line)
     problems.sort(key=lambda p: (p.path, p.line or 0, p.column or 0))
     return problems, count
 
 
-def check_text(text: str, origin: str, catalog: Catalog | None = None
-               ) -> tuple[list[Problem], list[tuple[str | None, int, Rule | None]]]:
+def check_text(
+    text: str, origin: str, catalog: Catalog | None = None
+) -> tuple[list[Problem], list[tuple[str | None, int, Rule | None]]]:
     """(the problems of one rule file, its rules: (name, line, the rule when it is valid))."""
     catalog = catalog or default_catalog()
     node, data, problems, parsed = compose_for_check(text, origin)
@@ -124,8 +133,9 @@ def check_text(text: str, origin: str, catalog: Catalog | None = None
             problems.append(_at(origin, _key(group_node, "name") or group_node, "a group needs `name: <text>`"))
         rule_nodes = _value(group_node, "rules")
         if not isinstance(rule_nodes, yaml.SequenceNode) or not rule_nodes.value:
-            problems.append(_at(origin, _key(group_node, "rules") or group_node,
-                                "`rules:` must list at least one rule"))
+            problems.append(
+                _at(origin, _key(group_node, "rules") or group_node, "`rules:` must list at least one rule")
+            )
             continue
         for ri, rule_node in enumerate(rule_nodes.value):
             raw = group["rules"][ri]
@@ -175,8 +185,9 @@ def _validation_problem(err: dict, node: yaml.Node, origin: str, prefix: str) ->
     return _at(origin, at, f"{prefix}{where + ': ' if where else ''}{msg}", hint)
 
 
-def _signal_problems(scope: str | None, node: yaml.Node, origin: str, catalog: Catalog, prefix: str
-                     ) -> Iterator[Problem]:
+def _signal_problems(
+    scope: str | None, node: yaml.Node, origin: str, catalog: Catalog, prefix: str
+) -> Iterator[Problem]:
     """Unknown signals, and per-entity signals without ``reduce`` (when the scope is known), from the YAML."""
     names = known_signals(catalog)
     when = _value(node, "when")
@@ -184,19 +195,28 @@ def _signal_problems(scope: str | None, node: yaml.Node, origin: str, catalog: C
         signal = str(value.value)
         per = signal_per(signal, catalog)
         if per is None:
-            yield _at(origin, value, f"{prefix}unknown signal {signal!r}",
-                      _nearest(signal, names, "see docs/signals.md"))
+            yield _at(
+                origin, value, f"{prefix}unknown signal {signal!r}", _nearest(signal, names, "see docs/signals.md")
+            )
             continue
         reduce = _value(mapping, "reduce") if key == "signal" else None
         if scope is not None and reduce is None and per and per != (scope,):
-            yield _at(origin, value, f"{prefix}signal {signal} is per {'/'.join(per)}, the rule's scope is {scope}",
-                      "add `reduce: max|min|mean|sum|count` to fold it onto the rule's scope")
+            yield _at(
+                origin,
+                value,
+                f"{prefix}signal {signal} is per {'/'.join(per)}, the rule's scope is {scope}",
+                "add `reduce: max|min|mean|sum|count` to fold it onto the rule's scope",
+            )
     context = _value(node, "context")
     for item in context.value if isinstance(context, yaml.SequenceNode) else ():
         signal = str(getattr(item, "value", ""))
         if signal_per(signal, catalog) is None:
-            yield _at(origin, item, f"{prefix}unknown signal {signal!r} (context)",
-                      _nearest(signal, names, "see docs/signals.md"))
+            yield _at(
+                origin,
+                item,
+                f"{prefix}unknown signal {signal!r} (context)",
+                _nearest(signal, names, "see docs/signals.md"),
+            )
 
 
 def reported_names(node: yaml.Node) -> set[str]:
@@ -223,11 +243,18 @@ def _placeholder_problems(node: yaml.Node, origin: str, prefix: str) -> Iterator
                 continue
             quote = 1 if getattr(item, "style", None) in ("'", '"') else 0
             line = item.start_mark.line + 1
-            col = item.start_mark.column + 1 + quote + m.start() if "\n" not in text[:m.start()] else None
-            yield Problem(origin, line, col, f"{prefix}action placeholder {m.group(0)} names nothing this rule "
-                          "reports (people would read n/a)",
-                          _nearest(m.group(1), valid, "placeholders: node, gpus, model, engine, and the signals "
-                                   "of the rule's conditions and context"))
+            col = item.start_mark.column + 1 + quote + m.start() if "\n" not in text[: m.start()] else None
+            yield Problem(
+                origin,
+                line,
+                col,
+                f"{prefix}action placeholder {m.group(0)} names nothing this rule reports (people would read n/a)",
+                _nearest(
+                    m.group(1),
+                    valid,
+                    "placeholders: node, gpus, model, engine, and the signals of the rule's conditions and context",
+                ),
+            )
 
 
 def _walk_signals(node: yaml.Node | None) -> Iterator[tuple[str, yaml.ScalarNode, yaml.MappingNode]]:
@@ -272,9 +299,16 @@ def _locate(node: yaml.Node, loc: list[Any]) -> tuple[yaml.Node, yaml.Node | Non
 
 def _unknown_keys(node: yaml.MappingNode, level: str, origin: str) -> list[Problem]:
     allowed = _LEVEL_KEYS[level]
-    return [_at(origin, k, f"unknown key {k.value!r} in a {'rule file' if level == 'file' else 'group'}",
-                _nearest(str(k.value), allowed, "valid keys here"))
-            for k, _ in node.value if getattr(k, "value", None) not in allowed]
+    return [
+        _at(
+            origin,
+            k,
+            f"unknown key {k.value!r} in a {'rule file' if level == 'file' else 'group'}",
+            _nearest(str(k.value), allowed, "valid keys here"),
+        )
+        for k, _ in node.value
+        if getattr(k, "value", None) not in allowed
+    ]
 
 
 def _at(origin: str, node: yaml.Node, message: str, hint: str = "") -> Problem:

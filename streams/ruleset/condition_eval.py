@@ -175,22 +175,37 @@ def entities_of(leaves: Iterable[object], ctx: EvalContext, scope: str) -> list[
             found.update((ctx.last_seen.get(leaf.absent) or {}).keys())
     if not found and scope == "node":
         found.add("")
-    if not found and not any(isinstance(leaf, SignalCondition) and leaf.reduce is None and ctx.per(leaf.signal)
-                             for leaf in leaves):
+    if not found and not any(
+        isinstance(leaf, SignalCondition) and leaf.reduce is None and ctx.per(leaf.signal) for leaf in leaves
+    ):
         found.add("")
     return sorted(found, key=lambda e: (int(e), "") if e.isdigit() else (1 << 30, e))
 
 
-def observations(leaves: Iterable[SignalCondition | Absent], ctx: EvalContext, entity: str, scope: str,
-                 held_s: float, labels: dict[str, str]) -> list[Evidence]:
+def observations(
+    leaves: Iterable[SignalCondition | Absent],
+    ctx: EvalContext,
+    entity: str,
+    scope: str,
+    held_s: float,
+    labels: dict[str, str],
+) -> list[Evidence]:
     """Evidence for the leaves that have a value now: value vs threshold / baseline / other signal."""
     out = []
     for leaf in leaves:
         if isinstance(leaf, Absent):
             seen = (ctx.last_seen.get(leaf.absent) or {}).get("" if not ctx.per(leaf.absent) else entity)
             if seen is not None:
-                out.append(Evidence(signal=leaf.absent, value=round(ctx.now - seen, 3), op="absent for",
-                                    threshold=leaf.for_, unit="s", labels=labels))
+                out.append(
+                    Evidence(
+                        signal=leaf.absent,
+                        value=round(ctx.now - seen, 3),
+                        op="absent for",
+                        threshold=leaf.for_,
+                        unit="s",
+                        labels=labels,
+                    )
+                )
             continue
         if leaf.crossed is not None:
             out.extend(_crossing_evidence(leaf, ctx, entity, scope, labels))
@@ -219,13 +234,25 @@ def observations(leaves: Iterable[SignalCondition | Absent], ctx: EvalContext, e
                     detail = f"vs {leaf.bound.describe()}"  # type: ignore[union-attr]
         elif leaf.growing_for is not None:
             detail = f"rising for {leaf.growing_for:g} s"
-        out.append(Evidence(signal=name, value=round(v, 6), op=leaf.symbol, threshold=threshold, baseline=baseline,
-                            unit=spec.unit if spec else "", window_s=held_s, labels=labels, detail=detail))
+        out.append(
+            Evidence(
+                signal=name,
+                value=round(v, 6),
+                op=leaf.symbol,
+                threshold=threshold,
+                baseline=baseline,
+                unit=spec.unit if spec else "",
+                window_s=held_s,
+                labels=labels,
+                detail=detail,
+            )
+        )
     return out
 
 
-def _crossing_evidence(leaf: SignalCondition, ctx: EvalContext, entity: str, scope: str, labels: dict[str, str]
-                       ) -> list[Evidence]:
+def _crossing_evidence(
+    leaf: SignalCondition, ctx: EvalContext, entity: str, scope: str, labels: dict[str, str]
+) -> list[Evidence]:
     """A transition counter's evidence: how many changes of the comparison in its window."""
     n = ctx.crossings(leaf, entity, scope)
     if n is None or leaf.crossed is None:
@@ -233,10 +260,18 @@ def _crossing_evidence(leaf: SignalCondition, ctx: EvalContext, entity: str, sco
     name = f"{leaf.reduce.value}({leaf.signal})" if leaf.reduce else leaf.signal
     b = leaf.bound
     rhs = b.describe() if isinstance(b, Ref) else f"{b:g}"
-    return [Evidence(signal=name, value=float(n), op="changes >=", threshold=float(leaf.crossed.times), unit="",
-                     window_s=leaf.crossed.within, labels=labels,
-                     detail=f"`{name} {leaf.symbol} {rhs}` turned true or false {n} times "
-                            f"in {leaf.crossed.within:g} s")]
+    return [
+        Evidence(
+            signal=name,
+            value=float(n),
+            op="changes >=",
+            threshold=float(leaf.crossed.times),
+            unit="",
+            window_s=leaf.crossed.within,
+            labels=labels,
+            detail=f"`{name} {leaf.symbol} {rhs}` turned true or false {n} times in {leaf.crossed.within:g} s",
+        )
+    ]
 
 
 #: One leaf counts as at most this strong (a rate `above: 0`, a baseline bound close to 1x: a small absolute
@@ -283,8 +318,7 @@ def strength(cond: object, ctx: EvalContext, entity: str, scope: str) -> float:
             out *= strength(c, ctx, entity, scope)
         return out
     if isinstance(cond, AnyOf):
-        return max((strength(c, ctx, entity, scope) for c in cond.any if holds(c, ctx, entity, scope)),
-                   default=1.0)
+        return max((strength(c, ctx, entity, scope) for c in cond.any if holds(c, ctx, entity, scope)), default=1.0)
     return 1.0
 
 
@@ -293,8 +327,9 @@ def strength(cond: object, ctx: EvalContext, entity: str, scope: str) -> float:
 HOLD_POWER = 2.0
 
 
-def required_hold(cond: object, ctx: EvalContext, entity: str, scope: str, for_s: float,
-                  min_for_s: float | None, held_s: float) -> float:
+def required_hold(
+    cond: object, ctx: EvalContext, entity: str, scope: str, for_s: float, min_for_s: float | None, held_s: float
+) -> float:
     """How long `cond` must have held for `entity` before its rule fires, judged now: `for_s` for evidence just
     past its bounds (and for a rule without `min_for`), less the stronger it is, never below `min_for_s`."""
     if min_for_s is None or min_for_s >= for_s or held_s < min_for_s:

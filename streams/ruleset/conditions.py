@@ -61,9 +61,11 @@ class Ref(BaseModel):
     reduce: Reduce | None = None
     baseline: float | None = Field(default=None, gt=0, description="Multiple of the left signal's baseline.")
     peers: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Multiple of the median of the left signal over the entity's peers: the other entities of "
-                    "its kind on the node (the other GPUs, the other engines), at least MIN_PEERS of them.")
+        "its kind on the node (the other GPUs, the other engines), at least MIN_PEERS of them.",
+    )
     times: float = Field(default=1.0, gt=0, description="Multiplier of the other signal.")
 
     @model_validator(mode="after")
@@ -81,8 +83,11 @@ class Ref(BaseModel):
         if self.peers is not None:
             return f"{self.peers:g}x peer median"
         red = f"{self.reduce.value}(" if self.reduce else ""
-        return f"{self.times:g} x {red}{self.signal}{')' if self.reduce else ''}" if self.times != 1 else \
-            f"{red}{self.signal}{')' if self.reduce else ''}"
+        return (
+            f"{self.times:g} x {red}{self.signal}{')' if self.reduce else ''}"
+            if self.times != 1
+            else f"{red}{self.signal}{')' if self.reduce else ''}"
+        )
 
 
 def _bound(v: Any) -> Any:
@@ -127,7 +132,8 @@ class SignalCondition(BaseModel):
     growing_for: Duration | None = Field(default=None, gt=0, description="The value rose over this window.")
     crossed: Crossed | None = Field(default=None, description="Count the comparison's changes instead.")
     min_observations: int | None = Field(
-        default=None, ge=1, description="Percentile signals: at least this many requests in the window.")
+        default=None, ge=1, description="Percentile signals: at least this many requests in the window."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -142,14 +148,16 @@ class SignalCondition(BaseModel):
     def _one_op(self) -> SignalCondition:
         set_ops = [op for op in _OPS if getattr(self, op) is not None]
         if len(set_ops) > 1 or (not set_ops and self.growing_for is None):
-            raise ValueError(f"a condition needs exactly one of {', '.join(_OPS)} (or growing_for); "
-                             f"got {set_ops or 'none'}")
+            raise ValueError(
+                f"a condition needs exactly one of {', '.join(_OPS)} (or growing_for); got {set_ops or 'none'}"
+            )
         bound = getattr(self, set_ops[0]) if set_ops else None
         if isinstance(bound, Ref) and bound.peers is not None and self.reduce is not None:
             raise ValueError("`peers` compares one entity with the others: it cannot go with `reduce`")
         if self.crossed is not None and (not set_ops or self.growing_for is not None):
-            raise ValueError("`crossed` counts the changes of a comparison: give it one of "
-                             f"{', '.join(_OPS)} and no growing_for")
+            raise ValueError(
+                f"`crossed` counts the changes of a comparison: give it one of {', '.join(_OPS)} and no growing_for"
+            )
         return self
 
     def model_post_init(self, _context: Any) -> None:
@@ -177,8 +185,9 @@ class SignalCondition(BaseModel):
         return float(b) if isinstance(b, int | float) else None
 
     def compare(self, value: float, limit: float) -> bool:
-        return {"above": value > limit, "at_least": value >= limit, "below": value < limit,
-                "at_most": value <= limit}[self.op or "above"]
+        return {"above": value > limit, "at_least": value >= limit, "below": value < limit, "at_most": value <= limit}[
+            self.op or "above"
+        ]
 
     def signals(self) -> Iterator[str]:
         yield self.signal

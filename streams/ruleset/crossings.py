@@ -39,8 +39,9 @@ def leaf_key(cond: SignalCondition, scope: str) -> str:
 _PLANS: dict[int, tuple[RuleSet, Catalog, list[tuple[str, SignalCondition, str, float, tuple[RulePlan, ...]]]]] = {}
 
 
-def counted_leaves(rules: RuleSet, catalog: Catalog
-                   ) -> list[tuple[str, SignalCondition, str, float, tuple[RulePlan, ...]]]:
+def counted_leaves(
+    rules: RuleSet, catalog: Catalog
+) -> list[tuple[str, SignalCondition, str, float, tuple[RulePlan, ...]]]:
     """Every comparison some rule counts: (key, leaf, scope, longest window, the plans of the rules reading it)."""
     found = _PLANS.get(id(rules))
     if found is not None and found[0] is rules and found[1] is catalog:

@@ -84,10 +84,15 @@ def _engine_order(name: str) -> tuple[int, str]:
 
 
 def _rule_block(rule: Rule) -> list[str]:
-    kind = "symptom" + (f", falls back to `{rule.fallback_root_cause}`" if rule.fallback_root_cause else "") \
-        if rule.symptom else "cause"
-    lines = [f"- **`{rule.name}`** ({kind}, {rule.severity.value}, scope {rule.scope.value}, "
-             f"{hold_text(rule)}; {engines_text(rule)}): `{describe(rule.when)}`"]
+    kind = (
+        "symptom" + (f", falls back to `{rule.fallback_root_cause}`" if rule.fallback_root_cause else "")
+        if rule.symptom
+        else "cause"
+    )
+    lines = [
+        f"- **`{rule.name}`** ({kind}, {rule.severity.value}, scope {rule.scope.value}, "
+        f"{hold_text(rule)}; {engines_text(rule)}): `{describe(rule.when)}`"
+    ]
     if rule.description:
         lines.append(f"  {' '.join(rule.description.split())}")
     for action in rule.actions:

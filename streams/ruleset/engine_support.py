@@ -52,8 +52,9 @@ def base_signals(signal: str, catalog: Catalog | None = None) -> frozenset[str]:
         return base_signals(num, catalog) | base_signals(den, catalog)
     base, _, suffix = signal.rpartition(".")
     spec = catalog.spec(base)
-    if spec is not None and ((suffix == "rate" and spec.kind == "counter")
-                             or (suffix in HISTOGRAM_STATS and spec.kind == "histogram")):
+    if spec is not None and (
+        (suffix == "rate" and spec.kind == "counter") or (suffix in HISTOGRAM_STATS and spec.kind == "histogram")
+    ):
         return frozenset((base,))
     return frozenset()
 
@@ -119,8 +120,9 @@ def fed(condition: object, available: frozenset[str], catalog: Catalog | None = 
     return not missing(condition, available, catalog)
 
 
-def supported_engines(rule: object, catalog: Catalog | None = None,
-                      available: Mapping[str, frozenset[str]] | None = None) -> frozenset[str]:
+def supported_engines(
+    rule: object, catalog: Catalog | None = None, available: Mapping[str, frozenset[str]] | None = None
+) -> frozenset[str]:
     """The engines that can feed `rule` (a :class:`~tailhound.streams.ruleset.rulefile.Rule` or a bare condition):
     ``{"any"}`` when it reads no engine signal; else the engines whose signals (`available`: engine -> signal
     names, by default what the catalog maps for each) feed its ``when``."""

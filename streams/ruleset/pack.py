@@ -44,13 +44,23 @@ def _git_state(directory: Path, files: list[Path]) -> tuple[str | None, bool]:
     if git is None:
         return None, False
     try:
-        head = subprocess.run([git, "-C", str(directory), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, timeout=GIT_TIMEOUT_S, check=False)
+        head = subprocess.run(
+            [git, "-C", str(directory), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
         if head.returncode != 0:
             return None, False
         paths = [str(f.resolve()) for f in files]
-        status = subprocess.run([git, "-C", str(directory), "status", "--porcelain", "--", *paths],
-                                capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False)
+        status = subprocess.run(
+            [git, "-C", str(directory), "status", "--porcelain", "--", *paths],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None, False
     return head.stdout.strip() or None, bool(status.stdout.strip()) or status.returncode != 0

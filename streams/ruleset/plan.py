@@ -41,14 +41,17 @@ def compile_value(signal: str, reduce: Reduce | None, scope: str, catalog: Catal
     per = signal_per(signal, catalog) or ()
     if reduce is None:
         if not per:
+
             def node_value(ctx: EvalContext, _entity: str) -> float | None:
                 vals = ctx.values.get(signal)
                 return vals.get("") if vals else None
+
             return node_value
 
         def own_value(ctx: EvalContext, entity: str) -> float | None:
             vals = ctx.values.get(signal)
             return vals.get(entity) if vals else None
+
         return own_value
     members_of_entity = bool(per) and per[0] == scope and len(per) > 1
     empty_ok = reduce == Reduce.COUNT
@@ -67,6 +70,7 @@ def compile_value(signal: str, reduce: Reduce | None, scope: str, catalog: Catal
         if not members_of_entity:
             memo[:] = (ctx, vals, result)
         return result
+
     return reduced
 
 
@@ -80,6 +84,7 @@ def _median_without(ordered: list[float], own: float | None) -> float | None:
 
     def at(i: int) -> float:
         return ordered[i] if i < skip else ordered[i + 1]
+
     half = n // 2
     return at(half) if n % 2 else (at(half - 1) + at(half)) / 2
 
@@ -96,6 +101,7 @@ def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value
         def baseline(ctx: EvalContext, entity: str) -> float | None:
             found = ctx.baseline(signal, "" if node_wide else entity)
             return None if found is None else found[0] * times
+
         return baseline
     if b.peers is not None:
         left, share = cond.signal, b.peers
@@ -113,20 +119,25 @@ def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value
             # (with a NaN, sorting orders nothing: the plain median of the others, as the interpreter takes it)
             median = peer_median(vals, entity) if ordered is None else _median_without(ordered, vals.get(entity))
             return None if median is None else median * share
+
         return peers
     other_value, factor = compile_value(b.signal or "", b.reduce, scope, catalog), b.times
 
     def other(ctx: EvalContext, entity: str) -> float | None:
         v = other_value(ctx, entity)
         return None if v is None else v * factor
+
     return other
 
 
 def _compile_signal(cond: SignalCondition, scope: str, catalog: Catalog) -> Check:
     value = compile_value(cond.signal, cond.reduce, scope, catalog)
     min_obs = cond.min_observations
-    count = (compile_value(f"{cond.signal.rpartition('.')[0]}.window_count", cond.reduce, scope, catalog)
-             if min_obs is not None else None)
+    count = (
+        compile_value(f"{cond.signal.rpartition('.')[0]}.window_count", cond.reduce, scope, catalog)
+        if min_obs is not None
+        else None
+    )
     compare = _COMPARE[cond.op] if cond.op is not None else None
     limit = _compile_limit(cond, scope, catalog) if compare is not None else None
     growing_for, signal = cond.growing_for, cond.signal
@@ -148,6 +159,7 @@ def _compile_signal(cond: SignalCondition, scope: str, catalog: Catalog) -> Chec
         if verdict and growing_for is not None:
             return rising(ctx.history(signal, entity), growing_for, ctx.now)
         return verdict
+
     return check
 
 
@@ -161,6 +173,7 @@ def _compile_absent(cond: Absent, catalog: Catalog) -> Check:
         if last is None:
             return None  # never seen: nothing went missing
         return ctx.now - last >= for_
+
     return check
 
 
@@ -170,6 +183,7 @@ def _compile_crossed(cond: SignalCondition, scope: str) -> Check:
     def check(ctx: EvalContext, entity: str) -> bool | None:
         n = ctx.crossings(cond, entity, scope)
         return None if n is None else n >= times
+
     return check
 
 
@@ -193,6 +207,7 @@ def compile_condition(cond: object, scope: str, catalog: Catalog) -> Check:
                 if r is None:
                     unknown = True
             return None if unknown else True
+
         return all_of
     if isinstance(cond, AnyOf):
         parts = tuple(compile_condition(c, scope, catalog) for c in cond.any)
@@ -206,6 +221,7 @@ def compile_condition(cond: object, scope: str, catalog: Catalog) -> Check:
                 if r is False:
                     judged = True
             return False if judged else None
+
         return any_of
     if isinstance(cond, NotOf):
         inner = compile_condition(cond.not_, scope, catalog)
@@ -213,6 +229,7 @@ def compile_condition(cond: object, scope: str, catalog: Catalog) -> Check:
         def not_of(ctx: EvalContext, entity: str) -> bool | None:
             r = inner(ctx, entity)
             return None if r is None else not r
+
         return not_of
     raise TypeError(f"unknown condition {cond!r}")
 
@@ -242,14 +259,27 @@ class RulePlan:
             return signal_per(signal, catalog) or ()
 
         return cls(
-            rule=rule, name=rule.name, scope=scope, reads=rule.signals(), has_absence=rule.has_absence,
+            rule=rule,
+            name=rule.name,
+            scope=scope,
+            reads=rule.signals(),
+            has_absence=rule.has_absence,
             check=compile_condition(rule.when, scope, catalog),
-            entity_signals=tuple(dict.fromkeys(leaf.signal for leaf in leaves if isinstance(leaf, SignalCondition)
-                                               and leaf.reduce is None and per(leaf.signal) == (scope,))),
-            absent_signals=tuple(dict.fromkeys(leaf.absent for leaf in leaves if isinstance(leaf, Absent)
-                                               and per(leaf.absent) == (scope,))),
-            per_entity=any(isinstance(leaf, SignalCondition) and leaf.reduce is None and per(leaf.signal)
-                           for leaf in leaves),
+            entity_signals=tuple(
+                dict.fromkeys(
+                    leaf.signal
+                    for leaf in leaves
+                    if isinstance(leaf, SignalCondition) and leaf.reduce is None and per(leaf.signal) == (scope,)
+                )
+            ),
+            absent_signals=tuple(
+                dict.fromkeys(
+                    leaf.absent for leaf in leaves if isinstance(leaf, Absent) and per(leaf.absent) == (scope,)
+                )
+            ),
+            per_entity=any(
+                isinstance(leaf, SignalCondition) and leaf.reduce is None and per(leaf.signal) for leaf in leaves
+            ),
         )
 
     def entities(self, ctx: EvalContext) -> list[str]:

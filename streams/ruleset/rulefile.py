@@ -43,11 +43,27 @@ from ..signals import signal_per
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
 from .pack import pack_version
 
-__all__ = ["AllOf", "AnyOf", "NotOf", "Absent", "Ref", "SignalCondition", "Threshold", "Rule", "RuleSet", "Scope",
-           "Engine", "load_rules", "load_rule_file", "parse_rule_text", "parse_duration"]
+__all__ = [
+    "AllOf",
+    "AnyOf",
+    "NotOf",
+    "Absent",
+    "Ref",
+    "SignalCondition",
+    "Threshold",
+    "Rule",
+    "RuleSet",
+    "Scope",
+    "Engine",
+    "load_rules",
+    "load_rule_file",
+    "parse_rule_text",
+    "parse_duration",
+]
 
 #: The name earlier code used for a signal comparison.
 Threshold = SignalCondition
+
 
 class Scope(StrEnum):
     GPU = "gpu"
@@ -120,8 +136,10 @@ class Rule(BaseModel):
         if self.fallback_root_cause is not None and not self.symptom:
             raise ValueError("`fallback_root_cause` is for symptom rules")
         if self.min_for is not None and self.min_for > self.for_:
-            raise ValueError(f"`min_for` ({self.min_for:g} s) is the shortest hold: it cannot exceed `for` "
-                             f"({self.for_:g} s), the longest")
+            raise ValueError(
+                f"`min_for` ({self.min_for:g} s) is the shortest hold: it cannot exceed `for` "
+                f"({self.for_:g} s), the longest"
+            )
         return self
 
     @property
@@ -193,8 +211,12 @@ class RuleSet(BaseModel):
         """Baseline keys: signals some rule compares with their baseline (a rolling baseline per entity),
         and ``reduce(signal)`` for reduced comparisons (one baseline of the node-wide value, e.g.
         ``sum(engine.http_requests.rate)``)."""
-        return frozenset(baseline_key(leaf.signal, leaf.reduce) for rule in self.rules for leaf in rule.thresholds()
-                         if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None)
+        return frozenset(
+            baseline_key(leaf.signal, leaf.reduce)
+            for rule in self.rules
+            for leaf in rule.thresholds()
+            if isinstance(leaf.bound, Ref) and leaf.bound.baseline is not None
+        )
 
     @cached_property
     def baseline_plan(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -204,8 +226,10 @@ class RuleSet(BaseModel):
         out = {}
         for key in self.baseline_signals:
             signal = split_baseline_key(key)[1]
-            out[key] = (tuple(signal[:i] for i, ch in enumerate(signal) if ch == "."),
-                        tuple(rule.name for rule in self.rules if signal in rule.signals()))
+            out[key] = (
+                tuple(signal[:i] for i, ch in enumerate(signal) if ch == "."),
+                tuple(rule.name for rule in self.rules if signal in rule.signals()),
+            )
         return out
 
     @cached_property
@@ -316,8 +340,12 @@ def _check_engines(rule: Rule, catalog: Catalog, origin: str, line: int | None) 
     declared = [e.value for e in rule.engines or ()]
     if Engine.ANY in declared:
         if Engine.ANY not in supported:
-            raise RuleFileError(origin, line, f"rule {rule.name}: `engines: [any]` but it reads engine signals "
-                                              f"(supported by: {', '.join(sorted(supported)) or 'no engine'})")
+            raise RuleFileError(
+                origin,
+                line,
+                f"rule {rule.name}: `engines: [any]` but it reads engine signals "
+                f"(supported by: {', '.join(sorted(supported)) or 'no engine'})",
+            )
         return
     if Engine.ANY in supported:
         raise RuleFileError(origin, line, f"rule {rule.name}: it reads no engine signal: write `engines: [any]`")
@@ -326,8 +354,12 @@ def _check_engines(rule: Rule, catalog: Catalog, origin: str, line: int | None) 
             raise RuleFileError(origin, line, f"rule {rule.name}: the catalog has no engine {engine!r}")
         if engine not in supported:
             lacks = missing(rule.when, catalog_signals(engine, catalog), catalog)
-            raise RuleFileError(origin, line, f"rule {rule.name}: {engine} cannot feed it "
-                                              f"(it does not expose {', '.join(lacks)}; see docs/signals.md)")
+            raise RuleFileError(
+                origin,
+                line,
+                f"rule {rule.name}: {engine} cannot feed it "
+                f"(it does not expose {', '.join(lacks)}; see docs/signals.md)",
+            )
 
 
 def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) -> None:
@@ -339,7 +371,8 @@ def _check_signals(rule: Rule, catalog: Catalog, origin: str, line: int | None) 
             raise RuleFileError(origin, line, f"rule {rule.name}: unknown signal {signal!r} ({what})")
         if reduce is None and per and per != (scope,):
             raise RuleFileError(
-                origin, line,
+                origin,
+                line,
                 f"rule {rule.name}: signal {signal} is per {'/'.join(per)}, rule scope is {scope}: "
                 "add `reduce: max|min|mean|sum|count` to fold it onto the rule's scope",
             )

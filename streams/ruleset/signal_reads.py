@@ -26,8 +26,14 @@ from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIO
 from .rulefile import RuleSet
 
 #: what a load model reads of the view besides its own signal (tailhound.streams.loadmodel.features_of)
-MODEL_FEATURES = ("tokens.prompt.mean", "tokens.generation.mean", "engine.requests_running",
-                  "engine.requests_waiting", "engine.requests_finished.rate", "engine.requests_received.rate")
+MODEL_FEATURES = (
+    "tokens.prompt.mean",
+    "tokens.generation.mean",
+    "engine.requests_running",
+    "engine.requests_waiting",
+    "engine.requests_finished.rate",
+    "engine.requests_received.rate",
+)
 
 _STAT_SUFFIXES = frozenset(HISTOGRAM_STATS)
 

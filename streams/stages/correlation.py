@@ -13,13 +13,22 @@ from .step import Step
 
 def stage(step: Step) -> bool:
     state = step.state
-    step.events = correlate(state.incidents, state.orphans, step.firing, step.rules, step.snapshot, state.models,
-                            step.pending, observer(step.rules, step.ctx, step.catalog))
+    step.events = correlate(
+        state.incidents,
+        state.orphans,
+        step.firing,
+        step.rules,
+        step.snapshot,
+        state.models,
+        step.pending,
+        observer(step.rules, step.ctx, step.catalog),
+    )
     traces = state.traces
     if traces:
         if step.events:
-            step.events = [ev.model_copy(update={"series": series_of(traces, _rules_of(ev), state.node)})
-                           for ev in step.events]
+            step.events = [
+                ev.model_copy(update={"series": series_of(traces, _rules_of(ev), state.node)}) for ev in step.events
+            ]
         needed = set(state.rules)
         for ep in state.incidents.values():
             needed.update(ep.members)

@@ -42,10 +42,14 @@ def stage(step: Step) -> bool:
         for name in [n for n in state.rules if n not in step.rules.index]:
             del state.rules[name]  # its rule is gone (a reload): correlation resolves what it held open
     step.firing = {
-        name: Firing(entities=sorted(rs.firing, key=entity_order), since=min(f.since for f in rs.firing.values()),
-                     evidence=[ev for e in sorted(rs.firing, key=entity_order) for ev in rs.firing[e].evidence],
-                     fired=_first_fired(rs, step.rules.index[name].for_))
-        for name, rs in state.rules.items() if rs.firing
+        name: Firing(
+            entities=sorted(rs.firing, key=entity_order),
+            since=min(f.since for f in rs.firing.values()),
+            evidence=[ev for e in sorted(rs.firing, key=entity_order) for ev in rs.firing[e].evidence],
+            fired=_first_fired(rs, step.rules.index[name].for_),
+        )
+        for name, rs in state.rules.items()
+        if rs.firing
     }
     step.pending = {name for name, rs in state.rules.items() if set(rs.pending) - set(rs.firing)}
     return True
@@ -56,8 +60,15 @@ def _first_fired(rs: RuleState, for_s: float) -> float:
     return min(f.since + for_s if f.fired_at is None else f.fired_at for f in rs.firing.values())
 
 
-def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], plan: RulePlan, ctx: EvalContext,
-                   ts: float, catalog: Catalog, traces: dict[str, SeriesTrace]) -> None:
+def _step_entities(
+    pending: dict[str, float],
+    firing: dict[str, FiringEntity],
+    plan: RulePlan,
+    ctx: EvalContext,
+    ts: float,
+    catalog: Catalog,
+    traces: dict[str, SeriesTrace],
+) -> None:
     """Step a rule's entity states (its RuleState's `pending` and `firing`) at `ts`; the evidence of every
     entity whose condition holds goes into the node's chart traces."""
     rule = plan.rule
@@ -80,12 +91,19 @@ def _step_entities(pending: dict[str, float], firing: dict[str, FiringEntity], p
             if f is not None and ts - f.last_true >= rule.keep_firing_for:
                 del firing[e]
             elif f is not None:  # still firing (keep_firing_for): the chart shows the recovery
-                record(traces, rule.name, rule.for_, rule.scope.value, e, f.since,
-                       rule_evidence(rule, ctx, e, ts - f.since, catalog), ctx)
+                record(
+                    traces,
+                    rule.name,
+                    rule.for_,
+                    rule.scope.value,
+                    e,
+                    f.since,
+                    rule_evidence(rule, ctx, e, ts - f.since, catalog),
+                    ctx,
+                )
 
 
-def _expire_stale(pending: dict[str, float], firing: dict[str, FiringEntity], ts: float, stale_after_s: float
-                  ) -> None:
+def _expire_stale(pending: dict[str, float], firing: dict[str, FiringEntity], ts: float, stale_after_s: float) -> None:
     if firing:
         for e in [e for e, f in firing.items() if ts - f.last_true > max(stale_after_s, 0.0)]:
             del firing[e]

@@ -82,8 +82,9 @@ def _add_sla(view: CurrentValues | SignalValues, state: NodeState, sla: dict[str
             view[signal] = values
 
 
-def _latency_values(state: NodeState, snapshot: Snapshot, catalog: Catalog, wanted: frozenset[str] | None
-                    ) -> SignalValues | None:
+def _latency_values(
+    state: NodeState, snapshot: Snapshot, catalog: Catalog, wanted: frozenset[str] | None
+) -> SignalValues | None:
     """Feed histogram deltas into the node's latency windows; their percentiles per engine (the `wanted`
     ones, None: all); None when no window took an interval."""
     tracker = state.tracker(catalog)

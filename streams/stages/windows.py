@@ -25,10 +25,15 @@ def stage(step: Step) -> bool:
     _record_history(state, step.rules, step.fresh, ts)
     _add_demand(view, state, step.rules, ts)
     _learn_baselines(state, step.rules, view, step.fresh, ts)
-    step.ctx = EvalContext(now=ts, values=view, last_seen=step.latest.seen(), catalog=step.catalog,  # type: ignore[arg-type]
-                           history=lambda s, e: _history(state, s, e),
-                           baseline=lambda s, e: _baseline(state, s, e, view, models),
-                           crossings=lambda c, e, scope: crossing_count(state, c, e, scope, ts))
+    step.ctx = EvalContext(
+        now=ts,
+        values=view,  # type: ignore[arg-type]
+        last_seen=step.latest.seen(),  # type: ignore[arg-type]
+        catalog=step.catalog,  # type: ignore[arg-type]
+        history=lambda s, e: _history(state, s, e),
+        baseline=lambda s, e: _baseline(state, s, e, view, models),
+        crossings=lambda c, e, scope: crossing_count(state, c, e, scope, ts),
+    )
     updated = set(step.fresh)
     for f in updated & DERIVED_BY_INPUT.keys():
         updated.update(DERIVED_BY_INPUT[f])
@@ -93,8 +98,9 @@ def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: f
                 pts.pop(0)
 
 
-def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | SignalValues, fresh: SignalValues,
-                     ts: float) -> None:
+def _learn_baselines(
+    state: NodeState, rules: RuleSet, view: CurrentValues | SignalValues, fresh: SignalValues, ts: float
+) -> None:
     """Feed every value a rule compares with its baseline, except while that entity is in an incident
     of a rule reading the signal (an incident must not raise its own baseline)."""
     private = cast("dict[str, Any]", state.__pydantic_private__)  # (getattr of a private is slow)
@@ -102,8 +108,12 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | Sig
         how, base = split_baseline_key(signal)
         if base not in fresh and not any(p in fresh for p in prefixes) and not _inputs_fresh(base, fresh):
             continue  # neither the signal nor what it is derived from (latency.tpot for .p95) is new
-        troubled = {e for name in readers if name in state.rules
-                    for e in (*state.rules[name].firing, *state.rules[name].pending)}
+        troubled = {
+            e
+            for name in readers
+            if name in state.rules
+            for e in (*state.rules[name].firing, *state.rules[name].pending)
+        }
         values = view.get(base) or {}
         if how is not None:  # a node-wide value: one baseline, troubled when any entity is
             reduced = reduce_values(how, list(values.values())) if values else None
@@ -117,8 +127,9 @@ def _learn_baselines(state: NodeState, rules: RuleSet, view: CurrentValues | Sig
                 private["_dirty"].add(key)
 
 
-def _baseline(state: NodeState, signal: str, entity: str, view: CurrentValues | SignalValues,
-              models: dict[str, LoadModel] | None) -> tuple[float, str] | None:
+def _baseline(
+    state: NodeState, signal: str, entity: str, view: CurrentValues | SignalValues, models: dict[str, LoadModel] | None
+) -> tuple[float, str] | None:
     """What `signal` should be for this entity: the load model's prediction for the current load when a
     model for the signal is loaded and covers that load, else the rolling baseline's median."""
     rolling = state.baseline_of(f"{signal}|{entity}")

@@ -58,8 +58,9 @@ def _load_result(path: Path):  # LoadTestResult
         return LoadTestResult.model_validate_json(path.read_text(encoding="utf-8"))
     except (ValidationError, ValueError) as exc:
         detail = str(exc).splitlines()
-        raise CapacityInputError(f"{path}: neither a load test result (tailhound loadtest) nor a scrape recording: "
-                                 + "; ".join(detail[:3])) from None
+        raise CapacityInputError(
+            f"{path}: neither a load test result (tailhound loadtest) nor a scrape recording: " + "; ".join(detail[:3])
+        ) from None
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -80,18 +81,26 @@ def _table(analysis, console: Console) -> None:
         if k is None:
             t.add_row(f"{name} ({pct})", "none", "no bend within the tested load")
         else:
-            t.add_row(f"{name} ({pct})", _fmt(k.load, unit),
-                      f"{k.latency_s:.4g} s there, confidence {k.confidence:.2f}")
-    t.add_row("throughput plateau", _fmt(rec.throughput_plateau_rps, " req/s"),
-              f"from {_fmt(analysis.plateau_load, unit)}" if analysis.plateau_load is not None else "not reached")
-    t.add_row("TPOT outpaces throughput", _fmt(rec.tpot_outpaces_throughput_at, unit),
-              "the max_num_seqs point" if rec.tpot_outpaces_throughput_at is not None else "not within the test")
+            t.add_row(
+                f"{name} ({pct})", _fmt(k.load, unit), f"{k.latency_s:.4g} s there, confidence {k.confidence:.2f}"
+            )
+    t.add_row(
+        "throughput plateau",
+        _fmt(rec.throughput_plateau_rps, " req/s"),
+        f"from {_fmt(analysis.plateau_load, unit)}" if analysis.plateau_load is not None else "not reached",
+    )
+    t.add_row(
+        "TPOT outpaces throughput",
+        _fmt(rec.tpot_outpaces_throughput_at, unit),
+        "the max_num_seqs point" if rec.tpot_outpaces_throughput_at is not None else "not within the test",
+    )
     t.add_row("safe request rate", _fmt(rec.safe_request_rate, " req/s"), "per engine: the lower knee")
     t.add_row("max_num_seqs", str(rec.recommended_max_num_seqs), "vLLM --max-num-seqs")
     t.add_row("queue scale-out", _fmt(rec.queue_scale_out), "requests waiting per engine")
     t.add_row("KEDA queue threshold", _fmt(rec.keda.get("queue")), "AverageValue of waiting requests")
-    t.add_row("KEDA batch threshold", _fmt(rec.keda.get("batch")),
-              "AverageValue of running requests (0.8 x max_num_seqs)")
+    t.add_row(
+        "KEDA batch threshold", _fmt(rec.keda.get("batch")), "AverageValue of running requests (0.8 x max_num_seqs)"
+    )
     console.print(t)
     for note in analysis.notes:
         console.print(f"  - {note}", highlight=False)
@@ -100,23 +109,43 @@ def _table(analysis, console: Console) -> None:
 
 
 def capacity(
-    inputs: Annotated[list[Path], typer.Argument(
-        help="A load test result (tailhound loadtest, JSON) or scrape recordings (JSON lines, .gz/.zst).",
-        exists=True, dir_okay=False, readable=True)],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the capacity file (YAML) rules read "
-                                                                  "(settings streams.capacity_file).")] = None,
-    plots: Annotated[Path | None, typer.Option("--plots", help="Write PNG plots into this directory "
-                                                               "(<model>-ttft.png, -tpot.png, -throughput.png).")
-                     ] = None,
-    percentile: Annotated[str, typer.Option("--percentile", help="Latency percentile of the knees: p95 or p99.")
-                          ] = "p95",
-    model_pattern: Annotated[str | None, typer.Option(
-        "--model-pattern", help="With --out: the model pattern (fnmatch) of the capacity file's entry (one model "
-                                "only; default: the model name).")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="Standard output: table (for people) or json (the "
-                                                            "recommendations).")] = "table",
-    window: Annotated[float, typer.Option("--window", min=1.0, help="Telemetry: seconds of event time per "
-                                                                    "engine and point before binning.")] = 60.0,
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A load test result (tailhound loadtest, JSON) or scrape recordings (JSON lines, .gz/.zst).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write the capacity file (YAML) rules read (settings streams.capacity_file)."),
+    ] = None,
+    plots: Annotated[
+        Path | None,
+        typer.Option(
+            "--plots", help="Write PNG plots into this directory (<model>-ttft.png, -tpot.png, -throughput.png)."
+        ),
+    ] = None,
+    percentile: Annotated[
+        str, typer.Option("--percentile", help="Latency percentile of the knees: p95 or p99.")
+    ] = "p95",
+    model_pattern: Annotated[
+        str | None,
+        typer.Option(
+            "--model-pattern",
+            help="With --out: the model pattern (fnmatch) of the capacity file's entry (one model "
+            "only; default: the model name).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="Standard output: table (for people) or json (the recommendations).")
+    ] = "table",
+    window: Annotated[
+        float,
+        typer.Option("--window", min=1.0, help="Telemetry: seconds of event time per engine and point before binning."),
+    ] = 60.0,
     bins: Annotated[int, typer.Option("--bins", min=2, help="Telemetry: load bins per model.")] = 24,
 ) -> None:
     """Find the TTFT and TPOT knees, the throughput plateau, the safe request rate per engine, max_num_seqs and
@@ -137,8 +166,9 @@ def capacity(
                 recordings.append(path)
             else:
                 try:
-                    analyses.append(recommend(_load_result(path), source=f"loadtest:{path.name}",
-                                              percentile=percentile))
+                    analyses.append(
+                        recommend(_load_result(path), source=f"loadtest:{path.name}", percentile=percentile)
+                    )
                 except ValueError as exc:
                     raise CapacityInputError(f"{path}: {exc}") from None
         if recordings:
@@ -149,7 +179,11 @@ def capacity(
             try:
                 analyses += recommend_from_telemetry(
                     iter_recordings(recordings, lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False)),
-                    source=source, percentile=percentile, window_s=window, bins=bins)
+                    source=source,
+                    percentile=percentile,
+                    window_s=window,
+                    bins=bins,
+                )
             except ValueError as exc:
                 raise CapacityInputError(f"{', '.join(map(str, recordings))}: {exc}") from None
         plotted: list[Path] = []

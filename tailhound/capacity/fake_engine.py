@@ -160,8 +160,16 @@ class _Stats:
 class FakeEngine:
     """The server. ``running``/``waiting`` are the batch and the queue right now."""
 
-    def __init__(self, law: EngineLaw | None = None, *, model: str = DEFAULT_MODEL, max_inflight: int = 1024,
-                 max_body_bytes: int = 1 << 20, max_output_tokens: int = 4096, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        law: EngineLaw | None = None,
+        *,
+        model: str = DEFAULT_MODEL,
+        max_inflight: int = 1024,
+        max_body_bytes: int = 1 << 20,
+        max_output_tokens: int = 4096,
+        api_key: str | None = None,
+    ) -> None:
         self.law = law or EngineLaw()
         self.api_key = api_key
         self.model = model
@@ -175,14 +183,16 @@ class FakeEngine:
         self.port: int | None = None
         self.host = "127.0.0.1"
         buckets = build_1_2_5_buckets(MAX_MODEL_LEN)
-        self.stats = _Stats(hist={
-            "ttft": CumulativeHistogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
-            "tpot": CumulativeHistogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS),
-            "queue": CumulativeHistogram("vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
-            "e2e": CumulativeHistogram("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
-            "prompt": CumulativeHistogram("vllm:request_prompt_tokens", buckets),
-            "gen": CumulativeHistogram("vllm:request_generation_tokens", buckets),
-        })
+        self.stats = _Stats(
+            hist={
+                "ttft": CumulativeHistogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+                "tpot": CumulativeHistogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS),
+                "queue": CumulativeHistogram("vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
+                "e2e": CumulativeHistogram("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
+                "prompt": CumulativeHistogram("vllm:request_prompt_tokens", buckets),
+                "gen": CumulativeHistogram("vllm:request_generation_tokens", buckets),
+            }
+        )
 
     # -- the knees, for tests and people ----------------------------------------------------------------
 
@@ -209,8 +219,11 @@ class FakeEngine:
     @web.middleware
     async def _auth(self, request: web.Request, handler: Callable) -> web.StreamResponse:
         """With an ``api_key``, the /v1 routes need ``Authorization: Bearer <key>`` (as vLLM's --api-key)."""
-        if self.api_key and request.path.startswith("/v1/") and \
-                request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        if (
+            self.api_key
+            and request.path.startswith("/v1/")
+            and request.headers.get("Authorization") != f"Bearer {self.api_key}"
+        ):
             return _error(401, "Unauthorized", "authentication_error")
         return await handler(request)
 
@@ -263,8 +276,9 @@ class FakeEngine:
                 return
         self.running -= 1
 
-    async def generate(self, prompt_tokens: int, output_tokens: int,
-                       emit: Callable[[int], Awaitable[None]] | None = None) -> dict[str, float]:
+    async def generate(
+        self, prompt_tokens: int, output_tokens: int, emit: Callable[[int], Awaitable[None]] | None = None
+    ) -> dict[str, float]:
         """Run one request through the law; `emit(i)` is awaited as token i (0-based) comes out.
         Returns the server-side timings (queue, ttft, tpot, e2e seconds)."""
         loop = asyncio.get_running_loop()
@@ -296,8 +310,12 @@ class FakeEngine:
             self._kv_tokens -= held
             self._release()
         first = first if first is not None else end
-        timings = {"queue": admitted - arrival, "ttft": first - arrival, "e2e": end - arrival,
-                   "tpot": (end - first) / (output_tokens - 1) if output_tokens > 1 else 0.0}
+        timings = {
+            "queue": admitted - arrival,
+            "ttft": first - arrival,
+            "e2e": end - arrival,
+            "tpot": (end - first) / (output_tokens - 1) if output_tokens > 1 else 0.0,
+        }
         st = self.stats
         st.prompt_tokens += prompt_tokens
         st.generation_tokens += output_tokens
@@ -361,23 +379,43 @@ class FakeEngine:
         if not body.get("stream"):
             await self.generate(prompt, output)
             text = "".join(f" {_WORDS[i % len(_WORDS)]}" for i in range(output))
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                       "logprobs": None, "finish_reason": "length"} if chat else
-                      {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
-            return web.json_response({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                                      "created": created, "model": self.model, "choices": [choice],
-                                      "usage": usage})
+            choice = (
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "length",
+                }
+                if chat
+                else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+            )
+            return web.json_response(
+                {
+                    "id": rid,
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": created,
+                    "model": self.model,
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
 
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         obj = "chat.completion.chunk" if chat else "text_completion"
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
         await resp.prepare(request)
 
         def chunk(choice: dict | None) -> bytes:
-            data: dict = {"id": rid, "object": obj, "created": created, "model": self.model,
-                          "choices": [choice] if choice is not None else []}
+            data: dict = {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": self.model,
+                "choices": [choice] if choice is not None else [],
+            }
             if include_usage:
                 data["usage"] = None
             return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
@@ -396,8 +434,14 @@ class FakeEngine:
             await self.generate(prompt, output, emit)
             tail = chunk(choice(None, "length"))
             if include_usage:
-                final = {"id": rid, "object": obj, "created": created, "model": self.model, "choices": [],
-                         "usage": usage}
+                final = {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": usage,
+                }
                 tail += b"data: " + json.dumps(final, separators=(",", ":")).encode() + b"\n\n"
             await resp.write(tail + b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -406,9 +450,20 @@ class FakeEngine:
         return resp
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": 0, "owned_by": "tailhound",
-             "max_model_len": MAX_MODEL_LEN}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "tailhound",
+                        "max_model_len": MAX_MODEL_LEN,
+                    }
+                ],
+            }
+        )
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -424,15 +479,23 @@ class FakeEngine:
         st = self.stats
         w.counter("vllm:prompt_tokens_total", st.prompt_tokens, labels, "Number of prefill tokens processed.")
         w.counter("vllm:generation_tokens_total", st.generation_tokens, labels, "Number of generation tokens.")
-        w.counter("vllm:request_success_total", st.finished, {**labels, "finished_reason": "length"},
-                  "Count of successfully processed requests.")
+        w.counter(
+            "vllm:request_success_total",
+            st.finished,
+            {**labels, "finished_reason": "length"},
+            "Count of successfully processed requests.",
+        )
         for h in st.hist.values():
             w.histogram(h.name, h.le, h.cumulative_counts(), h.count, h.sum, labels)
         return w.text()
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(
+            text=self.metrics_text(),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
 
 @contextlib.contextmanager
@@ -478,8 +541,10 @@ def _loopback(host: str) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     defaults = EngineLaw()
-    p = argparse.ArgumentParser(prog="python -m tailhound.capacity.fake_engine",
-                                description="A fake OpenAI-compatible engine with a known latency law.")
+    p = argparse.ArgumentParser(
+        prog="python -m tailhound.capacity.fake_engine",
+        description="A fake OpenAI-compatible engine with a known latency law.",
+    )
     p.add_argument("--host", default="127.0.0.1", help="loopback address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
     p.add_argument("--model", default=DEFAULT_MODEL)
@@ -497,10 +562,15 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 <= args.port <= 65535:
         p.error("--port must be in 0..65535")
     try:
-        law = EngineLaw(max_num_seqs=args.max_num_seqs, knee_concurrency=args.knee_concurrency,
-                        base_tpot_s=args.base_tpot_ms / 1000, tpot_slope=args.tpot_slope,
-                        prefill_base_s=args.prefill_base_ms / 1000,
-                        prefill_per_token_s=args.prefill_ms_per_token / 1000, speed=args.speed)
+        law = EngineLaw(
+            max_num_seqs=args.max_num_seqs,
+            knee_concurrency=args.knee_concurrency,
+            base_tpot_s=args.base_tpot_ms / 1000,
+            tpot_slope=args.tpot_slope,
+            prefill_base_s=args.prefill_base_ms / 1000,
+            prefill_per_token_s=args.prefill_ms_per_token / 1000,
+            speed=args.speed,
+        )
     except ValueError as exc:
         p.error(str(exc))
     engine = FakeEngine(law, model=args.model, max_inflight=max(1, args.max_inflight))
@@ -509,9 +579,12 @@ def main(argv: list[str] | None = None) -> None:
         port = await engine.start(args.host, args.port)
         host = f"[{args.host}]" if ":" in args.host else args.host
         law_text = json.dumps({k: v for k, v in asdict(law).items() if v is not None})
-        print(f"fake engine listening on http://{host}:{port} (model {engine.model}; law {law_text}; "
-              f"e.g. 512/128 tokens: TPOT knee {law.knee_rps(512, 128):.2f} req/s, "
-              f"capacity {law.capacity_rps(512, 128):.2f} req/s)", flush=True)
+        print(
+            f"fake engine listening on http://{host}:{port} (model {engine.model}; law {law_text}; "
+            f"e.g. 512/128 tokens: TPOT knee {law.knee_rps(512, 128):.2f} req/s, "
+            f"capacity {law.capacity_rps(512, 128):.2f} req/s)",
+            flush=True,
+        )
         try:
             await asyncio.Event().wait()
         finally:

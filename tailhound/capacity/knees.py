@@ -202,8 +202,9 @@ def _fit_space(xs: list[float], ys: list[float], space: str, continuous: bool) -
     x_end = float(x[-1])
     if continuous:
         # k from x1 to 3/4 of the way to x_{n-2}: two points at or left of k, two clearly right of it
-        coarse = [float(x[i] + (x[i + 1] - x[i]) * j / COARSE_GRID)
-                  for i in range(1, n - 2) for j in range(COARSE_GRID)]
+        coarse = [
+            float(x[i] + (x[i + 1] - x[i]) * j / COARSE_GRID) for i in range(1, n - 2) for j in range(COARSE_GRID)
+        ]
         lo, hi = coarse[0], coarse[-1]
         scored = [(_hinge(x, y, w, k).sse, k) for k in coarse]
         _best_sse, k0 = min(scored)
@@ -220,9 +221,19 @@ def _fit_space(xs: list[float], ys: list[float], space: str, continuous: bool) -
         sse_two = line.sse
         b, c = line.coef
         at_break = line.intercept + b * k
-        return SegmentFit(space=space, breakpoint=k, left_slope=b, right_slope=b + c, at_break=at_break,
-                          at_end=at_break + (b + c) * (x_end - k), trend_at_end=at_break + b * (x_end - k),
-                          sse_one=sse_one, sse_two=sse_two, points=n, continuous=True)
+        return SegmentFit(
+            space=space,
+            breakpoint=k,
+            left_slope=b,
+            right_slope=b + c,
+            at_break=at_break,
+            at_end=at_break + (b + c) * (x_end - k),
+            trend_at_end=at_break + b * (x_end - k),
+            sse_one=sse_one,
+            sse_two=sse_two,
+            points=n,
+            continuous=True,
+        )
     found = None
     for split in range(2, n - 1):  # left x[:split], right x[split:], two points each at least
         left, right = _one_line(x[:split], y[:split], w[:split]), _one_line(x[split:], y[split:], w[split:])
@@ -234,9 +245,19 @@ def _fit_space(xs: list[float], ys: list[float], space: str, continuous: bool) -
     lo_x, hi_x = float(x[split - 1]), float(x[split])
     k = (a_r - a_l) / (b_l - b_r) if b_l != b_r else (lo_x + hi_x) / 2.0
     k = min(hi_x, max(lo_x, k)) if math.isfinite(k) else (lo_x + hi_x) / 2.0
-    return SegmentFit(space=space, breakpoint=k, left_slope=b_l, right_slope=b_r, at_break=a_l + b_l * k,
-                      at_end=a_r + b_r * x_end, trend_at_end=a_l + b_l * x_end, sse_one=sse_one, sse_two=sse_two,
-                      points=n, continuous=False)
+    return SegmentFit(
+        space=space,
+        breakpoint=k,
+        left_slope=b_l,
+        right_slope=b_r,
+        at_break=a_l + b_l * k,
+        at_end=a_r + b_r * x_end,
+        trend_at_end=a_l + b_l * x_end,
+        sse_one=sse_one,
+        sse_two=sse_two,
+        points=n,
+        continuous=False,
+    )
 
 
 def _fits(xs: Sequence[float], ys: Sequence[float], space: Space, continuous: bool) -> list[SegmentFit]:
@@ -248,8 +269,9 @@ def _fits(xs: Sequence[float], ys: Sequence[float], space: Space, continuous: bo
     return [f for s in spaces if (f := _fit_space(list(xs), list(ys), s, continuous)) is not None]
 
 
-def fit_two_segments(xs: Sequence[float], ys: Sequence[float], *, space: Space = "auto",
-                     continuous: bool = True) -> SegmentFit | None:
+def fit_two_segments(
+    xs: Sequence[float], ys: Sequence[float], *, space: Space = "auto", continuous: bool = True
+) -> SegmentFit | None:
     """The best two-segment fit of latencies `ys` (seconds) at sorted, distinct loads `xs`; None below
     :data:`MIN_POINTS`. ``space="auto"``: the log or the relative fit, whichever is closer in log space."""
     fits = _fits(xs, ys, space, continuous)
@@ -305,9 +327,16 @@ def _bends(fit: SegmentFit, min_confidence: float, min_rise: float) -> bool:
     return rise >= MIN_RISE_SIGMAS * sigma
 
 
-def find_knee(load: Sequence[float | None], latency: Sequence[float | None], *, space: Space = "auto",
-              continuous: bool = True, min_confidence: float = MIN_CONFIDENCE, min_rise: float = MIN_RISE,
-              min_points: int = MIN_POINTS) -> Knee | None:
+def find_knee(
+    load: Sequence[float | None],
+    latency: Sequence[float | None],
+    *,
+    space: Space = "auto",
+    continuous: bool = True,
+    min_confidence: float = MIN_CONFIDENCE,
+    min_rise: float = MIN_RISE,
+    min_points: int = MIN_POINTS,
+) -> Knee | None:
     """The load where the latency curve bends upwards, or None (see the module docstring)."""
     xs, ys = clean_points(load, latency)
     xs, ys = cut_ceiling(xs, ys)
@@ -317,12 +346,16 @@ def find_knee(load: Sequence[float | None], latency: Sequence[float | None], *, 
     if not knees:
         return None
     fit = min(knees, key=lambda f: _log_sse(f, xs, ys))
-    return Knee(load=max(0.0, fit.breakpoint), latency_s=max(0.0, value_at(fit.breakpoint, xs, ys)),
-                confidence=round(fit.confidence, 4))
+    return Knee(
+        load=max(0.0, fit.breakpoint),
+        latency_s=max(0.0, value_at(fit.breakpoint, xs, ys)),
+        confidence=round(fit.confidence, 4),
+    )
 
 
-def throughput_plateau(load: Sequence[float | None], throughput: Sequence[float | None],
-                       tolerance: float = PLATEAU_TOLERANCE) -> float | None:
+def throughput_plateau(
+    load: Sequence[float | None], throughput: Sequence[float | None], tolerance: float = PLATEAU_TOLERANCE
+) -> float | None:
     """The lowest load whose throughput is within `tolerance` of the maximum, when the test went past it."""
     xs, ys = clean_points(load, throughput)
     if len(xs) < 3 or max(ys) <= 0:
@@ -349,8 +382,12 @@ def _log_slopes(lx: list[float], ly: list[float]) -> list[float]:
     return out
 
 
-def tpot_outpaces_throughput(load: Sequence[float | None], tpot: Sequence[float | None],
-                             throughput: Sequence[float | None], plateau: float | None = None) -> float | None:
+def tpot_outpaces_throughput(
+    load: Sequence[float | None],
+    tpot: Sequence[float | None],
+    throughput: Sequence[float | None],
+    plateau: float | None = None,
+) -> float | None:
     """The load where TPOT's growth first exceeds throughput's (elasticities in log-log space), or None. With
     `plateau` (where throughput stops rising): only crossings up to it count, and without one the answer is the
     plateau itself (throughput's growth is ~0 from there on, so TPOT's outpaces it there at the latest; past

@@ -52,8 +52,11 @@ API_KEY_ENV = "TAILHOUND_LOADTEST_API_KEY"
 MIN_COUNT = {"p50": 1, "p95": 20, "p99": 100}
 MIN_STEP_S = 2.0
 #: Engine figures of a step: result key -> (catalog signal, how the series of one scrape combine).
-ENGINE_FIGURES = {"queue": ("engine.requests_waiting", "sum"), "batch": ("engine.requests_running", "sum"),
-                  "kv_cache_usage": ("engine.kv_cache_usage", "mean")}
+ENGINE_FIGURES = {
+    "queue": ("engine.requests_waiting", "sum"),
+    "batch": ("engine.requests_running", "sum"),
+    "kv_cache_usage": ("engine.kv_cache_usage", "mean"),
+}
 MAX_METRICS_BYTES = 16 << 20
 STDERR_TAIL = 40
 
@@ -93,19 +96,23 @@ class Target:
 def check_target(url: str | None, allowed_hosts: Iterable[str] = (), option: str = "--target") -> Target:
     """`url` if it may be loaded: http(s), a host, no credentials; loopback, or a host in `allowed_hosts`."""
     if not url or not url.strip():
-        raise TargetRefused(f"{option} is required: the endpoint to load (e.g. http://127.0.0.1:8000/v1); "
-                            "tailhound never picks one")
+        raise TargetRefused(
+            f"{option} is required: the endpoint to load (e.g. http://127.0.0.1:8000/v1); tailhound never picks one"
+        )
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as exc:
         raise TargetRefused(f"{option}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https"):
-        raise TargetRefused(f"{option}: only http:// and https:// URLs can be load-tested, not "
-                            f"{parts.scheme + '://' if parts.scheme else 'a URL without a scheme'}")
+        raise TargetRefused(
+            f"{option}: only http:// and https:// URLs can be load-tested, not "
+            f"{parts.scheme + '://' if parts.scheme else 'a URL without a scheme'}"
+        )
     if parts.username is not None or parts.password is not None:
-        raise TargetRefused(f"{option}: credentials in the URL are refused; give the API key with {API_KEY_ENV} "
-                            "or --api-key-file")
+        raise TargetRefused(
+            f"{option}: credentials in the URL are refused; give the API key with {API_KEY_ENV} or --api-key-file"
+        )
     host = parts.hostname
     if not host:
         raise TargetRefused(f"{option}: the URL has no host")
@@ -113,15 +120,18 @@ def check_target(url: str | None, allowed_hosts: Iterable[str] = (), option: str
         raise TargetRefused(f"{option}: give the base URL without a query or fragment")
     allowed = {h.strip().strip("[]").lower().rstrip(".") for h in allowed_hosts if h.strip()}
     if not is_loopback(host) and host.lower().rstrip(".") not in allowed:
-        raise TargetRefused(f"{option}: {host} is not a loopback address; load-testing it needs --allow-host {host}"
-                            " (a load test saturates the endpoint: only ones you name explicitly)")
+        raise TargetRefused(
+            f"{option}: {host} is not a loopback address; load-testing it needs --allow-host {host}"
+            " (a load test saturates the endpoint: only ones you name explicitly)"
+        )
     netloc = f"[{host}]" if ":" in host else host
     if port is not None:
         netloc += f":{port}"
     path = parts.path.rstrip("/")
     api_root = path if path.endswith("/v1") else f"{path}/v1"
-    return Target(base=f"{parts.scheme}://{netloc}{path}", origin=f"{parts.scheme}://{netloc}", api_root=api_root,
-                  host=host)
+    return Target(
+        base=f"{parts.scheme}://{netloc}{path}", origin=f"{parts.scheme}://{netloc}", api_root=api_root, host=host
+    )
 
 
 def plan_loads(mode: str, steps: int, peak: float | None = None, target_load: float | None = None) -> list[float]:
@@ -130,8 +140,10 @@ def plan_loads(mode: str, steps: int, peak: float | None = None, target_load: fl
         raise TailhoundError("--steps must be at least 1")
     top = target_load if target_load is not None else (1.5 * peak if peak is not None else None)
     if top is None:
-        raise TailhoundError("give the load to reach: --peak X (the ramp goes to 1.5 x X), --target-load X, or "
-                             "--from-recording FILE (its peak)")
+        raise TailhoundError(
+            "give the load to reach: --peak X (the ramp goes to 1.5 x X), --target-load X, or "
+            "--from-recording FILE (its peak)"
+        )
     if not math.isfinite(top) or top <= 0:
         raise TailhoundError(f"the top load must be > 0, got {top:g}")
     loads = [top * (i + 1) / steps for i in range(steps)]
@@ -181,12 +193,25 @@ class LoadTestConfig:
 
 def driver_plan(cfg: LoadTestConfig, model: str) -> dict:
     """What the driver process gets (JSON on its command line): no credentials."""
-    return {"base": cfg.target.origin, "path": cfg.target.api_path(cfg.api), "api": cfg.api, "model": model,
-            "mode": cfg.mode, "loads": cfg.loads, "step_s": cfg.step_s, "max_duration_s": cfg.max_duration_s,
-            "max_requests": cfg.max_requests, "max_error_rate": cfg.max_error_rate, "arrivals": cfg.arrivals,
-            "max_concurrency": cfg.max_concurrency, "request_timeout_s": cfg.request_timeout_s,
-            "drain_s": cfg.step_s if cfg.drain_s is None else cfg.drain_s, "ignore_eos": cfg.ignore_eos,
-            "seed": cfg.seed, "token_mix": cfg.mix.to_dict()}
+    return {
+        "base": cfg.target.origin,
+        "path": cfg.target.api_path(cfg.api),
+        "api": cfg.api,
+        "model": model,
+        "mode": cfg.mode,
+        "loads": cfg.loads,
+        "step_s": cfg.step_s,
+        "max_duration_s": cfg.max_duration_s,
+        "max_requests": cfg.max_requests,
+        "max_error_rate": cfg.max_error_rate,
+        "arrivals": cfg.arrivals,
+        "max_concurrency": cfg.max_concurrency,
+        "request_timeout_s": cfg.request_timeout_s,
+        "drain_s": cfg.step_s if cfg.drain_s is None else cfg.drain_s,
+        "ignore_eos": cfg.ignore_eos,
+        "seed": cfg.seed,
+        "token_mix": cfg.mix.to_dict(),
+    }
 
 
 def percentiles(values: list[float]) -> Percentiles:
@@ -218,8 +243,11 @@ def engine_figures(text: str) -> dict[str, float]:
         for key, (signal, how) in ENGINE_FIGURES.items():
             spec = catalog.spec(signal)
             for sm in spec.sources.get(job, ()) if spec is not None else ():
-                values = [s.value * sm.scale for s in by_name.get(sm.metric, ())
-                          if sm.matches(s.labels) and math.isfinite(s.value)]
+                values = [
+                    s.value * sm.scale
+                    for s in by_name.get(sm.metric, ())
+                    if sm.matches(s.labels) and math.isfinite(s.value)
+                ]
                 if values:
                     out[key] = sum(values) if how == "sum" else sum(values) / len(values)
                     break
@@ -246,8 +274,9 @@ async def discover_model(session: aiohttp.ClientSession, target: Target, headers
         data = json.loads(await _fetch_text(session, url, headers))
         return str(data["data"][0]["id"])
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError, TailhoundError) as exc:
-        raise TailhoundError(f"could not ask {target.base} for its model ({type(exc).__name__}: {exc}); "
-                             "give it with --model") from None
+        raise TailhoundError(
+            f"could not ask {target.base} for its model ({type(exc).__name__}: {exc}); give it with --model"
+        ) from None
 
 
 # --- aggregation -------------------------------------------------------------------------------------------
@@ -297,8 +326,16 @@ class Aggregator:
         """One driver line; returns its kind."""
         kind = obj.get("k")
         if kind == "r":
-            req = _Request(int(obj["s"]), float(obj["t0"]), float(obj["t1"]), obj.get("ttft"), obj.get("tpot"),
-                           int(obj.get("tok") or 0), obj.get("err"), bool(obj.get("cut")))
+            req = _Request(
+                int(obj["s"]),
+                float(obj["t0"]),
+                float(obj["t1"]),
+                obj.get("ttft"),
+                obj.get("tpot"),
+                int(obj.get("tok") or 0),
+                obj.get("err"),
+                bool(obj.get("cut")),
+            )
             self.requests.append(req)
             if req.err and not req.cut:
                 reason = req.err.split(":")[0]
@@ -328,15 +365,23 @@ class Aggregator:
         cut = [r for r in mine if r.cut]
         overlap = sum(max(0.0, min(r.t1, end) - max(r.t0, start)) for r in self.requests)
         return StepResult(
-            index=st.index, offered=st.offered, started_at=start, duration_s=round(duration, 6),
-            requests=len(done), errors=sum(1 for r in mine if r.err is not None and not r.cut), unfinished=len(cut),
+            index=st.index,
+            offered=st.offered,
+            started_at=start,
+            duration_s=round(duration, 6),
+            requests=len(done),
+            errors=sum(1 for r in mine if r.err is not None and not r.cut),
+            unfinished=len(cut),
             throughput_rps=round(len(done) / duration, 6),
             output_tokens_per_s=round(sum(r.tokens for r in done) / duration, 6),
             concurrency_mean=round(overlap / duration, 6),
             ttft=percentiles([r.ttft for r in ok if r.ttft is not None]),
             tpot=percentiles([r.tpot for r in ok if r.tpot is not None]),
-            engine={k: round(sum(s[k] for s in st.scrapes if k in s) / n, 6) for k in ENGINE_FIGURES
-                    if (n := sum(1 for s in st.scrapes if k in s))},
+            engine={
+                k: round(sum(s[k] for s in st.scrapes if k in s) / n, 6)
+                for k in ENGINE_FIGURES
+                if (n := sum(1 for s in st.scrapes if k in s))
+            },
         )
 
     def live(self) -> dict:
@@ -346,10 +391,16 @@ class Aggregator:
             return {}
         mine = [r for r in self.requests if r.step == st.index]
         ok = [r for r in mine if r.err is None]
-        return {"index": st.index, "offered": st.offered, "elapsed": time.time() - st.start, "done": len(ok),
-                "errors": len(mine) - len(ok), "ttft": percentiles([r.ttft for r in ok if r.ttft is not None]),
-                "tpot": percentiles([r.tpot for r in ok if r.tpot is not None]),
-                "engine": st.scrapes[-1] if st.scrapes else {}}
+        return {
+            "index": st.index,
+            "offered": st.offered,
+            "elapsed": time.time() - st.start,
+            "done": len(ok),
+            "errors": len(mine) - len(ok),
+            "ttft": percentiles([r.ttft for r in ok if r.ttft is not None]),
+            "tpot": percentiles([r.tpot for r in ok if r.tpot is not None]),
+            "engine": st.scrapes[-1] if st.scrapes else {},
+        }
 
 
 # --- the run -----------------------------------------------------------------------------------------------
@@ -372,8 +423,9 @@ async def _stop_process(proc: asyncio.subprocess.Process, grace_s: float) -> Non
         await asyncio.wait_for(proc.wait(), 10)
 
 
-async def run_loadtest(cfg: LoadTestConfig, progress: Progress | None = None,
-                       out: Path | None = None) -> LoadTestResult:
+async def run_loadtest(
+    cfg: LoadTestConfig, progress: Progress | None = None, out: Path | None = None
+) -> LoadTestResult:
     """Run the ramp; the result is also written to `out` (JSON), when given, even if interrupted."""
     cfg.check()
     say = progress or (lambda kind, data: None)
@@ -391,8 +443,10 @@ async def run_loadtest(cfg: LoadTestConfig, progress: Progress | None = None,
             except (aiohttp.ClientError, TimeoutError, TailhoundError) as exc:
                 if cfg.metrics is not None:
                     raise TailhoundError(f"--metrics {metrics_url}: {type(exc).__name__}: {exc}") from None
-                say("note", {"text": f"no engine metrics ({metrics_url}: {type(exc).__name__}); measuring "
-                                     "client-side only"})
+                say(
+                    "note",
+                    {"text": f"no engine metrics ({metrics_url}: {type(exc).__name__}); measuring client-side only"},
+                )
                 metrics_url = None
             else:
                 if not figures:
@@ -403,9 +457,17 @@ async def run_loadtest(cfg: LoadTestConfig, progress: Progress | None = None,
 
         def finish(stopped: str | None) -> LoadTestResult:
             steps = [s for s in (agg.step_result(st, time.time()) for st in agg.steps) if s is not None]
-            result = LoadTestResult(target=cfg.target.base, model=model, api=cfg.api, mode=cfg.mode,
-                                    token_mix=cfg.mix.summary(), started_at=started_at, finished_at=time.time(),
-                                    steps=steps, stopped=stopped)
+            result = LoadTestResult(
+                target=cfg.target.base,
+                model=model,
+                api=cfg.api,
+                mode=cfg.mode,
+                token_mix=cfg.mix.summary(),
+                started_at=started_at,
+                finished_at=time.time(),
+                steps=steps,
+                stopped=stopped,
+            )
             if out is not None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
@@ -421,16 +483,31 @@ async def run_loadtest(cfg: LoadTestConfig, progress: Progress | None = None,
     return result
 
 
-async def _drive(cfg: LoadTestConfig, model: str, agg: Aggregator, session: aiohttp.ClientSession,
-                 metrics_url: str | None, metrics_headers: dict[str, str], say: Progress) -> None:
+async def _drive(
+    cfg: LoadTestConfig,
+    model: str,
+    agg: Aggregator,
+    session: aiohttp.ClientSession,
+    metrics_url: str | None,
+    metrics_headers: dict[str, str],
+    say: Progress,
+) -> None:
     env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
     if cfg.api_key:
         env[API_KEY_ENV] = cfg.api_key
     plan = json.dumps(driver_plan(cfg, model), separators=(",", ":"))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tailhound.capacity.locust_driver", plan, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
-        limit=1 << 20)
+        sys.executable,
+        "-m",
+        "tailhound.capacity.locust_driver",
+        plan,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+        limit=1 << 20,
+    )
     stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
 
     async def read_stderr() -> None:
@@ -452,7 +529,7 @@ async def _drive(cfg: LoadTestConfig, model: str, agg: Aggregator, session: aioh
     async def tick() -> None:
         while True:  # cancelled when the driver ends
             await asyncio.sleep(1.0)
-            if (live := agg.live()):
+            if live := agg.live():
                 say("tick", live)
 
     helpers = [asyncio.create_task(read_stderr()), asyncio.create_task(scrape()), asyncio.create_task(tick())]
@@ -475,10 +552,23 @@ async def _drive(cfg: LoadTestConfig, model: str, agg: Aggregator, session: aioh
                     st = next(s for s in agg.steps if s.index == obj["i"])
                     if obj.get("cpu_warning") and not cpu_noted:
                         cpu_noted = True
-                        say("note", {"text": "the load driver's CPU is over 90% (locust): its timings are "
-                                             "inflated; lower the load or --max-concurrency"})
-                    say("step_end", {"step": agg.step_result(st), "late": st.late, "missed": st.missed,
-                                     "started": st.started, "of": len(cfg.loads)})
+                        say(
+                            "note",
+                            {
+                                "text": "the load driver's CPU is over 90% (locust): its timings are "
+                                "inflated; lower the load or --max-concurrency"
+                            },
+                        )
+                    say(
+                        "step_end",
+                        {
+                            "step": agg.step_result(st),
+                            "late": st.late,
+                            "missed": st.missed,
+                            "started": st.started,
+                            "of": len(cfg.loads),
+                        },
+                    )
                 elif kind == "ready":
                     say("ready", {"users": obj.get("users")})
             await proc.wait()

@@ -48,8 +48,10 @@ import threading
 import time
 
 if __name__ != "__main__":  # locust's import monkey-patches the whole interpreter (gevent): a process of its own
-    raise ImportError("tailhound.capacity.locust_driver runs as its own process: "
-                      "python -m tailhound.capacity.locust_driver '<json plan>'")
+    raise ImportError(
+        "tailhound.capacity.locust_driver runs as its own process: "
+        "python -m tailhound.capacity.locust_driver '<json plan>'"
+    )
 
 from locust import HttpUser, constant, task
 from locust.env import Environment
@@ -65,12 +67,74 @@ READ_BYTES = 65536
 MIN_FOR_ERROR_RATE = 10
 _FINISH = re.compile(r'"finish_reason"\s*:\s*"')  # a chunk with a finish reason (not null)
 _USAGE = re.compile(r'"usage"\s*:\s*\{')  # the usage chunk (not "usage": null)
-_VOCAB = ("time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
-          "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
-          "company", "system", "program", "question", "work", "number", "night", "point", "home", "water",
-          "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye",
-          "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father",
-          "power", "hour", "game", "line", "end", "member", "law", "car", "city", "name")
+_VOCAB = (
+    "time",
+    "year",
+    "people",
+    "way",
+    "day",
+    "man",
+    "thing",
+    "woman",
+    "life",
+    "child",
+    "world",
+    "school",
+    "state",
+    "family",
+    "student",
+    "group",
+    "country",
+    "problem",
+    "hand",
+    "part",
+    "place",
+    "case",
+    "week",
+    "company",
+    "system",
+    "program",
+    "question",
+    "work",
+    "number",
+    "night",
+    "point",
+    "home",
+    "water",
+    "room",
+    "mother",
+    "area",
+    "money",
+    "story",
+    "fact",
+    "month",
+    "lot",
+    "right",
+    "study",
+    "book",
+    "eye",
+    "job",
+    "word",
+    "business",
+    "issue",
+    "side",
+    "kind",
+    "head",
+    "house",
+    "service",
+    "friend",
+    "father",
+    "power",
+    "hour",
+    "game",
+    "line",
+    "end",
+    "member",
+    "law",
+    "car",
+    "city",
+    "name",
+)
 
 
 class Driver:
@@ -101,8 +165,7 @@ class Driver:
         self.live: dict[int, list] = {}
         self.arrivals: queue.Queue[float] = queue.Queue()
         self.tally: dict[int, list[int]] = {}  # step -> [started, ended, errors, late, missed]
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                   "Accept-Encoding": "identity"}
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if key := os.environ.get(API_KEY_ENV):
             headers["Authorization"] = f"Bearer {key}"
         self.headers = headers
@@ -129,8 +192,13 @@ class Driver:
 
     def _body(self, prompt_tokens: int, output_tokens: int) -> bytes:
         plan = self.plan
-        body: dict = {"model": plan["model"], "max_tokens": output_tokens, "stream": True,
-                      "stream_options": {"include_usage": True}, "temperature": 0}
+        body: dict = {
+            "model": plan["model"],
+            "max_tokens": output_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0,
+        }
         text = self._prompt(prompt_tokens)
         if plan["api"] == "chat":
             body["messages"] = [{"role": "user", "content": text}]
@@ -159,8 +227,15 @@ class Driver:
         resp = None
         try:
             # allow_redirects=False: a hop's host was never checked against the target rule
-            resp = client.post(self.plan["path"], data=data, headers=self.headers, stream=True, allow_redirects=False,
-                               timeout=(min(10.0, self.timeout_s), self.timeout_s), name="completion")
+            resp = client.post(
+                self.plan["path"],
+                data=data,
+                headers=self.headers,
+                stream=True,
+                allow_redirects=False,
+                timeout=(min(10.0, self.timeout_s), self.timeout_s),
+                name="completion",
+            )
             if 300 <= resp.status_code < 400:
                 err = f"HTTP {resp.status_code} redirect not followed"
             elif resp.status_code != 200:
@@ -213,8 +288,16 @@ class Driver:
                     pass
         t1 = time.perf_counter()
         tokens = usage_tokens or chunks
-        rec: dict = {"k": "r", "s": step, "t0": round(t0_wall, 6), "t1": round(t0_wall + (t1 - t0), 6),
-                     "ttft": None, "tpot": None, "tok": tokens, "err": err}
+        rec: dict = {
+            "k": "r",
+            "s": step,
+            "t0": round(t0_wall, 6),
+            "t1": round(t0_wall + (t1 - t0), 6),
+            "ttft": None,
+            "tpot": None,
+            "tok": tokens,
+            "err": err,
+        }
         if err is None:
             rec["ttft"] = round(first - t0, 6)
             if tokens >= 2 and last > first:
@@ -296,8 +379,7 @@ class Driver:
     def _step_errors(self, i: int) -> str | None:
         started, ended, errors, _late, _missed = self.tally.get(i, [0, 0, 0, 0, 0])
         if ended >= MIN_FOR_ERROR_RATE and errors / ended > self.max_error_rate:
-            return (f"error-rate: {errors} of {ended} requests of step {i + 1} failed "
-                    f"(over {self.max_error_rate:.0%})")
+            return f"error-rate: {errors} of {ended} requests of step {i + 1} failed (over {self.max_error_rate:.0%})"
         return None
 
     def run(self) -> None:
@@ -334,8 +416,15 @@ class Driver:
                     break
                 time.sleep(min(0.1, step_end - now, max(0.0, deadline - now)))
             started, _ended, _errors, late, missed = self.tally[i]
-            self.emit(k="step_end", i=i, at=round(time.time(), 6), started=started, late=late, missed=missed,
-                      cpu_warning=bool(getattr(runner, "cpu_warning_emitted", False)))
+            self.emit(
+                k="step_end",
+                i=i,
+                at=round(time.time(), 6),
+                started=started,
+                late=late,
+                missed=missed,
+                cpu_warning=bool(getattr(runner, "cpu_warning_emitted", False)),
+            )
             if not self.stopping and (reason := self._step_errors(i)) is not None:
                 self.stop(reason)
         self.stopping = True
@@ -347,14 +436,21 @@ class Driver:
         self.emit(k="end", stopped=self.stopped, inflight=self.inflight)
         runner.quit()
 
-
     def cut_live(self) -> None:
         """A record for each request still running (popped: its own record never goes out), marked cut."""
         now_wall, now = time.time(), time.perf_counter()
         for _rid, (step, t0_wall, t0, first, chunks) in sorted(self.live.items()):
-            self.emit(k="r", s=step, t0=round(t0_wall, 6), t1=round(now_wall, 6),
-                      ttft=None if first is None else round(first - t0, 6), tpot=None, tok=chunks, cut=True,
-                      err=f"cut: still running {now - t0:.1f} s after it started, {self.drain_s:g} s after the end")
+            self.emit(
+                k="r",
+                s=step,
+                t0=round(t0_wall, 6),
+                t1=round(now_wall, 6),
+                ttft=None if first is None else round(first - t0, 6),
+                tpot=None,
+                tok=chunks,
+                cut=True,
+                err=f"cut: still running {now - t0:.1f} s after it started, {self.drain_s:g} s after the end",
+            )
         self.live.clear()
 
 

@@ -17,8 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field
 # the file rules read is a core model (the worker loads it): defined there, named here with the others
 from tailhound.capacity_file import CapacityFile, CapacityThresholds
 
-__all__ = ["CapacityFile", "CapacityRecommendation", "CapacityThresholds", "Knee", "LoadMode", "LoadTestResult",
-           "Percentiles", "StepResult", "TokenSummary"]
+__all__ = [
+    "CapacityFile",
+    "CapacityRecommendation",
+    "CapacityThresholds",
+    "Knee",
+    "LoadMode",
+    "LoadTestResult",
+    "Percentiles",
+    "StepResult",
+    "TokenSummary",
+]
 
 LoadMode = Literal["rate", "concurrency"]
 
@@ -59,8 +68,12 @@ class StepResult(BaseModel):
     duration_s: float = Field(gt=0)
     requests: int = Field(ge=0, description="Requests completed in the step.")
     errors: int = Field(ge=0)
-    unfinished: int = Field(default=0, ge=0, description="Requests of the step still running when the test ended "
-                            "(cut after the drain): neither errors nor in the percentiles.")
+    unfinished: int = Field(
+        default=0,
+        ge=0,
+        description="Requests of the step still running when the test ended "
+        "(cut after the drain): neither errors nor in the percentiles.",
+    )
     throughput_rps: float = Field(ge=0, description="Completed requests per second.")
     output_tokens_per_s: float = Field(ge=0)
     concurrency_mean: float | None = Field(default=None, description="Requests in flight, measured (mean).")

@@ -56,8 +56,11 @@ def plot_names(model: str) -> dict[str, str]:
 
 
 def _unit(analysis: CapacityAnalysis) -> str:
-    return "offered load (requests/s)" if analysis.recommendation.load_unit == "requests_per_s" else \
-        "concurrency (requests in flight)"
+    return (
+        "offered load (requests/s)"
+        if analysis.recommendation.load_unit == "requests_per_s"
+        else "concurrency (requests in flight)"
+    )
 
 
 def _latency_axes(ax: Any, points: list, attr: str, title: str, xlabel: str) -> list[float]:
@@ -116,8 +119,9 @@ def write_plots(analysis: CapacityAnalysis, out_dir: str | Path) -> list[Path]:
     _latency_axes(ax, points, "ttft", f"TTFT: {rec.model}", xlabel)
     if rec.ttft_knee is not None:
         k = rec.ttft_knee
-        _mark(ax, k.load, f"TTFT {pct} knee: {k.load:.3g} ({k.latency_s:.3g} s, confidence {k.confidence:.2f})",
-              "tab:red")
+        _mark(
+            ax, k.load, f"TTFT {pct} knee: {k.load:.3g} ({k.latency_s:.3g} s, confidence {k.confidence:.2f})", "tab:red"
+        )
     _legend(ax)
     paths.append(out / names["ttft"])
     _save(fig, Canvas, paths[-1])
@@ -127,11 +131,18 @@ def write_plots(analysis: CapacityAnalysis, out_dir: str | Path) -> list[Path]:
     _latency_axes(ax, points, "tpot", f"TPOT: {rec.model}", xlabel)
     if rec.tpot_knee is not None:
         k = rec.tpot_knee
-        _mark(ax, k.load, f"TPOT {pct} knee: {k.load:.3g} ({k.latency_s:.3g} s, confidence {k.confidence:.2f})",
-              "tab:red")
+        _mark(
+            ax, k.load, f"TPOT {pct} knee: {k.load:.3g} ({k.latency_s:.3g} s, confidence {k.confidence:.2f})", "tab:red"
+        )
     if rec.tpot_outpaces_throughput_at is not None:
-        _mark(ax, rec.tpot_outpaces_throughput_at, f"TPOT outpaces throughput: {rec.tpot_outpaces_throughput_at:.3g} "
-              f"(max_num_seqs {rec.recommended_max_num_seqs})", "tab:purple", ":")
+        _mark(
+            ax,
+            rec.tpot_outpaces_throughput_at,
+            f"TPOT outpaces throughput: {rec.tpot_outpaces_throughput_at:.3g} "
+            f"(max_num_seqs {rec.recommended_max_num_seqs})",
+            "tab:purple",
+            ":",
+        )
     _legend(ax)
     paths.append(out / names["tpot"])
     _save(fig, Canvas, paths[-1])
@@ -145,8 +156,13 @@ def write_plots(analysis: CapacityAnalysis, out_dir: str | Path) -> list[Path]:
     if analysis.plateau_load is not None:
         _mark(ax, analysis.plateau_load, f"plateau from {analysis.plateau_load:.3g}", "tab:orange")
     if rec.throughput_plateau_rps is not None:
-        ax.axhline(rec.throughput_plateau_rps, color="tab:orange", linestyle=":", linewidth=1,
-                   label=f"plateau {rec.throughput_plateau_rps:.3g} requests/s")
+        ax.axhline(
+            rec.throughput_plateau_rps,
+            color="tab:orange",
+            linestyle=":",
+            linewidth=1,
+            label=f"plateau {rec.throughput_plateau_rps:.3g} requests/s",
+        )
     if analysis.safe_load is not None:
         _mark(ax, analysis.safe_load, f"safe rate {rec.safe_request_rate:.3g} requests/s", "tab:green", "-")
     ax.set_title(f"Throughput: {rec.model}")

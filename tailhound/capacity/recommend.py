@@ -103,9 +103,19 @@ def points_from_result(result: LoadTestResult) -> list[LoadPoint]:
     for s in result.steps:
         if s.requests <= 0:
             continue
-        out.append(LoadPoint(load=s.offered, throughput_rps=s.throughput_rps, ttft=s.ttft, tpot=s.tpot,
-                             queue=s.engine.get("queue"), batch=s.engine.get("batch"), in_flight=s.concurrency_mean,
-                             requests=s.requests, errors=s.errors))
+        out.append(
+            LoadPoint(
+                load=s.offered,
+                throughput_rps=s.throughput_rps,
+                ttft=s.ttft,
+                tpot=s.tpot,
+                queue=s.engine.get("queue"),
+                batch=s.engine.get("batch"),
+                in_flight=s.concurrency_mean,
+                requests=s.requests,
+                errors=s.errors,
+            )
+        )
     return sorted(out, key=lambda p: p.load)
 
 
@@ -139,30 +149,42 @@ def _central(p: Percentiles) -> float | None:
     return p.mean if p.mean is not None else p.p50
 
 
-def _concurrency_at(points: Sequence[LoadPoint], load: float, mode: str, output_mean: float | None
-                    ) -> tuple[float | None, str]:
+def _concurrency_at(
+    points: Sequence[LoadPoint], load: float, mode: str, output_mean: float | None
+) -> tuple[float | None, str]:
     """The requests in flight at `load` and where the number came from."""
-    for get, what in ((lambda p: p.batch, "the engine's running batch"),
-                      (lambda p: p.in_flight, "the client's requests in flight")):
+    for get, what in (
+        (lambda p: p.batch, "the engine's running batch"),
+        (lambda p: p.in_flight, "the client's requests in flight"),
+    ):
         v = _at(points, load, get)
         if v is not None:
             return v, what
     if mode == "concurrency":
         return load, "the offered concurrency"
     if output_mean is not None:
+
         def little(p: LoadPoint) -> float | None:
             ttft, tpot = _central(p.ttft), _central(p.tpot)
             if ttft is None or tpot is None:
                 return None
             return p.throughput_rps * (ttft + tpot * max(0.0, output_mean - 1.0))
+
         v = _at(points, load, little)
         if v is not None:
             return v, "Little's law (throughput x (TTFT + TPOT x (output tokens - 1)))"
     return None, "nothing"
 
 
-def analyse(points: Sequence[LoadPoint], *, model: str, source: str, mode: Literal["rate", "concurrency"] = "rate",
-            percentile: str = "p95", output_mean: float | None = None) -> CapacityAnalysis:
+def analyse(
+    points: Sequence[LoadPoint],
+    *,
+    model: str,
+    source: str,
+    mode: Literal["rate", "concurrency"] = "rate",
+    percentile: str = "p95",
+    output_mean: float | None = None,
+) -> CapacityAnalysis:
     """The recommendation from load points (see the module docstring). ValueError when no point has a
     throughput above zero."""
     if percentile not in PERCENTILES:
@@ -181,8 +203,11 @@ def analyse(points: Sequence[LoadPoint], *, model: str, source: str, mode: Liter
     # stays at its full-batch level, which would read as a rise that levels off (no knee)
     served = [p for p in pts if plateau_load is None or p.load <= plateau_load]
     tpot_knee = find_knee(*_series(served if len(served) >= 4 else pts, lambda p: getattr(p.tpot, percentile)))
-    plateau_rps = (statistics.median(t for x, t in zip(loads, thr, strict=True) if x >= plateau_load)
-                   if plateau_load is not None else None)
+    plateau_rps = (
+        statistics.median(t for x, t in zip(loads, thr, strict=True) if x >= plateau_load)
+        if plateau_load is not None
+        else None
+    )
     tpot_x, tpot_c = _series(pts, lambda p: _central(p.tpot))
     outpaces = tpot_outpaces_throughput(tpot_x, tpot_c, [value_at(x, loads, thr) for x in tpot_x], plateau_load)
 
@@ -204,8 +229,10 @@ def analyse(points: Sequence[LoadPoint], *, model: str, source: str, mode: Liter
     else:
         best = max(pts, key=lambda p: p.throughput_rps)
         safe_load, safe_rps = best.load, best.throughput_rps
-        notes.append("no knee and no throughput plateau: the load never reached saturation; the safe rate is the "
-                     "highest throughput measured, a lower bound (ramp further)")
+        notes.append(
+            "no knee and no throughput plateau: the load never reached saturation; the safe rate is the "
+            "highest throughput measured, a lower bound (ramp further)"
+        )
     if safe_rps <= 0:  # a knee at zero load: take the first point that completed anything
         first = next(p for p in pts if p.throughput_rps > 0)
         safe_load, safe_rps = first.load, first.throughput_rps
@@ -226,8 +253,11 @@ def analyse(points: Sequence[LoadPoint], *, model: str, source: str, mode: Liter
     if queue is not None:
         how_q = "the engine's queue at the safe load"
     else:
-        queue = _at_or_below(pts, safe_load, lambda p: None if p.in_flight is None or p.batch is None
-                             else max(0.0, p.in_flight - p.batch))
+        queue = _at_or_below(
+            pts,
+            safe_load,
+            lambda p: None if p.in_flight is None or p.batch is None else max(0.0, p.in_flight - p.batch),
+        )
         how_q = "the client's in-flight requests minus the engine's batch at the safe load"
     if queue is None:
         queue, how_q = PLAYBOOK_QUEUE, "nothing measured the queue: the playbook's 2 requests"
@@ -238,20 +268,38 @@ def analyse(points: Sequence[LoadPoint], *, model: str, source: str, mode: Liter
     notes.append(f"queue_scale_out {queue:g}: {how_q}")
 
     rec = CapacityRecommendation(
-        model=model, source=source, load_unit="requests_per_s" if rate_mode else "concurrency",
-        ttft_knee=ttft_knee, tpot_knee=tpot_knee,
+        model=model,
+        source=source,
+        load_unit="requests_per_s" if rate_mode else "concurrency",
+        ttft_knee=ttft_knee,
+        tpot_knee=tpot_knee,
         throughput_plateau_rps=round(plateau_rps, 4) if plateau_rps is not None else None,
         tpot_outpaces_throughput_at=round(outpaces, 4) if outpaces is not None else None,
-        safe_request_rate=round(safe_rps, 4), recommended_max_num_seqs=max_num_seqs, queue_scale_out=queue,
-        keda={"queue": queue, "batch": round(BATCH_SHARE * max_num_seqs, 1)})
-    return CapacityAnalysis(recommendation=rec, points=list(pts), percentile=percentile, plateau_load=plateau_load,
-                            safe_load=safe_load, notes=notes)
+        safe_request_rate=round(safe_rps, 4),
+        recommended_max_num_seqs=max_num_seqs,
+        queue_scale_out=queue,
+        keda={"queue": queue, "batch": round(BATCH_SHARE * max_num_seqs, 1)},
+    )
+    return CapacityAnalysis(
+        recommendation=rec,
+        points=list(pts),
+        percentile=percentile,
+        plateau_load=plateau_load,
+        safe_load=safe_load,
+        notes=notes,
+    )
 
 
 def recommend(result: LoadTestResult, *, source: str, percentile: str = "p95") -> CapacityAnalysis:
     """The recommendation from a load test (`source`: ``loadtest:<file>``)."""
-    analysis = analyse(points_from_result(result), model=result.model, source=source, mode=result.mode,
-                       percentile=percentile, output_mean=result.token_mix.output_mean)
+    analysis = analyse(
+        points_from_result(result),
+        model=result.model,
+        source=source,
+        mode=result.mode,
+        percentile=percentile,
+        output_mean=result.token_mix.output_mean,
+    )
     if result.stopped:
         analysis.notes.insert(0, f"the load test stopped early: {result.stopped}")
     return analysis
@@ -262,28 +310,39 @@ def literal_pattern(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def build_capacity_file(recommendations: Sequence[CapacityRecommendation], *, model_pattern: str | None = None,
-                        generated_at: float | None = None) -> CapacityFile:
+def build_capacity_file(
+    recommendations: Sequence[CapacityRecommendation],
+    *,
+    model_pattern: str | None = None,
+    generated_at: float | None = None,
+) -> CapacityFile:
     """The capacity file of `recommendations`, one model pattern each: the model name (matched literally), or
     `model_pattern` (only with one recommendation). ValueError on two recommendations for one pattern."""
     if not recommendations:
         raise ValueError("no recommendation to write")
     if model_pattern is not None and len(recommendations) != 1:
-        raise ValueError(f"--model-pattern names one model, but there are {len(recommendations)} "
-                         f"({', '.join(r.model for r in recommendations)})")
+        raise ValueError(
+            f"--model-pattern names one model, but there are {len(recommendations)} "
+            f"({', '.join(r.model for r in recommendations)})"
+        )
     models: dict[str, CapacityThresholds] = {}
     for rec in recommendations:
         pattern = model_pattern if model_pattern is not None else literal_pattern(rec.model)
         if pattern in models:
             raise ValueError(f"two recommendations for model pattern {pattern!r}")
         models[pattern] = CapacityThresholds(
-            safe_request_rate=rec.safe_request_rate, queue_scale_out=rec.queue_scale_out,
+            safe_request_rate=rec.safe_request_rate,
+            queue_scale_out=rec.queue_scale_out,
             max_num_seqs=rec.recommended_max_num_seqs,
             ttft_knee_s=rec.ttft_knee.latency_s if rec.ttft_knee else None,
-            tpot_knee_s=rec.tpot_knee.latency_s if rec.tpot_knee else None)
+            tpot_knee_s=rec.tpot_knee.latency_s if rec.tpot_knee else None,
+        )
     sources = list(dict.fromkeys(r.source for r in recommendations))
-    return CapacityFile(generated_at=round(time.time() if generated_at is None else generated_at, 3),
-                        source=", ".join(sources), models=models)
+    return CapacityFile(
+        generated_at=round(time.time() if generated_at is None else generated_at, 3),
+        source=", ".join(sources),
+        models=models,
+    )
 
 
 HEADER = """\
@@ -321,15 +380,17 @@ def write_capacity_file(cf: CapacityFile, path: str | Path) -> CapacityFile:
 def keda_snippet(rec: CapacityRecommendation) -> str:
     """The two ``triggers:`` thresholds of deploy/keda/vllm-scaledobject.yaml, ready to paste."""
     q, b = rec.keda.get("queue", rec.queue_scale_out), rec.keda.get("batch", BATCH_SHARE * rec.recommended_max_num_seqs)
-    return (f"  # {rec.model}: from {rec.source} (max_num_seqs {rec.recommended_max_num_seqs})\n"
-            "  triggers:\n"
-            "    - type: prometheus\n"
-            "      name: queue\n"
-            "      metricType: AverageValue\n"
-            "      metadata:\n"
-            f'        threshold: "{q:g}"\n'
-            "    - type: prometheus\n"
-            "      name: batch\n"
-            "      metricType: AverageValue\n"
-            "      metadata:\n"
-            f'        threshold: "{b:g}"\n')
+    return (
+        f"  # {rec.model}: from {rec.source} (max_num_seqs {rec.recommended_max_num_seqs})\n"
+        "  triggers:\n"
+        "    - type: prometheus\n"
+        "      name: queue\n"
+        "      metricType: AverageValue\n"
+        "      metadata:\n"
+        f'        threshold: "{q:g}"\n'
+        "    - type: prometheus\n"
+        "      name: batch\n"
+        "      metricType: AverageValue\n"
+        "      metadata:\n"
+        f'        threshold: "{b:g}"\n'
+    )

@@ -82,16 +82,18 @@ def _percentiles(values: dict[str, dict[str, float]], signal: str, entity: str) 
         return (values.get(f"{signal}.{stat}") or {}).get(entity)
 
     count = get("window_count")
-    return Percentiles(p50=get("p50"), p95=get("p95"), p99=get("p99"), mean=get("mean"),
-                       count=int(count) if count is not None else 0)
+    return Percentiles(
+        p50=get("p50"), p95=get("p95"), p99=get("p99"), mean=get("mean"), count=int(count) if count is not None else 0
+    )
 
 
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def telemetry_windows(records: Iterable[ScrapeRecord], window_s: float = DEFAULT_WINDOW_S,
-                      min_requests: int = DEFAULT_MIN_REQUESTS) -> list[TelemetryWindow]:
+def telemetry_windows(
+    records: Iterable[ScrapeRecord], window_s: float = DEFAULT_WINDOW_S, min_requests: int = DEFAULT_MIN_REQUESTS
+) -> list[TelemetryWindow]:
     """Per engine and window of `window_s` event time: its load, throughput, queue, batch and latencies."""
     if not math.isfinite(window_s) or window_s <= 0:
         raise ValueError(f"window_s must be > 0, got {window_s!r}")
@@ -122,8 +124,12 @@ def telemetry_windows(records: Iterable[ScrapeRecord], window_s: float = DEFAULT
             if acc is None:  # the window starts here: its first values are the baseline
                 accs[key] = _Acc(start_ts=snap.ts, waiting_start=waiting_now.get(entity))
                 continue
-            for series, now in ((acc.finished, finished_now), (acc.received, received_now),
-                                (acc.waiting, waiting_now), (acc.running, running_now)):
+            for series, now in (
+                (acc.finished, finished_now),
+                (acc.received, received_now),
+                (acc.waiting, waiting_now),
+                (acc.running, running_now),
+            ):
                 if entity in now:
                     series.append(float(now[entity]))
             span = snap.ts - acc.start_ts
@@ -145,11 +151,26 @@ def telemetry_windows(records: Iterable[ScrapeRecord], window_s: float = DEFAULT
                 end = waiting_now.get(entity)
                 grew = (end - acc.waiting_start) / span if end is not None and acc.waiting_start is not None else 0.0
                 load = max(0.0, finished + grew)
-            model = _model_of(tracker, snap.node, entity) or snap.labels.get("model_name") or snap.labels.get(
-                "model") or UNKNOWN_MODEL
-            out.append(TelemetryWindow(model=model, node=snap.node, engine=entity, ts=snap.ts, load=load,
-                                       throughput=throughput, ttft=ttft, tpot=tpot, queue=_mean(acc.waiting),
-                                       running=_mean(acc.running)))
+            model = (
+                _model_of(tracker, snap.node, entity)
+                or snap.labels.get("model_name")
+                or snap.labels.get("model")
+                or UNKNOWN_MODEL
+            )
+            out.append(
+                TelemetryWindow(
+                    model=model,
+                    node=snap.node,
+                    engine=entity,
+                    ts=snap.ts,
+                    load=load,
+                    throughput=throughput,
+                    ttft=ttft,
+                    tpot=tpot,
+                    queue=_mean(acc.waiting),
+                    running=_mean(acc.running),
+                )
+            )
     return out
 
 
@@ -167,13 +188,18 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 def _median_percentiles(ps: Sequence[Percentiles]) -> Percentiles:
-    return Percentiles(p50=_median(p.p50 for p in ps), p95=_median(p.p95 for p in ps),
-                       p99=_median(p.p99 for p in ps), mean=_median(p.mean for p in ps),
-                       count=sum(p.count for p in ps))
+    return Percentiles(
+        p50=_median(p.p50 for p in ps),
+        p95=_median(p.p95 for p in ps),
+        p99=_median(p.p99 for p in ps),
+        mean=_median(p.mean for p in ps),
+        count=sum(p.count for p in ps),
+    )
 
 
-def bin_windows(windows: Sequence[TelemetryWindow], bins: int = DEFAULT_BINS,
-                min_windows: int = DEFAULT_MIN_WINDOWS) -> list[LoadPoint]:
+def bin_windows(
+    windows: Sequence[TelemetryWindow], bins: int = DEFAULT_BINS, min_windows: int = DEFAULT_MIN_WINDOWS
+) -> list[LoadPoint]:
     """The windows (of one model) in `bins` equal-width load bins -> load points, lowest load first."""
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
@@ -189,18 +215,23 @@ def bin_windows(windows: Sequence[TelemetryWindow], bins: int = DEFAULT_BINS,
     for _i, group in sorted(grouped.items()):
         if len(group) < min_windows:
             continue
-        out.append(LoadPoint(
-            load=sum(w.load for w in group) / len(group),
-            throughput_rps=sum(w.throughput for w in group) / len(group),
-            ttft=_median_percentiles([w.ttft for w in group]), tpot=_median_percentiles([w.tpot for w in group]),
-            queue=_median(w.queue for w in group),
-            batch=_mean([w.running for w in group if w.running is not None]),
-            requests=sum(max(w.ttft.count, w.tpot.count) for w in group)))
+        out.append(
+            LoadPoint(
+                load=sum(w.load for w in group) / len(group),
+                throughput_rps=sum(w.throughput for w in group) / len(group),
+                ttft=_median_percentiles([w.ttft for w in group]),
+                tpot=_median_percentiles([w.tpot for w in group]),
+                queue=_median(w.queue for w in group),
+                batch=_mean([w.running for w in group if w.running is not None]),
+                requests=sum(max(w.ttft.count, w.tpot.count) for w in group),
+            )
+        )
     return out
 
 
-def points_by_model(windows: Sequence[TelemetryWindow], bins: int = DEFAULT_BINS,
-                    min_windows: int = DEFAULT_MIN_WINDOWS) -> dict[str, list[LoadPoint]]:
+def points_by_model(
+    windows: Sequence[TelemetryWindow], bins: int = DEFAULT_BINS, min_windows: int = DEFAULT_MIN_WINDOWS
+) -> dict[str, list[LoadPoint]]:
     """Model -> its load points (every engine of the model pooled)."""
     models: dict[str, list[TelemetryWindow]] = {}
     for w in windows:
@@ -208,10 +239,16 @@ def points_by_model(windows: Sequence[TelemetryWindow], bins: int = DEFAULT_BINS
     return {m: bin_windows(ws, bins, min_windows) for m, ws in sorted(models.items())}
 
 
-def recommend_from_telemetry(records: Iterable[ScrapeRecord], *, source: str, percentile: str = "p95",
-                             window_s: float = DEFAULT_WINDOW_S, min_requests: int = DEFAULT_MIN_REQUESTS,
-                             bins: int = DEFAULT_BINS, min_windows: int = DEFAULT_MIN_WINDOWS
-                             ) -> list[CapacityAnalysis]:
+def recommend_from_telemetry(
+    records: Iterable[ScrapeRecord],
+    *,
+    source: str,
+    percentile: str = "p95",
+    window_s: float = DEFAULT_WINDOW_S,
+    min_requests: int = DEFAULT_MIN_REQUESTS,
+    bins: int = DEFAULT_BINS,
+    min_windows: int = DEFAULT_MIN_WINDOWS,
+) -> list[CapacityAnalysis]:
     """One analysis per model of the recordings (`source`: ``telemetry:<file>``); models whose windows fill
     fewer than two bins are left out (ValueError when none is left)."""
     windows = telemetry_windows(records, window_s=window_s, min_requests=min_requests)
@@ -222,8 +259,9 @@ def recommend_from_telemetry(records: Iterable[ScrapeRecord], *, source: str, pe
             skipped.append(model)
             continue
         analysis = analyse(points, model=model, source=source, mode="rate", percentile=percentile)
-        analysis.notes.insert(0, f"{len(points)} load bins from {sum(1 for w in windows if w.model == model)} "
-                                 f"windows of {window_s:g} s")
+        analysis.notes.insert(
+            0, f"{len(points)} load bins from {sum(1 for w in windows if w.model == model)} windows of {window_s:g} s"
+        )
         out.append(analysis)
     if not out:
         why = f" (too few windows for {', '.join(skipped)})" if skipped else ""

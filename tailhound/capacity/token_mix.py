@@ -151,8 +151,9 @@ class Lengths:
     @classmethod
     def from_dict(cls, data: dict) -> Lengths:
         if "bounds" in data:
-            return cls(bounds=tuple(data["bounds"]), weights=tuple(data["weights"]),
-                       overflow=float(data.get("overflow", 0.0)))
+            return cls(
+                bounds=tuple(data["bounds"]), weights=tuple(data["weights"]), overflow=float(data.get("overflow", 0.0))
+            )
         return cls(low=int(data["low"]), high=int(data["high"]))
 
 
@@ -177,25 +178,31 @@ class TokenMix:
     source: str = "explicit"
 
     @classmethod
-    def explicit(cls, prompt_tokens: float, output_tokens: float, prompt_spread: float = 0.0,
-                 output_spread: float = 0.0) -> TokenMix:
+    def explicit(
+        cls, prompt_tokens: float, output_tokens: float, prompt_spread: float = 0.0, output_spread: float = 0.0
+    ) -> TokenMix:
         return cls(Lengths.explicit(prompt_tokens, prompt_spread), Lengths.explicit(output_tokens, output_spread))
 
     def sampler(self, seed: int = 0) -> TokenSampler:
         return TokenSampler(self, seed)
 
     def summary(self) -> TokenSummary:
-        return TokenSummary(source=self.source, prompt_mean=round(self.prompt.mean(), 3),
-                            prompt_p95=self.prompt.quantile(0.95), output_mean=round(self.output.mean(), 3),
-                            output_p95=self.output.quantile(0.95))
+        return TokenSummary(
+            source=self.source,
+            prompt_mean=round(self.prompt.mean(), 3),
+            prompt_p95=self.prompt.quantile(0.95),
+            output_mean=round(self.output.mean(), 3),
+            output_p95=self.output.quantile(0.95),
+        )
 
     def to_dict(self) -> dict:
         return {"source": self.source, "prompt": self.prompt.to_dict(), "output": self.output.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict) -> TokenMix:
-        return cls(Lengths.from_dict(data["prompt"]), Lengths.from_dict(data["output"]),
-                   str(data.get("source", "explicit")))
+        return cls(
+            Lengths.from_dict(data["prompt"]), Lengths.from_dict(data["output"]), str(data.get("source", "explicit"))
+        )
 
 
 # --- recordings --------------------------------------------------------------------------------------------
@@ -343,13 +350,20 @@ def profile_from_recording(path: str | Path) -> RecordingProfile:
     for signal, series in hists.items():
         merged = _merge(series.values(), use_deltas=True) or _merge(series.values(), use_deltas=False)
         if merged is None:
-            raise TokenMixError(f"{path}: no {signal} histogram with observations (vLLM vllm:request_prompt_tokens"
-                                f" / vllm:request_generation_tokens, TGI tgi_request_input_length / "
-                                f"tgi_request_generated_tokens): give the token lengths explicitly")
+            raise TokenMixError(
+                f"{path}: no {signal} histogram with observations (vLLM vllm:request_prompt_tokens"
+                f" / vllm:request_generation_tokens, TGI tgi_request_input_length / "
+                f"tgi_request_generated_tokens): give the token lengths explicitly"
+            )
         bounds, counts, count = merged
         sides[signal] = Lengths.from_histogram(bounds, counts, count)
     peaks = [p for p in (_window_peak(pts, PEAK_WINDOW_S) for pts in requests.values()) if p is not None]
     mix = TokenMix(sides["tokens.prompt"], sides["tokens.generation"], source=f"recording:{Path(path).name}")
-    return RecordingProfile(mix=mix, peak_rps=max(peaks) if peaks else None, peak_concurrency=peak_conc,
-                            engines=len(sources), span_s=(last_ts - first_ts) if first_ts is not None else 0.0,
-                            model=models.most_common(1)[0][0] if models else None)
+    return RecordingProfile(
+        mix=mix,
+        peak_rps=max(peaks) if peaks else None,
+        peak_concurrency=peak_conc,
+        engines=len(sources),
+        span_s=(last_ts - first_ts) if first_ts is not None else 0.0,
+        model=models.most_common(1)[0][0] if models else None,
+    )

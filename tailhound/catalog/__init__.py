@@ -129,12 +129,15 @@ class Catalog:
     #: (source, metric) -> the answer of lookup() for metrics whose mappings match no labels (the answer
     #: then does not depend on the labels); ~60 lookups per snapshot made this the catalog's hot path
     _unconditional: dict[tuple[str, str], tuple[SignalSpec, float] | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     #: (source, metric) -> the label names its mappings match on; ((source, metric), their values) -> answer
-    _match_keys: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, init=False, repr=False,
-                                                                compare=False)
-    _conditional: dict[tuple, tuple[SignalSpec, float] | None] = field(default_factory=dict, init=False,
-                                                                       repr=False, compare=False)
+    _match_keys: dict[tuple[str, str], tuple[str, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _conditional: dict[tuple, tuple[SignalSpec, float] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     #: what callers derive from the catalog and keep with it (streams: per-metric extraction plans)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -234,11 +237,18 @@ def _mig_specs(spec: SignalSpec) -> list[SignalSpec]:
     out = [SignalSpec(spec.name, spec.unit, spec.kind, spec.per, spec.description, whole, spec.mig)]
     if spec.mig == "instance":
         twin = {src: _with_mig_match(m, "*") for src, m in spec.sources.items() if src in MIG_SOURCES}
-        out.append(SignalSpec(
-            name="mig." + spec.name.split(".", 1)[1], unit=spec.unit, kind=spec.kind, per=("gpu", MIG_LABEL),
-            description=f"Per MIG GPU instance (entity `<gpu>/mig<GPU_I_ID>`): the instance's own `{spec.name}`, "
-                        "from dcgm-exporter lines with GPU_I_ID (never mixed into the whole-GPU value).",
-            sources=twin, instance_of=spec.name))
+        out.append(
+            SignalSpec(
+                name="mig." + spec.name.split(".", 1)[1],
+                unit=spec.unit,
+                kind=spec.kind,
+                per=("gpu", MIG_LABEL),
+                description=f"Per MIG GPU instance (entity `<gpu>/mig<GPU_I_ID>`): the instance's own `{spec.name}`, "
+                "from dcgm-exporter lines with GPU_I_ID (never mixed into the whole-GPU value).",
+                sources=twin,
+                instance_of=spec.name,
+            )
+        )
     return out
 
 
@@ -260,19 +270,32 @@ def _engines(data: object, signals: dict[str, SignalSpec], origin: str) -> dict[
         try:
             if name not in ENGINES:
                 raise ValueError(f"unknown engine (one of {list(ENGINES)})")
-            unknown = set(entry) - {"source", "title", "references", "sources", "not_exposed", "stand_ins",
-                                    "conditional"}
+            unknown = set(entry) - {
+                "source",
+                "title",
+                "references",
+                "sources",
+                "not_exposed",
+                "stand_ins",
+                "conditional",
+            }
             if unknown:
                 raise ValueError(f"unknown keys {sorted(unknown)}")
             cov = EngineCoverage(
-                name=name, source=str(entry.get("source", name)), title=str(entry.get("title", name)),
+                name=name,
+                source=str(entry.get("source", name)),
+                title=str(entry.get("title", name)),
                 references=tuple(str(r) for r in entry.get("references") or ()),
                 not_exposed={str(k): str(v) for k, v in (entry.get("not_exposed") or {}).items()},
                 stand_ins={str(k): str(v) for k, v in (entry.get("stand_ins") or {}).items()},
-                conditional={str(k): str(v) for k, v in (entry.get("conditional") or {}).items()})
+                conditional={str(k): str(v) for k, v in (entry.get("conditional") or {}).items()},
+            )
             _add_engine_sources(cov.source, entry.get("sources") or {}, signals)
-            for what, notes in (("not_exposed", cov.not_exposed), ("stand_ins", cov.stand_ins),
-                                ("conditional", cov.conditional)):
+            for what, notes in (
+                ("not_exposed", cov.not_exposed),
+                ("stand_ins", cov.stand_ins),
+                ("conditional", cov.conditional),
+            ):
                 for signal in notes:
                     spec = signals.get(signal)
                     if spec is None:
@@ -329,8 +352,9 @@ def parse_catalog(data: dict, origin: str = "signals.yaml") -> Catalog:
                 if any(other.match == sm.match for _, other in entries):
                     raise ConfigError(f"{origin}: {src} metric {sm.metric} {dict(sm.match)} is mapped twice")
                 if entries and entries[0][0].kind != spec.kind:
-                    raise ConfigError(f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} "
-                                      f"and as {spec.kind}")
+                    raise ConfigError(
+                        f"{origin}: {src} metric {sm.metric} is mapped as {entries[0][0].kind} and as {spec.kind}"
+                    )
                 entries.append((spec, sm))
                 entries.sort(key=lambda e: -len(e[1].match))
     return Catalog(signals=signals, by_metric=by_metric, engines=engines)

@@ -62,8 +62,10 @@ class SourceAdvice:
         if path == "agent":
             return self.enable
         if self.prometheus is None:
-            return (f"no exporter sends this; only the tailhound agent does: run `tailhound agent` on the nodes "
-                    f"next to the ingest and {self.enable[0].lower()}{self.enable[1:]}")
+            return (
+                f"no exporter sends this; only the tailhound agent does: run `tailhound agent` on the nodes "
+                f"next to the ingest and {self.enable[0].lower()}{self.enable[1:]}"
+            )
         return self.prometheus + _MAPPING.format(source=source)
 
 
@@ -93,8 +95,11 @@ class FixBook:
     flags: dict[str, tuple[FlagAdvice, ...]] = field(default_factory=dict)
 
     def source(self, job: str) -> SourceAdvice:
-        return self.sources.get(job) or SourceAdvice(name=f"job `{job}`", enable=f"scrape the `{job}` source",
-                                                     prometheus=f"scrape the `{job}` source in prometheus.yml")
+        return self.sources.get(job) or SourceAdvice(
+            name=f"job `{job}`",
+            enable=f"scrape the `{job}` source",
+            prometheus=f"scrape the `{job}` source in prometheus.yml",
+        )
 
     def flag_for(self, job: str, metric: str) -> FlagAdvice | None:
         """The flag that makes `job`'s exporter send `metric`, when its default does not."""
@@ -106,15 +111,30 @@ def parse_fixbook(data: dict, origin: str = "fixes.yaml") -> FixBook:
         unknown = set(data) - {"sources", "metrics", "signals", "flags"}
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)}")
-        sources = {str(job): SourceAdvice(name=str(v["name"]), enable=str(v["enable"]), group=v.get("group"),
-                                          prometheus=v.get("prometheus"))
-                   for job, v in (data.get("sources") or {}).items()}
-        metrics = {(str(job), str(metric)): str(note)
-                   for job, notes in (data.get("metrics") or {}).items() for metric, note in notes.items()}
+        sources = {
+            str(job): SourceAdvice(
+                name=str(v["name"]), enable=str(v["enable"]), group=v.get("group"), prometheus=v.get("prometheus")
+            )
+            for job, v in (data.get("sources") or {}).items()
+        }
+        metrics = {
+            (str(job), str(metric)): str(note)
+            for job, notes in (data.get("metrics") or {}).items()
+            for metric, note in notes.items()
+        }
         signals = {str(k): str(v) for k, v in (data.get("signals") or {}).items()}
-        flags = {str(job): tuple(FlagAdvice(flag=str(f["flag"]), default=str(f["default"]), value=str(f["value"]),
-                                            metrics=tuple(str(m) for m in f["metrics"])) for f in entries)
-                 for job, entries in (data.get("flags") or {}).items()}
+        flags = {
+            str(job): tuple(
+                FlagAdvice(
+                    flag=str(f["flag"]),
+                    default=str(f["default"]),
+                    value=str(f["value"]),
+                    metrics=tuple(str(m) for m in f["metrics"]),
+                )
+                for f in entries
+            )
+            for job, entries in (data.get("flags") or {}).items()
+        }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{origin}: {exc!r}") from exc
     return FixBook(sources=sources, metrics=metrics, signals=signals, flags=flags)
@@ -130,8 +150,9 @@ def signal_note(signal: str, book: FixBook | None = None) -> str | None:
     return (book or default_fixbook()).signals.get(signal)
 
 
-def fixes_for(signal: str, catalog: Catalog, seen: Collection[str] = (), book: FixBook | None = None,
-              path: str = "agent") -> list[Fix]:
+def fixes_for(
+    signal: str, catalog: Catalog, seen: Collection[str] = (), book: FixBook | None = None, path: str = "agent"
+) -> list[Fix]:
     """Every way to get `signal` on `path` (:data:`PATHS`): a fix per source that maps it (sources in `seen`
     first; on the Prometheus path, sources only the agent has last), then, for each seen source of the same
     group that maps nothing to it (TGI for a vLLM-only counter, dcgm-exporter for an NVML-only field), an
@@ -140,9 +161,14 @@ def fixes_for(signal: str, catalog: Catalog, seen: Collection[str] = (), book: F
         raise ValueError(f"path {path!r}: one of {', '.join(PATHS)}")
     book = book or default_fixbook()
     if signal in CAPACITY_SIGNALS:
-        return [Fix(source="capacity file", action="measure it: `tailhound loadtest` against a replica, then "
-                    "`tailhound capacity RESULT.json --out capacity.yaml`, and set streams.capacity_file "
-                    "(TAILHOUND_STREAMS__CAPACITY_FILE) to that file")]
+        return [
+            Fix(
+                source="capacity file",
+                action="measure it: `tailhound loadtest` against a replica, then "
+                "`tailhound capacity RESULT.json --out capacity.yaml`, and set streams.capacity_file "
+                "(TAILHOUND_STREAMS__CAPACITY_FILE) to that file",
+            )
+        ]
     spec = catalog.spec(signal)
     if spec is None or not spec.sources:
         return [Fix(source="", action=f"no known source sends {signal}", unavailable=True)]
@@ -153,8 +179,10 @@ def fixes_for(signal: str, catalog: Catalog, seen: Collection[str] = (), book: F
         return job not in seen, agent_only, order.index(job)
 
     jobs = sorted(spec.sources, key=rank)
-    out = [_dcgm_fix(spec, j in seen, book, path) if j == "dcgm" else _metric_fix(spec, j, j in seen, book, path)
-           for j in jobs]
+    out = [
+        _dcgm_fix(spec, j in seen, book, path) if j == "dcgm" else _metric_fix(spec, j, j in seen, book, path)
+        for j in jobs
+    ]
     groups = {book.source(j).group for j in spec.sources} - {None}
     for job in sorted(seen):
         advice = book.source(job)
@@ -171,16 +199,23 @@ def _dcgm_fix(spec: SignalSpec, seen: bool, book: FixBook, path: str = "agent") 
     also = f" (older releases name it {' or '.join(older)})" if older else ""
     if field in default_fields():
         if seen:
-            return Fix(source="dcgm", action=f"dcgm-exporter sent no {field} (on in its default "
-                       "counters): the GPU or driver does not support it, or the counters file in use leaves it out")
-        return Fix(source="dcgm", action=f"{book.source('dcgm').how(path, 'dcgm')} (its default counters "
-                   f"include {field})")
+            return Fix(
+                source="dcgm",
+                action=f"dcgm-exporter sent no {field} (on in its default "
+                "counters): the GPU or driver does not support it, or the counters file in use leaves it out",
+            )
+        return Fix(
+            source="dcgm", action=f"{book.source('dcgm').how(path, 'dcgm')} (its default counters include {field})"
+        )
     line = counter_line(field) or f"{field}, {_kind(spec)}, {spec.description.replace(',', ';')}"
     into = f"dcgm-exporter's counters file ({COUNTERS_FILE_OPTION})"
     where = f"add this line to {into}{also}"
     if not seen:
-        where += (", and scrape dcgm-exporter as job `dcgm`" if path == "agent"
-                  else ", and scrape dcgm-exporter in prometheus.yml as job `dcgm`")
+        where += (
+            ", and scrape dcgm-exporter as job `dcgm`"
+            if path == "agent"
+            else ", and scrape dcgm-exporter in prometheus.yml as job `dcgm`"
+        )
     remark = also.strip(" ()") or None
     if field.startswith("DCGM_FI_PROF_"):
         where += " (a profiling field: datacenter GPUs with DCGM's profiling module)"
@@ -201,10 +236,17 @@ def _metric_fix(spec: SignalSpec, job: str, seen: bool, book: FixBook, path: str
         left_out = ", ".join(flag.metrics)  # all it adds: one line for every signal the flag gives
         action = f"run {advice.name} with this flag (its default {flag.flag} leaves out {left_out})"
         if not seen:
-            action = f"{advice.how(path, job)}; {advice.name} needs this flag (its default {flag.flag} leaves out " \
-                     f"{left_out})"
-        return Fix(source=job, action=action, line=flag.line, into=f"{advice.name}'s command line",
-                   remark=f"its default {flag.flag} leaves out {left_out}")
+            action = (
+                f"{advice.how(path, job)}; {advice.name} needs this flag (its default {flag.flag} leaves out "
+                f"{left_out})"
+            )
+        return Fix(
+            source=job,
+            action=action,
+            line=flag.line,
+            into=f"{advice.name}'s command line",
+            remark=f"its default {flag.flag} leaves out {left_out}",
+        )
     alts = " or ".join(f"{m} ({book.metrics[(job, m)]})" if (job, m) in book.metrics else m for m in metrics)
     if seen:
         return Fix(source=job, action=f"{advice.name} sent no {alts}")

@@ -61,29 +61,48 @@ def _node_network(spec: SignalSpec) -> bool:
 
 #: First group that accepts a signal gets it.
 GROUPS: tuple[Group, ...] = (
-    Group("gpu", "GPU", "Per GPU (`gpu` = the GPU index), from dcgm-exporter or the native NVML collector. "
-          "`mig`: how dcgm-exporter's MIG instance lines count (see \"MIG GPU instances\" above).",
-          _prefixed("gpu.")),
-    Group("mig-instances", "MIG instances",
-          "Per MIG GPU instance (entity `<gpu>/mig<GPU_I_ID>`, e.g. `0/mig3`): generated from the GPU signals marked "
-          "`mig: instance`, fed by dcgm-exporter lines that carry `GPU_I_ID` only.",
-          _prefixed("mig.")),
-    Group("inference-engine", "Inference engine",
-          "Per engine (one vLLM / TGI / NIM / SGLang server; `engine` label, else the scrape's `instance`): load, "
-          "KV cache, tokens and the server-side latency histograms. `model.*` signals exist only in the model "
-          "stage (model- and fleet-scope rules, all engines of a model added up).",
-          _prefixed("engine.", "latency.", "tokens.", "model.")),
-    Group("node-network", "Node network",
-          "Per node: the kernel's TCP counters of the node's network namespace (node_exporter names).",
-          _node_network),
-    Group("network-probes", "Network probes",
-          "What the agent's probes and blackbox_exporter see of a target; the snapshot's `node` is the probed "
-          "target's host, so the client-side view meets that host's own metrics.",
-          _prefixed("net.", "ingress.", "probe.")),
-    Group("streaming-probe", "Streaming probe",
-          "Client-side latency of a streamed completion through the public path, buffered-stream detection "
-          "and the load balancer's health-check margin (per `endpoint`).",
-          _prefixed("stream.", "health.", "lb.")),
+    Group(
+        "gpu",
+        "GPU",
+        "Per GPU (`gpu` = the GPU index), from dcgm-exporter or the native NVML collector. "
+        '`mig`: how dcgm-exporter\'s MIG instance lines count (see "MIG GPU instances" above).',
+        _prefixed("gpu."),
+    ),
+    Group(
+        "mig-instances",
+        "MIG instances",
+        "Per MIG GPU instance (entity `<gpu>/mig<GPU_I_ID>`, e.g. `0/mig3`): generated from the GPU signals marked "
+        "`mig: instance`, fed by dcgm-exporter lines that carry `GPU_I_ID` only.",
+        _prefixed("mig."),
+    ),
+    Group(
+        "inference-engine",
+        "Inference engine",
+        "Per engine (one vLLM / TGI / NIM / SGLang server; `engine` label, else the scrape's `instance`): load, "
+        "KV cache, tokens and the server-side latency histograms. `model.*` signals exist only in the model "
+        "stage (model- and fleet-scope rules, all engines of a model added up).",
+        _prefixed("engine.", "latency.", "tokens.", "model."),
+    ),
+    Group(
+        "node-network",
+        "Node network",
+        "Per node: the kernel's TCP counters of the node's network namespace (node_exporter names).",
+        _node_network,
+    ),
+    Group(
+        "network-probes",
+        "Network probes",
+        "What the agent's probes and blackbox_exporter see of a target; the snapshot's `node` is the probed "
+        "target's host, so the client-side view meets that host's own metrics.",
+        _prefixed("net.", "ingress.", "probe."),
+    ),
+    Group(
+        "streaming-probe",
+        "Streaming probe",
+        "Client-side latency of a streamed completion through the public path, buffered-stream detection "
+        "and the load balancer's health-check margin (per `endpoint`).",
+        _prefixed("stream.", "health.", "lb."),
+    ),
 )
 OTHER = Group("other", "Other", "Signals that belong to none of the groups above.", lambda spec: True)
 
@@ -186,8 +205,14 @@ def render_table(specs: list[SignalSpec]) -> list[str]:
     header = ["canonical signal", "kind", "unit", "per", *(["mig"] if mig else []), "description", *sources]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for spec in specs:
-        row = [f"`{spec.name}`", spec.kind, _cell(spec.unit) or "—", ", ".join(spec.per) or "node",
-               *([spec.mig or ""] if mig else []), _cell(spec.description)]
+        row = [
+            f"`{spec.name}`",
+            spec.kind,
+            _cell(spec.unit) or "—",
+            ", ".join(spec.per) or "node",
+            *([spec.mig or ""] if mig else []),
+            _cell(spec.description),
+        ]
         row += ["<br>".join(format_mapping(sm) for sm in spec.sources.get(src, ())) for src in sources]
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -209,8 +234,7 @@ def render_markdown(catalog: Catalog | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-_MARK = {MAPPED: "yes", STAND_IN: "stand-in", CONDITIONAL: "some versions", NOT_EXPOSED: "**no**",
-         UNMAPPED: "unmapped"}
+_MARK = {MAPPED: "yes", STAND_IN: "stand-in", CONDITIONAL: "some versions", NOT_EXPOSED: "**no**", UNMAPPED: "unmapped"}
 
 
 def render_engine_coverage(catalog: Catalog) -> list[str]:
@@ -219,14 +243,19 @@ def render_engine_coverage(catalog: Catalog) -> list[str]:
         return []
     engines = list(catalog.engines.values())
     coverage = {e.name: catalog.engine_coverage(e.name) for e in engines}
-    out = ["", "## Engine coverage", "",
-           "What each inference engine exposes of the engine signals (signals.yaml `engines`, machine-readable "
-           "through `Catalog.engine_coverage`). *yes*: mapped; *stand-in*: a close but different metric is mapped "
-           "(notes below); *some versions*: mapped, present in some versions or configurations only; **no**: the "
-           "engine has no such metric (notes below say what comes closest). A rule's `engines:` lists the engines "
-           "that can feed all of its conditions (streams/ruleset/engine_support.py checks it).", "",
-           "| signal | " + " | ".join(f"{e.name} ({e.source})" for e in engines) + " |",
-           "|---|" + "---|" * len(engines)]
+    out = [
+        "",
+        "## Engine coverage",
+        "",
+        "What each inference engine exposes of the engine signals (signals.yaml `engines`, machine-readable "
+        "through `Catalog.engine_coverage`). *yes*: mapped; *stand-in*: a close but different metric is mapped "
+        "(notes below); *some versions*: mapped, present in some versions or configurations only; **no**: the "
+        "engine has no such metric (notes below say what comes closest). A rule's `engines:` lists the engines "
+        "that can feed all of its conditions (streams/ruleset/engine_support.py checks it).",
+        "",
+        "| signal | " + " | ".join(f"{e.name} ({e.source})" for e in engines) + " |",
+        "|---|" + "---|" * len(engines),
+    ]
     for name in catalog.engine_signals():
         out.append(f"| `{name}` | " + " | ".join(_MARK[coverage[e.name][name][0]] for e in engines) + " |")
     for e in engines:

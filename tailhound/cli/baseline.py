@@ -12,9 +12,12 @@ from tailhound.output import CONTEXT_SETTINGS
 
 from .common import app, console
 
-baseline_app = typer.Typer(help="Load-aware baselines (scikit-learn quantile models; fitting needs the `fit` "
-                                "extra: pip install 'tailhound[fit]').", no_args_is_help=True,
-                           context_settings=CONTEXT_SETTINGS)
+baseline_app = typer.Typer(
+    help="Load-aware baselines (scikit-learn quantile models; fitting needs the `fit` "
+    "extra: pip install 'tailhound[fit]').",
+    no_args_is_help=True,
+    context_settings=CONTEXT_SETTINGS,
+)
 app.add_typer(baseline_app, name="baseline")
 
 
@@ -44,5 +47,7 @@ def baseline_fit(
     model = LoadModel.fit(rows, targets, quantile=quantile, signal=signal)
     model.save(out)
     fit = model.artifact.fit
-    console.print(f"fitted {signal} q={quantile} on {len(rows)} windows -> {out} "
-                  f"(pinball loss {fit.pinball_loss:.4g} vs {fit.baseline_pinball_loss:.4g} for a constant)")
+    console.print(
+        f"fitted {signal} q={quantile} on {len(rows)} windows -> {out} "
+        f"(pinball loss {fit.pinball_loss:.4g} vs {fit.baseline_pinball_loss:.4g} for a constant)"
+    )

@@ -14,10 +14,16 @@ from .common import app, console
 
 @app.command("check")
 def check(
-    paths: Annotated[list[Path], typer.Argument(help="Config files: agent, notifier, ingest, settings, rules, "
-                                                 "capacity.")],
-    kind: Annotated[str | None, typer.Option(help="The kind of every file (default: read from its keys): "
-                                             "agent, notifier, ingest, settings, rules, capacity.")] = None,
+    paths: Annotated[
+        list[Path], typer.Argument(help="Config files: agent, notifier, ingest, settings, rules, capacity.")
+    ],
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            help="The kind of every file (default: read from its keys): "
+            "agent, notifier, ingest, settings, rules, capacity."
+        ),
+    ] = None,
 ) -> None:
     """Check config files with the loaders their processes use: FILE: OK, or every problem at its line.
 

@@ -24,8 +24,13 @@ from tailhound.yamlfile import read_text as read_yaml_text
 
 KINDS = ("agent", "notifier", "ingest", "settings", "rules", "capacity")
 #: the top-level keys of each kind (a file's kind is the one sharing most keys with it)
-_MODELS: dict[str, type[BaseModel]] = {"agent": AgentConfig, "notifier": NotifierConfig,
-                                       "ingest": IngestServiceConfig, "settings": Settings, "capacity": CapacityFile}
+_MODELS: dict[str, type[BaseModel]] = {
+    "agent": AgentConfig,
+    "notifier": NotifierConfig,
+    "ingest": IngestServiceConfig,
+    "settings": Settings,
+    "capacity": CapacityFile,
+}
 
 
 @dataclass
@@ -68,8 +73,12 @@ def _notifier(path: Path) -> Checked:
 
     space, _ = label_space(default_rules_dir())
     checked = check_file(path, space)
-    return Checked(str(path), "notifier", [p for p in checked.problems if is_error(p)],
-                   [p for p in checked.problems if not is_error(p)])
+    return Checked(
+        str(path),
+        "notifier",
+        [p for p in checked.problems if is_error(p)],
+        [p for p in checked.problems if not is_error(p)],
+    )
 
 
 def _rules(path: Path) -> Checked:
@@ -84,7 +93,10 @@ def _ingest(path: Path) -> None:
 
 
 _LOADERS: dict[str, Callable[[Path], object]] = {
-    "agent": load_agent_config, "ingest": _ingest, "settings": check_settings_file, "capacity": load_capacity_file,
+    "agent": load_agent_config,
+    "ingest": _ingest,
+    "settings": check_settings_file,
+    "capacity": load_capacity_file,
 }
 
 
@@ -103,8 +115,9 @@ def check_file(path: Path, kind: str | None = None) -> Checked:
     try:
         _LOADERS[kind](path)
     except ConfigFileError as exc:
-        return Checked(str(path), kind, list(exc.problems) or
-                       [Problem(exc.path, exc.line, exc.column, exc.detail, exc.hint)])
+        return Checked(
+            str(path), kind, list(exc.problems) or [Problem(exc.path, exc.line, exc.column, exc.detail, exc.hint)]
+        )
     except ConfigError as exc:
         return Checked(str(path), kind, [Problem(str(path), None, None, str(exc))])
     return Checked(str(path), kind)

@@ -28,9 +28,7 @@ app.add_typer(rules_app, name="rules")
 console: Console = make_console()  # piped: whole lines (paths, JSON, panels), never cut at 80 columns
 err_console: Console = make_console(stderr=True)
 
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")
-]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file (else $TAILHOUND_CONFIG).")]
 
 
 def settings_from(config: Path | None, **overrides: object) -> Settings:

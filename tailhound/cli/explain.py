@@ -12,10 +12,18 @@ from .common import ConfigOpt, app, console, settings_from
 
 @app.command()
 def explain(
-    incident: Annotated[str | None, typer.Argument(help="Incident id (or a unique prefix); with --file, optional "
-                                                        "when the file holds one incident.")] = None,
-    file: Annotated[Path | None, typer.Option("--file", "-f", help="Incident events: `tailhound replay --out` "
-                                                                   "JSON lines, or a JSON event / list.")] = None,
+    incident: Annotated[
+        str | None,
+        typer.Argument(
+            help="Incident id (or a unique prefix); with --file, optional when the file holds one incident."
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", "-f", help="Incident events: `tailhound replay --out` JSON lines, or a JSON event / list."
+        ),
+    ] = None,
     versus: Annotated[str | None, typer.Option("--versus", help="Only why not this cause (a candidate).")] = None,
     config: ConfigOpt = None,
 ) -> None:

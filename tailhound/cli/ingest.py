@@ -45,13 +45,17 @@ def freeze_long_lived() -> None:
 def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
     @app.command()
     def ingest(
-        config: Annotated[Path | None, typer.Option("--config", "-c", help="ingest.yaml: listen, grouping, "
-                                                    "auth, federation, publish.")] = None,
+        config: Annotated[
+            Path | None,
+            typer.Option("--config", "-c", help="ingest.yaml: listen, grouping, auth, federation, publish."),
+        ] = None,
         check: Annotated[bool, typer.Option("--check", help="Check the file and say what would run.")] = False,
-        prometheus_config: Annotated[bool, typer.Option(
-            "--prometheus-config", help="Print the remote_write block for prometheus.yml and exit.")] = False,
-        url: Annotated[str, typer.Option(help="With --prometheus-config: the URL Prometheus reaches tailhound "
-                                         "at.")] = "http://tailhound-ingest:9097/api/v1/write",
+        prometheus_config: Annotated[
+            bool, typer.Option("--prometheus-config", help="Print the remote_write block for prometheus.yml and exit.")
+        ] = False,
+        url: Annotated[
+            str, typer.Option(help="With --prometheus-config: the URL Prometheus reaches tailhound at.")
+        ] = "http://tailhound-ingest:9097/api/v1/write",
         duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
         log_level: LogLevelOpt = None,
         log_format: LogFormatOpt = None,
@@ -74,29 +78,36 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         settings = settings_of()
         log_start("ingest", listen=cfg.listen or "off", broker=settings.broker or None)
         if not settings.broker:
-            raise TailhoundError("tailhound ingest publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092")
+            raise TailhoundError(
+                "tailhound ingest publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092"
+            )
         asyncio.run(run(settings, cfg, duration, config))
 
 
 def describe(cfg: IngestServiceConfig, credentials: int) -> str:
     lines = []
     if cfg.listen:
-        lines.append(f"remote write: POST http://{cfg.listen}{cfg.path} "
-                     f"({f'{credentials} credential(s)' if credentials else 'no authentication'})")
+        lines.append(
+            f"remote write: POST http://{cfg.listen}{cfg.path} "
+            f"({f'{credentials} credential(s)' if credentials else 'no authentication'})"
+        )
         g = cfg.remote_write.grouping
-        lines.append(f"  node from {', '.join(g.node_labels)}; source from {g.source_label}"
-                     + (f" (mapped: {', '.join(f'{k}->{v}' for k, v in g.sources.items())})" if g.sources else "")
-                     + f"; a scrape is complete {g.settle_s:g} s after its last sample")
+        lines.append(
+            f"  node from {', '.join(g.node_labels)}; source from {g.source_label}"
+            + (f" (mapped: {', '.join(f'{k}->{v}' for k, v in g.sources.items())})" if g.sources else "")
+            + f"; a scrape is complete {g.settle_s:g} s after its last sample"
+        )
         if cfg.ha is not None:
-            lines.append(f"  HA pairs: one replica per {cfg.ha.cluster_label} (label {cfg.ha.replica_label}), "
-                         f"fail-over after {cfg.ha.failover_s:g} s")
+            lines.append(
+                f"  HA pairs: one replica per {cfg.ha.cluster_label} (label {cfg.ha.replica_label}), "
+                f"fail-over after {cfg.ha.failover_s:g} s"
+            )
     if cfg.federation is not None:
         lines.append(f"federation: GET {cfg.federation.url}/federate every {cfg.federation.interval_s:g} s")
     return "ok: " + "\n".join(lines)
 
 
-async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | None,
-              path: Path | None = None) -> None:
+async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | None, path: Path | None = None) -> None:
     """Serve until SIGINT/SIGTERM (or `duration`); SIGHUP reloads `path` (the ingest.yaml `cfg` came from)."""
     from tailhound.config_reload import ConfigReloader
     from tailhound.ingest.config import load_ingest_config
@@ -110,6 +121,12 @@ async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | No
     loop.call_later(FREEZE_AFTER_S, freeze_long_lived)
     service = IngestService(settings, cfg)
     if path is not None:
-        ConfigReloader(path, load_ingest_config, service.reconfigure, prefix="tailhound_ingest",
-                       registry=service.metrics.registry, what="ingest config").on_sighup()
+        ConfigReloader(
+            path,
+            load_ingest_config,
+            service.reconfigure,
+            prefix="tailhound_ingest",
+            registry=service.metrics.registry,
+            what="ingest config",
+        ).on_sighup()
     await service.run(stop)

@@ -26,13 +26,20 @@ def demo(
         list[str] | None,
         typer.Option(help="Fault to inject (repeatable), e.g. thermal-throttle@20m+20m:node=gpu-node-2:gpus=3,5"),
     ] = None,
-    console_listen: Annotated[str, typer.Option(
-        "--console", help="Where the incident console listens (loopback host:port; port 0: any free one; '': off).")
+    console_listen: Annotated[
+        str,
+        typer.Option(
+            "--console", help="Where the incident console listens (loopback host:port; port 0: any free one; '': off)."
+        ),
     ] = "127.0.0.1:0",
-    hold: Annotated[float, typer.Option(
-        min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran.")] = 0.0,
-    load_trace: Annotated[Path | None, typer.Option(
-        help="Request trace (CSV) for the fleet's arrivals and token mix (docs/simulator.md).")] = None,
+    hold: Annotated[
+        float,
+        typer.Option(min=0, max=86400, help="Keep the incident console up this many seconds after the fleet ran."),
+    ] = 0.0,
+    load_trace: Annotated[
+        Path | None,
+        typer.Option(help="Request trace (CSV) for the fleet's arrivals and token mix (docs/simulator.md)."),
+    ] = None,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
@@ -48,8 +55,14 @@ def demo(
             read_trace(load_trace)
         except (ValueError, OSError) as exc:
             raise TailhoundError(f"demo: {exc}") from None
-    opts = DemoOptions(nodes=nodes, fleet_minutes=minutes, speed=speed, console_listen=console_listen, hold_s=hold,
-                       load_trace=None if load_trace is None else str(load_trace))
+    opts = DemoOptions(
+        nodes=nodes,
+        fleet_minutes=minutes,
+        speed=speed,
+        console_listen=console_listen,
+        hold_s=hold,
+        load_trace=None if load_trace is None else str(load_trace),
+    )
     if fault:
         opts.faults = list(fault)
     result = asyncio.run(run_demo(settings, opts, console))
@@ -67,11 +80,18 @@ def worker(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_format: 
     from tailhound.worker.compose import run_worker
 
     settings = settings_from(config)
-    setup_logging(log_level, log_format, default_level=settings.streams.log_level,
-                  default_format=settings.streams.log_format)
+    setup_logging(
+        log_level, log_format, default_level=settings.streams.log_level, default_format=settings.streams.log_format
+    )
     rules = load_rules(settings.rules_dir)
-    log_start("worker", broker=settings.broker or "bundled", app_id=settings.streams.app_id,
-              web_listen=settings.streams.web_listen or "off", rules=len(rules.rules), rules_dir=settings.rules_dir)
+    log_start(
+        "worker",
+        broker=settings.broker or "bundled",
+        app_id=settings.streams.app_id,
+        web_listen=settings.streams.web_listen or "off",
+        rules=len(rules.rules),
+        rules_dir=settings.rules_dir,
+    )
     if not settings.broker:
         err_console.print("no broker configured (TAILHOUND_BROKER): starting the bundled one for development")
     with broker_for(settings) as s:
@@ -119,11 +139,15 @@ def simulate(
         str, typer.Option(help="dcgm-exporter fields: all, or default (the exporter's default counters only).")
     ] = "all",
     noise: Annotated[str, typer.Option(help="basic, or realistic (traffic bursts, drift, missed scrapes).")] = "basic",
-    load_trace: Annotated[Path | None, typer.Option(
-        help="Request trace (CSV: arrived_at, num_prefill_tokens, num_decode_tokens) for arrivals and token mix.")
+    load_trace: Annotated[
+        Path | None,
+        typer.Option(
+            help="Request trace (CSV: arrived_at, num_prefill_tokens, num_decode_tokens) for arrivals and token mix."
+        ),
     ] = None,
-    load_trace_peak: Annotated[float, typer.Option(
-        min=0.01, max=4.0, help="Share of the fleet's capacity the trace's busiest minute reaches.")] = 0.8,
+    load_trace_peak: Annotated[
+        float, typer.Option(min=0.01, max=4.0, help="Share of the fleet's capacity the trace's busiest minute reaches.")
+    ] = 0.8,
     load_trace_start: Annotated[str, typer.Option(help="Where in the trace to start, e.g. 46m (it loops).")] = "0",
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
     log_level: LogLevelOpt = None,
@@ -134,14 +158,25 @@ def simulate(
 
     setup_logging(log_level, log_format, default_level="warning")
     try:
-        sim_config = SimConfig(nodes=nodes, seed=seed, engine=engine, dcgm_fields=dcgm_fields, noise=noise,
-                               load_trace=None if load_trace is None else str(load_trace),
-                               load_trace_peak=load_trace_peak, load_trace_start_s=parse_duration(load_trace_start))
+        sim_config = SimConfig(
+            nodes=nodes,
+            seed=seed,
+            engine=engine,
+            dcgm_fields=dcgm_fields,
+            noise=noise,
+            load_trace=None if load_trace is None else str(load_trace),
+            load_trace_peak=load_trace_peak,
+            load_trace_start_s=parse_duration(load_trace_start),
+        )
         sim = FleetSimulator(sim_config, [FaultSpec.parse(f) for f in fault or []])
     except (ValueError, TypeError, OSError) as exc:
         raise TailhoundError(f"simulate: {exc}") from None
-    ticks = TickProgress(sim, ProgressReporter("simulate", unit="ticks", enabled=progress,
-                                                total=max(1, round(minutes * 60 / sim.config.interval_s))))
+    ticks = TickProgress(
+        sim,
+        ProgressReporter(
+            "simulate", unit="ticks", enabled=progress, total=max(1, round(minutes * 60 / sim.config.interval_s))
+        ),
+    )
     if record is not None:
         from tailhound.agents.simulator.recording import write_recording
 
@@ -157,9 +192,11 @@ def simulate(
 
     settings = settings_from(config)
     if not settings.broker:
-        raise TailhoundError("simulate publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
-                             "(`tailhound worker` prints the URL of the bundled one it starts), "
-                             "or write a recording with --record FILE")
+        raise TailhoundError(
+            "simulate publishes to a running broker: set TAILHOUND_BROKER=kafka://host:9092 "
+            "(`tailhound worker` prints the URL of the bundled one it starts), "
+            "or write a recording with --record FILE"
+        )
 
     async def _run() -> int:
         import time

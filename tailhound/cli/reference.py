@@ -43,8 +43,10 @@ def catalog(out: OutFileOpt = None, check: CheckOpt = False) -> None:
 @app.command()
 def example(
     name: Annotated[str | None, typer.Argument(help="Example to print; without it, the list.")] = None,
-    output: Annotated[str | None, typer.Option(
-        "--output", "-o", help="The list as table, wide, json or yaml (default: one line per example).")] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="The list as table, wide, json or yaml (default: one line per example)."),
+    ] = None,
 ) -> None:
     """Print a bundled example config (start a config from it: `tailhound example agent > agent.yaml`)."""
     from tailhound.resources import EXAMPLES, example_path

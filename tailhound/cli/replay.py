@@ -19,9 +19,7 @@ from .common import app, console, err_console, settings_from
 @app.command()
 def replay(
     recordings: Annotated[list[Path], typer.Argument(help="Scrape recordings (JSON lines), replayed in order.")],
-    out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Incident events, one JSON object per line.")
-    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Incident events, one JSON object per line.")] = None,
     rules: Annotated[
         Path | None, typer.Option("--rules", help="Rules directory (default: settings.rules_dir).")
     ] = None,
@@ -30,23 +28,36 @@ def replay(
     ] = None,
     fmt: Annotated[
         str | None,
-        typer.Option("--format", "-f", help="Standard output: json (the events as JSON lines, as --out writes "
-                                            "them) or table (for people: times from the recording start, evidence). "
-                                            "Default: a summary and one line per event."),
+        typer.Option(
+            "--format",
+            "-f",
+            help="Standard output: json (the events as JSON lines, as --out writes "
+            "them) or table (for people: times from the recording start, evidence). "
+            "Default: a summary and one line per event.",
+        ),
     ] = None,
     html_report: Annotated[
         Path | None,
-        typer.Option("--html", help="Also write an incident report: one self-contained HTML file (the incident "
-                                    "list, then each incident with its evidence and charts), to open from disk."),
+        typer.Option(
+            "--html",
+            help="Also write an incident report: one self-contained HTML file (the incident "
+            "list, then each incident with its evidence and charts), to open from disk.",
+        ),
     ] = None,
     capacity: Annotated[
         Path | None,
-        typer.Option("--capacity", help="Capacity file (`tailhound capacity --out`): the capacity.* thresholds "
-                                        "(default: settings streams.capacity_file)."),
+        typer.Option(
+            "--capacity",
+            help="Capacity file (`tailhound capacity --out`): the capacity.* thresholds "
+            "(default: settings streams.capacity_file).",
+        ),
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr (a bar on a "
-                                                                           "terminal, a line every 10 s otherwise).")
-                        ] = True,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress", help="Progress on stderr (a bar on a terminal, a line every 10 s otherwise)."
+        ),
+    ] = True,
     log_level: LogLevelOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
@@ -77,10 +88,15 @@ def replay(
                 last[:] = [rec.ts]
             yield rec
 
-    kwargs = dict(models=load_models(list(model or settings.streams.load_models)),
-                  sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s,
-                       **capacity_limits(capacity or settings.streams.capacity_file)},
-                  max_future_skew_s=settings.streams.max_future_skew_s, node_expiry_s=settings.streams.node_expiry_s)
+    kwargs = dict(
+        models=load_models(list(model or settings.streams.load_models)),
+        sla={
+            "ttft_p99_sla_s": settings.streams.ttft_p99_sla_s,
+            **capacity_limits(capacity or settings.streams.capacity_file),
+        },
+        max_future_skew_s=settings.streams.max_future_skew_s,
+        node_expiry_s=settings.streams.node_expiry_s,
+    )
     if out is None:
         result = replay_records(records(), rs, **kwargs)
     else:
@@ -89,8 +105,10 @@ def replay(
             result = replay_records(records(), rs, fh, **kwargs)
     require_records(result.records, recordings)
     opened = sum(1 for e in result.events if e.event == "opened")
-    summary = (f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
-               f"events ({opened} opened)" + (f" -> {out}" if out else ""))
+    summary = (
+        f"replayed {result.records} records in {result.seconds:.2f} s: {len(result.events)} incident "
+        f"events ({opened} opened)" + (f" -> {out}" if out else "")
+    )
     if result.rejected:
         summary += "; skipped " + ", ".join(f"{n} {why}" for why, n in sorted(result.rejected.items()))
     if html_report is not None:
@@ -103,8 +121,9 @@ def replay(
         # ages as of the recording's end (its latest event time): the same recording gives the same file
         end = max([*last, *(e.ts for e in result.events)], default=None) or time.time()
         html_report.parent.mkdir(parents=True, exist_ok=True)
-        html_report.write_text(render_report(views, title=report_title([p.name for p in recordings]),
-                                             generated_at=end), encoding="utf-8")
+        html_report.write_text(
+            render_report(views, title=report_title([p.name for p in recordings]), generated_at=end), encoding="utf-8"
+        )
         summary += f"; incident report ({len(views)} incidents) -> {html_report}"
     if fmt == "json":
         err_console.print(summary, highlight=False)

@@ -16,8 +16,9 @@ from .common import CheckOpt, ConfigOpt, OutFileOpt, emit_markdown, err_console,
 
 @rules_app.command("check")
 def rules_check(
-    paths: Annotated[list[Path] | None, typer.Argument(
-        help="Rule files or directories (default: settings.rules_dir).")] = None,
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Rule files or directories (default: settings.rules_dir).")
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="text, or github (workflow annotations).")] = "text",
     config: ConfigOpt = None,
 ) -> None:
@@ -101,8 +102,11 @@ def rules_backtest(
         Path | None, typer.Option("--truth", help="YAML of labelled fault windows: precision, recall, time to detect.")
     ] = None,
     against: Annotated[
-        str | None, typer.Option("--against", help="Other rules to compare with: a directory or a git ref "
-                                                   "(its rules/ tree): incidents gained and lost.")
+        str | None,
+        typer.Option(
+            "--against",
+            help="Other rules to compare with: a directory or a git ref (its rules/ tree): incidents gained and lost.",
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")] = True,
@@ -116,9 +120,13 @@ def rules_backtest(
     if fmt not in ("table", "json"):
         raise TailhoundError(f"--format {fmt!r}: use table or json")
     settings = settings_from(config)
-    report = run_backtest(recordings, rules or settings.rules_dir, truth=truth, against=against,
-                          sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s,
-                               **capacity_limits(settings.streams.capacity_file)},
-                          progress=progress, warn=lambda msg: err_console.print(f"[yellow]warning:[/] {msg}",
-                                                                                highlight=False))
+    report = run_backtest(
+        recordings,
+        rules or settings.rules_dir,
+        truth=truth,
+        against=against,
+        sla={"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s, **capacity_limits(settings.streams.capacity_file)},
+        progress=progress,
+        warn=lambda msg: err_console.print(f"[yellow]warning:[/] {msg}", highlight=False),
+    )
     sys.stdout.write(render_backtest_json(report) if fmt == "json" else render_backtest_table(report))

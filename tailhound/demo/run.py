@@ -107,26 +107,36 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
     result = DemoResult()
     run_id = uuid.uuid4().hex[:8]
     workdir = Path(tempfile.mkdtemp(prefix="tailhound-demo-"))
-    settings = settings.model_copy(update={
-        "streams": settings.streams.model_copy(
-            update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams", "log_level": "info"}),
-        # the worker publishes to the incident topic; this process runs the notifier on it
-        "sinks": SinksSettings(console={"enabled": False}, incident_topic={"enabled": True}),
-        # the notifier here serves the incident console on loopback; silences through the page need no token
-        # there (writes stay refused on any other address)
-        "notifier": settings.notifier.model_copy(update={
-            "enabled": False, "tick_s": 0.2, "api_listen": opts.console_listen,
-            "allow_unauthenticated_writes": True}),
-    })
+    settings = settings.model_copy(
+        update={
+            "streams": settings.streams.model_copy(
+                update={"app_id": f"tailhound-demo-{run_id}", "data_dir": workdir / "streams", "log_level": "info"}
+            ),
+            # the worker publishes to the incident topic; this process runs the notifier on it
+            "sinks": SinksSettings(console={"enabled": False}, incident_topic={"enabled": True}),
+            # the notifier here serves the incident console on loopback; silences through the page need no token
+            # there (writes stay refused on any other address)
+            "notifier": settings.notifier.model_copy(
+                update={
+                    "enabled": False,
+                    "tick_s": 0.2,
+                    "api_listen": opts.console_listen,
+                    "allow_unauthenticated_writes": True,
+                }
+            ),
+        }
+    )
     faults = [FaultSpec.parse(f) for f in opts.faults]
     sim = FleetSimulator(SimConfig(nodes=opts.nodes, seed=opts.seed, load_trace=opts.load_trace), faults)
     origin = sim.config.start_ts
     receiver = ConsoleReceiver(ConsoleConfig(type="console", name="console"), console, origin=origin)
 
     with broker_for(settings, log_path=str(workdir / "broker.log")) as s:
-        console.print(f"[bold]tailhound demo[/]: broker {s.broker}, {opts.nodes} nodes x "
-                      f"{sim.config.gpus_per_node} GPUs, {opts.fleet_minutes:.0f} min of fleet time at "
-                      f"{opts.speed:g}x, faults: {', '.join(opts.faults) or 'none'}")
+        console.print(
+            f"[bold]tailhound demo[/]: broker {s.broker}, {opts.nodes} nodes x "
+            f"{sim.config.gpus_per_node} GPUs, {opts.fleet_minutes:.0f} min of fleet time at "
+            f"{opts.speed:g}x, faults: {', '.join(opts.faults) or 'none'}"
+        )
         await ensure_topics(s)
         worker = WorkerProcess(s, workdir / "worker.log")
         result.worker_log = str(worker.log_path)
@@ -143,8 +153,11 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
             await _drain(s, worker, opts, console)
             await _settle(result, receiver, s.streams.rollup_max_delay_s, expect=bool(opts.faults))
             if opts.hold_s > 0 and result.console_url:
-                console.print(f"[bold]incident console[/] {result.console_url} stays up for {opts.hold_s:.0f} s "
-                              "(Ctrl-C stops the demo)", soft_wrap=True)
+                console.print(
+                    f"[bold]incident console[/] {result.console_url} stays up for {opts.hold_s:.0f} s "
+                    "(Ctrl-C stops the demo)",
+                    soft_wrap=True,
+                )
                 await asyncio.sleep(opts.hold_s)
         finally:  # also on Ctrl-C (the task is cancelled): bounded, see _shut_down
             await _shut_down(worker, pub, stop, [watcher, notifying])
@@ -156,8 +169,13 @@ async def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> D
     return result
 
 
-async def _shut_down(worker: WorkerProcess, pub: SnapshotPublisher, stop: asyncio.Event, tasks: list[asyncio.Task],
-                     grace_s: float = STOP_GRACE_S) -> None:
+async def _shut_down(
+    worker: WorkerProcess,
+    pub: SnapshotPublisher,
+    stop: asyncio.Event,
+    tasks: list[asyncio.Task],
+    grace_s: float = STOP_GRACE_S,
+) -> None:
     """Stop the worker, the publisher and the in-process tasks together, within `grace_s`.
 
     The worker is asked first (SIGTERM) and stops while the rest closes; it is killed when `grace_s` is over.
@@ -198,8 +216,14 @@ async def _console_url(notifier: NotifierService, opts: DemoOptions, console: Co
     return url
 
 
-async def _run_fleet(sim: FleetSimulator, pub: SnapshotPublisher, opts: DemoOptions, console: Console,
-                     worker: WorkerProcess, result: DemoResult) -> None:
+async def _run_fleet(
+    sim: FleetSimulator,
+    pub: SnapshotPublisher,
+    opts: DemoOptions,
+    console: Console,
+    worker: WorkerProcess,
+    result: DemoResult,
+) -> None:
     interval_wall = sim.config.interval_s / opts.speed
     duration_s = opts.fleet_minutes * 60
     next_report = 0.0
@@ -211,8 +235,10 @@ async def _run_fleet(sim: FleetSimulator, pub: SnapshotPublisher, opts: DemoOpti
         fleet_s = ts - sim.config.start_ts
         if fleet_s >= next_report:
             active = ", ".join(f.name for f in sim.active_faults(fleet_s)) or "healthy"
-            console.print(f"[dim]fleet time +{int(fleet_s // 60):02d}:{int(fleet_s % 60):02d}  "
-                          f"snapshots sent {result.snapshots:5d}  fleet: {active}[/]")
+            console.print(
+                f"[dim]fleet time +{int(fleet_s // 60):02d}:{int(fleet_s % 60):02d}  "
+                f"snapshots sent {result.snapshots:5d}  fleet: {active}[/]"
+            )
             next_report += 300
         if not worker.supervise():  # a worker that failed is started again (it recovers from its changelogs)
             raise TailhoundError(f"the streams worker exited; last lines of {worker.log_path}:\n{worker.log_tail()}")
@@ -249,8 +275,10 @@ async def _drain(s: Settings, worker: WorkerProcess, opts: DemoOptions, console:
         if lag == 0:
             return
         await asyncio.sleep(0.5)
-    console.print(f"[yellow]the worker still had {lag} telemetry messages to process after "
-                  f"{opts.drain_timeout_s:.0f}s; see {worker.log_path}[/]")
+    console.print(
+        f"[yellow]the worker still had {lag} telemetry messages to process after "
+        f"{opts.drain_timeout_s:.0f}s; see {worker.log_path}[/]"
+    )
 
 
 def _summary(console: Console, result: DemoResult, opts: DemoOptions) -> None:

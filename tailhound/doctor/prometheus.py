@@ -53,9 +53,15 @@ def job_hints(seen: Observed, catalog: Catalog, job_sources: Mapping[str, str]) 
     return out
 
 
-async def observe_prometheus(url: str, *, job_sources: Mapping[str, str] | None = None,
-                             node_labels: Iterable[str] | None = None, timeout_s: float = 10.0,
-                             catalog: Catalog | None = None, bearer_token_file: Path | None = None) -> Observed:
+async def observe_prometheus(
+    url: str,
+    *,
+    job_sources: Mapping[str, str] | None = None,
+    node_labels: Iterable[str] | None = None,
+    timeout_s: float = 10.0,
+    catalog: Catalog | None = None,
+    bearer_token_file: Path | None = None,
+) -> Observed:
     """What the Prometheus at `url` has of the catalog's metrics, per source, as the federation ingest sees it;
     a failed pull raises :class:`TailhoundError` naming why."""
     catalog = catalog or default_catalog()
@@ -64,8 +70,13 @@ async def observe_prometheus(url: str, *, job_sources: Mapping[str, str] | None 
     if node_labels:
         grouping["node_labels"] = tuple(node_labels)
     try:
-        config = FederationConfig(url=url, timeout_s=timeout_s, by_job=False, grouping=GroupingConfig(**grouping),
-                                  bearer_token_file=bearer_token_file)
+        config = FederationConfig(
+            url=url,
+            timeout_s=timeout_s,
+            by_job=False,
+            grouping=GroupingConfig(**grouping),
+            bearer_token_file=bearer_token_file,
+        )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'url'}: {e['msg']}" for e in exc.errors())
         raise TailhoundError(f"--prometheus {url!r}: {problems}") from None
@@ -94,9 +105,15 @@ async def observe_prometheus(url: str, *, job_sources: Mapping[str, str] | None 
     return seen
 
 
-def read_prometheus(url: str, *, job_sources: Mapping[str, str] | None = None,
-                    node_labels: Iterable[str] | None = None, timeout_s: float = 10.0,
-                    catalog: Catalog | None = None) -> Observed:
+def read_prometheus(
+    url: str,
+    *,
+    job_sources: Mapping[str, str] | None = None,
+    node_labels: Iterable[str] | None = None,
+    timeout_s: float = 10.0,
+    catalog: Catalog | None = None,
+) -> Observed:
     """:func:`observe_prometheus` outside an event loop (the CLI)."""
-    return asyncio.run(observe_prometheus(url, job_sources=job_sources, node_labels=node_labels,
-                                          timeout_s=timeout_s, catalog=catalog))
+    return asyncio.run(
+        observe_prometheus(url, job_sources=job_sources, node_labels=node_labels, timeout_s=timeout_s, catalog=catalog)
+    )

@@ -116,22 +116,26 @@ def parse_target(spec: str) -> tuple[str | None, str]:
     """``[JOB=]URL`` -> (job or None, url)."""
     m = _TARGET.match(spec.strip())
     if m is None:
-        raise TailhoundError(f"--target {spec!r}: expected [JOB=]http(s)://host:port/path, e.g. "
-                             "dcgm=http://10.0.0.5:9400/metrics")
+        raise TailhoundError(
+            f"--target {spec!r}: expected [JOB=]http(s)://host:port/path, e.g. dcgm=http://10.0.0.5:9400/metrics"
+        )
     return m.group(1), m.group(2)
 
 
 def hint_text(job: str, source: str) -> str:
     """The fix for a job whose metric names are those of catalog source `source`."""
-    return (f"job {job!r} carries {source} metrics: map it: sources: {{{job}: {source}}} "
-            f"(doctor: --job-source {job}={source})")
+    return (
+        f"job {job!r} carries {source} metrics: map it: sources: {{{job}: {source}}} "
+        f"(doctor: --job-source {job}={source})"
+    )
 
 
 def guess_job(names: Iterable[str], catalog: Catalog) -> str | None:
     """The catalog source that maps the most of `names` (None when none maps any, or two tie)."""
     names = set(names)
-    scores = sorted(((sum(1 for n in names if (src, n) in catalog.by_metric), src) for src in catalog.sources()),
-                    reverse=True)
+    scores = sorted(
+        ((sum(1 for n in names if (src, n) in catalog.by_metric), src) for src in catalog.sources()), reverse=True
+    )
     if not scores or scores[0][0] == 0 or (len(scores) > 1 and scores[1][0] == scores[0][0]):
         return None
     return scores[0][1]
@@ -162,8 +166,10 @@ async def collect_targets(specs: list[str], timeout_s: float, catalog: Catalog) 
         if job is None:
             job = guess_job(names, catalog)
             if job is None:
-                problems.append(f"{url}: cannot tell which source this is; name it: --target JOB={url} "
-                                f"(one of {', '.join(catalog.sources())})")
+                problems.append(
+                    f"{url}: cannot tell which source this is; name it: --target JOB={url} "
+                    f"(one of {', '.join(catalog.sources())})"
+                )
                 continue
             snap = SnapshotBuilder(catalog).build(result.model_copy(update={"job": job}))
             names = {s.name for s in snap.samples}
@@ -206,8 +212,13 @@ def seen_sources(observed: Observed, catalog: Catalog) -> set[str]:
     return {job for job in observed.metrics if observed.mapped(job, catalog)}
 
 
-def diagnose(rules: RuleSet, observed: Observed, catalog: Catalog | None = None,
-             configured: Iterable[str] = (), path: str | None = None) -> DoctorReport:
+def diagnose(
+    rules: RuleSet,
+    observed: Observed,
+    catalog: Catalog | None = None,
+    configured: Iterable[str] = (),
+    path: str | None = None,
+) -> DoctorReport:
     """`configured`: signals the configuration gives (the capacity file's ``capacity.*``); `path`: agent or
     prometheus, the terms of the fixes (default: the input's, :attr:`Observed.path`)."""
     catalog = catalog or default_catalog()
@@ -216,8 +227,9 @@ def diagnose(rules: RuleSet, observed: Observed, catalog: Catalog | None = None,
     present = observed.signals(catalog) | frozenset(configured)
     rules_cov = coverage(rules, present, catalog, sources)
     if path != "agent":
-        rules_cov = [replace(c, fixes={s: tuple(fixes_for(s, catalog, sources, path=path)) for s in c.fixes})
-                     for c in rules_cov]
+        rules_cov = [
+            replace(c, fixes={s: tuple(fixes_for(s, catalog, sources, path=path)) for s in c.fixes}) for c in rules_cov
+        ]
     return DoctorReport(observed=observed, rules=rules_cov, present=present, path=path)
 
 
@@ -248,7 +260,7 @@ class SourceGroup:
             if all(line != fix.line for _, line in entries):
                 entries.append((fix.remark, fix.line))
         elif self.seen and fix.action.startswith(prefix := f"{self.name} sent no "):
-            self.unsent.append(fix.action[len(prefix):])  # one line for all of them
+            self.unsent.append(fix.action[len(prefix) :])  # one line for all of them
         else:
             self.add_line(fix.text)
 
@@ -278,11 +290,17 @@ class SourceGroup:
         return out
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "name": self.name, "sending": self.seen,
-                "signals": {s: sorted(r) for s, r in sorted(self.signals.items())}, "do": list(self.lines),
-                "add": {into: [line for _, line in entries] for into, entries in self.verbatim.items()},
-                "unsent": list(self.unsent),
-                "sends": list(self.sends), "or_from": sorted(self.also)}
+        return {
+            "source": self.source,
+            "name": self.name,
+            "sending": self.seen,
+            "signals": {s: sorted(r) for s, r in sorted(self.signals.items())},
+            "do": list(self.lines),
+            "add": {into: [line for _, line in entries] for into, entries in self.verbatim.items()},
+            "unsent": list(self.unsent),
+            "sends": list(self.sends),
+            "or_from": sorted(self.also),
+        }
 
 
 def _best(fixes: Iterable[Fix]) -> Fix | None:
@@ -330,10 +348,14 @@ def fix_groups(report: DoctorReport, catalog: Catalog | None = None) -> list[Sou
                 if best.line:
                     group.add_fix(best)
                 else:
-                    group.sends += [m for m in dict.fromkeys(m.metric for m in spec.sources[key])
-                                    if m not in group.sends]
-        group.also.update(book.source(f.source).name for f in fixes[signal]
-                          if f is not best and not f.unavailable and f.source and f.source != key)
+                    group.sends += [
+                        m for m in dict.fromkeys(m.metric for m in spec.sources[key]) if m not in group.sends
+                    ]
+        group.also.update(
+            book.source(f.source).name
+            for f in fixes[signal]
+            if f is not best and not f.unavailable and f.source and f.source != key
+        )
         if (note := signal_note(signal)) is not None:
             group.add_line(f"note: {note}")
     return sorted(groups.values(), key=lambda g: (not g.seen, -len(g.rules), -len(g.signals), g.name))
@@ -345,18 +367,28 @@ def _rules_text(rules: set[str]) -> str:
     return f"for {', '.join(named[:MAX_RULES_NAMED])}{more}"
 
 
-_PATH_TERMS = {"agent": "the agent's path: agent.yaml and the exporters it scrapes",
-               "prometheus": "the Prometheus path: prometheus.yml, ingest.yaml and the exporters"}
+_PATH_TERMS = {
+    "agent": "the agent's path: agent.yaml and the exporters it scrapes",
+    "prometheus": "the Prometheus path: prometheus.yml, ingest.yaml and the exporters",
+}
 
 
 def render_table(report: DoctorReport, catalog: Catalog | None = None) -> str:
     """Sources, one row per rule, then what to do per source (in the path's terms), a summary."""
     catalog = catalog or default_catalog()
     seen = report.observed
-    lines = ["sources: " + (", ".join(
-        f"{job} ({len(seen.nodes.get(job, ()))} node(s), {seen.mapped(job, catalog)} mapped metrics"
-        + (f", {seen.failed[job]} failed collections" if seen.failed.get(job) else "") + ")"
-        for job in sorted(set(seen.metrics) | set(seen.failed))) or "none")]
+    lines = [
+        "sources: "
+        + (
+            ", ".join(
+                f"{job} ({len(seen.nodes.get(job, ()))} node(s), {seen.mapped(job, catalog)} mapped metrics"
+                + (f", {seen.failed[job]} failed collections" if seen.failed.get(job) else "")
+                + ")"
+                for job in sorted(set(seen.metrics) | set(seen.failed))
+            )
+            or "none"
+        )
+    ]
     lines += [f"hint: {hint_text(job, source)}" for job, source in sorted(seen.hints.items())]
     lines += [f"note: {note}" for note in seen.notes]
     lines.append("")
@@ -378,11 +410,17 @@ def render_json(report: DoctorReport, catalog: Catalog | None = None) -> str:
     seen = report.observed
     data = {
         "path": report.path,
-        "sources": {job: {"nodes": sorted(seen.nodes.get(job, ())), "mapped_metrics": seen.mapped(job, catalog),
-                          "failed_collections": seen.failed.get(job, 0)}
-                    for job in sorted(set(seen.metrics) | set(seen.failed))},
-        "job_hints": [{"job": job, "source": source, "fix": hint_text(job, source)}
-                      for job, source in sorted(seen.hints.items())],
+        "sources": {
+            job: {
+                "nodes": sorted(seen.nodes.get(job, ())),
+                "mapped_metrics": seen.mapped(job, catalog),
+                "failed_collections": seen.failed.get(job, 0),
+            }
+            for job in sorted(set(seen.metrics) | set(seen.failed))
+        },
+        "job_hints": [
+            {"job": job, "source": source, "fix": hint_text(job, source)} for job, source in sorted(seen.hints.items())
+        ],
         "notes": list(seen.notes),
         "signals": sorted(seen.signals(catalog)),
         "rules": [c.to_dict() for c in report.rules],

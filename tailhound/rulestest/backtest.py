@@ -77,9 +77,17 @@ def fold_incidents(events: Iterable[IncidentEvent]) -> list[Incident]:
         rules = [r for r in (ev.labels.get("rules") or ev.rule).split(",") if r]
         if inc is None:
             inc = out[ev.incident_id] = Incident(
-                incident_id=ev.incident_id, root_cause=str(ev.root_cause), severity=str(ev.severity), rule=ev.rule,
-                opened_at=ev.opened_at, resolved_at=None, nodes=nodes, scope=ev.scope.describe(),
-                transient=ev.transient, rules=rules)
+                incident_id=ev.incident_id,
+                root_cause=str(ev.root_cause),
+                severity=str(ev.severity),
+                rule=ev.rule,
+                opened_at=ev.opened_at,
+                resolved_at=None,
+                nodes=nodes,
+                scope=ev.scope.describe(),
+                transient=ev.transient,
+                rules=rules,
+            )
         inc.events += 1
         inc.named_at.setdefault(str(ev.root_cause), ev.ts)
         inc.rules = sorted(set(inc.rules) | set(rules))
@@ -127,8 +135,9 @@ def rule_stats(rep: Replayed, start_ts: float) -> list[RuleStats]:
             st = stats.setdefault(name, RuleStats(name, name in rep.symptoms))
             st.incidents += 1
             st.as_root += inc.rule == name
-            st.windows.append((inc.opened_at - start_ts,
-                               None if inc.resolved_at is None else inc.resolved_at - start_ts))
+            st.windows.append(
+                (inc.opened_at - start_ts, None if inc.resolved_at is None else inc.resolved_at - start_ts)
+            )
     return sorted(stats.values(), key=lambda s: (-s.incidents, s.rule))
 
 
@@ -141,8 +150,11 @@ class FaultWindow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     name: str = ""
-    nodes: list[str] = Field(default_factory=list, validation_alias=AliasChoices("nodes", "node"),
-                             description="Nodes the fault is on; empty or '*': anywhere (fleet-wide).")
+    nodes: list[str] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("nodes", "node"),
+        description="Nodes the fault is on; empty or '*': anywhere (fleet-wide).",
+    )
     start: float | str | dt.datetime
     end: float | str | dt.datetime
     root_cause: RootCause | None = Field(validation_alias=AliasChoices("root_cause", "cause", "expected_root_cause"))
@@ -250,12 +262,20 @@ def score(incidents: list[Incident], truth: TruthFile, start_ts: float) -> Truth
             else:
                 missed.append(w.name or f"{cause} @ {','.join(w.nodes) or 'anywhere'}")
         out.append(CauseScore(cause, len(windows), len(detect), len(mine), len(correct), detect, missed))
-    negatives = [(w.name or "negative", i) for w in truth.faults if not w.root_cause for i in incidents
-                 if belongs(i, w, start_ts, 0.0)]
+    negatives = [
+        (w.name or "negative", i)
+        for w in truth.faults
+        if not w.root_cause
+        for i in incidents
+        if belongs(i, w, start_ts, 0.0)
+    ]
     in_negative = {id(i) for _, i in negatives}
-    spurious = [i for i in incidents if id(i) not in in_negative
-                and not any(str(w.root_cause) == i.root_cause and belongs(i, w, start_ts, truth.grace)
-                            for w in positives)]
+    spurious = [
+        i
+        for i in incidents
+        if id(i) not in in_negative
+        and not any(str(w.root_cause) == i.root_cause and belongs(i, w, start_ts, truth.grace) for w in positives)
+    ]
     return TruthScore(out, negatives, spurious, truth.grace)
 
 
@@ -284,8 +304,12 @@ def diff_incidents(current: list[Incident], old: list[Incident], end_ts: float, 
     for inc in current:
         match = None
         for o in left:
-            if o.root_cause == inc.root_cause and _place(o) == _place(inc) \
-                    and o.opened_at <= inc.end(end_ts) and inc.opened_at <= o.end(end_ts):
+            if (
+                o.root_cause == inc.root_cause
+                and _place(o) == _place(inc)
+                and o.opened_at <= inc.end(end_ts)
+                and inc.opened_at <= o.end(end_ts)
+            ):
                 match = o
                 break
         if match is None:
@@ -317,8 +341,10 @@ def rules_at_ref(rules_dir: Path, ref: str, dest: Path) -> Path:
     try:
         top = Path(git("rev-parse", "--show-toplevel", cwd=rules_dir).strip())
     except TailhoundError:
-        raise TailhoundError(f"--against {ref}: {rules_dir} is not in a git checkout (pass --against DIR, or "
-                             "--rules a directory of a checkout)") from None
+        raise TailhoundError(
+            f"--against {ref}: {rules_dir} is not in a git checkout (pass --against DIR, or "
+            "--rules a directory of a checkout)"
+        ) from None
     rel = rules_dir.relative_to(top.resolve()).as_posix()
     listed = git("ls-tree", "--name-only", f"{ref}:{rel}" if rel != "." else f"{ref}:", cwd=top).split()
     names = [n for n in listed if n.endswith((".yaml", ".yml"))]
@@ -348,8 +374,9 @@ class BacktestReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def replay(paths: list[Path], rules_dir: Path, label: str, sla: dict | None, progress: bool, warn: Warn,
-           bounds: list[float]) -> Replayed:
+def replay(
+    paths: list[Path], rules_dir: Path, label: str, sla: dict | None, progress: bool, warn: Warn, bounds: list[float]
+) -> Replayed:
     from tailhound.streams.replay import replay_records
     from tailhound.streams.ruleset.rulefile import load_rules
 
@@ -369,15 +396,30 @@ def replay(paths: list[Path], rules_dir: Path, label: str, sla: dict | None, pro
 
     res = replay_records(records(), rs, sla=sla)
     require_records(res.records, paths)
-    return Replayed(label=label, rules_dir=str(rules_dir), rule_names=[r.name for r in rs.rules],
-                    symptoms={r.name for r in rs.rules if r.symptom}, events=res.events,
-                    incidents=fold_incidents(res.events), records=res.records, snapshots=res.snapshots,
-                    seconds=res.seconds, rejected=dict(res.rejected))
+    return Replayed(
+        label=label,
+        rules_dir=str(rules_dir),
+        rule_names=[r.name for r in rs.rules],
+        symptoms={r.name for r in rs.rules if r.symptom},
+        events=res.events,
+        incidents=fold_incidents(res.events),
+        records=res.records,
+        snapshots=res.snapshots,
+        seconds=res.seconds,
+        rejected=dict(res.rejected),
+    )
 
 
-def run_backtest(recordings: list[Path], rules_dir: Path, *, truth: Path | None = None, against: str | None = None,
-                 sla: dict | None = None, progress: bool = True, warn: Callable[[str], None] | None = None
-                 ) -> BacktestReport:
+def run_backtest(
+    recordings: list[Path],
+    rules_dir: Path,
+    *,
+    truth: Path | None = None,
+    against: str | None = None,
+    sla: dict | None = None,
+    progress: bool = True,
+    warn: Callable[[str], None] | None = None,
+) -> BacktestReport:
     warnings: list[str] = []
 
     def note(msg: str) -> None:
@@ -392,8 +434,14 @@ def run_backtest(recordings: list[Path], rules_dir: Path, *, truth: Path | None 
     if not bounds:
         raise TailhoundError("the recordings hold no records")
     start_ts, end_ts = bounds
-    report = BacktestReport(recordings=[str(p) for p in recordings], start_ts=start_ts, end_ts=end_ts,
-                            current=current, per_rule=rule_stats(current, start_ts), warnings=warnings)
+    report = BacktestReport(
+        recordings=[str(p) for p in recordings],
+        start_ts=start_ts,
+        end_ts=end_ts,
+        current=current,
+        per_rule=rule_stats(current, start_ts),
+        warnings=warnings,
+    )
     if truth_model is not None:
         report.truth = score(current.incidents, truth_model, start_ts)
         report.truth_file = str(truth)

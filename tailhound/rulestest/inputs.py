@@ -97,9 +97,11 @@ def default_buckets(source: str, metric: str, spec: SignalSpec | None) -> tuple[
         from tailhound.agents.simulator import sglang
 
         name = spec.name if spec is not None else ""
-        return {"latency.ttft": sglang.TTFT_BUCKETS, "latency.tpot": sglang.ITL_BUCKETS,
-                "latency.queue": sglang.QUEUE_BUCKETS}.get(
-            name, sglang.TOKEN_BUCKETS if name.startswith("tokens.") else sglang.E2E_BUCKETS)
+        return {
+            "latency.ttft": sglang.TTFT_BUCKETS,
+            "latency.tpot": sglang.ITL_BUCKETS,
+            "latency.queue": sglang.QUEUE_BUCKETS,
+        }.get(name, sglang.TOKEN_BUCKETS if name.startswith("tokens.") else sglang.E2E_BUCKETS)
     if spec is not None and spec.name.startswith("tokens."):
         return h.build_1_2_5_buckets(131072)
     if spec is not None and spec.name == "latency.ttft":
@@ -143,14 +145,18 @@ def _derived_hint(name: str) -> str | None:
         given = "capacity" if SLA_SIGNALS[name] == "capacity_file" else SLA_SIGNALS[name]
         return f"{name} comes from the test file's {given} (by the engine's model), not from a series"
     if name in DEMAND_SIGNALS:
-        return (f"{name} is computed from latency.e2e's window count and the in-flight gauges "
-                "(engine.requests_running + engine.requests_waiting): give those")
+        return (
+            f"{name} is computed from latency.e2e's window count and the in-flight gauges "
+            "(engine.requests_running + engine.requests_waiting): give those"
+        )
     if name.startswith("model."):
         return f"{name} is computed by the model stage from the engines' own series: give those"
     base, _, suffix = name.rpartition(".")
     if suffix in HISTOGRAM_STATS:
-        return (f"{name} is a window statistic of the histogram {base}: give {base} (each step's value is the "
-                "value of that interval's observations, `count:` how many)")
+        return (
+            f"{name} is a window statistic of the histogram {base}: give {base} (each step's value is the "
+            "value of that interval's observations, `count:` how many)"
+        )
     return None
 
 
@@ -208,15 +214,21 @@ class SeriesRenderer:
         if hint is not None:
             raise InputError(hint, "series")
         if "." in name:
-            raise InputError(f"unknown signal {name!r} (docs/signals.md lists the canonical signals; an exporter "
-                             "metric has no dots)", "series")
+            raise InputError(
+                f"unknown signal {name!r} (docs/signals.md lists the canonical signals; an exporter "
+                "metric has no dots)",
+                "series",
+            )
         self._raw(entry, name, labels, values)
 
     def _source_for(self, entry: SeriesInput, spec: SignalSpec) -> str:
         if entry.source is not None:
             if entry.source not in spec.sources:
-                raise InputError(f"{spec.name} has no {entry.source!r} source (it comes from "
-                                 f"{', '.join(spec.sources) or 'no source'})", "source")
+                raise InputError(
+                    f"{spec.name} has no {entry.source!r} source (it comes from "
+                    f"{', '.join(spec.sources) or 'no source'})",
+                    "source",
+                )
             return entry.source
         setup = self.setup(entry.node)
         preferred = (setup.engine, setup.gpu_source, *SOURCE_ORDER)
@@ -228,24 +240,29 @@ class SeriesRenderer:
                     continue
                 return src
         if any(s in ENGINE_SOURCES for s in spec.sources):
-            raise InputError(f"{setup.engine} does not export {spec.name} (see docs/signals.md, engine coverage); "
-                             f"give `source:` one of {', '.join(spec.sources)} and set the node's engine", "series")
+            raise InputError(
+                f"{setup.engine} does not export {spec.name} (see docs/signals.md, engine coverage); "
+                f"give `source:` one of {', '.join(spec.sources)} and set the node's engine",
+                "series",
+            )
         return next(iter(spec.sources))
 
-    def _canonical(self, entry: SeriesInput, spec: SignalSpec, labels: dict[str, str], values: list[float | None],
-                   rate: bool) -> None:
+    def _canonical(
+        self, entry: SeriesInput, spec: SignalSpec, labels: dict[str, str], values: list[float | None], rate: bool
+    ) -> None:
         source = self._source_for(entry, spec)
         mapping = spec.sources[source][0]
         labels = dict(labels)
         for key, want in mapping.match:
             if want == "*":
                 if not labels.get(key):
-                    raise InputError(f"{spec.name} from {source} is the metric {mapping.metric} with a "
-                                     f"{key} label: give it a value", "series")
+                    raise InputError(
+                        f"{spec.name} from {source} is the metric {mapping.metric} with a {key} label: give it a value",
+                        "series",
+                    )
             elif want == "":
                 if labels.get(key):
-                    raise InputError(f"{spec.name} from {source} is {mapping.metric} without a {key} label",
-                                     "series")
+                    raise InputError(f"{spec.name} from {source} is {mapping.metric} without a {key} label", "series")
             else:
                 labels.setdefault(key, want)
         for label in spec.per:
@@ -253,8 +270,11 @@ class SeriesRenderer:
                 continue
             if label == "engine" or record_labels(source, entry.node, self.setup(entry.node)).get(label):
                 continue  # the scrape's labels name the node's one engine
-            raise InputError(f"{spec.name} is per {label}: write {spec.name}{{{label}=\"...\"}} "
-                             f"(or list several with `each: {{{label}: [...]}}`)", "series")
+            raise InputError(
+                f'{spec.name} is per {label}: write {spec.name}{{{label}="..."}} '
+                f"(or list several with `each: {{{label}: [...]}}`)",
+                "series",
+            )
         if spec.kind == "histogram":
             if rate:
                 raise InputError(f"{spec.name} is a histogram, not a counter", "series")
@@ -287,22 +307,32 @@ class SeriesRenderer:
         source = entry.source
         if source is None:
             owners = sorted({src for (src, metric) in cat.by_metric if metric == name})
-            base_owners = sorted({src for (src, metric) in cat.by_metric
-                                  for suffix in ("_bucket", "_sum", "_count")
-                                  if name.endswith(suffix) and metric == name.removesuffix(suffix)})
+            base_owners = sorted(
+                {
+                    src
+                    for (src, metric) in cat.by_metric
+                    for suffix in ("_bucket", "_sum", "_count")
+                    if name.endswith(suffix) and metric == name.removesuffix(suffix)
+                }
+            )
             owners = owners or base_owners
             if len(owners) != 1:
-                raise InputError(f"{name}: say which exporter it comes from with `source:` "
-                                 f"({'one of ' + ', '.join(owners) if owners else 'e.g. vllm, dcgm, node'})",
-                                 "series")
+                raise InputError(
+                    f"{name}: say which exporter it comes from with `source:` "
+                    f"({'one of ' + ', '.join(owners) if owners else 'e.g. vllm, dcgm, node'})",
+                    "series",
+                )
             source = owners[0]
         kind = entry.type or cat.kind_of(source, name)
         for suffix in ("_bucket", "_sum", "_count"):
             base = name.removesuffix(suffix)
-            if name.endswith(suffix) and (entry.type or cat.kind_of(source, base)) == "histogram" \
-                    and cat.kind_of(source, name) is None:
+            if (
+                name.endswith(suffix)
+                and (entry.type or cat.kind_of(source, base)) == "histogram"
+                and cat.kind_of(source, name) is None
+            ):
                 if suffix == "_bucket" and "le" not in labels:
-                    raise InputError(f"{name} needs an le label (le=\"0.5\" ... le=\"+Inf\")", "series")
+                    raise InputError(f'{name} needs an le label (le="0.5" ... le="+Inf")', "series")
                 key = series_key(name, labels)
                 steps = [None if v is None else [(key, v)] for v in values]
                 self.plans.append(_Plan(entry.node, source, base, "histogram", steps))
@@ -312,14 +342,22 @@ class SeriesRenderer:
             self._histogram(entry, source, name, found[0] if found else None, labels, values)
             return
         if entry.count is not None or entry.buckets is not None:
-            raise InputError(f"`count` and `buckets` are for histograms; {name} is not one (set `type: histogram`)",
-                             "count")
+            raise InputError(
+                f"`count` and `buckets` are for histograms; {name} is not one (set `type: histogram`)", "count"
+            )
         key = series_key(name, labels)
         steps = [None if v is None else [(key, v)] for v in values]
         self.plans.append(_Plan(entry.node, source, name, kind or "untyped", steps))
 
-    def _histogram(self, entry: SeriesInput, source: str, metric: str, spec: SignalSpec | None,
-                   labels: dict[str, str], values: list[float | None]) -> None:
+    def _histogram(
+        self,
+        entry: SeriesInput,
+        source: str,
+        metric: str,
+        spec: SignalSpec | None,
+        labels: dict[str, str],
+        values: list[float | None],
+    ) -> None:
         le = tuple(entry.buckets) if entry.buckets else default_buckets(source, metric, spec)
         if list(le) != sorted(set(le)) or not all(math.isfinite(b) for b in le):
             raise InputError("buckets must be finite and strictly increasing (+Inf is implied)", "buckets")
@@ -381,9 +419,16 @@ class SeriesRenderer:
                 body = render(by_target[(node, source)], step)
                 if body is None:
                     continue
-                out.append(ScrapeRecord(ts=ts, node=node, job=source, body=body,
-                                        labels=record_labels(source, node, self.setup(node)),
-                                        interval_s=self.interval_s))
+                out.append(
+                    ScrapeRecord(
+                        ts=ts,
+                        node=node,
+                        job=source,
+                        body=body,
+                        labels=record_labels(source, node, self.setup(node)),
+                        interval_s=self.interval_s,
+                    )
+                )
         return out
 
 

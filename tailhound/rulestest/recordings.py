@@ -124,16 +124,21 @@ def _open_text(path: Path) -> tuple[IO[str], IO[bytes], _EndsEarly | None]:
                 plain = bytes(cramjam.zstd.decompress(data))
             except Exception as exc:  # cramjam raises plain errors ("incomplete frame")
                 raw.close()
-                raise RecordingError(str(path), 0, f"cannot decompress zstd ({exc}); a cut-off .zst file needs the "
-                                                   "zstandard package (pip install zstandard) or `zstd -dc`") from None
+                raise RecordingError(
+                    str(path),
+                    0,
+                    f"cannot decompress zstd ({exc}); a cut-off .zst file needs the "
+                    "zstandard package (pip install zstandard) or `zstd -dc`",
+                ) from None
             return io.TextIOWrapper(io.BytesIO(plain), encoding="utf-8"), raw, None
         stream = _EndsEarly(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
         return io.TextIOWrapper(io.BufferedReader(stream), encoding="utf-8"), raw, stream
     return io.TextIOWrapper(raw, encoding="utf-8"), raw, None
 
 
-def iter_recording(path: str | Path, warn: Warn = _no_warning, progress: ReadProgress | None = None
-                   ) -> Iterator[ScrapeRecord]:
+def iter_recording(
+    path: str | Path, warn: Warn = _no_warning, progress: ReadProgress | None = None
+) -> Iterator[ScrapeRecord]:
     """The records of one recording in file order (see the module docstring for what is tolerated)."""
     p = Path(path)
     try:
@@ -193,8 +198,9 @@ def _parse(path: Path, line_no: int, line: str, *, last: bool, warn: Warn, cut: 
         raise RecordingError(str(path), line_no, f"{where}: {err['msg']}") from None
 
 
-def iter_recordings(paths: Iterable[str | Path], warn: Warn = _no_warning, progress: ReadProgress | None = None
-                    ) -> Iterator[ScrapeRecord]:
+def iter_recordings(
+    paths: Iterable[str | Path], warn: Warn = _no_warning, progress: ReadProgress | None = None
+) -> Iterator[ScrapeRecord]:
     """Every file's records, one file after the other."""
     for p in paths:
         yield from iter_recording(p, warn, progress)
@@ -205,8 +211,14 @@ class ProgressLine:
     the bytes read on a terminal, a line every 10 s otherwise (CI logs); nothing for runs shorter than
     `after_s` (default: 1 s on a terminal, 10 s otherwise)."""
 
-    def __init__(self, label: str, progress: ReadProgress, stream: IO[str] | None = None,
-                 after_s: float | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        label: str,
+        progress: ReadProgress,
+        stream: IO[str] | None = None,
+        after_s: float | None = None,
+        enabled: bool = True,
+    ) -> None:
         from tailhound.progress import ProgressReporter
 
         self.label, self.progress = label, progress

@@ -71,8 +71,9 @@ def parse_series(text: str | int | float) -> list[float | None]:
             raise SeriesError(f"{item!r} overflows", col)
         n_text, op = found.group("n"), found.group("op")
         if op is not None and n_text is None:
-            raise SeriesError(f"{item!r}: an increment needs a count, e.g. {found.group('a')}{op}"
-                              f"{found.group('b')}x10", col)
+            raise SeriesError(
+                f"{item!r}: an increment needs a count, e.g. {found.group('a')}{op}{found.group('b')}x10", col
+            )
         if n_text is None:
             out.append(a)
             continue
@@ -105,8 +106,10 @@ def _explain(item: str) -> str:
         return f"{item!r}: an increment needs a count, e.g. {item}x10"
     if "," in item:
         return f"{item!r}: separate values with spaces, not commas"
-    return (f"{item!r} is not a value: expected a number, 'axn' (n+1 samples of a), 'a+bxn' / 'a-bxn' "
-            "(from a in n steps of b) or '_' (a gap)")
+    return (
+        f"{item!r} is not a value: expected a number, 'axn' (n+1 samples of a), 'a+bxn' / 'a-bxn' "
+        "(from a in n steps of b) or '_' (a gap)"
+    )
 
 
 def _fmt(v: float) -> str:
@@ -163,15 +166,16 @@ def parse_selector(text: str) -> tuple[str, dict[str, str]]:
     ``\\"``, ``\\\\`` and ``\\n`` escapes as in the text exposition."""
     m = _NAME.match(text)
     if not m:
-        raise SeriesError(f"{text!r} is not a series: expected name{{label=\"value\", ...}}")
+        raise SeriesError(f'{text!r} is not a series: expected name{{label="value", ...}}')
     labels: dict[str, str] = {}
     body = (m.group("labels") or "").strip()
     at = 0
     while at < len(body):
         lm = _LABEL.match(body, at)
         if not lm or lm.end() == at:
-            raise SeriesError(f"{text!r}: bad label list near {body[at:at + 20]!r} "
-                              "(write name=\"value\", separated by commas)")
+            raise SeriesError(
+                f'{text!r}: bad label list near {body[at : at + 20]!r} (write name="value", separated by commas)'
+            )
         key = lm.group("k")
         if key in labels:
             raise SeriesError(f"{text!r}: label {key!r} given twice")

@@ -121,8 +121,11 @@ class SeriesModel(_Strict):
                 items = [items]
             if isinstance(items, str):
                 m = re.fullmatch(r"\s*(\d+)\s*\.\.\s*(\d+)\s*", items)
-                items = ([str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)] if m
-                         else [s.strip() for s in items.split(",") if s.strip()])
+                items = (
+                    [str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)]
+                    if m
+                    else [s.strip() for s in items.split(",") if s.strip()]
+                )
             if isinstance(items, list):
                 items = [str(i) for i in items]
                 if not items:
@@ -138,19 +141,24 @@ class RuleTest(_Strict):
     nodes: dict[str, NodeModel] = Field(default_factory=dict)
     input_series: list[SeriesModel] = Field(min_length=1)
     expect: list[IncidentCheck] = Field(
-        min_length=1, validation_alias=AliasChoices("expect", "incident_rule_test", "incident_tests"))
+        min_length=1, validation_alias=AliasChoices("expect", "incident_rule_test", "incident_tests")
+    )
 
 
 class RuleTestFile(_Strict):
     rule_files: list[str] | None = Field(
-        default=None, description="Rule files, globs or directories, relative to the test file; `default` is the "
-                                  "bundled pack. Omitted: the bundled pack.")
+        default=None,
+        description="Rule files, globs or directories, relative to the test file; `default` is the "
+        "bundled pack. Omitted: the bundled pack.",
+    )
     evaluation_interval: Duration = Field(default=DEFAULT_INTERVAL_S, gt=0)
     start: float | dt.datetime = Field(default=DEFAULT_START, description="Event time of the first sample.")
     ttft_p99_sla_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLA))
     capacity: dict[str, CapacityThresholds] = Field(
-        default_factory=dict, description="As a capacity file's `models` (settings streams.capacity_file): model "
-                                          "pattern -> thresholds, the `capacity.*` signals. Omitted: none.")
+        default_factory=dict,
+        description="As a capacity file's `models` (settings streams.capacity_file): model "
+        "pattern -> thresholds, the `capacity.*` signals. Omitted: none.",
+    )
     tests: list[RuleTest] = Field(min_length=1)
 
     @property
@@ -226,14 +234,21 @@ def _series_as_written(node: yaml.Node | None, data: Any) -> None:
         return
     for t_node, t_data in zip(tests.value, data["tests"], strict=False):
         series = child(t_node, "input_series")
-        if not isinstance(series, yaml.SequenceNode) or not isinstance(t_data, dict) \
-                or not isinstance(t_data.get("input_series"), list):
+        if (
+            not isinstance(series, yaml.SequenceNode)
+            or not isinstance(t_data, dict)
+            or not isinstance(t_data.get("input_series"), list)
+        ):
             continue
         for s_node, s_data in zip(series.value, t_data["input_series"], strict=False):
             for key in ("values", "count"):
                 v = child(s_node, key)
-                if isinstance(s_data, dict) and isinstance(v, yaml.ScalarNode) and v.style is None \
-                        and not isinstance(s_data.get(key), str):
+                if (
+                    isinstance(s_data, dict)
+                    and isinstance(v, yaml.ScalarNode)
+                    and v.style is None
+                    and not isinstance(s_data.get(key), str)
+                ):
                     s_data[key] = v.value
 
 
@@ -277,8 +292,11 @@ def load_ruleset(files: Iterable[Path]):  # a streams RuleSet
 
     paths = tuple(files)
     key = tuple((p, *_stamp(p)) for p in paths)  # an edited file is read again
-    if key not in _RULESETS and len({p.parent for p in paths}) == 1 \
-            and set(paths) == {p.resolve() for p in _yaml_in(paths[0].parent)}:
+    if (
+        key not in _RULESETS
+        and len({p.parent for p in paths}) == 1
+        and set(paths) == {p.resolve() for p in _yaml_in(paths[0].parent)}
+    ):
         from tailhound.streams.ruleset.rulefile import load_rules
 
         _RULESETS[key] = load_rules(paths[0].parent)  # a whole directory: loaded as the worker loads it
@@ -327,10 +345,12 @@ def mismatches(exp: IncidentExpect, ev: IncidentEvent) -> list[str]:
     def differ(what: str, want: Any, got: Any) -> None:
         out.append(f"{what}: expected {want!r}, got {got!r}")
 
-    for what, want, got in (("root_cause", None if exp.root_cause is None else str(exp.root_cause),
-                             str(ev.root_cause)),
-                            ("severity", None if exp.severity is None else str(exp.severity), str(ev.severity)),
-                            ("rule", exp.rule, ev.rule), ("transient", exp.transient, ev.transient)):
+    for what, want, got in (
+        ("root_cause", None if exp.root_cause is None else str(exp.root_cause), str(ev.root_cause)),
+        ("severity", None if exp.severity is None else str(exp.severity), str(ev.severity)),
+        ("rule", exp.rule, ev.rule),
+        ("transient", exp.transient, ev.transient),
+    ):
         if want is not None and want != got:
             differ(what, want, got)
     if exp.rules is not None and not set(exp.rules) <= set(member_rules(ev)):
@@ -364,14 +384,17 @@ def pair_up(expected: list[IncidentExpect], got: list[IncidentEvent]) -> bool:
     def assign(i: int, used: frozenset[int]) -> bool:
         if i == len(expected):
             return True
-        return any(j not in used and matches(expected[i], ev) and assign(i + 1, used | {j})
-                   for j, ev in enumerate(got))
+        return any(j not in used and matches(expected[i], ev) and assign(i + 1, used | {j}) for j, ev in enumerate(got))
 
     return assign(0, frozenset())
 
 
-def run_test(test: RuleTest, tf: RuleTestFile, ruleset, renderer_errors: Callable[[int, InputError], Exception],
-             ) -> tuple[list[tuple[int, IncidentCheck, list[IncidentEvent]]], list[IncidentEvent]]:
+def run_test(
+    test: RuleTest,
+    tf: RuleTestFile,
+    ruleset,
+    renderer_errors: Callable[[int, InputError], Exception],
+) -> tuple[list[tuple[int, IncidentCheck, list[IncidentEvent]]], list[IncidentEvent]]:
     """Replay one test; returns (failed checks with the incidents that were open, every incident event)."""
     from tailhound.streams.replay import replay_records
 
@@ -380,9 +403,16 @@ def run_test(test: RuleTest, tf: RuleTestFile, ruleset, renderer_errors: Callabl
     nodes = {name: NodeSetup(n.engine, n.gpu_source, n.model) for name, n in test.nodes.items()}
     renderer = SeriesRenderer(default_catalog(), interval, start, nodes)
     for i, s in enumerate(test.input_series):
-        entry = SeriesInput(series=s.series, values=s.values, node=s.node or test.node, source=s.source,
-                            count=s.count, buckets=s.buckets, type=s.type,
-                            each={k: v if isinstance(v, list) else [v] for k, v in (s.each or {}).items()})
+        entry = SeriesInput(
+            series=s.series,
+            values=s.values,
+            node=s.node or test.node,
+            source=s.source,
+            count=s.count,
+            buckets=s.buckets,
+            type=s.type,
+            each={k: v if isinstance(v, list) else [v] for k, v in (s.each or {}).items()},
+        )
         try:
             renderer.add(entry)
         except InputError as exc:
@@ -421,8 +451,12 @@ def _check_rule_names(tf: RuleTestFile, known: dict[str, Any], path: str | Path,
                     check(name, ["tests", ti, "expect", ci, "incidents", ii, "rules"])
 
 
-def run_file(path: str | Path, rules: Path | None = None, run: re.Pattern[str] | None = None,
-             show_events: Callable[[str, list[IncidentEvent], float], None] | None = None) -> FileResult:
+def run_file(
+    path: str | Path,
+    rules: Path | None = None,
+    run: re.Pattern[str] | None = None,
+    show_events: Callable[[str, list[IncidentEvent], float], None] | None = None,
+) -> FileResult:
     """Run every test of one file (those whose name `run` matches); `rules` replaces its rule_files;
     `show_events(test name, events, start)` sees every test's incident events."""
     t0 = time.perf_counter()
@@ -450,9 +484,17 @@ def run_file(path: str | Path, rules: Path | None = None, run: re.Pattern[str] |
             if show_events is not None:
                 show_events(test.name, events, tf.start_ts)
             for ci, check, got in failed:
-                res.failures.append(CheckFailure(test=test.name, line=line_of(node, ["tests", ti, "expect", ci]),
-                                                 eval_time=check.eval_time, expected=list(check.incidents), got=got,
-                                                 start_ts=tf.start_ts, rule=check.rule))
+                res.failures.append(
+                    CheckFailure(
+                        test=test.name,
+                        line=line_of(node, ["tests", ti, "expect", ci]),
+                        eval_time=check.eval_time,
+                        expected=list(check.incidents),
+                        got=got,
+                        start_ts=tf.start_ts,
+                        rule=check.rule,
+                    )
+                )
             if not failed:
                 res.passed += 1
     except ConfigFileError as exc:
@@ -477,10 +519,16 @@ def fmt_duration(seconds: float) -> str:
 
 def describe_incident(ev: IncidentEvent, start_ts: float) -> dict[str, Any]:
     scope = {k: v for k, v in ev.scope.model_dump(mode="json").items() if v not in (None, [], "")}
-    return {"root_cause": str(ev.root_cause), "severity": str(ev.severity), "rule": ev.rule, "scope": scope,
-            "transient": ev.transient, "rules": member_rules(ev),
-            "evidence": list(dict.fromkeys(e.signal for e in ev.evidence)),
-            "opened_at": fmt_duration(ev.opened_at - start_ts)}
+    return {
+        "root_cause": str(ev.root_cause),
+        "severity": str(ev.severity),
+        "rule": ev.rule,
+        "scope": scope,
+        "transient": ev.transient,
+        "rules": member_rules(ev),
+        "evidence": list(dict.fromkeys(e.signal for e in ev.evidence)),
+        "opened_at": fmt_duration(ev.opened_at - start_ts),
+    }
 
 
 def _closest_differences(expected: list[IncidentExpect], got: list[IncidentEvent]) -> list[str]:

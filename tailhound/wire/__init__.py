@@ -9,5 +9,15 @@ from tailhound.wire.decoded import DecodedSnapshot, snapshot_json
 from tailhound.wire.v3 import MAGIC, WIRE_VERSION, bundle_parts, encode_message, encode_snapshots, is_v3
 from tailhound.wire.v3_decode import Refused, decode_v3
 
-__all__ = ["MAGIC", "WIRE_VERSION", "DecodedSnapshot", "Refused", "bundle_parts", "decode_v3", "encode_message",
-           "encode_snapshots", "is_v3", "snapshot_json"]
+__all__ = [
+    "MAGIC",
+    "WIRE_VERSION",
+    "DecodedSnapshot",
+    "Refused",
+    "bundle_parts",
+    "decode_v3",
+    "encode_message",
+    "encode_snapshots",
+    "is_v3",
+    "snapshot_json",
+]

@@ -74,8 +74,9 @@ class Part(msgspec.Struct, array_like=True, frozen=True):
     ref: bool
     labels: Annotated[dict[_Str, _Str], msgspec.Meta(max_length=LIMITS.max_labels)]
     strings: Annotated[list[_Str], msgspec.Meta(max_length=2 * LIMITS.max_labels * _Samples)]
-    sets: Annotated[list[Annotated[list[_Id], msgspec.Meta(max_length=2 * LIMITS.max_labels)]],
-                    msgspec.Meta(max_length=_Samples)]
+    sets: Annotated[
+        list[Annotated[list[_Id], msgspec.Meta(max_length=2 * LIMITS.max_labels)]], msgspec.Meta(max_length=_Samples)
+    ]
     layouts: Annotated[list[_Floats], msgspec.Meta(max_length=_Samples)]
     kinds: Annotated[bytes, msgspec.Meta(max_length=_Samples)]
     names: Annotated[list[_Id], msgspec.Meta(max_length=_Samples)]
@@ -108,8 +109,9 @@ def _compact(v: float) -> float | int:
 
 
 def _compact_all(values: Sequence[float]) -> list[float | int]:
-    return [int(v) if v.is_integer() and -_EXACT < v < _EXACT and (v or math.copysign(1.0, v) > 0) else v
-            for v in values]
+    return [
+        int(v) if v.is_integer() and -_EXACT < v < _EXACT and (v or math.copysign(1.0, v) > 0) else v for v in values
+    ]
 
 
 def _steps(counts: Sequence[float]) -> list[int] | None:
@@ -174,9 +176,27 @@ def to_part(snap: Snapshot | DecodedSnapshot) -> Part:
                 if s.reset:
                     resets.append(i)
     compact_deltas = [None if d is None else _compact(d) for d in deltas]
-    return Part(snap.ts, snap.source, snap.interval_s, snap.prev_ts, snap.gap, snap.error, b"", False,
-                dict(snap.labels), list(strings), set_list, layout_list, bytes(kinds), names, labelsets,
-                _compact_all(values), compact_deltas, resets, hists)
+    return Part(
+        snap.ts,
+        snap.source,
+        snap.interval_s,
+        snap.prev_ts,
+        snap.gap,
+        snap.error,
+        b"",
+        False,
+        dict(snap.labels),
+        list(strings),
+        set_list,
+        layout_list,
+        bytes(kinds),
+        names,
+        labelsets,
+        _compact_all(values),
+        compact_deltas,
+        resets,
+        hists,
+    )
 
 
 def encode_snapshots(node: str, snapshots: Sequence[Snapshot | DecodedSnapshot]) -> bytes:
@@ -211,8 +231,18 @@ class LayoutMemory:
         key = (snap.node, layout_id)
         last = self._sent.get(key)
         if last is not None and 0 <= snap.ts - last < self.every_s:
-            return msgspec.structs.replace(part, layout_id=layout_id, ref=True, labels={}, strings=[], sets=[],
-                                           layouts=[], kinds=b"", names=[], labelsets=[])
+            return msgspec.structs.replace(
+                part,
+                layout_id=layout_id,
+                ref=True,
+                labels={},
+                strings=[],
+                sets=[],
+                layouts=[],
+                kinds=b"",
+                names=[],
+                labelsets=[],
+            )
         self._sent.pop(key, None)  # (re-inserted last: the dict's order is the order they were sent in)
         self._sent[key] = snap.ts
         if len(self._sent) > self.max_layouts:

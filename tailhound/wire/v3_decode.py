@@ -76,8 +76,10 @@ _WHERE = re.compile(r"`\$\[2\]\[\d+\]\[(\d+)\](\[)?")
 _FIELD = {name: i for i, name in enumerate(Part.__struct_fields__)}
 _LABELS, _SETS = _FIELD["labels"], _FIELD["sets"]
 _BUCKET_FIELDS = (_FIELD["layouts"], _FIELD["hists"])
-_SAMPLE_FIELDS = {_FIELD[f] for f in ("strings", "sets", "layouts", "kinds", "names", "labelsets", "values", "deltas",
-                                      "resets", "hists")}
+_SAMPLE_FIELDS = {
+    _FIELD[f]
+    for f in ("strings", "sets", "layouts", "kinds", "names", "labelsets", "values", "deltas", "resets", "hists")
+}
 
 
 def _kind_of(error: str) -> str:
@@ -99,8 +101,10 @@ def _kind_of(error: str) -> str:
 
 def _time(value: float | None, what: str, upper: float = math.inf) -> None:
     if value is not None and not (_isfinite(value) and 0 < value <= upper):
-        raise _Bad("non_finite" if not _isfinite(value) else "out_of_range",
-                   f"{what} {value!r} must be finite and > 0" + (f" and <= {upper:g}" if upper < math.inf else ""))
+        raise _Bad(
+            "non_finite" if not _isfinite(value) else "out_of_range",
+            f"{what} {value!r} must be finite and > 0" + (f" and <= {upper:g}" if upper < math.inf else ""),
+        )
 
 
 def _labels(strings: list[str], flat: list[int]) -> dict[str, str]:
@@ -192,9 +196,12 @@ def _snapshot(node: str, p: Part, cache: LayoutCache | None) -> DecodedSnapshot:
     if p.ref:  # the tables were left out: those of the layout this node sent in full before
         layout = cache.get(node, p.layout_id) if cache is not None else None
         if layout is None:
-            raise _Bad("unknown_layout", f"layout {p.layout_id.hex()[:32]} of {node}/{p.source} was not seen in full "
-                       "here (a worker that started or took the partition since): the agent sends it again within "
-                       "its publish.layout_every_s")
+            raise _Bad(
+                "unknown_layout",
+                f"layout {p.layout_id.hex()[:32]} of {node}/{p.source} was not seen in full "
+                "here (a worker that started or took the partition since): the agent sends it again within "
+                "its publish.layout_every_s",
+            )
     else:
         layout = _layout_of(p)
         if p.layout_id and cache is not None:
@@ -223,8 +230,10 @@ def _snapshot(node: str, p: Part, cache: LayoutCache | None) -> DecodedSnapshot:
             if delta is _MISSING:
                 raise _Bad("invalid", "fewer counter deltas than counters")
             if value < 0 or (delta is not None and not (_isfinite(delta) and delta >= 0)):
-                raise _Bad("non_finite" if delta is not None and not _isfinite(delta) else "out_of_range",
-                           f"counter {name}: value and delta must be finite and >= 0")
+                raise _Bad(
+                    "non_finite" if delta is not None and not _isfinite(delta) else "out_of_range",
+                    f"counter {name}: value and delta must be finite and >= 0",
+                )
             samples.append(Counter(name, labels, value, delta, i in resets))
         else:
             hist = next(hists, None)
@@ -233,8 +242,17 @@ def _snapshot(node: str, p: Part, cache: LayoutCache | None) -> DecodedSnapshot:
             samples.append(_histogram(name, labels, value, hist, layouts, i in resets))
     if next(deltas, _MISSING) is not _MISSING or next(hists, None) is not None:
         raise _Bad("invalid", "more counter deltas or histograms than samples of their kind")
-    return DecodedSnapshot(ts=p.ts, node=node, source=p.source, interval_s=p.interval_s, labels=layout.labels,
-                           samples=samples, prev_ts=p.prev_ts, gap=p.gap, error=p.error)
+    return DecodedSnapshot(
+        ts=p.ts,
+        node=node,
+        source=p.source,
+        interval_s=p.interval_s,
+        labels=layout.labels,
+        samples=samples,
+        prev_ts=p.prev_ts,
+        gap=p.gap,
+        error=p.error,
+    )
 
 
 def _cumulative(counts: list[float], steps: bool, name: str) -> list[float]:
@@ -246,8 +264,9 @@ def _cumulative(counts: list[float], steps: bool, name: str) -> list[float]:
     return list(itertools.accumulate(counts))
 
 
-def _histogram(name: str, labels: dict[str, str], count: float, h: Hist, layouts: list[list[float]],
-               reset: bool) -> Histogram:
+def _histogram(
+    name: str, labels: dict[str, str], count: float, h: Hist, layouts: list[list[float]], reset: bool
+) -> Histogram:
     if count < 0 or not _isfinite(h.sum):
         raise _Bad("out_of_range" if count < 0 else "non_finite", f"histogram {name}: count >= 0, sum finite")
     le = layouts[h.layout]
@@ -259,8 +278,10 @@ def _histogram(name: str, labels: dict[str, str], count: float, h: Hist, layouts
     d = h.delta
     if d is not None:
         if not (_isfinite(d.count) and d.count >= 0 and _isfinite(d.sum)):
-            raise _Bad("non_finite" if not (_isfinite(d.count) and _isfinite(d.sum)) else "out_of_range",
-                       f"histogram {name}: delta count must be finite and >= 0, its sum finite")
+            raise _Bad(
+                "non_finite" if not (_isfinite(d.count) and _isfinite(d.sum)) else "out_of_range",
+                f"histogram {name}: delta count must be finite and >= 0, its sum finite",
+            )
         dcounts = _cumulative(d.counts, h.steps, name)
         _counts(dcounts, len(le), math.inf, f"histogram {name} delta")
         if dcounts and min(dcounts) < 0:

@@ -85,8 +85,11 @@ def create_worker_app(settings: Settings, rules: RuleSet) -> faust.App:
     watch.registry.register(ConsumerLagCollector(app, settings.telemetry_topic))
     _REGISTRIES[app] = watch.registry
     watch.registry.register(StatsCollector(intake_stats(app)))  # tailhound_telemetry_rejected{reason} ...
-    log.info("rule coverage: rules that cannot fire with the telemetry received are reported after %.0f s of it "
-             "(`tailhound doctor` checks a recording or live targets now)", WINDOW_S)
+    log.info(
+        "rule coverage: rules that cannot fire with the telemetry received are reported after %.0f s of it "
+        "(`tailhound doctor` checks a recording or live targets now)",
+        WINDOW_S,
+    )
     add_rule_reload(app, settings, rules, watch)
     if settings.notifier.enabled:
         add_notifier(app, settings)
@@ -134,12 +137,16 @@ async def run_endpoint(app: faust.App, settings: Settings) -> None:
         return
     access = ApiAccess.from_settings(settings.notifier)
     try:
-        runner, port = await worker_web.serve(settings.streams.web_listen, _REGISTRIES[app], _RELOADERS[app], access,
-                                              lambda: readiness(app))
+        runner, port = await worker_web.serve(
+            settings.streams.web_listen, _REGISTRIES[app], _RELOADERS[app], access, lambda: readiness(app)
+        )
     except OSError as exc:  # telemetry matters more than the endpoint: say so and go on without it
-        log.error("worker endpoint: cannot listen on %s (%s): no /metrics, probes or POST /-/reload; set "
-                  "TAILHOUND_STREAMS__WEB_LISTEN to a free port (or 127.0.0.1:0)", settings.streams.web_listen,
-                  exc.strerror or exc)
+        log.error(
+            "worker endpoint: cannot listen on %s (%s): no /metrics, probes or POST /-/reload; set "
+            "TAILHOUND_STREAMS__WEB_LISTEN to a free port (or 127.0.0.1:0)",
+            settings.streams.web_listen,
+            exc.strerror or exc,
+        )
         return
     _WEB_PORTS[app] = port
     try:
@@ -169,8 +176,10 @@ def prepare_data_dir(settings: Settings) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"streams.data_dir {path}: cannot create it: {exc.strerror} "
-                          "(set TAILHOUND_STREAMS__DATA_DIR to a writable directory)") from exc
+        raise ConfigError(
+            f"streams.data_dir {path}: cannot create it: {exc.strerror} "
+            "(set TAILHOUND_STREAMS__DATA_DIR to a writable directory)"
+        ) from exc
     if settings.streams.data_dir is None:
         log.info("streams data dir: %s (temporary, removed at exit; set streams.data_dir to keep one)", path)
 

@@ -99,9 +99,12 @@ async def check_topics(app: faust.App, settings: Settings, timeout_s: float = 10
         missing = LOST.observe(existing, set(topic_specs(settings)) | set(internal), internal)
         if not missing:
             return []
-        log.warning("the broker lost topic(s) %s (restarted without its data, or deleted): declaring them again; "
-                    "state kept in this worker's memory stays, but their old messages and the committed offsets "
-                    "are gone", ", ".join(missing))
+        log.warning(
+            "the broker lost topic(s) %s (restarted without its data, or deleted): declaring them again; "
+            "state kept in this worker's memory stays, but their old messages and the committed offsets "
+            "are gone",
+            ", ".join(missing),
+        )
         await ensure_topics(settings)
         for name in missing:
             channel = internal.get(name)
@@ -127,8 +130,11 @@ def bound_commit_retries(limit_s: float = COMMIT_RETRY_S) -> None:
             async with asyncio.timeout(limit_s):
                 await original(self, assignment, offsets)
         except TimeoutError:
-            log.error("an offset commit kept failing for %.0f s; giving up (the worker exits for its supervisor "
-                      "to start it again)", limit_s)
+            log.error(
+                "an offset commit kept failing for %.0f s; giving up (the worker exits for its supervisor "
+                "to start it again)",
+                limit_s,
+            )
             raise KafkaError(f"offset commit did not succeed within {limit_s:.0f} s") from None
 
     commit_offsets.tailhound_bounded = True  # type: ignore[attr-defined]
@@ -160,13 +166,22 @@ def reset_offsets_past_log_end() -> None:
             lost, ends, starts = list(void), {}, {}
         for tp in lost:
             if tp in void:
-                log.warning("%s: the broker lost this topic's log (restarted without its data, or deleted): "
-                            "committed offset %d points into the old one; reading it from offset %d",
-                            tp, committed[tp], starts.get(tp, 0))
+                log.warning(
+                    "%s: the broker lost this topic's log (restarted without its data, or deleted): "
+                    "committed offset %d points into the old one; reading it from offset %d",
+                    tp,
+                    committed[tp],
+                    starts.get(tp, 0),
+                )
             else:
-                log.warning("%s: committed offset %d is beyond the log end %d (the broker lost the log: restarted "
-                            "without its data, or the topic was recreated); reading it from offset %d",
-                            tp, committed[tp], ends[tp], starts.get(tp, 0))
+                log.warning(
+                    "%s: committed offset %d is beyond the log end %d (the broker lost the log: restarted "
+                    "without its data, or the topic was recreated); reading it from offset %d",
+                    tp,
+                    committed[tp],
+                    ends[tp],
+                    starts.get(tp, 0),
+                )
             self.seek(tp, starts.get(tp, 0))
             committed[tp] = starts.get(tp, 0)
         return committed
@@ -187,8 +202,11 @@ def retry_unknown_produce_errors() -> None:
 
 def _exit_now(grace_s: float) -> None:
     with contextlib.suppress(Exception):
-        log.error("the worker did not stop within %.1f s of the signal; exiting now (offsets not yet committed "
-                  "are processed again by the next worker)", grace_s)
+        log.error(
+            "the worker did not stop within %.1f s of the signal; exiting now (offsets not yet committed "
+            "are processed again by the next worker)",
+            grace_s,
+        )
         for handler in logging.getLogger().handlers:
             handler.flush()
         sys.stderr.flush()

@@ -104,8 +104,11 @@ async def check_before_seek(lost: LostLogs = LOST) -> None:
 
 def void_offsets(committed: dict, lost: LostLogs = LOST) -> list:
     """The partitions of `committed` (partition -> committed offset) whose offsets point into lost logs."""
-    return [tp for tp, offset in committed.items()
-            if offset is not None and offset > 0 and (lost.voids(tp.topic) or tp in lost.rereading)]
+    return [
+        tp
+        for tp, offset in committed.items()
+        if offset is not None and offset > 0 and (lost.voids(tp.topic) or tp in lost.rereading)
+    ]
 
 
 def drop_commits_into_lost_logs(lost: LostLogs = LOST) -> None:
@@ -122,15 +125,20 @@ def drop_commits_into_lost_logs(lost: LostLogs = LOST) -> None:
         if lost.pending():
             kept = {tp: o for tp, o in offsets.items() if not lost.voids(tp.topic)}
             if len(kept) < len(offsets):
-                log.info("offset commit: left out %d partition(s) of logs the broker lost (their offsets point "
-                         "into the old logs)", len(offsets) - len(kept))
+                log.info(
+                    "offset commit: left out %d partition(s) of logs the broker lost (their offsets point "
+                    "into the old logs)",
+                    len(offsets) - len(kept),
+                )
             offsets = kept
         try:
             await original(self, assignment, offsets)
             lost.committed(offsets)
         except UnknownTopicOrPartitionError:
-            log.warning("offset commit dropped: the broker no longer has a topic it covers (restarted without "
-                        "its data, or deleted); those messages are read again")
+            log.warning(
+                "offset commit dropped: the broker no longer has a topic it covers (restarted without "
+                "its data, or deleted); those messages are read again"
+            )
 
     _do_commit_offsets.tailhound_lost_logs = True  # type: ignore[attr-defined]
     GroupCoordinator._do_commit_offsets = _do_commit_offsets  # type: ignore[method-assign]
@@ -148,8 +156,11 @@ def skip_recovery_of_lost_changelogs(lost: LostLogs = LOST) -> None:
     def _add(self: Recovery, table: Any, tp: Any, offsets: Any) -> None:
         original(self, table, tp, offsets)
         if lost.voids(tp.topic):
-            log.warning("%s: the broker lost this table changelog; the table in this worker's memory is kept and "
-                        "the new log is not read back", tp)
+            log.warning(
+                "%s: the broker lost this table changelog; the table in this worker's memory is kept and "
+                "the new log is not read back",
+                tp,
+            )
             offsets[tp] = UP_TO_DATE
 
     _add.tailhound_lost_logs = True  # type: ignore[attr-defined]

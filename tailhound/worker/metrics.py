@@ -38,14 +38,20 @@ class ConsumerLagCollector(Collector):
         self.topic = topic
 
     def collect(self) -> Iterator[Metric]:
-        lag = GaugeMetricFamily("tailhound_consumer_lag_messages", "Telemetry messages not read yet, per partition "
-                                "this worker owns.", labels=["topic", "partition"])
+        lag = GaugeMetricFamily(
+            "tailhound_consumer_lag_messages",
+            "Telemetry messages not read yet, per partition this worker owns.",
+            labels=["topic", "partition"],
+        )
         for tp, behind in sorted(self._lags().items()):
             lag.add_metric([tp[0], str(tp[1])], behind)
         yield lag
         ready, _ = readiness(self.app)
-        yield GaugeMetricFamily("tailhound_worker_ready", "1 once tables are recovered and telemetry is processed.",
-                                value=1.0 if ready else 0.0)
+        yield GaugeMetricFamily(
+            "tailhound_worker_ready",
+            "1 once tables are recovered and telemetry is processed.",
+            value=1.0 if ready else 0.0,
+        )
 
     def _lags(self) -> dict[tuple[str, int], float]:
         out: dict[tuple[str, int], float] = {}

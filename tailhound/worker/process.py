@@ -41,17 +41,22 @@ class WorkerProcess:
     def start(self) -> None:
         s = self.settings
         env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-        env.update({
-            "TAILHOUND_BROKER": s.broker or "",
-            "TAILHOUND_TOPIC_PREFIX": s.topic_prefix,
-            "TAILHOUND_PARTITIONS": str(s.partitions),
-            "TAILHOUND_REPLICATION_FACTOR": str(s.replication_factor),
-            "TAILHOUND_RULES_DIR": str(Path(s.rules_dir).resolve()),
-            "TAILHOUND_SINKS__CONSOLE__ENABLED": str(s.sinks.console.enabled).lower(),
-            "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
-        })
-        for section, values in (("STREAMS", s.streams.model_dump()), ("NOTIFIER", s.notifier.model_dump()),
-                                ("INGEST", s.ingest.model_dump())):
+        env.update(
+            {
+                "TAILHOUND_BROKER": s.broker or "",
+                "TAILHOUND_TOPIC_PREFIX": s.topic_prefix,
+                "TAILHOUND_PARTITIONS": str(s.partitions),
+                "TAILHOUND_REPLICATION_FACTOR": str(s.replication_factor),
+                "TAILHOUND_RULES_DIR": str(Path(s.rules_dir).resolve()),
+                "TAILHOUND_SINKS__CONSOLE__ENABLED": str(s.sinks.console.enabled).lower(),
+                "TAILHOUND_SINKS__INCIDENT_TOPIC__ENABLED": str(s.sinks.incident_topic.enabled).lower(),
+            }
+        )
+        for section, values in (
+            ("STREAMS", s.streams.model_dump()),
+            ("NOTIFIER", s.notifier.model_dump()),
+            ("INGEST", s.ingest.model_dump()),
+        ):
             for name, value in values.items():
                 if value is None:
                     continue
@@ -60,8 +65,13 @@ class WorkerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:  # a restarted worker appends to the same log
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tailhound", "worker"], env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                [sys.executable, "-m", "tailhound", "worker"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
 
     def alive(self) -> bool:
@@ -86,9 +96,11 @@ class WorkerProcess:
             self._failed_at = now
             self.exits.append(proc.returncode)
         if self.restarts >= self.max_restarts:
-            raise TailhoundError(f"the streams worker failed {len(self.exits)} times (last status "
-                                 f"{proc.returncode}); last lines of {self.log_path}:\n{self.log_tail()}")
-        if now - self._failed_at >= min(backoff_s * 2 ** self.restarts, 10.0):
+            raise TailhoundError(
+                f"the streams worker failed {len(self.exits)} times (last status "
+                f"{proc.returncode}); last lines of {self.log_path}:\n{self.log_tail()}"
+            )
+        if now - self._failed_at >= min(backoff_s * 2**self.restarts, 10.0):
             self.restarts += 1
             self._failed_at = None
             self.start()

@@ -29,11 +29,13 @@ from tailhound.streams.reload import RuleReloader
 log = logging.getLogger(__name__)
 
 
-def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAccess,
-             ready: Callable[[], tuple[bool, str]]) -> web.Application:
+def make_app(
+    registry: CollectorRegistry, reloader: RuleReloader, access: ApiAccess, ready: Callable[[], tuple[bool, str]]
+) -> web.Application:
     @web.middleware
-    async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                    ) -> web.StreamResponse:
+    async def guard(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         refused = None if request.path in OPEN_PATHS and request.method == "GET" else access.refusal(request)
         return refused if refused is not None else await handler(request)
 
@@ -48,8 +50,13 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
 
     async def reload(_request: web.Request) -> web.Response:
         result = await reloader.reload_async("POST /-/reload")
-        body = {"ok": result.ok, "changed": result.changed, "version": result.version, "rules": result.rules,
-                "problems": list(result.problems)}
+        body = {
+            "ok": result.ok,
+            "changed": result.changed,
+            "version": result.version,
+            "rules": result.rules,
+            "problems": list(result.problems),
+        }
         return web.json_response(body, status=200 if result.ok else 422)
 
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
@@ -60,12 +67,22 @@ def make_app(registry: CollectorRegistry, reloader: RuleReloader, access: ApiAcc
     return app
 
 
-async def serve(listen: str, registry: CollectorRegistry, reloader: RuleReloader, access: ApiAccess,
-                ready: Callable[[], tuple[bool, str]]) -> tuple[web.AppRunner, int | None]:
+async def serve(
+    listen: str,
+    registry: CollectorRegistry,
+    reloader: RuleReloader,
+    access: ApiAccess,
+    ready: Callable[[], tuple[bool, str]],
+) -> tuple[web.AppRunner, int | None]:
     """Start the endpoint on ``host:port``; (the runner, the bound port)."""
-    runner, bound, access.loopback = await start_site(make_app(registry, reloader, access, ready), listen,
-                                                        registry=registry, prefix="tailhound_worker")
+    runner, bound, access.loopback = await start_site(
+        make_app(registry, reloader, access, ready), listen, registry=registry, prefix="tailhound_worker"
+    )
     host = split_listen(listen)[0]
-    log_always(log, f"worker endpoint on {host}:{bound}", address=f"{host}:{bound}",
-               paths="/metrics /-/healthy /-/ready POST /-/reload")
+    log_always(
+        log,
+        f"worker endpoint on {host}:{bound}",
+        address=f"{host}:{bound}",
+        paths="/metrics /-/healthy /-/ready POST /-/reload",
+    )
     return runner, bound

@@ -251,17 +251,24 @@ class FakeNvml:
     def _field(self, g: FakeGpu, fv) -> None:
         link, up = fv.scopeId, fv.scopeId not in g.nvlink_down
         fv.nvmlReturn = pynvml.NVML_SUCCESS
-        if link >= g.nvlink_count or fv.fieldId not in (pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
-                                                         pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
-                                                         pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                                                         pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+        if link >= g.nvlink_count or fv.fieldId not in (
+            pynvml.NVML_FI_DEV_NVLINK_GET_SPEED,
+            pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        ):
             fv.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         elif fv.fieldId == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
             if not g.nvlink_state_field:
                 fv.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
                 return
-            state = (pynvml.NVML_NVLINK_STATE_INACTIVE if not up else pynvml.NVML_NVLINK_STATE_SLEEP
-                     if link in g.nvlink_sleeping else pynvml.NVML_NVLINK_STATE_ACTIVE)
+            state = (
+                pynvml.NVML_NVLINK_STATE_INACTIVE
+                if not up
+                else pynvml.NVML_NVLINK_STATE_SLEEP
+                if link in g.nvlink_sleeping
+                else pynvml.NVML_NVLINK_STATE_ACTIVE
+            )
             fv.valueType, fv.value.uiVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, state
         elif fv.fieldId == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED:
             fv.valueType, fv.value.uiVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, g.nvlink_speed_mbyte_s if up else 0
@@ -291,8 +298,9 @@ class FakeNvml:
         if not queue:
             raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
         gpu, xid = queue.pop(0)
-        return pynvml.c_nvmlEventData_t(device=self._handles[gpu], eventType=pynvml.nvmlEventTypeXidCriticalError,
-                                        eventData=xid)
+        return pynvml.c_nvmlEventData_t(
+            device=self._handles[gpu], eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=xid
+        )
 
     def nvmlEventSetFree(self, eventSet) -> None:
         self._check_init()
@@ -320,8 +328,11 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         self._seq += 1
         self._gpm_samples[_address(gpmSample)] = FakeGpmSample(
-            g.index, self._seq, g.dram_bw_util_pct,
-            (g.pcie_tx_kb_s / 1024, g.pcie_rx_kb_s / 1024) if g.gpm_pcie else None)
+            g.index,
+            self._seq,
+            g.dram_bw_util_pct,
+            (g.pcie_tx_kb_s / 1024, g.pcie_rx_kb_s / 1024) if g.gpm_pcie else None,
+        )
         return gpmSample
 
     def nvmlGpmMetricsGet(self, metricsGet):

@@ -43,8 +43,12 @@ class RunningServer:
 
 
 def chat_chunk(delta: dict, finish_reason: str | None = None) -> bytes:
-    payload = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "model": "test-model",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+    payload = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "model": "test-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 

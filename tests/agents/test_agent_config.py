@@ -41,8 +41,16 @@ def test_example_loads_with_every_collector(env):
 
 
 def test_example_runs_as_shipped_with_no_variable_set_and_probes_only_this_host(monkeypatch):
-    for var in ("NODE_NAME", "NODE_IP", "CLUSTER_NAME", "AGENT_LISTEN", "KAFKA_HOST", "PEER_NODE", "LLM_PUBLIC_URL",
-                "TAILHOUND_AGENT_SPILL_FILE"):
+    for var in (
+        "NODE_NAME",
+        "NODE_IP",
+        "CLUSTER_NAME",
+        "AGENT_LISTEN",
+        "KAFKA_HOST",
+        "PEER_NODE",
+        "LLM_PUBLIC_URL",
+        "TAILHOUND_AGENT_SPILL_FILE",
+    ):
         monkeypatch.delenv(var, raising=False)
     cfg = load_agent_config(EXAMPLE)
     assert cfg.node is None and cfg.listen == "127.0.0.1:9464" and cfg.publish.buffer.spill_file is None
@@ -71,13 +79,19 @@ def test_build_collectors_one_per_item_with_the_right_job(env):
     expected = [t.job for t in cfg.scrape] + ["nvml", "node", "netprobe", "netprobe"]
     expected += ["netprobe"] * len(cfg.nginx) + ["streamprobe"] * len(cfg.stream_probe)
     assert [c.job for c in collectors] == expected
-    kinds = [type(c).__name__ for c in collectors[len(cfg.scrape):]]
-    assert kinds == ["NvmlCollector", "ProcNetCollector", "TcpConnectCollector", "HopsCollector", "NginxCollector",
-                     "StreamProbeCollector"]
+    kinds = [type(c).__name__ for c in collectors[len(cfg.scrape) :]]
+    assert kinds == [
+        "NvmlCollector",
+        "ProcNetCollector",
+        "TcpConnectCollector",
+        "HopsCollector",
+        "NginxCollector",
+        "StreamProbeCollector",
+    ]
     by_kind = {type(c).__name__: c for c in collectors}
     assert by_kind["NvmlCollector"].node == "gpu-node-1"
     assert collectors[-1].node == "llm.example.com"  # a probe describes its target
-    assert [c.interval_s for c in collectors[:len(cfg.scrape)]] == [t.interval_s for t in cfg.scrape]
+    assert [c.interval_s for c in collectors[: len(cfg.scrape)]] == [t.interval_s for t in cfg.scrape]
 
 
 def test_disabled_or_absent_collectors_are_not_built():
@@ -125,8 +139,10 @@ def test_unset_variable_names_the_variable_and_line(tmp_path, monkeypatch):
 def test_default_value_and_set_variable(monkeypatch):
     monkeypatch.delenv("TAILHOUND_TEST_UNSET_HOST", raising=False)
     monkeypatch.setenv("TAILHOUND_TEST_NODE", "gpu-node-7")
-    cfg = parse_agent_config("node: ${TAILHOUND_TEST_NODE}\nscrape:\n  - job: dcgm\n"
-                             "    url: http://${TAILHOUND_TEST_UNSET_HOST:-10.1.2.3}:9400/metrics\n")
+    cfg = parse_agent_config(
+        "node: ${TAILHOUND_TEST_NODE}\nscrape:\n  - job: dcgm\n"
+        "    url: http://${TAILHOUND_TEST_UNSET_HOST:-10.1.2.3}:9400/metrics\n"
+    )
     assert cfg.node == "gpu-node-7"
     assert cfg.scrape[0].url == "http://10.1.2.3:9400/metrics"
 
@@ -149,8 +165,20 @@ def test_docs_embed_the_example_and_mention_every_key():
 
     doc = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
     assert "```yaml\n" + EXAMPLE.read_text(encoding="utf-8") + "```" in doc, "docs/agent.md: copy the example"
-    models = (AgentConfig, ScrapeTarget, NvmlConfig, ProcNetConfig, TcpConnectConfig, TcpTarget, HopsConfig,
-              HopTarget, NginxConfig, StreamProbeConfig, PublishConfig, OutboxConfig)
+    models = (
+        AgentConfig,
+        ScrapeTarget,
+        NvmlConfig,
+        ProcNetConfig,
+        TcpConnectConfig,
+        TcpTarget,
+        HopsConfig,
+        HopTarget,
+        NginxConfig,
+        StreamProbeConfig,
+        PublishConfig,
+        OutboxConfig,
+    )
     reference = doc.split("### Reference", 1)[1]
     missing = [f"{m.__name__}.{f}" for m in models for f in m.model_fields if f"`{f}`" not in reference]
     assert not missing, f"docs/agent.md does not describe {missing}"
@@ -174,6 +202,6 @@ def test_recording_format_example_lines_replay(tmp_path):
 def test_comment_lines_are_not_expanded_and_double_dollar_is_literal(tmp_path, monkeypatch):
     monkeypatch.delenv("TH_UNSET_VAR", raising=False)
     path = tmp_path / "agent.yaml"
-    path.write_text("# mentions ${TH_UNSET_VAR} harmlessly\nnode: n1\nlabels: {note: \"$${TH_UNSET_VAR}\"}\n")
+    path.write_text('# mentions ${TH_UNSET_VAR} harmlessly\nnode: n1\nlabels: {note: "$${TH_UNSET_VAR}"}\n')
     cfg = load_agent_config(path)
     assert cfg.labels == {"note": "${TH_UNSET_VAR}"}

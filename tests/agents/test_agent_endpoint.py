@@ -50,8 +50,14 @@ async def test_ready_once_every_collector_ran_and_while_the_outbox_is_not_full()
     finally:
         await runner.cleanup()
     assert status == 200
-    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
-                 "python_info", "python_gc_collections_total", "tailhound_agent_collections_total"):
+    for name in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "python_info",
+        "python_gc_collections_total",
+        "tailhound_agent_collections_total",
+    ):
         assert f"\n{name}" in text, name
     promtool_ok(text)
 

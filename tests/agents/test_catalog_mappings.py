@@ -17,8 +17,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def snapshot(fixture: str, job: str, labels: dict[str, str] | None = None):
     body = (FIXTURES / fixture).read_text()
-    return SnapshotBuilder().build(ScrapeRecord(ts=1_764_400_000, node="gpu-node-1", job=job, body=body,
-                                                labels=labels or {"instance": "10.0.0.5:8000"}, interval_s=5))
+    return SnapshotBuilder().build(
+        ScrapeRecord(
+            ts=1_764_400_000,
+            node="gpu-node-1",
+            job=job,
+            body=body,
+            labels=labels or {"instance": "10.0.0.5:8000"},
+            interval_s=5,
+        )
+    )
 
 
 def canonical(snap) -> dict[str, dict[str, str]]:
@@ -37,19 +45,71 @@ def canonical(snap) -> dict[str, dict[str, str]]:
 ENGINE_CORE = {"engine.requests_running", "engine.requests_waiting", "latency.e2e"}
 
 
-@pytest.mark.parametrize(("fixture", "job", "expected"), [
-    ("vllm_v1.prom", "vllm", ENGINE_CORE - {"latency.e2e"} | {"engine.kv_cache_usage", "latency.ttft",
-                                                            "engine.prompt_tokens"}),
-    ("vllm_v0.prom", "vllm", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
-                                            "engine.preemptions", "engine.generation_tokens"}),
-    ("nim.prom", "nim", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot", "engine.max_requests"}),
-    ("tgi.prom", "tgi", ENGINE_CORE | {"latency.queue", "latency.tpot", "tokens.prompt", "tokens.generation",
-                                       "engine.requests_received", "engine.batch_max_tokens"}),
-    ("sglang_docs_2024.prom", "sglang", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
-                                                      "engine.prompt_tokens", "engine.generation_tokens"}),
-    ("sglang.prom", "sglang", ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot",
-                                             "latency.queue", "engine.requests_finished", "tokens.prompt"}),
-])
+@pytest.mark.parametrize(
+    ("fixture", "job", "expected"),
+    [
+        (
+            "vllm_v1.prom",
+            "vllm",
+            ENGINE_CORE - {"latency.e2e"} | {"engine.kv_cache_usage", "latency.ttft", "engine.prompt_tokens"},
+        ),
+        (
+            "vllm_v0.prom",
+            "vllm",
+            ENGINE_CORE
+            | {
+                "engine.kv_cache_usage",
+                "latency.ttft",
+                "latency.tpot",
+                "engine.preemptions",
+                "engine.generation_tokens",
+            },
+        ),
+        (
+            "nim.prom",
+            "nim",
+            ENGINE_CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.tpot", "engine.max_requests"},
+        ),
+        (
+            "tgi.prom",
+            "tgi",
+            ENGINE_CORE
+            | {
+                "latency.queue",
+                "latency.tpot",
+                "tokens.prompt",
+                "tokens.generation",
+                "engine.requests_received",
+                "engine.batch_max_tokens",
+            },
+        ),
+        (
+            "sglang_docs_2024.prom",
+            "sglang",
+            ENGINE_CORE
+            | {
+                "engine.kv_cache_usage",
+                "latency.ttft",
+                "latency.tpot",
+                "engine.prompt_tokens",
+                "engine.generation_tokens",
+            },
+        ),
+        (
+            "sglang.prom",
+            "sglang",
+            ENGINE_CORE
+            | {
+                "engine.kv_cache_usage",
+                "latency.ttft",
+                "latency.tpot",
+                "latency.queue",
+                "engine.requests_finished",
+                "tokens.prompt",
+            },
+        ),
+    ],
+)
 def test_engines_map_to_the_same_signals(fixture, job, expected):
     got = canonical(snapshot(fixture, job))
     assert expected <= got.keys(), expected - got.keys()
@@ -114,15 +174,26 @@ def test_match_selects_by_label():
     assert cat.lookup("nvml", "tailhound_gpu_ecc_errors_total", {"type": "other"}) is None
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"signals": {"a": {"kind": "gauge", "sources": {"x": "m"}}, "b": {"kind": "gauge", "sources": {"x": "m"}}}},
-     "mapped twice"),
-    ({"signals": {"a": {"kind": "gauge", "sources": {"x": "m"}},
-                  "b": {"kind": "counter", "sources": {"x": {"metric": "m", "match": {"t": "1"}}}}}},
-     "mapped as gauge and as counter"),
-    ({"signals": {"a": {"kind": "meter"}}}, "kind must be one of"),
-    ({"signals": {"a": {"kind": "gauge", "sources": {"x": {"metric": "m", "scael": 1}}}}}, "unknown mapping keys"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"signals": {"a": {"kind": "gauge", "sources": {"x": "m"}}, "b": {"kind": "gauge", "sources": {"x": "m"}}}},
+            "mapped twice",
+        ),
+        (
+            {
+                "signals": {
+                    "a": {"kind": "gauge", "sources": {"x": "m"}},
+                    "b": {"kind": "counter", "sources": {"x": {"metric": "m", "match": {"t": "1"}}}},
+                }
+            },
+            "mapped as gauge and as counter",
+        ),
+        ({"signals": {"a": {"kind": "meter"}}}, "kind must be one of"),
+        ({"signals": {"a": {"kind": "gauge", "sources": {"x": {"metric": "m", "scael": 1}}}}}, "unknown mapping keys"),
+    ],
+)
 def test_catalog_errors(data, message):
     with pytest.raises(ConfigError, match=message):
         parse_catalog(data)

@@ -36,8 +36,10 @@ from tests.http_helpers import serve_metrics
 
 pytestmark = pytest.mark.timeout(60)
 FIXTURES = Path(__file__).parent / "fixtures"
-STUB = "Active connections: 291 \nserver accepts handled requests\n 16630948 16630948 31070465 \n" \
-       "Reading: 6 Writing: 179 Waiting: 106 \n"
+STUB = (
+    "Active connections: 291 \nserver accepts handled requests\n 16630948 16630948 31070465 \n"
+    "Reading: 6 Writing: 179 Waiting: 106 \n"
+)
 
 
 def wire_json(snap: Snapshot) -> bytes:
@@ -94,16 +96,23 @@ async def test_procnet_tcp_connect_nginx_hops_and_stream_probe(tmp_path):
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with serve_metrics(lambda: STUB, path="/nginx_status") as nginx_url, \
-            serve(ServerSpec(tokens=6, first_token_delay_s=0.01, token_gap_s=0.01)) as sse:
+    async with (
+        serve_metrics(lambda: STUB, path="/nginx_status") as nginx_url,
+        serve(ServerSpec(tokens=6, first_token_delay_s=0.01, token_gap_s=0.01)) as sse,
+    ):
         collectors = [
             ProcNetCollector(ProcNetConfig(proc_root=tmp_path / "proc"), node="n1"),
-            TcpConnectCollector(TcpConnectConfig(targets=[{"name": "lb", "host": "127.0.0.1", "port": port,
-                                                           "labels": {"tier": "edge"}}]), node="n1"),
+            TcpConnectCollector(
+                TcpConnectConfig(
+                    targets=[{"name": "lb", "host": "127.0.0.1", "port": port, "labels": {"tier": "edge"}}]
+                ),
+                node="n1",
+            ),
             NginxCollector(NginxConfig(url=nginx_url, worker_connections=4096, labels={"lb": "a"})),
             HopsCollector(HopsConfig(targets=[{"name": "api", "host": "203.0.113.10"}], mtr_path=str(mtr)), node="n1"),
-            StreamProbeCollector(StreamProbeConfig(endpoint=sse.url, name="chat", model="m", health_samples=5,
-                                                   lb_health_timeout_s=2)),
+            StreamProbeCollector(
+                StreamProbeConfig(endpoint=sse.url, name="chat", model="m", health_samples=5, lb_health_timeout_s=2)
+            ),
         ]
         rounds = []
         try:
@@ -164,14 +173,21 @@ def test_writer_rejects_what_rendering_rejected():
 def test_fast_constructors_equal_trusted_and_validated_samples():
     labels = {"gpu": "0", "link": "3"}
     pairs = [
-        (wire.gauge("g", labels, 1.5), GaugeSample.trusted(name="g", labels=labels, value=1.5),
-         GaugeSample(name="g", labels=labels, value=1.5)),
-        (wire.counter("c", labels, 2.0), CounterSample.trusted(name="c", labels=labels, value=2.0, delta=None,
-                                                               reset=False),
-         CounterSample(name="c", labels=labels, value=2.0, delta=None, reset=False)),
-        (wire.counter("c", labels, 2.0, 1.0, True), CounterSample.trusted(name="c", labels=labels, value=2.0,
-                                                                          delta=1.0, reset=True),
-         CounterSample(name="c", labels=labels, value=2.0, delta=1.0, reset=True)),
+        (
+            wire.gauge("g", labels, 1.5),
+            GaugeSample.trusted(name="g", labels=labels, value=1.5),
+            GaugeSample(name="g", labels=labels, value=1.5),
+        ),
+        (
+            wire.counter("c", labels, 2.0),
+            CounterSample.trusted(name="c", labels=labels, value=2.0, delta=None, reset=False),
+            CounterSample(name="c", labels=labels, value=2.0, delta=None, reset=False),
+        ),
+        (
+            wire.counter("c", labels, 2.0, 1.0, True),
+            CounterSample.trusted(name="c", labels=labels, value=2.0, delta=1.0, reset=True),
+            CounterSample(name="c", labels=labels, value=2.0, delta=1.0, reset=True),
+        ),
     ]
     for fast, trusted, validated in pairs:
         assert type(fast) is type(trusted)
@@ -208,8 +224,11 @@ async def test_recorder_writes_the_text_and_agent_labels_apply_to_both_kinds(tmp
             self.n += 1
             w = ExpositionWriter()
             w.counter("tailhound_gpu_xid_errors_total", self.n, {"gpu": "0"})
-            return [CollectedRecord(ts=1000.0 + self.n, node="n1", job="nvml", writer=w, labels={"own": "x"},
-                                    interval_s=1.0)]
+            return [
+                CollectedRecord(
+                    ts=1000.0 + self.n, node="n1", job="nvml", writer=w, labels={"own": "x"}, interval_s=1.0
+                )
+            ]
 
         async def close(self):
             pass
@@ -217,15 +236,20 @@ async def test_recorder_writes_the_text_and_agent_labels_apply_to_both_kinds(tmp
     out = tmp_path / "rec.jsonl"
     snaps = []
     with out.open("w") as fh:
-        agent = Agent(AgentConfig(listen=None, labels={"cluster": "c1", "own": "agent"}), snaps.append,
-                      recorder=fh, collectors=[Native()])
+        agent = Agent(
+            AgentConfig(listen=None, labels={"cluster": "c1", "own": "agent"}),
+            snaps.append,
+            recorder=fh,
+            collectors=[Native()],
+        )
         for _ in range(2):
             await agent.collect_once(agent.collectors[0])
     lines = out.read_text().splitlines()
     recs = [ScrapeRecord.model_validate_json(line) for line in lines]
     assert [r.labels for r in recs] == [{"cluster": "c1", "own": "x"}] * 2
-    assert recs[1].body == ("# TYPE tailhound_gpu_xid_errors_total counter\n"
-                            'tailhound_gpu_xid_errors_total{gpu="0"} 2\n')
+    assert recs[1].body == (
+        '# TYPE tailhound_gpu_xid_errors_total counter\ntailhound_gpu_xid_errors_total{gpu="0"} 2\n'
+    )
     assert lines[0] == recs[0].to_line()
     replayed = SnapshotBuilder()
     assert [replayed.build(r) for r in recs] == snaps
@@ -234,9 +258,13 @@ async def test_recorder_writes_the_text_and_agent_labels_apply_to_both_kinds(tmp
 
 
 def test_add_rows_is_the_same_as_one_call_per_value():
-    rows = [("gauge", "a", "help a", {"gpu": "0"}, 1), ("counter", "b_total", "", {"gpu": "0"}, 2.5),
-            ("gauge", "a", "other help", {"gpu": "1"}, None), ("gauge", "a", "", {"gpu": "2", "x": 3}, -0.0),
-            ("untyped", "c", "", None, 7)]
+    rows = [
+        ("gauge", "a", "help a", {"gpu": "0"}, 1),
+        ("counter", "b_total", "", {"gpu": "0"}, 2.5),
+        ("gauge", "a", "other help", {"gpu": "1"}, None),
+        ("gauge", "a", "", {"gpu": "2", "x": 3}, -0.0),
+        ("untyped", "c", "", None, 7),
+    ]
     bulk, calls = ExpositionWriter(), ExpositionWriter()
     bulk.add_rows(rows)
     for type_, name, help_, labels, value in rows:
@@ -262,8 +290,18 @@ async def test_encode_snapshot_is_byte_identical_to_pydantic(monkeypatch):
         await c.close()
     fake = FakeVllm(restart_at=2)
     for i in range(3):
-        snaps.append(builder.build(ScrapeRecord(ts=100.0 + i, node="n1", job="vllm", body=fake.body(),
-                                                labels={"instance": 'a"b\\c', "samples": "[]"}, interval_s=1.0)))
+        snaps.append(
+            builder.build(
+                ScrapeRecord(
+                    ts=100.0 + i,
+                    node="n1",
+                    job="vllm",
+                    body=fake.body(),
+                    labels={"instance": 'a"b\\c', "samples": "[]"},
+                    interval_s=1.0,
+                )
+            )
+        )
     snaps.append(builder.build(ScrapeRecord(ts=200.0, node="n1", job="vllm", error='down: "x"', interval_s=1.0)))
     snaps.append(Snapshot(ts=1.0, node="n", source="nvml"))
     assert any(s.kind == "histogram" and s.delta is not None for snap in snaps for s in snap.samples)

@@ -31,36 +31,95 @@ ENGINE_FIXTURES = {
     "nim": ["nim_llama31_8b.prom"],
     "sglang": ["sglang.prom"],
 }
-CORE = {"engine.requests_running", "engine.requests_waiting", "engine.requests_finished", "latency.e2e",
-        "latency.tpot", "tokens.prompt", "tokens.generation"}
+CORE = {
+    "engine.requests_running",
+    "engine.requests_waiting",
+    "engine.requests_finished",
+    "latency.e2e",
+    "latency.tpot",
+    "tokens.prompt",
+    "tokens.generation",
+}
 #: fixture -> the canonical signals it must give (beyond CORE), and those it must not
 EXPECTED = {
-    "vllm_v1_dp2.prom": (CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.itl", "latency.queue",
-                                 "latency.prefill", "latency.decode", "latency.inference", "engine.preemptions",
-                                 "engine.prompt_tokens", "engine.generation_tokens", "engine.prefix_cache_queries",
-                                 "engine.prefix_cache_hits", "engine.http_requests", "engine.http_rejections"},
-                         set()),
-    "vllm_v0_opt125m.prom": (CORE | {"engine.kv_cache_usage", "latency.ttft", "engine.preemptions",
-                                     "engine.prompt_tokens", "engine.generation_tokens"},
-                             {"latency.itl", "latency.queue"}),
-    "tgi_v3.prom": (CORE | {"latency.queue", "latency.itl", "latency.prefill", "latency.inference",
-                            "engine.batch_max_tokens", "engine.batch_token_capacity", "engine.requests_received",
-                            "engine.http_rejections"},
-                    {"latency.ttft", "engine.kv_cache_usage"}),
-    "nim_llama31_8b.prom": (CORE | {"engine.kv_cache_usage", "latency.ttft", "engine.max_requests",
-                                    "engine.prompt_tokens", "engine.generation_tokens"},
-                            {"latency.itl", "latency.queue"}),
-    "sglang.prom": (CORE | {"engine.kv_cache_usage", "latency.ttft", "latency.queue", "engine.preemptions",
-                            "engine.prompt_tokens", "engine.generation_tokens", "engine.prefix_cache_hits",
-                            "engine.batch_token_capacity"},
-                    {"latency.itl", "engine.http_rejections", "engine.requests_received"}),
+    "vllm_v1_dp2.prom": (
+        CORE
+        | {
+            "engine.kv_cache_usage",
+            "latency.ttft",
+            "latency.itl",
+            "latency.queue",
+            "latency.prefill",
+            "latency.decode",
+            "latency.inference",
+            "engine.preemptions",
+            "engine.prompt_tokens",
+            "engine.generation_tokens",
+            "engine.prefix_cache_queries",
+            "engine.prefix_cache_hits",
+            "engine.http_requests",
+            "engine.http_rejections",
+        },
+        set(),
+    ),
+    "vllm_v0_opt125m.prom": (
+        CORE
+        | {
+            "engine.kv_cache_usage",
+            "latency.ttft",
+            "engine.preemptions",
+            "engine.prompt_tokens",
+            "engine.generation_tokens",
+        },
+        {"latency.itl", "latency.queue"},
+    ),
+    "tgi_v3.prom": (
+        CORE
+        | {
+            "latency.queue",
+            "latency.itl",
+            "latency.prefill",
+            "latency.inference",
+            "engine.batch_max_tokens",
+            "engine.batch_token_capacity",
+            "engine.requests_received",
+            "engine.http_rejections",
+        },
+        {"latency.ttft", "engine.kv_cache_usage"},
+    ),
+    "nim_llama31_8b.prom": (
+        CORE
+        | {
+            "engine.kv_cache_usage",
+            "latency.ttft",
+            "engine.max_requests",
+            "engine.prompt_tokens",
+            "engine.generation_tokens",
+        },
+        {"latency.itl", "latency.queue"},
+    ),
+    "sglang.prom": (
+        CORE
+        | {
+            "engine.kv_cache_usage",
+            "latency.ttft",
+            "latency.queue",
+            "engine.preemptions",
+            "engine.prompt_tokens",
+            "engine.generation_tokens",
+            "engine.prefix_cache_hits",
+            "engine.batch_token_capacity",
+        },
+        {"latency.itl", "engine.http_rejections", "engine.requests_received"},
+    ),
 }
 JOB = {f: e for e, fs in ENGINE_FIXTURES.items() for f in fs}
 
 
 def build(body: str, job: str, ts: float = T0, builder: SnapshotBuilder | None = None):
-    return (builder or SnapshotBuilder()).build(ScrapeRecord(ts=ts, node="gpu-node-1", job=job, body=body,
-                                                             labels={"instance": INSTANCE}, interval_s=5))
+    return (builder or SnapshotBuilder()).build(
+        ScrapeRecord(ts=ts, node="gpu-node-1", job=job, body=body, labels={"instance": INSTANCE}, interval_s=5)
+    )
 
 
 def body(fixture: str) -> str:
@@ -87,8 +146,12 @@ def test_fixtures_and_catalog_coverage_agree(engine):
     catalog = default_catalog()
     got = snapshot_signals([build(body(f), engine) for f in ENGINE_FIXTURES[engine]])
     # the model stage computes these (from the engines' histograms and the nodes' open incidents)
-    model_stage = {"model.nodes_with_cause", "model.engine_tpot_mean", "model.engine_request_rate",
-                   "model.engine_node_explained"}
+    model_stage = {
+        "model.nodes_with_cause",
+        "model.engine_tpot_mean",
+        "model.engine_request_rate",
+        "model.engine_node_explained",
+    }
     assert got == catalog_signals(engine) - model_stage
     not_exposed = {s for s, (status, _) in catalog.engine_coverage(engine).items() if status == NOT_EXPOSED}
     assert not not_exposed & got
@@ -158,15 +221,38 @@ def _earlier(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize(("fixture", "entity", "signals"), [
-    ("vllm_v1_dp2.prom", "0", ["latency.ttft.p95", "latency.tpot.p95", "latency.itl.p95", "latency.queue.mean"]),
-    ("vllm_v0_opt125m.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95"]),
-    ("tgi_v3.prom", INSTANCE, ["latency.tpot.p95", "latency.itl.p95", "latency.queue.mean", "latency.prefill.p95",
-                               "tokens.generation.mean"]),
-    ("nim_llama31_8b.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95", "latency.e2e.p99"]),
-    ("sglang.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95", "latency.tpot.mean", "latency.queue.mean",
-                               "latency.e2e.p99", "tokens.prompt.mean", "tokens.generation.mean"]),
-])
+@pytest.mark.parametrize(
+    ("fixture", "entity", "signals"),
+    [
+        ("vllm_v1_dp2.prom", "0", ["latency.ttft.p95", "latency.tpot.p95", "latency.itl.p95", "latency.queue.mean"]),
+        ("vllm_v0_opt125m.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95"]),
+        (
+            "tgi_v3.prom",
+            INSTANCE,
+            [
+                "latency.tpot.p95",
+                "latency.itl.p95",
+                "latency.queue.mean",
+                "latency.prefill.p95",
+                "tokens.generation.mean",
+            ],
+        ),
+        ("nim_llama31_8b.prom", INSTANCE, ["latency.ttft.p95", "latency.tpot.p95", "latency.e2e.p99"]),
+        (
+            "sglang.prom",
+            INSTANCE,
+            [
+                "latency.ttft.p95",
+                "latency.tpot.p95",
+                "latency.tpot.mean",
+                "latency.queue.mean",
+                "latency.e2e.p99",
+                "tokens.prompt.mean",
+                "tokens.generation.mean",
+            ],
+        ),
+    ],
+)
 def test_two_scrapes_give_the_window_statistics_rules_read(fixture, entity, signals):
     builder, tracker = SnapshotBuilder(), LatencyTracker()
     text = body(fixture)

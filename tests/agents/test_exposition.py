@@ -47,8 +47,11 @@ def test_vllm_v1_exposition():
 
 
 def test_dcgm_exporter_drops_not_supported_sentinels():
-    samples = by_name(to_samples(parse_exposition((FIXTURES / "dcgm_exporter.prom").read_text()),
-                                 drop=lambda v: v >= DCGM_NOT_SUPPORTED))
+    samples = by_name(
+        to_samples(
+            parse_exposition((FIXTURES / "dcgm_exporter.prom").read_text()), drop=lambda v: v >= DCGM_NOT_SUPPORTED
+        )
+    )
     assert [s.labels["gpu"] for s in samples["DCGM_FI_DEV_GPU_TEMP"]] == ["0", "3"]
     assert "DCGM_FI_DEV_MEMORY_TEMP" not in samples  # absent, never 0
     assert samples["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0].kind == "counter"
@@ -78,9 +81,13 @@ def test_node_exporter_dmi_label_with_a_line_separator_character():
     """node_exporter's DMI string from issue #2228: `\\x1c` in a label value is not a line break."""
     result = parse_exposition(fixture("node_exporter_dmi.prom"))
     assert result.rejected == {} and result.problems == []
-    assert [f.name for f in result] == ["node_disk_written_bytes_total", "node_dmi_info",
-                                        "node_dmmultipath_device_active", "node_dmmultipath_device_info",
-                                        "node_dmmultipath_device_paths"]
+    assert [f.name for f in result] == [
+        "node_disk_written_bytes_total",
+        "node_dmi_info",
+        "node_dmmultipath_device_active",
+        "node_dmmultipath_device_info",
+        "node_dmmultipath_device_paths",
+    ]
     [dmi] = by_name(to_samples(result))["node_dmi_info"]
     assert dmi.value == 1 and dmi.labels["product_version"] == "\ufffd\x1c[\ufffd"
     assert dmi.labels["system_vendor"] == "Dell Inc." and len(dmi.labels) == 19
@@ -91,16 +98,22 @@ def test_openmetrics_go_client_output_with_exemplars():
     result = parse_exposition(fixture("openmetrics_alltypes.om.txt"))
     assert result.rejected == {}
     assert [(f.name, f.type) for f in result] == [
-        ("go_build_info", "gauge"), ("promhttp_metric_handler_errors", "counter"),
-        ("rpc_durations_histogram_seconds", "histogram"), ("rpc_durations_seconds", "summary"),
-        ("rpc_requests", "counter")]
+        ("go_build_info", "gauge"),
+        ("promhttp_metric_handler_errors", "counter"),
+        ("rpc_durations_histogram_seconds", "histogram"),
+        ("rpc_durations_seconds", "summary"),
+        ("rpc_requests", "counter"),
+    ]
     samples = by_name(to_samples(result))
     assert not any(name.endswith("_created") for name in samples)
     [hist] = samples["rpc_durations_histogram_seconds"]
     assert hist.count == 15 and hist.le[0] == -0.00099 and len(hist.le) == 20
     assert hist.counts[7:9] == [3, 5]  # the buckets with exemplars keep their value, not the exemplar's
     assert {s.labels["service"]: s.value for s in samples["rpc_requests_total"]} == {
-        "exponential": 22, "normal": 15, "uniform": 11}
+        "exponential": 22,
+        "normal": 15,
+        "uniform": 11,
+    }
     assert all(s.kind == "counter" for s in samples["rpc_requests_total"])
 
 
@@ -146,13 +159,15 @@ def test_str_splitlines_separators_inside_label_values():
 
 
 def test_a_bad_family_is_dropped_alone_and_counted_by_reason():
-    text = ("# TYPE good gauge\ngood 1\n"
-            "# TYPE lat histogram\nlat_bucket{le=\"1\"} 1\nlat_bucket{le=\"+Inf\"} x\nlat_count 2\nlat_sum 3\n"
-            "worse{a=\"1\"\n"
-            "dup{a=\"1\",a=\"2\"} 1\n"
-            "<html><body>502 Bad Gateway</body></html>\n"
-            "# TYPE t weird\nt 1\n"
-            "after 2\n")
+    text = (
+        "# TYPE good gauge\ngood 1\n"
+        '# TYPE lat histogram\nlat_bucket{le="1"} 1\nlat_bucket{le="+Inf"} x\nlat_count 2\nlat_sum 3\n'
+        'worse{a="1"\n'
+        'dup{a="1",a="2"} 1\n'
+        "<html><body>502 Bad Gateway</body></html>\n"
+        "# TYPE t weird\nt 1\n"
+        "after 2\n"
+    )
     result = parse_exposition(text)
     assert [f.name for f in result] == ["good", "after"]
     assert result.rejected == {"bad_value": 1, "bad_labels": 1, "duplicate_label": 1, "bad_line": 1, "bad_type": 1}
@@ -161,14 +176,36 @@ def test_a_bad_family_is_dropped_alone_and_counted_by_reason():
     assert "lat_bucket" in str(result.problems[0]) and "not a number" in str(result.problems[0])
 
 
-@pytest.mark.parametrize("bad", [
-    # from prometheus/prometheus model/textparse {promparse,openmetricsparse}_test.go *ParseErrors
-    "a{b='c'} 1", "a{b=", 'a{\xff="foo"} 1', '{"a", "b = "c"}', '{"a",b\\nc="d"} 1', "a true",
-    'something_weird{problem="', 'empty_label_name{=""} 0', "{A}0", "foo 1_2", "foo 0x1p-3", "foo 0 1_2",
-    '{a="ok"} 1', 'a{,b="c"} 1', 'a{b="c"d="e"} 1', 'a{b="c",,d="e"} 1', "a 1 1 1", "a 1 NaN",
-    "custom_metric_total 1 # {aa=bb}", 'custom_metric_total 1 # {aa="bb",,cc="dd"} 1',
-    'custom_metric_total 1 # {aa="bb"} true', "custom_metric_total 1 # {bb}", 'x{"a","b"} 1', 'x{""="v"} 1',
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        # from prometheus/prometheus model/textparse {promparse,openmetricsparse}_test.go *ParseErrors
+        "a{b='c'} 1",
+        "a{b=",
+        'a{\xff="foo"} 1',
+        '{"a", "b = "c"}',
+        '{"a",b\\nc="d"} 1',
+        "a true",
+        'something_weird{problem="',
+        'empty_label_name{=""} 0',
+        "{A}0",
+        "foo 1_2",
+        "foo 0x1p-3",
+        "foo 0 1_2",
+        '{a="ok"} 1',
+        'a{,b="c"} 1',
+        'a{b="c"d="e"} 1',
+        'a{b="c",,d="e"} 1',
+        "a 1 1 1",
+        "a 1 NaN",
+        "custom_metric_total 1 # {aa=bb}",
+        'custom_metric_total 1 # {aa="bb",,cc="dd"} 1',
+        'custom_metric_total 1 # {aa="bb"} true',
+        "custom_metric_total 1 # {bb}",
+        'x{"a","b"} 1',
+        'x{""="v"} 1',
+    ],
+)
 def test_prometheus_parse_errors_reject_one_family(bad):
     result = parse_exposition(f"before 1\n{bad}\nafter 2\n")
     assert {f.name for f in result} == {"before", "after"}
@@ -176,22 +213,27 @@ def test_prometheus_parse_errors_reject_one_family(bad):
 
 
 def test_eof_unit_timestamps_and_comments():
-    text = ("# HELP x Seconds \\\\ and \\n.\n# TYPE x gauge\n# UNIT x seconds\n# just a comment\n#\n"
-            "x 1 1520879607789\n# EOF\nlate 1\n")
+    text = (
+        "# HELP x Seconds \\\\ and \\n.\n# TYPE x gauge\n# UNIT x seconds\n# just a comment\n#\n"
+        "x 1 1520879607789\n# EOF\nlate 1\n"
+    )
     result = parse_exposition(text)
     assert [s.value for s in to_samples(result)] == [1.0] and result[0].help == "Seconds \\ and \n."
     assert result.rejected == {"after_eof": 1}
 
 
 # --- limits ---------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("limits", "text", "reason", "kept"), [
-    (Limits(max_line_length=40), 'ok 1\nlong{a="' + "x" * 40 + '"} 1\nlong{a="y"} 1\n', "line_too_long", ["ok"]),
-    (Limits(max_labels=2), 'ok{a="1",b="2"} 1\nwide{a="1",b="2",c="3"} 1\n', "too_many_labels", ["ok"]),
-    (Limits(max_label_name=3), 'ok{abc="1"} 1\nbad{abcd="1"} 1\n', "label_name_too_long", ["ok"]),
-    (Limits(max_label_value=3), 'ok{a="a\\nb"} 1\nbad{a="abcd"} 1\n', "label_value_too_long", ["ok"]),
-    (Limits(max_samples=3), "a 1\nb 1\nb 2\nb 3\nc 1\n", "too_many_samples", ["a"]),
-    (Limits(max_families=2), "a 1\nb 1\nc 1\n# TYPE d gauge\nd 1\n", "too_many_families", ["a", "b"]),
-])
+@pytest.mark.parametrize(
+    ("limits", "text", "reason", "kept"),
+    [
+        (Limits(max_line_length=40), 'ok 1\nlong{a="' + "x" * 40 + '"} 1\nlong{a="y"} 1\n', "line_too_long", ["ok"]),
+        (Limits(max_labels=2), 'ok{a="1",b="2"} 1\nwide{a="1",b="2",c="3"} 1\n', "too_many_labels", ["ok"]),
+        (Limits(max_label_name=3), 'ok{abc="1"} 1\nbad{abcd="1"} 1\n', "label_name_too_long", ["ok"]),
+        (Limits(max_label_value=3), 'ok{a="a\\nb"} 1\nbad{a="abcd"} 1\n', "label_value_too_long", ["ok"]),
+        (Limits(max_samples=3), "a 1\nb 1\nb 2\nb 3\nc 1\n", "too_many_samples", ["a"]),
+        (Limits(max_families=2), "a 1\nb 1\nc 1\n# TYPE d gauge\nd 1\n", "too_many_families", ["a", "b"]),
+    ],
+)
 def test_limits_drop_and_count(limits, text, reason, kept):
     result = parse_exposition(text, limits)
     assert [f.name for f in result] == kept and reason in result.rejected
@@ -204,10 +246,18 @@ def test_default_limits():
     assert [f.name for f in result] == ["small"] and result.rejected == {"too_many_labels": 1}
 
 
-@pytest.mark.parametrize("line", [
-    "x{a" + " " * 65000 + "!", 'x{"q"' + " " * 65000 + "!", 'x{a="b"' + " " * 65000 + "!",
-    'x{a="' + "\\\\" * 32000, "{" * 65000, 'x 1 # {' + 'a="b",' * 10000 + "} 1", "# TYPE " + '"' * 65000,
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x{a" + " " * 65000 + "!",
+        'x{"q"' + " " * 65000 + "!",
+        'x{a="b"' + " " * 65000 + "!",
+        'x{a="' + "\\\\" * 32000,
+        "{" * 65000,
+        "x 1 # {" + 'a="b",' * 10000 + "} 1",
+        "# TYPE " + '"' * 65000,
+    ],
+)
 def test_a_hostile_line_at_the_length_limit_is_rejected_quickly(line):
     """One 64 KiB line, no backtracking blow-up (blanks in a label set took ~30 s with two `[ \\t]*` in a row)."""
     start = time.perf_counter()
@@ -216,11 +266,42 @@ def test_a_hostile_line_at_the_length_limit_is_rejected_quickly(line):
     assert [f.name for f in result] == ["ok"] and sum(result.rejected.values()) == 1
 
 
-SMALL = Limits(max_line_length=120, max_labels=3, max_label_name=8, max_label_value=12, max_families=4,
-               max_samples=9)
-PIECES = st.sampled_from(["x", "x_total", "h_bucket", '{"q.n"', "{", "}", "a", "=", '"', '\\"', "\\", ",", " ",
-                          "\t", "\n", "\r", "\x1c", "\u2028", "#", "# TYPE x counter\n", "# TYPE h histogram\n",
-                          "# EOF\n", 'le="', "1", "-1.5e3", "+Inf", "NaN", "1_0", "é", "\x00", "\ufffd"])
+SMALL = Limits(max_line_length=120, max_labels=3, max_label_name=8, max_label_value=12, max_families=4, max_samples=9)
+PIECES = st.sampled_from(
+    [
+        "x",
+        "x_total",
+        "h_bucket",
+        '{"q.n"',
+        "{",
+        "}",
+        "a",
+        "=",
+        '"',
+        '\\"',
+        "\\",
+        ",",
+        " ",
+        "\t",
+        "\n",
+        "\r",
+        "\x1c",
+        "\u2028",
+        "#",
+        "# TYPE x counter\n",
+        "# TYPE h histogram\n",
+        "# EOF\n",
+        'le="',
+        "1",
+        "-1.5e3",
+        "+Inf",
+        "NaN",
+        "1_0",
+        "é",
+        "\x00",
+        "\ufffd",
+    ]
+)
 
 
 def check_bounded(result, limits):
@@ -229,8 +310,9 @@ def check_bounded(result, limits):
     for f in result:
         for s in f.samples:
             assert len(s.labels) <= limits.max_labels and s.name and isinstance(s.value, float)
-            assert all(len(k) <= limits.max_label_name and len(v) <= limits.max_label_value
-                       for k, v in s.labels.items())
+            assert all(
+                len(k) <= limits.max_label_name and len(v) <= limits.max_label_value for k, v in s.labels.items()
+            )
     assert sum(result.rejected.values()) >= len(result.dropped) and len(result.problems) <= 16
 
 

@@ -54,12 +54,15 @@ def test_parse_mtr_092_json_with_string_counts():
     assert hops[1].avg_s == pytest.approx(0.00358)
 
 
-@pytest.mark.parametrize("text, complaint", [
-    ("not json", "not JSON"),
-    ('{"report": {}}', "no report.hubs"),
-    ('{"report": {"hubs": [{"count": 1}]}}', "hub 0 has no host"),
-    ('{"report": {"hubs": [{"count": 1, "host": "a", "Avg": "fast"}]}}', "'Avg' is not a number"),
-])
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ("not json", "not JSON"),
+        ('{"report": {}}', "no report.hubs"),
+        ('{"report": {"hubs": [{"count": 1}]}}', "hub 0 has no host"),
+        ('{"report": {"hubs": [{"count": 1, "host": "a", "Avg": "fast"}]}}', "'Avg' is not a number"),
+    ],
+)
 def test_parse_mtr_json_errors_name_the_problem(text, complaint):
     with pytest.raises(ValueError, match=complaint):
         parse_mtr_json(text)
@@ -122,14 +125,17 @@ async def test_builtin_tracer_without_mtr_when_raw_sockets_permitted(monkeypatch
 
     monkeypatch.setattr(hops_module.shutil, "which", lambda name: None)
     monkeypatch.setattr(hops_module, "run_mtr", no_mtr)
-    cfg = HopsConfig(targets=[{"name": "lo", "host": "127.0.0.1"}, {"name": "lo2", "host": "127.0.0.2"}],
-                     cycles=2, timeout_s=10)
+    cfg = HopsConfig(
+        targets=[{"name": "lo", "host": "127.0.0.1"}, {"name": "lo2", "host": "127.0.0.2"}], cycles=2, timeout_s=10
+    )
     collector = HopsCollector(cfg, node="client-1")
     for _ in range(2):
         records = await collector.collect()
         # loopback targets are this machine: the agent's own node, told apart by the target label
         assert [(r.node, r.error, r.labels["target"]) for r in records] == [
-            ("client-1", None, "lo"), ("client-1", None, "lo2")]
+            ("client-1", None, "lo"),
+            ("client-1", None, "lo2"),
+        ]
         for record, host in zip(records, ("127.0.0.1", "127.0.0.2"), strict=True):
             parse_exposition(record.body)
             [rtt] = samples(record.body, "tailhound_hop_rtt_seconds")
@@ -142,11 +148,14 @@ async def test_builtin_tracer_without_mtr_when_raw_sockets_permitted(monkeypatch
 
 async def test_fake_mtr_end_to_end_counts_route_changes(tmp_path):
     counter = tmp_path / "runs"
-    mtr = fake_mtr(tmp_path, f"""echo "$@" > {tmp_path}/args
+    mtr = fake_mtr(
+        tmp_path,
+        f"""echo "$@" > {tmp_path}/args
 n=$(cat {counter} 2>/dev/null || echo 0)
 echo $((n + 1)) > {counter}
 if [ "$n" -eq 1 ]; then cat {ROUTE_B}; else cat {ROUTE_A}; fi
-""")
+""",
+    )
     cfg = HopsConfig(targets=[{"name": "api", "host": "203.0.113.10"}], mtr_path=mtr, cycles=7, timeout_s=10)
     collector = HopsCollector(cfg, node="client-1")
     assert isinstance(collector, Collector)
@@ -179,8 +188,11 @@ async def test_fake_mtr_timeout_kills_process(tmp_path):
 
 async def test_one_failing_target_is_an_error_record(tmp_path):
     mtr = fake_mtr(tmp_path, f'if [ "$5" = "203.0.113.10" ]; then cat {ROUTE_A}; else echo "not json"; fi\n')
-    cfg = HopsConfig(targets=[{"name": "good", "host": "203.0.113.10"}, {"name": "bad", "host": "192.0.2.1"}],
-                     mtr_path=mtr, timeout_s=10)
+    cfg = HopsConfig(
+        targets=[{"name": "good", "host": "203.0.113.10"}, {"name": "bad", "host": "192.0.2.1"}],
+        mtr_path=mtr,
+        timeout_s=10,
+    )
     good, bad = await HopsCollector(cfg).collect()
     assert good.error is None and samples(good.body, "tailhound_hop_count")[0].value == 5
     assert bad.node == "192.0.2.1" and bad.body == "" and "not JSON" in bad.error

@@ -13,10 +13,12 @@ from tailhound.agents.exposition import parse_exposition, to_samples
 
 pytestmark = pytest.mark.timeout(60)
 # Exactly what ngx_http_stub_status_module prints (a space before every newline but the header's).
-STUB_STATUS = ("Active connections: 291 \n"
-               "server accepts handled requests\n"
-               " 16630948 16630948 31070465 \n"
-               "Reading: 6 Writing: 179 Waiting: 106 \n")
+STUB_STATUS = (
+    "Active connections: 291 \n"
+    "server accepts handled requests\n"
+    " 16630948 16630948 31070465 \n"
+    "Reading: 6 Writing: 179 Waiting: 106 \n"
+)
 
 
 def by_name(body: str) -> dict:
@@ -64,14 +66,20 @@ def test_parse_stub_status_exact_format():
     assert parse_stub_status(STUB_STATUS.replace(" \n", "\n")) == s  # exporter-style, without trailing spaces
 
 
-@pytest.mark.parametrize("text, complaint", [
-    ("", "expected 4 lines, got 0"),
-    ("<html>Welcome to nginx!</html>", "expected 4 lines, got 1"),
-    (STUB_STATUS.replace("Active connections: 291", "Active: 291"), "line 1: expected 'Active connections: N'"),
-    (STUB_STATUS.replace("server accepts", "server accepted"), "line 2: expected 'server accepts handled requests'"),
-    (STUB_STATUS.replace(" 16630948 16630948 ", " 16630948 x "), "line 3: expected 'accepts handled requests'"),
-    (STUB_STATUS.replace("Waiting: 106", "Waiting: -1"), "line 4: expected 'Reading: N Writing: N Waiting: N'"),
-])
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ("", "expected 4 lines, got 0"),
+        ("<html>Welcome to nginx!</html>", "expected 4 lines, got 1"),
+        (STUB_STATUS.replace("Active connections: 291", "Active: 291"), "line 1: expected 'Active connections: N'"),
+        (
+            STUB_STATUS.replace("server accepts", "server accepted"),
+            "line 2: expected 'server accepts handled requests'",
+        ),
+        (STUB_STATUS.replace(" 16630948 16630948 ", " 16630948 x "), "line 3: expected 'accepts handled requests'"),
+        (STUB_STATUS.replace("Waiting: 106", "Waiting: -1"), "line 4: expected 'Reading: N Writing: N Waiting: N'"),
+    ],
+)
 def test_parse_stub_status_errors_name_the_line(text, complaint):
     with pytest.raises(ValueError, match=complaint):
         parse_stub_status(text)
@@ -79,9 +87,15 @@ def test_parse_stub_status_errors_name_the_line(text, complaint):
 
 def test_render_names_and_kinds():
     samples = by_name(render_stub_status(parse_stub_status(STUB_STATUS), worker_connections=4096))
-    gauges = {"nginx_connections_active", "nginx_connections_reading", "nginx_connections_writing",
-              "nginx_connections_waiting", "nginx_up", "tailhound_nginx_worker_connections",
-              "tailhound_nginx_connections_utilization_ratio"}
+    gauges = {
+        "nginx_connections_active",
+        "nginx_connections_reading",
+        "nginx_connections_writing",
+        "nginx_connections_waiting",
+        "nginx_up",
+        "tailhound_nginx_worker_connections",
+        "tailhound_nginx_connections_utilization_ratio",
+    }
     counters = {"nginx_connections_accepted", "nginx_connections_handled", "nginx_http_requests_total"}
     assert set(samples) == gauges | counters
     assert {n for n, s in samples.items() if s.kind == "gauge"} == gauges

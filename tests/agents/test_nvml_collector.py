@@ -44,8 +44,11 @@ async def scrape(c: NvmlCollector):
 
 
 def per_gpu(samples, name: str, **labels: str) -> dict[str, float]:
-    return {s.labels["gpu"]: s.value for s in samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())}
+    return {
+        s.labels["gpu"]: s.value
+        for s in samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    }
 
 
 async def test_one_record_per_collection_with_the_fake_values(fake, collector):
@@ -135,7 +138,8 @@ async def test_gpm_switched_off_uses_the_proxy_everywhere(fake):
     finally:
         await c.close()
     assert per_gpu(samples, "tailhound_gpu_dram_bw_util_ratio", measure="memory_busy_time") == dict.fromkeys(
-        ALL_GPUS, 0.4)
+        ALL_GPUS, 0.4
+    )
     assert not [s for s in samples if s.name.startswith("tailhound_gpu_nvlink")]
     assert fake.calls[("nvmlGpmQueryDeviceSupport", 0)] == 0
 
@@ -144,8 +148,11 @@ async def test_clock_event_reasons_are_decoded(fake, collector):
     fake.gpus[1].clock_event_reasons = 0x40 | 0x20
     _, samples = await scrape(collector)
     assert per_gpu(samples, "tailhound_gpu_clock_event_reasons")["1"] == 0x60
-    reasons = {s.labels["reason"]: s.value for s in samples
-               if s.name == "tailhound_gpu_clock_event_reason" and s.labels["gpu"] == "1"}
+    reasons = {
+        s.labels["reason"]: s.value
+        for s in samples
+        if s.name == "tailhound_gpu_clock_event_reason" and s.labels["gpu"] == "1"
+    }
     assert reasons["sw_thermal_slowdown"] == 1 and reasons["hw_thermal_slowdown"] == 1
     assert reasons["gpu_idle"] == 0 and sum(reasons.values()) == 2 and len(reasons) == 9
 
@@ -269,8 +276,9 @@ async def test_catalog_signals_come_out(fake, collector):
 def test_render_gpu_leaves_unknown_values_out():
     w = ExpositionWriter()
     info = GpuInfo(index=0, uuid="GPU-x", model="m", gpm=True)
-    render_gpu(w, GpuReading(info=info, temperature_c=50, utilization_memory_pct=30,
-                             nvlinks=[NvLinkReading(link=0, up=False)]))
+    render_gpu(
+        w, GpuReading(info=info, temperature_c=50, utilization_memory_pct=30, nvlinks=[NvLinkReading(link=0, up=False)])
+    )
     names = {s.name for s in to_samples(parse_exposition(w.text()))}
     assert names == {"tailhound_gpu_temperature_celsius", "tailhound_gpu_memory_busy_ratio", "tailhound_gpu_nvlink_up"}
 
@@ -322,8 +330,9 @@ def test_field_values_read_in_bulk_equal_element_by_element():
     from tailhound.agents.collectors.nvml_fields import field_value, read_field_values
 
     values = (pynvml.c_nvmlFieldValue_t * 5)()
-    for i, (vtype, member, value) in enumerate([(0, "dVal", 2.5), (1, "uiVal", 26_562), (3, "ullVal", 2**40 + 7),
-                                                (4, "sllVal", -5), (6, "usVal", 65_535)]):
+    for i, (vtype, member, value) in enumerate(
+        [(0, "dVal", 2.5), (1, "uiVal", 26_562), (3, "ullVal", 2**40 + 7), (4, "sllVal", -5), (6, "usVal", 65_535)]
+    ):
         values[i].fieldId, values[i].scopeId, values[i].valueType = 138 + i, i, vtype
         setattr(values[i].value, member, value)
     values[2].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED

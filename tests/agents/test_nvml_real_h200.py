@@ -35,7 +35,7 @@ def _phases() -> dict[str, list[dict]]:
         snap = Snapshot(ts=rec.ts, node=rec.node, source="nvml", samples=to_samples(parse_exposition(rec.body)))
         signals.append({name: values.get("0") for name, values in extract(snap).items()})
     assert len(signals) == 5 * len(PHASES)
-    return {name: signals[5 * i + 1:5 * i + 5] for i, name in enumerate(PHASES)}
+    return {name: signals[5 * i + 1 : 5 * i + 5] for i, name in enumerate(PHASES)}
 
 
 def _dram(phase: list[dict]) -> list[float]:
@@ -60,9 +60,13 @@ def test_dram_bandwidth_from_gpm_separates_memory_bound_from_compute_bound():
 
 
 def test_the_default_bandwidth_threshold_sits_between_decode_and_compute():
-    thresholds = {rule["name"]: cond["above"] for group in yaml.safe_load((RULES / "engine.yaml").read_text())["groups"]
-                  for rule in group["rules"] for cond in rule["when"].get("all", [])
-                  if isinstance(cond, dict) and cond.get("signal") == "gpu.dram_bw_util"}
+    thresholds = {
+        rule["name"]: cond["above"]
+        for group in yaml.safe_load((RULES / "engine.yaml").read_text())["groups"]
+        for rule in group["rules"]
+        for cond in rule["when"].get("all", [])
+        if isinstance(cond, dict) and cond.get("signal") == "gpu.dram_bw_util"
+    }
     assert set(thresholds) == {"tail-latency-bandwidth-bound", "queue-wait-scale-out"}
     phases = _phases()
     decode = min(min(_dram(phases[name])) for name in ("decode1", "decode16", "decode64"))
@@ -72,8 +76,11 @@ def test_the_default_bandwidth_threshold_sits_between_decode_and_compute():
 
 def test_pcie_traffic_and_link_state_are_there_in_every_collection():
     phases = _phases()
-    assert all(s["gpu.pcie_tx_rate"] is not None and s["gpu.pcie_rx_rate"] is not None
-               for phase in phases.values() for s in phase)
+    assert all(
+        s["gpu.pcie_tx_rate"] is not None and s["gpu.pcie_rx_rate"] is not None
+        for phase in phases.values()
+        for s in phase
+    )
     assert all(s["gpu.pcie_link_gen"] == s["gpu.pcie_link_gen_max"] == 5 for phase in phases.values() for s in phase)
 
 

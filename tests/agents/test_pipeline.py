@@ -80,8 +80,9 @@ def test_failed_and_missed_collections_are_gaps():
 def test_sources_are_kept_apart_by_node_job_and_labels():
     b = SnapshotBuilder()
     b.build(rec(100, vllm_body(10, [1, 1, 1], 1, 0.1)))
-    other = ScrapeRecord(ts=101, node="n1", job="vllm", body=vllm_body(5000, [1, 1, 1], 1, 0.1),
-                         labels={"instance": "b:2"}, interval_s=5)
+    other = ScrapeRecord(
+        ts=101, node="n1", job="vllm", body=vllm_body(5000, [1, 1, 1], 1, 0.1), labels={"instance": "b:2"}, interval_s=5
+    )
     assert one(b.build(other), "vllm:generation_tokens_total").delta is None
     assert one(b.build(rec(105, vllm_body(15, [1, 1, 1], 1, 0.1))), "vllm:generation_tokens_total").delta == 5
 
@@ -111,9 +112,18 @@ def test_series_that_disappear_are_forgotten():
     assert one(s, "vllm:generation_tokens_total").delta is None  # not a delta across its absence
 
 
-@pytest.mark.parametrize(("value", "blank"), [
-    (9223372036854775794, True), (2147483632, True), (2147483634, True), (140737488355328.0, True),
-    (0, False), (86, False), (2147483631, False), (384736210457, False),
-])
+@pytest.mark.parametrize(
+    ("value", "blank"),
+    [
+        (9223372036854775794, True),
+        (2147483632, True),
+        (2147483634, True),
+        (140737488355328.0, True),
+        (0, False),
+        (86, False),
+        (2147483631, False),
+        (384736210457, False),
+    ],
+)
 def test_dcgm_blank_values(value, blank):
     assert is_dcgm_blank(value) is blank

@@ -15,14 +15,27 @@ from tailhound.agents.config import parse_agent_config
 from tailhound.agents.runtime import build_collectors
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "[::1]", "::ffff:127.0.0.1", "localhost",
-                                  "LOCALHOST", "localhost.", "api.localhost"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "127.3.2.1",
+        "::1",
+        "[::1]",
+        "::ffff:127.0.0.1",
+        "localhost",
+        "LOCALHOST",
+        "localhost.",
+        "api.localhost",
+    ],
+)
 def test_loopback_hosts(host):
     assert is_loopback(host) and probe_node(host, "gpu-1") == "gpu-1"
 
 
-@pytest.mark.parametrize("host", ["10.0.0.1", "128.0.0.1", "::2", "llm.example.com", "localhost.example.com",
-                                  "mylocalhost"])
+@pytest.mark.parametrize(
+    "host", ["10.0.0.1", "128.0.0.1", "::2", "llm.example.com", "localhost.example.com", "mylocalhost"]
+)
 def test_other_hosts_are_themselves(host):
     assert not is_loopback(host) and probe_node(host, "gpu-1") == host
 

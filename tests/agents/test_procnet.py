@@ -23,11 +23,22 @@ from tailhound.agents.exposition import parse_exposition, to_samples
 pytestmark = pytest.mark.timeout(60)
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED_NAMES = {
-    "node_netstat_TcpExt_ListenOverflows", "node_netstat_TcpExt_ListenDrops", "node_netstat_TcpExt_TCPTimeouts",
-    "node_netstat_TcpExt_TCPSynRetrans", "node_netstat_Tcp_RetransSegs", "node_netstat_Tcp_OutSegs",
-    "node_netstat_Tcp_InSegs", "node_netstat_Tcp_CurrEstab", "node_netstat_Tcp_ActiveOpens",
-    "node_netstat_Tcp_PassiveOpens", "node_netstat_Tcp_AttemptFails", "node_netstat_Tcp_EstabResets",
-    "node_sockstat_TCP_tw", "node_sockstat_TCP_inuse", "node_sockstat_TCP_orphan", "node_sockstat_TCP_alloc",
+    "node_netstat_TcpExt_ListenOverflows",
+    "node_netstat_TcpExt_ListenDrops",
+    "node_netstat_TcpExt_TCPTimeouts",
+    "node_netstat_TcpExt_TCPSynRetrans",
+    "node_netstat_Tcp_RetransSegs",
+    "node_netstat_Tcp_OutSegs",
+    "node_netstat_Tcp_InSegs",
+    "node_netstat_Tcp_CurrEstab",
+    "node_netstat_Tcp_ActiveOpens",
+    "node_netstat_Tcp_PassiveOpens",
+    "node_netstat_Tcp_AttemptFails",
+    "node_netstat_Tcp_EstabResets",
+    "node_sockstat_TCP_tw",
+    "node_sockstat_TCP_inuse",
+    "node_sockstat_TCP_orphan",
+    "node_sockstat_TCP_alloc",
     "node_sockstat_sockets_used",
 }
 
@@ -65,12 +76,15 @@ def test_parse_sockstat_fixture():
     assert stats["FRAG"] == {"inuse": 0, "memory": 0}
 
 
-@pytest.mark.parametrize("text, complaint", [
-    ("Tcp: A B\nTcp: 1\n", "2 names but 1 values"),
-    ("Tcp: A B\n", "odd number of lines"),
-    ("Tcp: A\nUdp: 1\n", "'Tcp:' header followed by 'Udp:'"),
-    ("Tcp: A\nTcp: x\n", "not all integers"),
-])
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ("Tcp: A B\nTcp: 1\n", "2 names but 1 values"),
+        ("Tcp: A B\n", "odd number of lines"),
+        ("Tcp: A\nUdp: 1\n", "'Tcp:' header followed by 'Udp:'"),
+        ("Tcp: A\nTcp: x\n", "not all integers"),
+    ],
+)
 def test_parse_netstat_errors(text, complaint):
     with pytest.raises(ValueError, match=complaint):
         parse_netstat(text)
@@ -82,8 +96,11 @@ def test_parse_sockstat_errors():
 
 
 def test_render_matches_node_exporter_format():
-    text = render_procnet({"TcpExt": {"ListenOverflows": 7, "Other": 1}}, {"Tcp": {"CurrEstab": 3}},
-                          {"sockets": {"used": 9}, "TCP": {"tw": 5, "mem": 1}})
+    text = render_procnet(
+        {"TcpExt": {"ListenOverflows": 7, "Other": 1}},
+        {"Tcp": {"CurrEstab": 3}},
+        {"sockets": {"used": 9}, "TCP": {"tw": 5, "mem": 1}},
+    )
     assert text == (
         "# HELP node_netstat_TcpExt_ListenOverflows Statistic TcpExtListenOverflows.\n"
         "# TYPE node_netstat_TcpExt_ListenOverflows untyped\n"
@@ -179,7 +196,9 @@ async def test_live_accept_queue_overflow_is_counted():
             client.close()
         listener.close()
     if _kernel_listen_overflows() == kernel_before:
-        pytest.skip("this kernel/netns does not count TcpExt ListenOverflows for loopback (e.g. a gVisor sandbox); "
-                    "the collector cannot show what the kernel does not count")
+        pytest.skip(
+            "this kernel/netns does not count TcpExt ListenOverflows for loopback (e.g. a gVisor sandbox); "
+            "the collector cannot show what the kernel does not count"
+        )
     assert grown > values_of(before.body)["node_netstat_TcpExt_ListenOverflows"]
     assert values_of(after.body)["node_netstat_TcpExt_ListenDrops"] >= grown  # ListenDrops is a superset

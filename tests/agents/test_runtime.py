@@ -92,18 +92,24 @@ async def test_record_then_replay_gives_identical_snapshots(tmp_path, monkeypatc
     fake = FakeVllm(restart_at=3)
     live = []
     out = tmp_path / "rec.jsonl"
-    async with serve_metrics(fake) as url, serve(ServerSpec(tokens=6, first_token_delay_s=0.01,
-                                                             token_gap_s=0.01)) as sse:
+    async with (
+        serve_metrics(fake) as url,
+        serve(ServerSpec(tokens=6, first_token_delay_s=0.01, token_gap_s=0.01)) as sse,
+    ):
         collectors = [
             ScrapeCollector(ScrapeTarget(job="vllm", url=url, interval_s=0.1), node="gpu-1"),
             NvmlCollector(NvmlConfig(interval_s=0.1), node="gpu-1"),
             ProcNetCollector(ProcNetConfig(interval_s=0.1, proc_root=tmp_path / "proc"), node="gpu-1"),
-            StreamProbeCollector(StreamProbeConfig(endpoint=sse.url, name="chat", model="m", interval_s=0.2,
-                                                   health_samples=2, timeout_s=5)),
+            StreamProbeCollector(
+                StreamProbeConfig(
+                    endpoint=sse.url, name="chat", model="m", interval_s=0.2, health_samples=2, timeout_s=5
+                )
+            ),
         ]
         with out.open("w") as fh:
-            agent = Agent(AgentConfig(listen=None, labels={"cluster": "c1"}), live.append, recorder=fh,
-                          collectors=collectors)
+            agent = Agent(
+                AgentConfig(listen=None, labels={"cluster": "c1"}), live.append, recorder=fh, collectors=collectors
+            )
             await agent.run(duration_s=1.0)
     assert {s.source for s in live} == {"vllm", "nvml", "node", "streamprobe"}
     assert any(s.reset for snap in live for s in snap.samples if s.kind == "counter")  # the engine restarted
@@ -123,13 +129,18 @@ async def test_failure_records_land_on_the_same_sources_as_data():
     from tests.agents.sse_servers import closed_port_url
 
     port = int(closed_port_url().rsplit(":", 1)[1])
-    tcp = TcpConnectCollector(TcpConnectConfig(targets=[{"name": "lb", "host": "127.0.0.1", "port": port,
-                                                         "labels": {"tier": "edge"}}], timeout_s=0.2), node="n1")
+    tcp = TcpConnectCollector(
+        TcpConnectConfig(
+            targets=[{"name": "lb", "host": "127.0.0.1", "port": port, "labels": {"tier": "edge"}}], timeout_s=0.2
+        ),
+        node="n1",
+    )
     data = await tcp.collect()
     assert [source_key(r) for r in tcp.failure_records(1.0, "x")] == [source_key(r) for r in data]
     async with serve(ServerSpec(tokens=4, first_token_delay_s=0.01, token_gap_s=0.01)) as sse:
-        probe = StreamProbeCollector(StreamProbeConfig(endpoint=sse.url, name="chat", model="m", health_samples=1,
-                                                       labels={"region": "eu"}))
+        probe = StreamProbeCollector(
+            StreamProbeConfig(endpoint=sse.url, name="chat", model="m", health_samples=1, labels={"region": "eu"})
+        )
         data = await probe.collect()
         await probe.close()
     assert [source_key(r) for r in probe.failure_records(1.0, "x")] == [source_key(r) for r in data]

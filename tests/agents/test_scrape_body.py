@@ -21,8 +21,9 @@ from tailhound.capacity.loadtest import _fetch_text
 from tailhound.errors import TailhoundError
 
 #: a node_exporter-like page: every line complete, the last one too
-BODY = "".join(f"# HELP node_metric_{i} Metric {i}.\n# TYPE node_metric_{i} gauge\nnode_metric_{i} {i}\n"
-               for i in range(400)).encode()
+BODY = "".join(
+    f"# HELP node_metric_{i} Metric {i}.\n# TYPE node_metric_{i} gauge\nnode_metric_{i} {i}\n" for i in range(400)
+).encode()
 #: pause between the parts a server writes: long enough that a reader sees each part arrive alone
 PAUSE_S = 0.15
 
@@ -66,7 +67,7 @@ def head(**headers: str) -> bytes:
 
 def thirds(body: bytes) -> list[bytes]:
     n = len(body) // 3
-    return [body[:n], body[n:2 * n], body[2 * n:]]
+    return [body[:n], body[n : 2 * n], body[2 * n :]]
 
 
 async def scrape(url: str, timeout_s: float = 5.0) -> str:

@@ -58,11 +58,14 @@ async def test_headers_from_env_are_sent_but_missing_env_is_an_error(monkeypatch
     assert "s3cret" not in rec.to_line()
 
 
-@pytest.mark.parametrize(("url", "node", "expected"), [
-    ("http://bb:9115/probe?target=https://llm.example.com/health&module=http_2xx", None, "llm.example.com"),
-    ("http://bb:9115/probe?target=10.1.2.3:443&module=tcp_connect", None, "10.1.2.3"),
-    ("http://bb:9115/probe?target=x.example:443", "override", "override"),
-])
+@pytest.mark.parametrize(
+    ("url", "node", "expected"),
+    [
+        ("http://bb:9115/probe?target=https://llm.example.com/health&module=http_2xx", None, "llm.example.com"),
+        ("http://bb:9115/probe?target=10.1.2.3:443&module=tcp_connect", None, "10.1.2.3"),
+        ("http://bb:9115/probe?target=x.example:443", "override", "override"),
+    ],
+)
 def test_blackbox_node_is_the_probed_target(url, node, expected):
     assert target_node(ScrapeTarget(job="blackbox", url=url, node=node), "agent-node") == expected
 

@@ -73,8 +73,15 @@ def test_lz4_batches_at_the_fast_level_still_decode():
 
     assert use_lz4_level(0)
     value = snap(1).model_dump_json().encode() * 50
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=3, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=3,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     builder.append(0, timestamp=None, key=b"n1", value=value, headers=[])
     batch = MemoryRecords(bytes(builder.build())).next_batch()
     assert [(r.key, r.value) for r in batch] == [(b"n1", value)]
@@ -125,8 +132,9 @@ async def test_acks_into_a_lost_log_are_not_counted_and_the_batch_goes_again_aft
             return ["telemetry"]
         return []
 
-    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=0, producer=producer,
-                            declare_topics=declare)
+    sender = SnapshotSender(
+        Settings(), Outbox(), AgentMetrics(), linger_ms=0, producer=producer, declare_topics=declare
+    )
     await sender.start()
     try:
         for i in range(5):
@@ -166,7 +174,10 @@ async def test_bundling_sends_one_message_per_node_and_tick_that_the_worker_deco
     assert len(request) == 3  # n1 (2 snapshots), n2, n1: runs of one node only, so every node's order is kept
     decoded = [decode_message(v) for v in request]
     assert [[(s.node, s.ts) for s in parts] for parts in decoded] == [
-        [("n1", 1000.0), ("n1", 1001.0)], [("n2", 1002.0)], [("n1", 1003.0)]]
+        [("n1", 1000.0), ("n1", 1001.0)],
+        [("n2", 1002.0)],
+        [("n1", 1003.0)],
+    ]
     assert [parts.bundled for parts in decoded] == [True, False, False]  # a run of one stays version 1
     assert sender.metrics.sent._value.get() == 4  # snapshots, not messages
 

@@ -265,13 +265,16 @@ def test_gpu_xid_error_reports_xid_48_a_remapped_row_and_takes_the_engine_down()
     assert set(gpu_series(ticks, N2, "DCGM_FI_DEV_XID_ERRORS", 2)) == {0.0}
     engine = [snapshot_of(t, N1, "vllm") for t in ticks]
     assert all(s is not None and s.error for s in engine[START_K:END_K])
-    assert not any(s is not None and s.error for s in engine[:START_K] + engine[END_K + 1:])
+    assert not any(s is not None and s.error for s in engine[:START_K] + engine[END_K + 1 :])
+
     def finished(run: list[Tick]) -> float:
         counts = deltas([h.count for h in histograms(run, N2, "vllm", "vllm:e2e_request_latency_seconds")])
         return mean_over(counts, START_K + 8, END_K)
 
     healthy = simulate((), sources=("vllm", "dcgm", "node", "blackbox"))
     assert finished(ticks) > 1.25 * finished(healthy)  # two nodes' traffic on one, up to its capacity
+
+
 def test_power_cap_lowers_clocks_with_sw_power_cap_and_normal_temperatures() -> None:
     """A 500 W limit under load: SM clock down, reason sw_power_cap and never a thermal one, power at the
     limit, temperatures cooler than uncapped, the engine
@@ -294,7 +297,8 @@ def test_power_cap_lowers_clocks_with_sw_power_cap_and_normal_temperatures() -> 
             assert max(power[k] for k in busy) <= 500.0
             free_temps = gpu_series(free, node, "DCGM_FI_DEV_GPU_TEMP", gpu)
             assert max(temps[k] for k in busy) < 75 and statistics.fmean(temps[k] for k in busy) < statistics.fmean(
-                free_temps[k] for k in busy)
+                free_temps[k] for k in busy
+            )
         itl, free_itl = itl_means(capped, node), itl_means(free, node)
         assert 1.0 < mean_over(itl, 44, 100) / mean_over(free_itl, 44, 100) < 1.2
 
@@ -318,7 +322,7 @@ def test_health_check_flap_removes_and_readds_the_node_every_cycle() -> None:
     healthy = values(simulate(), N2, "vllm", "vllm:num_requests_running")
     removed_ticks = [k for k in range(START_K, END_K) if (k - START_K) % 8 >= 5]
     assert statistics.fmean(other[k] for k in removed_ticks) > 1.3 * statistics.fmean(healthy[k] for k in removed_ticks)
-    assert min(running[END_K + 1:]) > 0 and set(success[END_K + 1:]) == {1.0}
+    assert min(running[END_K + 1 :]) > 0 and set(success[END_K + 1 :]) == {1.0}
 
 
 def test_scale_out_adds_a_node_that_serves_nothing_until_it_has_loaded() -> None:
@@ -334,7 +338,7 @@ def test_scale_out_adds_a_node_that_serves_nothing_until_it_has_loaded() -> None
     finished = values(ticks, N2, "vllm", "vllm:request_success_total", finished_reason="stop")
     assert set(running[START_K:cold_k]) == {0.0} and set(success[START_K:cold_k]) == {0.0}
     assert set(finished[START_K:cold_k]) == {0.0}
-    assert min(running[cold_k + 1:]) > 0 and set(success[cold_k:]) == {1.0}
-    before = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[START_K - 20:START_K])
-    after = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[cold_k + 4:cold_k + 24])
+    assert min(running[cold_k + 1 :]) > 0 and set(success[cold_k:]) == {1.0}
+    before = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[START_K - 20 : START_K])
+    after = statistics.fmean(values(ticks, N1, "vllm", "vllm:num_requests_running")[cold_k + 4 : cold_k + 24])
     assert after < 0.75 * before  # the first node hands half its traffic to the new one

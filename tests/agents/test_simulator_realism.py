@@ -32,7 +32,7 @@ def simulate(faults: tuple[str, ...] = (), minutes: int = 20, **config) -> list[
 
 
 def window(series, lo_min: float, hi_min: float) -> list:
-    return [x for x in series[int(lo_min * 4):int(hi_min * 4)] if x is not None]
+    return [x for x in series[int(lo_min * 4) : int(hi_min * 4)] if x is not None]
 
 
 # --- dcgm-exporter's default counters ---------------------------------------------------------------------------
@@ -41,12 +41,18 @@ def test_default_dcgm_fields_are_exactly_the_default_counters():
     snap = snapshot_of(ticks[-1], N1, "dcgm")
     names = {s.name for s in snap.samples}
     assert names == DEFAULT_SERIES
-    for absent in ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_MAX_SM_CLOCK", "DCGM_FI_DEV_SLOWDOWN_TEMP",
-                   "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_DEV_PCIE_LINK_GEN"):
+    for absent in (
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "DCGM_FI_DEV_MAX_SM_CLOCK",
+        "DCGM_FI_DEV_SLOWDOWN_TEMP",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "DCGM_FI_DEV_PCIE_LINK_GEN",
+    ):
         assert absent not in names
     assert len(snap.samples) == 8 * len(DEFAULT_SERIES)
-    assert all(s.labels["DCGM_FI_DRIVER_VERSION"] and s.labels["device"] == f"nvidia{s.labels['gpu']}"
-               for s in snap.samples)
+    assert all(
+        s.labels["DCGM_FI_DRIVER_VERSION"] and s.labels["device"] == f"nvidia{s.labels['gpu']}" for s in snap.samples
+    )
     got = extract(snap)  # the catalog still reads what the default set has
     assert {"gpu.temperature", "gpu.sm_clock", "gpu.dram_bw_util", "gpu.power"} <= set(got)
     assert "gpu.clock_event_reasons" not in got and "gpu.sm_clock_max" not in got
@@ -55,8 +61,11 @@ def test_default_dcgm_fields_are_exactly_the_default_counters():
 def test_default_counters_data_follows_the_exporters_csv():
     """The simulator's default profile is the packaged copy of dcgm-exporter's default-counters.csv."""
     csv = Path(__file__).resolve().parents[2] / "tailhound" / "catalog" / "dcgm-default-counters.csv"
-    rows = [tuple(p.strip() for p in line.split(",")[:2]) for line in csv.read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    rows = [
+        tuple(p.strip() for p in line.split(",")[:2])
+        for line in csv.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert sorted(rows) == sorted(DCGM_DEFAULT_COUNTERS)
 
 
@@ -83,8 +92,14 @@ def test_tgi_exports_the_fixture_families_with_tgi_buckets():
         fixture = _families(v3.read_text())
         assert {k: got.get(k) for k in fixture} == fixture
     assert not any(n.startswith("vllm") or "first_token" in n for n in got)  # no TTFT, no KV-cache gauge
-    assert {"tgi_request_inference_duration", "tgi_request_validation_duration", "tgi_request_failure",
-            "tgi_request_max_new_tokens", "tgi_batch_inference_duration", "tgi_batch_max_total_tokens"} <= set(got)
+    assert {
+        "tgi_request_inference_duration",
+        "tgi_request_validation_duration",
+        "tgi_request_failure",
+        "tgi_request_max_new_tokens",
+        "tgi_batch_inference_duration",
+        "tgi_batch_max_total_tokens",
+    } <= set(got)
     methods = {s.labels["method"] for s in snap.samples if s.name == "tgi_batch_inference_duration"}
     assert methods == {"decode", "prefill"}
     hists = {s.name: s for s in snap.samples if s.kind == "histogram"}
@@ -201,9 +216,11 @@ def test_long_prompt_prefill_raises_prompts_itl_tail_and_ttft_while_the_kv_cache
     kv = values(ticks, N1, "vllm", "vllm:kv_cache_usage_perc")
     assert statistics.fmean(window(prompt, 6, 15)) > 1.3 * statistics.fmean(window(prompt, 0, 5))
     assert statistics.fmean(window(ttft, 7, 15)) > 2 * statistics.fmean(window(ttft, 0, 5))
+
     # the steps that waited for a long prefill: observations past 0.3 s, none before the fault
     def slow_steps(h):
         return h.count - next(c for le, c in zip(h.le, h.counts, strict=True) if le >= 0.3)
+
     assert slow_steps(itl[5 * 4 - 1]) == 0 and slow_steps(itl[15 * 4 - 1]) - slow_steps(itl[6 * 4]) > 100
     assert max(window(kv, 5, 15)) < 0.95
 
@@ -242,6 +259,7 @@ def test_realistic_noise_is_deterministic_and_adds_swings_and_missed_scrapes():
         return statistics.pstdev(done) / statistics.fmean(done)
 
     assert spread(a) > spread(basic)
-    waiting = [w for n in SimConfig(nodes=4).node_names() for w in values(a, n, "vllm", "vllm:num_requests_waiting")
-               if w == w]
+    waiting = [
+        w for n in SimConfig(nodes=4).node_names() for w in values(a, n, "vllm", "vllm:num_requests_waiting") if w == w
+    ]
     assert sum(w > 0 for w in waiting) < 0.05 * len(waiting)  # still a healthy fleet

@@ -44,7 +44,12 @@ def test_one_line_per_snapshot_and_every_body_parses(recorded):
     assert Counter(r.job for r in records) == Counter({src: n // len(cfg.sources) for src in cfg.sources})
     for rec, snap in zip(records, expected, strict=True):
         assert (rec.ts, rec.node, rec.job, rec.labels, rec.interval_s) == (
-            snap.ts, snap.node, snap.source, snap.labels, snap.interval_s)
+            snap.ts,
+            snap.node,
+            snap.source,
+            snap.labels,
+            snap.interval_s,
+        )
         assert rec.error is None and rec.body
         samples = to_samples(parse_exposition(rec.body))
         assert len(samples) == len(snap.samples)
@@ -121,7 +126,13 @@ def test_cli_simulate_record_needs_no_broker(tmp_path, monkeypatch):
 def test_cli_simulate_record_subprocess(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
     out = tmp_path / "out.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "simulate", "--minutes", "2", "--nodes", "1",
-                           "--record", str(out)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "simulate", "--minutes", "2", "--nodes", "1", "--record", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(list(read_records(out))) == 2 * 60 // 15 * len(SimConfig().sources)

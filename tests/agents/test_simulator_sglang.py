@@ -40,16 +40,22 @@ def test_sglang_exports_the_fixture_families_with_sglangs_buckets_and_labels():
     got = _families(render_samples(snap.samples))
     fixture = _families(FIXTURE.read_text())
     left_out = {"sglang:num_grammar_queue_reqs", "sglang:cache_hit_rate", "sglang:num_retracted_reqs"}
-    assert {k: got.get(k) for k in fixture if k not in left_out} == {k: v for k, v in fixture.items()
-                                                                     if k not in left_out}
+    assert {k: got.get(k) for k in fixture if k not in left_out} == {
+        k: v for k, v in fixture.items() if k not in left_out
+    }
     assert not any(n.startswith("vllm") for n in got)
     hists = {s.name: s for s in snap.samples if s.kind == "histogram"}
     assert hists["sglang:time_to_first_token_seconds"].le == list(TTFT_BUCKETS)
     assert hists["sglang:inter_token_latency_seconds"].le == list(ITL_BUCKETS)
     assert hists["sglang:queue_time_seconds"].le == list(QUEUE_BUCKETS)
     running = next(s for s in snap.samples if s.name == "sglang:num_running_reqs")
-    assert running.labels == {"model_name": SimConfig().model, "engine_type": "unified", "tp_rank": "0",
-                              "pp_rank": "0", "moe_ep_rank": "0"}
+    assert running.labels == {
+        "model_name": SimConfig().model,
+        "engine_type": "unified",
+        "tp_rank": "0",
+        "pp_rank": "0",
+        "moe_ep_rank": "0",
+    }
 
 
 def test_sglang_replays_to_the_signals_the_catalog_maps():

@@ -40,18 +40,21 @@ def test_parse_reads_the_three_columns_in_any_order_with_extra_ones() -> None:
     assert tr.outputs == (10, 20)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "empty trace"),
-    ("arrived_at,num_prefill_tokens\n0,1\n1,2\n", "missing column(s) num_decode_tokens"),
-    (HEADER + "0,10,5\nsoon,10,5\n", "line 3: arrived_at 'soon' is not a number"),
-    (HEADER + "0,10,5\nnan,10,5\n", "line 3: arrived_at must be a finite number"),
-    (HEADER + "0,10,5\n1,-3,5\n", "must be a finite number >= 0"),
-    (HEADER + "2,10,5\n1,10,5\n", "line 3: arrived_at 1.0 is before the previous request's"),
-    (HEADER + "0,10,5\n1,10,0\n", "token counts must be 1.."),
-    (HEADER + "0,10,5\n1,10\n", "line 3: 2 fields"),
-    (HEADER + "0,10,5\n", "at least two requests"),
-    (HEADER + "3,10,5\n3,10,5\n", "at least two requests at different times"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty trace"),
+        ("arrived_at,num_prefill_tokens\n0,1\n1,2\n", "missing column(s) num_decode_tokens"),
+        (HEADER + "0,10,5\nsoon,10,5\n", "line 3: arrived_at 'soon' is not a number"),
+        (HEADER + "0,10,5\nnan,10,5\n", "line 3: arrived_at must be a finite number"),
+        (HEADER + "0,10,5\n1,-3,5\n", "must be a finite number >= 0"),
+        (HEADER + "2,10,5\n1,10,5\n", "line 3: arrived_at 1.0 is before the previous request's"),
+        (HEADER + "0,10,5\n1,10,0\n", "token counts must be 1.."),
+        (HEADER + "0,10,5\n1,10\n", "line 3: 2 fields"),
+        (HEADER + "0,10,5\n", "at least two requests"),
+        (HEADER + "3,10,5\n3,10,5\n", "at least two requests at different times"),
+    ],
+)
 def test_parse_rejects_bad_traces_naming_the_line(text: str, message: str) -> None:
     with pytest.raises(ValueError) as err:
         parse_trace(text)
@@ -134,8 +137,11 @@ def test_engine_serves_the_trace_tokens_and_its_queue_matches_its_count() -> Non
 
 
 def test_engine_queue_stays_in_step_under_storm_tgi_overload_and_restart() -> None:
-    for kind, effects in (("vllm", NodeEffects(retry_storm=True)), ("tgi", NodeEffects()),
-                          ("vllm", NodeEffects(long_gen_share=0.65))):
+    for kind, effects in (
+        ("vllm", NodeEffects(retry_storm=True)),
+        ("tgi", NodeEffects()),
+        ("vllm", NodeEffects(long_gen_share=0.65)),
+    ):
         eng = Engine(random.Random(3), "m", kind=kind)
         for k in range(12):
             reqs = [] if k % 4 == 3 else [(3000, 300)] * (3000 if k < 6 else 20)
@@ -165,13 +171,15 @@ def _arrivals_per_tick(sim: FleetSimulator, minutes: float) -> list[int]:
     """New requests the fleet's engines got, tick by tick."""
     got: list[int] = []
     for node in sim._nodes:
+
         def step(*args, _orig=node.engine.step, **kw):
             got.append(args[1])
             return _orig(*args, **kw)
+
         node.engine.step = step
     n = len(sim._nodes)
     list(sim.run(minutes * 60))
-    return [sum(got[k:k + n]) for k in range(0, len(got), n)]
+    return [sum(got[k : k + n]) for k in range(0, len(got), n)]
 
 
 def test_fleet_follows_the_trace_burst_from_nothing(tmp_path) -> None:
@@ -190,8 +198,9 @@ def test_fleet_follows_the_trace_burst_from_nothing(tmp_path) -> None:
 def test_fleet_with_a_trace_is_deterministic_and_the_peak_scales_it(tmp_path) -> None:
     text = _csv([(i * 0.25, 800 + 7 * (i % 50), 50 + i % 30) for i in range(2400)])
     a, b = _fleet(tmp_path, text), _fleet(tmp_path, text)
-    assert [s.model_dump() for _, snaps in a.run(300) for s in snaps] == \
-        [s.model_dump() for _, snaps in b.run(300) for s in snaps]
+    assert [s.model_dump() for _, snaps in a.run(300) for s in snaps] == [
+        s.model_dump() for _, snaps in b.run(300) for s in snaps
+    ]
     half = _fleet(tmp_path, text, load_trace_peak=0.4)
     assert half.trace_load.scale == pytest.approx(a.trace_load.scale / 2)
     full, low = _arrivals_per_tick(_fleet(tmp_path, text), 5), _arrivals_per_tick(half, 5)
@@ -221,8 +230,21 @@ def test_simulate_records_a_trace_driven_fleet_and_reports_a_bad_trace(tmp_path)
     path.write_text(_on_off(bursts=1))
     out = tmp_path / "fleet.jsonl"
     runner = CliRunner()
-    ok = runner.invoke(app, ["simulate", "--record", str(out), "--minutes", "1", "--nodes", "1", "--no-progress",
-                             "--load-trace", str(path)])
+    ok = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--record",
+            str(out),
+            "--minutes",
+            "1",
+            "--nodes",
+            "1",
+            "--no-progress",
+            "--load-trace",
+            str(path),
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     assert out.stat().st_size > 0
     path.write_text(HEADER + "0,1,1\n")

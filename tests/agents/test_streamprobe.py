@@ -44,10 +44,12 @@ async def collect_once(cfg: StreamProbeConfig, times: int = 1) -> list[ScrapeRec
 
 
 def test_parser_one_byte_at_a_time_with_comments_crlf_and_multiline_data() -> None:
-    stream = (b"\xef\xbb\xbf: keepalive\r\n\r\nevent: message\r\ndata: {\"a\":\r\ndata:1}\r\nid: 7\r\n\r\n"
-              b"data: caf\xc3\xa9\r\rdata: [DONE]\n\n")
+    stream = (
+        b'\xef\xbb\xbf: keepalive\r\n\r\nevent: message\r\ndata: {"a":\r\ndata:1}\r\nid: 7\r\n\r\n'
+        b"data: caf\xc3\xa9\r\rdata: [DONE]\n\n"
+    )
     parser = SSEParser()
-    events = [e for i in range(len(stream)) for e in parser.feed(stream[i:i + 1])]
+    events = [e for i in range(len(stream)) for e in parser.feed(stream[i : i + 1])]
     events += parser.finish()
     assert [e.data for e in events] == ['{"a":\n1}', "café", "[DONE]"]
     assert events[0].id == "7" and events[0].event == "message"
@@ -70,8 +72,10 @@ def test_parser_rejects_an_endless_line() -> None:
 
 
 def test_delta_content_reads_chat_chunks_and_rejects_errors() -> None:
-    events = SSEParser().feed(b'data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}\n\n'
-                              b'data: {"choices":[{"text":"legacy"}]}\n\ndata: {"choices":[]}\n\n')
+    events = SSEParser().feed(
+        b'data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}\n\n'
+        b'data: {"choices":[{"text":"legacy"}]}\n\ndata: {"choices":[]}\n\n'
+    )
     assert [delta_content(e) for e in events] == ["hm", "legacy", ""]
     for bad in (b"data: not json\n\n", b'data: {"error":{"message":"overloaded"}}\n\n', b"data: [1]\n\n"):
         with pytest.raises(SSEProtocolError):
@@ -113,8 +117,13 @@ def test_config_validation() -> None:
     for url in ("ftp://x", "https://user:pw@x", "http://x/?q=1", "no-scheme"):
         with pytest.raises(ValidationError):
             config(url)
-    for bad in ({"unknown": 1}, {"labels": {"endpoint": "x"}}, {"labels": {"bad-name": "x"}},
-                {"headers_from_env": {"Authorization": "not-an env"}}, {"health_path": "health"}):
+    for bad in (
+        {"unknown": 1},
+        {"labels": {"endpoint": "x"}},
+        {"labels": {"bad-name": "x"}},
+        {"headers_from_env": {"Authorization": "not-an env"}},
+        {"health_path": "health"},
+    ):
         with pytest.raises(ValidationError):
             config("http://127.0.0.1:1", **bad)
 
@@ -123,8 +132,11 @@ def test_config_validation() -> None:
 
 
 async def test_streaming_server_is_not_buffered() -> None:
-    async with serve(ServerSpec(mode="stream", tokens=12, first_token_delay_s=0.1, token_gap_s=0.02,
-                                headers={"X-Accel-Buffering": "no"})) as srv:
+    async with serve(
+        ServerSpec(
+            mode="stream", tokens=12, first_token_delay_s=0.1, token_gap_s=0.02, headers={"X-Accel-Buffering": "no"}
+        )
+    ) as srv:
         (rec,) = await collect_once(config(srv.url, labels={"cluster": "eu"}))
     assert rec.job == "streamprobe" and rec.node == local_node() and rec.interval_s == 30
     assert rec.labels == {"endpoint": "public", "cluster": "eu"} and rec.error is None
@@ -144,8 +156,11 @@ async def test_streaming_server_is_not_buffered() -> None:
 
 
 async def test_buffering_proxy_is_detected() -> None:
-    async with serve(ServerSpec(mode="buffered", tokens=12, first_token_delay_s=0.1, token_gap_s=0.02,
-                                headers={"Via": "1.1 edge-cache"})) as srv:
+    async with serve(
+        ServerSpec(
+            mode="buffered", tokens=12, first_token_delay_s=0.1, token_gap_s=0.02, headers={"Via": "1.1 edge-cache"}
+        )
+    ) as srv:
         (rec,) = await collect_once(config(srv.url))
     sl = {"endpoint": "public", "model": "test-model"}
     assert value(rec, "tailhound_stream_requests_total", outcome="ok", **sl) == 1
@@ -234,14 +249,17 @@ async def test_closed_port_raises_collect_error() -> None:
         await collect_once(config(closed_port_url(), health_path=None))
 
 
-async def test_header_values_from_env_are_sent_but_never_exposed(monkeypatch: pytest.MonkeyPatch,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+async def test_header_values_from_env_are_sent_but_never_exposed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "Bearer sk-tailhound-test-7f3a9c"
     monkeypatch.setenv("TAILHOUND_PROBE_TOKEN", secret)
     caplog.set_level(logging.DEBUG)
     async with serve(ServerSpec(mode="error500")) as srv:
-        cfg = config(srv.url, headers_from_env={"Authorization": "TAILHOUND_PROBE_TOKEN",
-                                                "X-Missing": "TAILHOUND_UNSET_VAR_FOR_TEST"})
+        cfg = config(
+            srv.url,
+            headers_from_env={"Authorization": "TAILHOUND_PROBE_TOKEN", "X-Missing": "TAILHOUND_UNSET_VAR_FOR_TEST"},
+        )
         (rec,) = await collect_once(cfg)
         sent = [h.get("Authorization") for _, h in srv.requests]
     assert sent and all(h == secret for h in sent)

@@ -29,8 +29,11 @@ def samples_of(body: str) -> dict[tuple[str, tuple], object]:
 
 
 def one(body: str, name: str, **labels: str):
-    found = [s for s in to_samples(parse_exposition(body))
-             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    found = [
+        s
+        for s in to_samples(parse_exposition(body))
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(found) == 1, (name, labels, found)
     return found[0]
 
@@ -78,8 +81,12 @@ def test_classify_connect_error():
 def test_render_target_pure():
     target = TcpTarget(name="api", host="10.0.0.5", port=8000)
     totals = ConnectTotals()
-    outcomes = [ConnectOutcome(duration_s=0.0004), ConnectOutcome(duration_s=0.003),
-                ConnectOutcome(duration_s=0.0015), ConnectOutcome(reason="timeout")]
+    outcomes = [
+        ConnectOutcome(duration_s=0.0004),
+        ConnectOutcome(duration_s=0.003),
+        ConnectOutcome(duration_s=0.0015),
+        ConnectOutcome(reason="timeout"),
+    ]
     for o in outcomes:
         totals.add(o)
     body = render_target(target, totals, outcomes)
@@ -108,8 +115,11 @@ def test_render_without_success_has_no_last_seconds():
 
 
 async def test_successful_connects_grow_across_collections(server_port):
-    cfg = TcpConnectConfig(targets=[{"name": "local", "host": "127.0.0.1", "port": server_port,
-                                     "labels": {"role": "ingress"}}], attempts=3, timeout_s=2.0)
+    cfg = TcpConnectConfig(
+        targets=[{"name": "local", "host": "127.0.0.1", "port": server_port, "labels": {"role": "ingress"}}],
+        attempts=3,
+        timeout_s=2.0,
+    )
     collector = TcpConnectCollector(cfg, node="prober-1")
     assert isinstance(collector, Collector)
     [first] = await collector.collect()
@@ -131,8 +141,7 @@ async def test_successful_connects_grow_across_collections(server_port):
 
 async def test_closed_port_counts_refused():
     port = free_port()
-    cfg = TcpConnectConfig(targets=[{"name": "closed", "host": "127.0.0.1", "port": port}], attempts=2,
-                           timeout_s=2.0)
+    cfg = TcpConnectConfig(targets=[{"name": "closed", "host": "127.0.0.1", "port": port}], attempts=2, timeout_s=2.0)
     collector = TcpConnectCollector(cfg)
     [first] = await collector.collect()
     [second] = await collector.collect()
@@ -145,8 +154,9 @@ async def test_closed_port_counts_refused():
 
 
 async def test_unresolvable_host_counts_dns():
-    cfg = TcpConnectConfig(targets=[{"name": "nx", "host": "no-such-host.invalid", "port": 80}], attempts=2,
-                           timeout_s=2.0)
+    cfg = TcpConnectConfig(
+        targets=[{"name": "nx", "host": "no-such-host.invalid", "port": 80}], attempts=2, timeout_s=2.0
+    )
     [rec] = await TcpConnectCollector(cfg).collect()
     assert rec.node == "no-such-host.invalid"
     assert one(rec.body, "tailhound_tcp_connect_errors_total", reason="dns").value == 2
@@ -154,8 +164,13 @@ async def test_unresolvable_host_counts_dns():
 
 async def test_targets_are_probed_concurrently(server_port):
     closed = free_port()
-    cfg = TcpConnectConfig(targets=[{"name": "up", "host": "127.0.0.1", "port": server_port},
-                                    {"name": "down", "host": "127.0.0.1", "port": closed}], attempts=1)
+    cfg = TcpConnectConfig(
+        targets=[
+            {"name": "up", "host": "127.0.0.1", "port": server_port},
+            {"name": "down", "host": "127.0.0.1", "port": closed},
+        ],
+        attempts=1,
+    )
     records = await TcpConnectCollector(cfg).collect()
     assert [r.labels["target"] for r in records] == ["up", "down"]
     assert one(records[0].body, "tailhound_tcp_connect_failure_ratio").value == 0
@@ -177,8 +192,7 @@ async def test_full_accept_queue_times_out():
                 s.connect(("127.0.0.1", port))
             fillers.append(s)
         await asyncio.sleep(0.2)
-        cfg = TcpConnectConfig(targets=[{"name": "full", "host": "127.0.0.1", "port": port}], attempts=2,
-                               timeout_s=0.3)
+        cfg = TcpConnectConfig(targets=[{"name": "full", "host": "127.0.0.1", "port": port}], attempts=2, timeout_s=0.3)
         [rec] = await TcpConnectCollector(cfg).collect()
     finally:
         for s in fillers:

@@ -31,8 +31,19 @@ ROUTER = "127.0.0.11"
 
 def ip(src: str, dst: str, payload: bytes, proto: int = socket.IPPROTO_ICMP, options: bytes = b"") -> bytes:
     ihl = (20 + len(options)) // 4
-    header = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, 20 + len(options) + len(payload), 0, 0, 64, proto, 0,
-                         socket.inet_aton(src), socket.inet_aton(dst))
+    header = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x40 | ihl,
+        0,
+        20 + len(options) + len(payload),
+        0,
+        0,
+        64,
+        proto,
+        0,
+        socket.inet_aton(src),
+        socket.inet_aton(dst),
+    )
     return header + options + payload
 
 
@@ -83,7 +94,8 @@ def test_parse_echo_reply_and_quoted_replies():
     assert parse_reply(echo_reply(7, 42)) == IcmpReply(ECHO_REPLY, DEST, DEST, 7, 42)
     assert parse_reply(quoting(TIME_EXCEEDED, 7, 43)) == IcmpReply(TIME_EXCEEDED, ROUTER, DEST, 7, 43)
     assert parse_reply(quoting(DEST_UNREACHABLE, 7, 44, dst="127.0.0.9")) == IcmpReply(
-        DEST_UNREACHABLE, ROUTER, "127.0.0.9", 7, 44)
+        DEST_UNREACHABLE, ROUTER, "127.0.0.9", 7, 44
+    )
     # IP options in the quoted header and in the outer one: the header length is read, not assumed
     quoted = parse_reply(quoting(TIME_EXCEEDED, 7, 45, options=b"\x01" * 4))
     assert quoted == IcmpReply(TIME_EXCEEDED, ROUTER, DEST, 7, 45)
@@ -101,14 +113,19 @@ def test_parse_ignores_malformed_and_foreign_packets():
     bad_ihl = bytearray(echo_reply(7, 1))
     bad_ihl[0] = 0x44
     for packet in [
-        b"", b"\x45" * 3, good[:19], good[:27],  # too short for an IP header / an ICMP header
+        b"",
+        b"\x45" * 3,
+        good[:19],
+        good[:27],  # too short for an IP header / an ICMP header
         b"\x60" + echo_reply(7, 1)[1:],  # IPv6 version nibble
         bytes(bad_ihl),  # header length under 20
         ip(DEST, ME, b"\x00" * 8, proto=socket.IPPROTO_UDP),
         bytes(corrupted),  # checksum does not verify
         ip(ME, DEST, build_echo_request(7, 1)),  # our own request, seen on loopback
         ip(ROUTER, ME, icmp(5, b"\x00" * 4, b"\x00" * 28)),  # redirect: not an answer
-        udp_quote, reply_quote, short_quote,
+        udp_quote,
+        reply_quote,
+        short_quote,
         good[:-1],  # quote cut short (and checksum broken)
     ]:
         assert parse_reply(packet) is None, packet.hex()
@@ -134,7 +151,10 @@ async def test_tracer_matches_only_its_own_probes_in_time():
     assert not tracer.outstanding() and tracer.settled.is_set()
     hops = tracer.hops()
     assert [(h.number, h.address, h.sent, h.loss_ratio) for h in hops] == [
-        (1, ROUTER, 1, 0.0), (2, "???", 1, 1.0), (3, DEST, 1, 0.0)]
+        (1, ROUTER, 1, 0.0),
+        (2, "???", 1, 1.0),
+        (3, DEST, 1, 0.0),
+    ]
     assert hops[0].avg_s == pytest.approx(0.002) and hops[2].last_s == pytest.approx(0.004)
     assert not hops[1].answered and hops[1].avg_s == 0.0
 
@@ -194,8 +214,12 @@ class FakeIcmpSocket(socket.socket):
 async def test_trace_simulated_path_with_silent_hop_loss_and_noise(monkeypatch):
     def respond(ttl, ident, seq):
         cycle, _ = decode_seq(seq)
-        noise = [b"\x00" * 3, echo_reply(ident ^ 1, seq), quoting(TIME_EXCEEDED, ident, seq, dst="127.0.0.9"),
-                 ip(ME, DEST, build_echo_request(ident, seq))]
+        noise = [
+            b"\x00" * 3,
+            echo_reply(ident ^ 1, seq),
+            quoting(TIME_EXCEEDED, ident, seq, dst="127.0.0.9"),
+            ip(ME, DEST, build_echo_request(ident, seq)),
+        ]
         if ttl == 1:
             return [*noise, quoting(TIME_EXCEEDED, ident, seq), quoting(TIME_EXCEEDED, ident, seq)]
         if ttl >= 3 and cycle != 2:
@@ -209,7 +233,10 @@ async def test_trace_simulated_path_with_silent_hop_loss_and_noise(monkeypatch):
     hops = await trace(DEST, cycles=4, max_hops=8, timeout_s=0.2, interval_s=0.02)
     assert loop.time() - started < 1.0
     assert [(h.number, h.address, h.sent, h.loss_ratio) for h in hops] == [
-        (1, ROUTER, 4, 0.0), (2, "???", 4, 1.0), (3, DEST, 4, 0.25)]
+        (1, ROUTER, 4, 0.0),
+        (2, "???", 4, 1.0),
+        (3, DEST, 4, 0.25),
+    ]
     assert all(h.avg_s > 0 for h in (hops[0], hops[2]))
     [sock] = sockets
     assert sock.fileno() == -1  # closed

@@ -21,8 +21,9 @@ def test_bench_agent_config_enables_every_collector(tmp_path):
     urls["tcp"] = "127.0.0.1:1"
     cfg = parse_agent_config(agent_yaml(urls, "127.0.0.1:0", Path(tmp_path) / "s.jsonl"))
     jobs = sorted(c.job for c in build_collectors(cfg))
-    assert jobs == sorted(["vllm", "dcgm", "node", "blackbox", "nvml", "node", "netprobe", "netprobe",
-                           "netprobe", "streamprobe"])
+    assert jobs == sorted(
+        ["vllm", "dcgm", "node", "blackbox", "nvml", "node", "netprobe", "netprobe", "netprobe", "streamprobe"]
+    )
     assert all(c.interval_s == 1 for c in build_collectors(cfg))
     assert parse_agent_config(agent_yaml(None, "127.0.0.1:0", Path(tmp_path) / "s.jsonl")).scrape == []
 

@@ -19,8 +19,7 @@ def test_notifier_sections_can_run_alone():
 
 @pytest.mark.broker
 async def test_lag_bench_delivers_every_event_once_and_reports():
-    result = await notifier_lag.run(n=4, reps=1, spacing_s=0.05, resolve_after_s=0.3,
-                                    variants=("webhook", "slack"))
+    result = await notifier_lag.run(n=4, reps=1, spacing_s=0.05, resolve_after_s=0.3, variants=("webhook", "slack"))
     for variant in ("webhook", "slack"):
         (r,) = result["runs"][variant]
         assert r["missing"] == 0 and r["duplicates"] == 0 and r["ingested"] == 8

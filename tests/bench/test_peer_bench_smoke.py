@@ -29,9 +29,19 @@ async def test_prometheus_scrapes_the_fleet_and_evaluates_every_rule(tmp_path):
     rounds = peer.fleet(nodes=1, rounds=5)
     assert [len(b) for b in rounds] == [4] * 5 and {r.job for r in rounds[0]} == set(peer.JOBS)
     assert rounds[0][0].body != rounds[1][0].body  # the pages change every scrape
-    result = {"nodes": 1, "rounds": 5, "interval_s": 0.5, "reps": 1, "rules": 23,
-              "runs": {"prometheus": [await peer.run_prometheus(rounds, 0.5, 1, tmp_path)],
-                       "agent": [peer.run_agent(rounds)], "worker": [], "broker": []}}
+    result = {
+        "nodes": 1,
+        "rounds": 5,
+        "interval_s": 0.5,
+        "reps": 1,
+        "rules": 23,
+        "runs": {
+            "prometheus": [await peer.run_prometheus(rounds, 0.5, 1, tmp_path)],
+            "agent": [peer.run_agent(rounds)],
+            "worker": [],
+            "broker": [],
+        },
+    }
     prom = result["runs"]["prometheus"][0]
     assert prom["node_rounds"] >= 1 and prom["cpu_s"] >= 0
     assert prom["rule_evaluations"] > 0 and prom["rule_failures"] == 0 and 0 < prom["up"] <= 1
@@ -42,12 +52,23 @@ async def test_prometheus_scrapes_the_fleet_and_evaluates_every_rule(tmp_path):
 
 def test_the_report_has_the_two_summary_lines():
     def row(npc: float) -> dict:
-        return {"cpu_s": 1.0, "node_rounds": 10.0, "nodes_per_core": npc, "rule_evaluations": 5.0,
-                "rule_failures": 0.0, "up": 1.0}
+        return {
+            "cpu_s": 1.0,
+            "node_rounds": 10.0,
+            "nodes_per_core": npc,
+            "rule_evaluations": 5.0,
+            "rule_failures": 0.0,
+            "up": 1.0,
+        }
 
-    result = {"nodes": 2, "rounds": 4, "interval_s": 1.0, "reps": 1, "rules": 23,
-              "runs": {"prometheus": [row(1000.0)], "agent": [row(4000.0)], "worker": [row(1130.0)],
-                       "broker": [row(2260.0)]}}
+    result = {
+        "nodes": 2,
+        "rounds": 4,
+        "interval_s": 1.0,
+        "reps": 1,
+        "rules": 23,
+        "runs": {"prometheus": [row(1000.0)], "agent": [row(4000.0)], "worker": [row(1130.0)], "broker": [row(2260.0)]},
+    }
     text = peer.report(result)
     assert "worker / Prometheus: 1.13x" in text and "worker + broker / Prometheus: 0.75x" in text
     assert "targets up at the end: 100%" in text

@@ -10,8 +10,9 @@ from tailhound.settings import Settings
 
 
 def test_trivial_faust_app_has_create_apps_settings(tmp_path):
-    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES,
-                        streams={"data_dir": tmp_path})
+    settings = Settings(
+        broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES, streams={"data_dir": tmp_path}
+    )
     app, real = streams_throughput.trivial_app(settings)
     assert streams_throughput.conf_diff(app, real) == []
     assert list(app.agents) == ["count"]
@@ -52,16 +53,33 @@ def test_streams_memory_runs_and_reports():
 def test_bench_sections_can_run_alone():
     assert parse_args(["--only", "streams"]).sections == ["streams"]
     assert parse_args(["--only", "replay,memory"]).sections == ["replay", "memory"]
-    assert parse_args([]).sections == ["parse", "agent", "streams", "replay", "memory", "notify-lag", "notify-noise",
-                                       "startup", "scenarios", "table-store", "nodes-per-core", "scale-out",
-                                       "ingest", "fleet-memory", "fleet-scale", "wire", "peer"]
+    assert parse_args([]).sections == [
+        "parse",
+        "agent",
+        "streams",
+        "replay",
+        "memory",
+        "notify-lag",
+        "notify-noise",
+        "startup",
+        "scenarios",
+        "table-store",
+        "nodes-per-core",
+        "scale-out",
+        "ingest",
+        "fleet-memory",
+        "fleet-scale",
+        "wire",
+        "peer",
+    ]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
 
 
 def test_trivial_faust_app_with_json_values(tmp_path):
-    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES,
-                        streams={"data_dir": tmp_path})
+    settings = Settings(
+        broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES, streams={"data_dir": tmp_path}
+    )
     app, real = streams_throughput.trivial_app(settings, value_serializer="json")
     assert streams_throughput.conf_diff(app, real) == []
     assert app.agents["count"].channel.value_serializer == "json"
@@ -80,12 +98,30 @@ def test_counter_times_the_window_and_its_stalls(tmp_path, monkeypatch):
 
 def test_report_compares_per_window_and_per_cpu_second():
     def run(rate, cpu_rate):
-        return {"n": 100, "wall_s": 100 / rate, "rate": rate, "cpu_pct": 100.0, "cpu_rate": cpu_rate,
-                "stalled_s": 0.0, "lag": 0}
+        return {
+            "n": 100,
+            "wall_s": 100 / rate,
+            "rate": rate,
+            "cpu_pct": 100.0,
+            "cpu_rate": cpu_rate,
+            "stalled_s": 0.0,
+            "lag": 0,
+        }
 
-    result = {"n": 100, "warmup": 8, "nodes": 2, "reps": 1, "partitions": 4, "mean_bytes": 10240.0,
-              "runs": {"faust": [run(2000.0, 8000.0)], "faust-json": [run(4000.0, 4000.0)],
-                       "tailhound": [run(1000.0, 1000.0)], "wiring": [run(2000.0, 2000.0)]}}
+    result = {
+        "n": 100,
+        "warmup": 8,
+        "nodes": 2,
+        "reps": 1,
+        "partitions": 4,
+        "mean_bytes": 10240.0,
+        "runs": {
+            "faust": [run(2000.0, 8000.0)],
+            "faust-json": [run(4000.0, 4000.0)],
+            "tailhound": [run(1000.0, 1000.0)],
+            "wiring": [run(2000.0, 2000.0)],
+        },
+    }
     text = streams_throughput.report(result)
     assert "(c)/(b) = **50%** (target >= 50%: met)" in text
     assert "per CPU-second (both busy): (c)/(b) = **12%**" in text
@@ -121,7 +157,15 @@ def test_scale_out_report_and_cpu_seconds():
     from bench import scale_out
 
     assert scale_out.cpu_seconds(os.getpid()) > 0 and scale_out.cpu_seconds(2**22 + 7) == 0.0
-    run = {"workers": 2, "partitions": 6, "n": 100, "wall_s": 2.0, "rate": 50.0, "cpu_s": 0.5, "cpu_rate": 200.0,
-           "cpu_share": [0.6, 0.4]}
+    run = {
+        "workers": 2,
+        "partitions": 6,
+        "n": 100,
+        "wall_s": 2.0,
+        "rate": 50.0,
+        "cpu_s": 0.5,
+        "cpu_rate": 200.0,
+        "cpu_share": [0.6, 0.4],
+    }
     text = scale_out.report({"n": 100, "reps": 1, "partitions": 6, "nodes": 24, "runs": {2: [run]}})
     assert "| 2 | 50 | 50 | 200 | 200 | [0.6, 0.4] |" in text

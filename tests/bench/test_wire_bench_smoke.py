@@ -10,8 +10,14 @@ def test_wire_bench_runs_and_version_3_is_smaller():
     assert parse_args(["--only", "wire"]).sections == ["wire"]
     result = wire_format.run(ticks=12, reps=1)
     rows = result["rows"]
-    assert set(rows) == {"v1 JSON", "v2 bundle", "v3 msgpack", "v3 msgpack bundled", "v3 as JSON",
-                         "v3 layouts referenced"}
+    assert set(rows) == {
+        "v1 JSON",
+        "v2 bundle",
+        "v3 msgpack",
+        "v3 msgpack bundled",
+        "v3 as JSON",
+        "v3 layouts referenced",
+    }
     assert rows["v3 layouts referenced"]["lz4"] < rows["v3 msgpack"]["lz4"]
     assert result["snapshots"] == 48  # 12 node-ticks of vLLM, dcgm, node and blackbox (8 nodes)
     assert rows["v3 msgpack"]["raw_bytes"] * 4 < rows["v1 JSON"]["raw_bytes"]  # sizes are not timings

@@ -17,8 +17,9 @@ import pytest
 from tests.conftest import require_tool
 
 INSTALL = "apt-get install chromium chromium-driver (Debian; `make test` does it as root)"
-SCREENSHOTS = Path(os.environ.get("TAILHOUND_SCREENSHOTS", Path(__file__).resolve().parents[2] / ".tailhound" /
-                                  "screenshots"))
+SCREENSHOTS = Path(
+    os.environ.get("TAILHOUND_SCREENSHOTS", Path(__file__).resolve().parents[2] / ".tailhound" / "screenshots")
+)
 
 
 def _chromium() -> str:
@@ -37,10 +38,19 @@ def browser() -> Iterator:
     driver_path = require_tool("chromedriver", INSTALL)
     options = webdriver.ChromeOptions()
     options.binary_location = _chromium()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,900", "--no-first-run", "--disable-extensions",
-                "--disable-background-networking", "--disable-sync", "--disable-default-apps",
-                "--disable-component-update"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--disable-component-update",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     driver.set_page_load_timeout(30)

@@ -31,9 +31,30 @@ class Demo:
         env = {**os.environ, "COLUMNS": "200"}
         self.proc = subprocess.Popen(
             # 43 minutes of fleet time (the fault ends at 40, the incident resolves a minute later) at 120x
-            [sys.executable, "-m", "tailhound", "demo", "--nodes", "2", "--minutes", "43", "--speed", "120",
-             "--fault", FAULT, "--console", "127.0.0.1:0", "--hold", "600"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp)
+            [
+                sys.executable,
+                "-m",
+                "tailhound",
+                "demo",
+                "--nodes",
+                "2",
+                "--minutes",
+                "43",
+                "--speed",
+                "120",
+                "--fault",
+                FAULT,
+                "--console",
+                "127.0.0.1:0",
+                "--hold",
+                "600",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=tmp,
+        )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -112,7 +133,8 @@ def test_the_console_shows_the_demo_incident_and_silences_work_through_the_page(
         assert "gpu.temperature" in signals, signals
         peers = browser.find_elements(By.CSS_SELECTOR, '[data-testid="peer-chart"]')
         assert any(p.get_attribute("data-signal") == "gpu.sm_clock" for p in peers), [
-            p.get_attribute("data-signal") for p in peers]
+            p.get_attribute("data-signal") for p in peers
+        ]
         assert all(t.size["height"] > 100 and t.size["width"] > 300 for t in timelines[:2])  # drawn, not empty
         page = browser.page_source
         assert incident["incident_id"] in page and "gpu-node-2" in page
@@ -129,8 +151,11 @@ def test_the_console_shows_the_demo_incident_and_silences_work_through_the_page(
         form.find_element(By.NAME, "author").send_keys("browser-test")
         form.find_element(By.NAME, "comment").send_keys("airflow work on gpu-node-2")
         form.find_element(By.CSS_SELECTOR, '[data-testid="silence-preview-button"]').click()
-        preview = wait.until(EC.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, '[data-testid="silence-preview"]'), incident["incident_id"]))
+        preview = wait.until(
+            EC.text_to_be_present_in_element(
+                (By.CSS_SELECTOR, '[data-testid="silence-preview"]'), incident["incident_id"]
+            )
+        )
         assert preview
         form.find_element(By.CSS_SELECTOR, '[data-testid="silence-create-button"]').click()
         row = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, '[data-testid="silence-row"]')))
@@ -155,15 +180,21 @@ def test_the_replay_report_shows_the_incident_with_its_charts_from_disk(browser,
 
     recording, report = tmp_path / "fleet.jsonl", tmp_path / "report.html"
     tailhound = [sys.executable, "-m", "tailhound"]
-    subprocess.run([*tailhound, "simulate", "--nodes", "2", "--minutes", "45", "--fault", FAULT,
-                    "--record", str(recording)], check=True, capture_output=True, timeout=300)
-    subprocess.run([*tailhound, "replay", str(recording), "--html", str(report)], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [*tailhound, "simulate", "--nodes", "2", "--minutes", "45", "--fault", FAULT, "--record", str(recording)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    subprocess.run(
+        [*tailhound, "replay", str(recording), "--html", str(report)], check=True, capture_output=True, timeout=300
+    )
     browser.get(report.as_uri())
     rows = browser.find_elements(By.CSS_SELECTOR, '[data-testid="incident-row"]')
     assert any(r.get_attribute("data-cause") == CAUSE for r in rows), [r.text for r in rows]
-    signals = {t.get_attribute("data-signal") for t in
-               browser.find_elements(By.CSS_SELECTOR, '[data-testid="timeline-chart"]')}
+    signals = {
+        t.get_attribute("data-signal") for t in browser.find_elements(By.CSS_SELECTOR, '[data-testid="timeline-chart"]')
+    }
     assert "gpu.temperature" in signals
     assert browser.find_elements(By.CSS_SELECTOR, '[data-testid="peer-chart"]')
     # nothing was fetched from anywhere: every resource is in the file

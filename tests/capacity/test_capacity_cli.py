@@ -41,11 +41,21 @@ def test_table_capacity_file_and_plots(result_file, tmp_path):
     r = invoke(result_file, "--out", out, "--plots", plots)
     assert r.exit_code == 0, r.output
     text = r.stdout
-    for needed in ("TTFT knee (P95)", "TPOT knee (P95)", "throughput plateau", "TPOT outpaces throughput",
-                   "safe request rate", "max_num_seqs", "queue scale-out", "KEDA queue threshold",
-                   "KEDA batch threshold", "from the TPOT knee", "loadtest:result.json"):
+    for needed in (
+        "TTFT knee (P95)",
+        "TPOT knee (P95)",
+        "throughput plateau",
+        "TPOT outpaces throughput",
+        "safe request rate",
+        "max_num_seqs",
+        "queue scale-out",
+        "KEDA queue threshold",
+        "KEDA batch threshold",
+        "from the TPOT knee",
+        "loadtest:result.json",
+    ):
         assert needed in text, needed
-    snippet = text[text.index("  # " + MODEL):]
+    snippet = text[text.index("  # " + MODEL) :]
     triggers = yaml.safe_load(snippet)["triggers"]
     assert [t["name"] for t in triggers] == ["queue", "batch"]
     assert triggers[0]["metadata"]["threshold"] == "2.5"
@@ -55,7 +65,8 @@ def test_table_capacity_file_and_plots(result_file, tmp_path):
     assert t.queue_scale_out == 2.5 and cf.source == "loadtest:result.json"
     assert float(triggers[1]["metadata"]["threshold"]) == pytest.approx(0.8 * t.max_num_seqs)
     assert sorted(p.name for p in plots.iterdir()) == sorted(
-        f"meta-llama_Llama-3.1-70B-Instruct-{k}.png" for k in ("ttft", "tpot", "throughput"))
+        f"meta-llama_Llama-3.1-70B-Instruct-{k}.png" for k in ("ttft", "tpot", "throughput")
+    )
     assert f"wrote {out}" in r.stderr and "wrote " + str(plots) in r.stderr
 
 
@@ -66,7 +77,9 @@ def test_json_and_p99(result_file, tmp_path):
     assert r.exit_code == 0, r.output
     recs = [CapacityRecommendation.model_validate(d) for d in json.loads(r.stdout)]
     assert [(x.model, x.load_unit, x.source) for x in recs] == [
-        (MODEL, "requests_per_s", "loadtest:result.json"), ("other", "concurrency", "loadtest:conc.json")]
+        (MODEL, "requests_per_s", "loadtest:result.json"),
+        ("other", "concurrency", "loadtest:conc.json"),
+    ]
     assert recs[1].ttft_knee is not None and abs(recs[1].ttft_knee.load - 256) <= 26
 
 
@@ -82,8 +95,10 @@ def test_model_pattern(result_file, tmp_path):
 
 def test_recordings_are_telemetry(tmp_path):
     rec = tmp_path / "fleet.jsonl"
-    sim = FleetSimulator(SimConfig(nodes=1, sources=("vllm", "dcgm"), seed=3, start_ts=1_767_258_000.0),
-                         [FaultSpec("slow-node", 0, node="*")])
+    sim = FleetSimulator(
+        SimConfig(nodes=1, sources=("vllm", "dcgm"), seed=3, start_ts=1_767_258_000.0),
+        [FaultSpec("slow-node", 0, node="*")],
+    )
     write_recording(sim, 60, rec)
     assert input_kind(rec) == "recording"
     packed = tmp_path / "fleet.jsonl.gz"
@@ -99,7 +114,7 @@ def test_recordings_are_telemetry(tmp_path):
 
 def test_bad_inputs(tmp_path, result_file):
     junk = tmp_path / "junk.json"
-    junk.write_text("{\"hello\": 1}\n", encoding="utf-8")
+    junk.write_text('{"hello": 1}\n', encoding="utf-8")
     assert input_kind(junk) == "loadtest" and input_kind(result_file) == "loadtest"
     r = invoke(junk)
     assert r.exit_code == 2 and "neither a load test result" in r.stderr

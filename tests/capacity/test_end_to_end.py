@@ -31,17 +31,42 @@ TOLERANCE = 0.15
 def test_a_load_test_against_the_fake_engine_finds_its_knees_and_writes_the_thresholds(tmp_path):
     law = EngineLaw()
     tpot_knee, capacity = law.knee_rps(PROMPT, OUTPUT), law.capacity_rps(PROMPT, OUTPUT)  # ~24.8 and ~33.5 req/s
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound.capacity.fake_engine", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound.capacity.fake_engine", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
         assert m, proc.stderr.read()
         result_path = tmp_path / "result.json"
-        run = CliRunner().invoke(app, [
-            "loadtest", "--target", m.group(1), "--out", str(result_path), "--peak", "30", "--steps", "9",
-            "--step-s", "2.5", "--arrivals", "constant", "--prompt-tokens", str(PROMPT),
-            "--output-tokens", str(OUTPUT), "--max-duration", "120",
-            "--drain", "60"])  # every request finishes: the knees are read from whole steps
+        run = CliRunner().invoke(
+            app,
+            [
+                "loadtest",
+                "--target",
+                m.group(1),
+                "--out",
+                str(result_path),
+                "--peak",
+                "30",
+                "--steps",
+                "9",
+                "--step-s",
+                "2.5",
+                "--arrivals",
+                "constant",
+                "--prompt-tokens",
+                str(PROMPT),
+                "--output-tokens",
+                str(OUTPUT),
+                "--max-duration",
+                "120",
+                "--drain",
+                "60",
+            ],
+        )  # every request finishes: the knees are read from whole steps
         assert run.exit_code == 0, run.output
     finally:
         proc.terminate()
@@ -66,8 +91,9 @@ def test_a_load_test_against_the_fake_engine_finds_its_knees_and_writes_the_thre
     assert steps[-1].engine["batch"] == pytest.approx(law.max_num_seqs, abs=0.5)
 
     out, plots = tmp_path / "capacity.yaml", tmp_path / "plots"
-    report = CliRunner().invoke(app, ["capacity", str(result_path), "--out", str(out), "--plots", str(plots),
-                                      "--format", "json"])
+    report = CliRunner().invoke(
+        app, ["capacity", str(result_path), "--out", str(out), "--plots", str(plots), "--format", "json"]
+    )
     assert report.exit_code == 0, report.output
     rec = load_capacity_file(out).models[result.model]
     ttft_knee = re.search(r'"ttft_knee": \{\s*"load": ([0-9.]+)', report.stdout)
@@ -78,8 +104,9 @@ def test_a_load_test_against_the_fake_engine_finds_its_knees_and_writes_the_thre
     # the safe rate is the more conservative knee; the batch and the queue level come with it
     assert rec.safe_request_rate == pytest.approx(tpot_knee, rel=TOLERANCE)
     assert 1 <= rec.max_num_seqs <= law.max_num_seqs and rec.queue_scale_out >= 1
-    assert sorted(p.name for p in plots.iterdir()) == sorted(f"{re.sub(r'[^A-Za-z0-9._-]', '_', result.model)}-{k}.png"
-                                                             for k in ("ttft", "tpot", "throughput"))
+    assert sorted(p.name for p in plots.iterdir()) == sorted(
+        f"{re.sub(r'[^A-Za-z0-9._-]', '_', result.model)}-{k}.png" for k in ("ttft", "tpot", "throughput")
+    )
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots.iterdir())
     # the file is what the worker reads (settings streams.capacity_file): the rule that compares with it loads
     limits = capacity_limits(out)

@@ -21,8 +21,16 @@ from tailhound.catalog import default_catalog
 
 @pytest.fixture
 async def engine():
-    eng = FakeEngine(EngineLaw(max_num_seqs=4, knee_concurrency=2, base_tpot_s=0.01, tpot_slope=1.0,
-                               prefill_base_s=0.005, prefill_per_token_s=0.0001))
+    eng = FakeEngine(
+        EngineLaw(
+            max_num_seqs=4,
+            knee_concurrency=2,
+            base_tpot_s=0.01,
+            tpot_slope=1.0,
+            prefill_base_s=0.005,
+            prefill_per_token_s=0.0001,
+        )
+    )
     await eng.start()
     yield eng
     await eng.stop()
@@ -53,8 +61,14 @@ async def stream(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[
 
 
 def test_law_and_its_knees():
-    law = EngineLaw(max_num_seqs=8, knee_concurrency=4, base_tpot_s=0.005, tpot_slope=0.5, prefill_base_s=0.001,
-                    prefill_per_token_s=0.00002)
+    law = EngineLaw(
+        max_num_seqs=8,
+        knee_concurrency=4,
+        base_tpot_s=0.005,
+        tpot_slope=0.5,
+        prefill_base_s=0.001,
+        prefill_per_token_s=0.00002,
+    )
     assert law.tpot_s(1) == law.tpot_s(4) == pytest.approx(0.005)
     assert law.tpot_s(6) == pytest.approx(0.005 * 1.25) and law.tpot_s(8) == pytest.approx(0.0075)
     assert law.prefill_s(256) == pytest.approx(0.001 + 0.00512)
@@ -73,9 +87,13 @@ def test_law_and_its_knees():
 
 async def test_chat_stream_in_openai_format(engine):
     async with aiohttp.ClientSession() as s:
-        body = {"model": engine.model, "messages": [{"role": "system", "content": "be brief"},
-                                                    {"role": "user", "content": "one two three"}],
-                "max_tokens": 7, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": engine.model,
+            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three"}],
+            "max_tokens": 7,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         events, _arrivals, _start, done = await stream(s, f"{engine.url}/v1/chat/completions", body)
     assert done
     assert {e["id"] for e in events} == {events[0]["id"]} and events[0]["id"].startswith("chatcmpl-")
@@ -84,10 +102,17 @@ async def test_chat_stream_in_openai_format(engine):
     content = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
     assert len(content) == 7 and all(e["choices"][0]["finish_reason"] is None for e in content)
     finish = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
-    assert len(finish) == 1 and finish[0]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None,
-                                                              "finish_reason": "length"}
+    assert len(finish) == 1 and finish[0]["choices"][0] == {
+        "index": 0,
+        "delta": {},
+        "logprobs": None,
+        "finish_reason": "length",
+    }
     assert events[-1]["choices"] == [] and events[-1]["usage"] == {
-        "prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "total_tokens": 12,
+    }
     assert all(e["usage"] is None for e in events[:-1])
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
     assert len(text.split()) == 7
@@ -106,8 +131,10 @@ async def test_completions_stream_without_usage(engine):
 
 async def test_non_streaming_and_models(engine):
     async with aiohttp.ClientSession() as s:
-        async with s.post(f"{engine.url}/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": [{"type": "text", "text": "x y"}]}], "max_tokens": 3}) as r:
+        async with s.post(
+            f"{engine.url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": [{"type": "text", "text": "x y"}]}], "max_tokens": 3},
+        ) as r:
             chat = await r.json()
         async with s.post(f"{engine.url}/v1/completions", json={"prompt": ["p q", "r"]}) as r:
             comp = await r.json()
@@ -121,14 +148,17 @@ async def test_non_streaming_and_models(engine):
     assert models["object"] == "list" and models["data"][0]["id"] == engine.model
 
 
-@pytest.mark.parametrize("body,status", [
-    ("not json", 400),
-    ({"messages": []}, 400),
-    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400),
-    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400),
-    ({"messages": [{"role": "user", "content": "x"}], "model": "other"}, 404),
-    ({"messages": [{"role": "user", "content": "x " * 600_000}]}, 413),
-])
+@pytest.mark.parametrize(
+    "body,status",
+    [
+        ("not json", 400),
+        ({"messages": []}, 400),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400),
+        ({"messages": [{"role": "user", "content": "x"}], "model": "other"}, 404),
+        ({"messages": [{"role": "user", "content": "x " * 600_000}]}, 413),
+    ],
+)
 async def test_bad_requests(engine, body, status):
     async with aiohttp.ClientSession() as s:
         kwargs = {"data": body} if isinstance(body, str) else {"json": body}
@@ -158,10 +188,12 @@ async def test_inflight_limit_answers_503():
     await eng.start()
     try:
         async with aiohttp.ClientSession() as s:
+
             async def one() -> int:
                 async with s.post(f"{eng.url}/v1/completions", json={"prompt": "x", "max_tokens": 4}) as r:
                     await r.read()
                     return r.status
+
             statuses = await asyncio.gather(*(one() for _ in range(5)))
         assert sorted(statuses) == [200, 200, 503, 503, 503]
     finally:
@@ -214,8 +246,9 @@ async def test_queue_and_slower_tokens_past_the_knee(engine):
     assert ttfts[3] < 0.1 and ttfts[4] > law.service_s(2, 30, 4) * 0.9
     assert max(tpots) == pytest.approx(law.tpot_s(4), rel=0.25) and law.tpot_s(4) == pytest.approx(0.02)
     metrics = engine.metrics_text()
-    assert 'vllm:request_success_total{engine="0",model_name="tailhound/fake-llm",finished_reason="length"} 6' \
-        in metrics
+    assert (
+        'vllm:request_success_total{engine="0",model_name="tailhound/fake-llm",finished_reason="length"} 6' in metrics
+    )
 
 
 async def test_metrics_parse_with_the_project_parser_and_map_to_signals(engine):
@@ -231,9 +264,18 @@ async def test_metrics_parse_with_the_project_parser_and_map_to_signals(engine):
     assert errors == []
     catalog = default_catalog()
     signals = {found[0].name for s in samples if (found := catalog.lookup("vllm", s.name, s.labels))}
-    assert {"engine.requests_running", "engine.requests_waiting", "engine.kv_cache_usage", "tokens.prompt",
-            "tokens.generation", "engine.prompt_tokens", "engine.generation_tokens", "engine.requests_finished",
-            "latency.ttft", "latency.tpot"} <= signals
+    assert {
+        "engine.requests_running",
+        "engine.requests_waiting",
+        "engine.kv_cache_usage",
+        "tokens.prompt",
+        "tokens.generation",
+        "engine.prompt_tokens",
+        "engine.generation_tokens",
+        "engine.requests_finished",
+        "latency.ttft",
+        "latency.tpot",
+    } <= signals
     hist = {s.name: s for s in samples if s.kind == "histogram"}
     assert hist["vllm:request_prompt_tokens"].count == 1 and hist["vllm:request_prompt_tokens"].sum == 3
     assert hist["vllm:request_generation_tokens"].sum == 3
@@ -249,8 +291,12 @@ def test_serve_in_thread():
 
 
 def test_runs_as_a_module_on_loopback_only():
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound.capacity.fake_engine", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound.capacity.fake_engine", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "fake engine listening on http://127.0.0.1:" in line and "capacity" in line
@@ -260,6 +306,10 @@ def test_runs_as_a_module_on_loopback_only():
     finally:
         proc.terminate()
         proc.wait(10)
-    bad = subprocess.run([sys.executable, "-m", "tailhound.capacity.fake_engine", "--host", "0.0.0.0"],
-                         capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tailhound.capacity.fake_engine", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 2 and "loopback" in bad.stderr

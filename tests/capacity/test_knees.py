@@ -108,13 +108,16 @@ def test_an_mm1_curve_bends_before_its_capacity():
         assert found is not None and 0.6 * capacity <= found.load <= 0.95 * capacity, (seed, found)
 
 
-@pytest.mark.parametrize("name,fn", [
-    ("flat", lambda x: 0.3),
-    ("straight line", lambda x: 0.3 + 0.05 * x),
-    ("line through ~0", lambda x: 0.01 + 0.05 * x),
-    ("concave: rises, then flat at the batch cap", lambda x: 0.03 + 0.002 * min(x, 12.0)),
-    ("falling", lambda x: 1.0 / (1.0 + x)),
-])
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("flat", lambda x: 0.3),
+        ("straight line", lambda x: 0.3 + 0.05 * x),
+        ("line through ~0", lambda x: 0.01 + 0.05 * x),
+        ("concave: rises, then flat at the batch cap", lambda x: 0.03 + 0.002 * min(x, 12.0)),
+        ("falling", lambda x: 1.0 / (1.0 + x)),
+    ],
+)
 def test_no_knee_without_an_upward_bend(name, fn):
     for seed in SEEDS:
         rng = random.Random(seed)

@@ -44,8 +44,12 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 @pytest.fixture(scope="module")
 def fake_engine() -> Iterator[str]:
     """The fake engine in its own process (its timing is not shared with the test's interpreter)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound.capacity.fake_engine", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound.capacity.fake_engine", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
@@ -69,18 +73,21 @@ def read_result(path: Path) -> LoadTestResult:
 # --- refusals and the plan (no load sent) ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url,allowed,match", [
-    (None, [], "--target is required"),
-    ("", [], "--target is required"),
-    ("ftp://127.0.0.1/v1", [], "only http:// and https://"),
-    ("127.0.0.1:8000", [], "only http:// and https://"),
-    ("http://10.0.0.5:8000/v1", [], "--allow-host 10.0.0.5"),
-    ("https://api.example.com/v1", ["other.example.com"], "--allow-host api.example.com"),
-    ("http://0.0.0.0:8000", [], "not a loopback address"),
-    ("http://user:pw@127.0.0.1:8000", [], "credentials in the URL"),
-    ("http://127.0.0.1:8000/v1?x=1", [], "without a query"),
-    ("http://127.0.0.1:99999", [], "not a URL"),
-])
+@pytest.mark.parametrize(
+    "url,allowed,match",
+    [
+        (None, [], "--target is required"),
+        ("", [], "--target is required"),
+        ("ftp://127.0.0.1/v1", [], "only http:// and https://"),
+        ("127.0.0.1:8000", [], "only http:// and https://"),
+        ("http://10.0.0.5:8000/v1", [], "--allow-host 10.0.0.5"),
+        ("https://api.example.com/v1", ["other.example.com"], "--allow-host api.example.com"),
+        ("http://0.0.0.0:8000", [], "not a loopback address"),
+        ("http://user:pw@127.0.0.1:8000", [], "credentials in the URL"),
+        ("http://127.0.0.1:8000/v1?x=1", [], "without a query"),
+        ("http://127.0.0.1:99999", [], "not a URL"),
+    ],
+)
 def test_targets_refused(url, allowed, match):
     with pytest.raises(TargetRefused, match=re.escape(match)):
         check_target(url, allowed)
@@ -100,11 +107,15 @@ def test_targets_accepted_and_normalised():
 
 def test_cli_refuses_before_sending_anything(tmp_path):
     out = tmp_path / "r.json"
-    for args, match in [([], "--target is required"),
-                        (["--target", "http://10.1.2.3:8000/v1"], "--allow-host 10.1.2.3"),
-                        (["--target", "ftp://127.0.0.1/v1"], "only http:// and https://"),
-                        (["--target", "http://127.0.0.1:8000", "--metrics", "http://10.9.9.9/metrics"],
-                         "--metrics: 10.9.9.9 is not a loopback address")]:
+    for args, match in [
+        ([], "--target is required"),
+        (["--target", "http://10.1.2.3:8000/v1"], "--allow-host 10.1.2.3"),
+        (["--target", "ftp://127.0.0.1/v1"], "only http:// and https://"),
+        (
+            ["--target", "http://127.0.0.1:8000", "--metrics", "http://10.9.9.9/metrics"],
+            "--metrics: 10.9.9.9 is not a loopback address",
+        ),
+    ]:
         r = invoke(*args, "--out", str(out), "--peak", "5")
         assert isinstance(r.exception, TargetRefused), r.output
         assert match in str(r.exception)
@@ -131,11 +142,14 @@ def test_percentiles_need_enough_requests():
 
 
 def test_engine_figures_by_catalog_names():
-    tgi = ("# TYPE tgi_queue_size gauge\ntgi_queue_size 7\n"
-           "# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size 3\n")
+    tgi = (
+        "# TYPE tgi_queue_size gauge\ntgi_queue_size 7\n# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size 3\n"
+    )
     assert engine_figures(tgi) == {"queue": 7.0, "batch": 3.0}
-    dp = ('vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 3\n'
-          'vllm:kv_cache_usage_perc{engine="0"} 0.2\nvllm:kv_cache_usage_perc{engine="1"} 0.4\n')
+    dp = (
+        'vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 3\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 0.2\nvllm:kv_cache_usage_perc{engine="1"} 0.4\n'
+    )
     assert engine_figures(dp) == pytest.approx({"queue": 5.0, "kv_cache_usage": 0.3})
     assert engine_figures("something_else 1\n") == {}
 
@@ -143,10 +157,12 @@ def test_engine_figures_by_catalog_names():
 def test_step_aggregation():
     agg = Aggregator()
     agg.take({"k": "step", "i": 0, "offered": 2.0, "at": 100.0})
-    recs = [(0, 99.5, 100.5, 0.1, 0.01, 10, None),  # started before (another step), completed in the window
-            (0, 100.2, 101.0, 0.2, 0.02, 20, None),
-            (0, 101.0, 103.0, 0.4, 0.03, 30, None),  # completes after the window: latency counts, throughput not
-            (0, 101.5, 101.6, None, None, 0, "HTTP 503")]
+    recs = [
+        (0, 99.5, 100.5, 0.1, 0.01, 10, None),  # started before (another step), completed in the window
+        (0, 100.2, 101.0, 0.2, 0.02, 20, None),
+        (0, 101.0, 103.0, 0.4, 0.03, 30, None),  # completes after the window: latency counts, throughput not
+        (0, 101.5, 101.6, None, None, 0, "HTTP 503"),
+    ]
     for s, t0, t1, ttft, tpot, tok, err in recs:
         agg.take({"k": "r", "s": s, "t0": t0, "t1": t1, "ttft": ttft, "tpot": tpot, "tok": tok, "err": err})
     agg.take({"k": "step_end", "i": 0, "at": 102.0, "started": 3, "late": 0, "missed": 0})
@@ -168,9 +184,26 @@ def test_step_aggregation():
 @pytest.mark.timing
 def test_concurrency_ramp(fake_engine, tmp_path):
     out = tmp_path / "conc.json"
-    r = invoke("--target", fake_engine, "--out", str(out), "--mode", "concurrency", "--target-load", "12",
-               "--steps", "2", "--step-s", "2", "--prompt-tokens", "64", "--output-tokens", "16",
-               "--api", "completions")
+    r = invoke(
+        "--target",
+        fake_engine,
+        "--out",
+        str(out),
+        "--mode",
+        "concurrency",
+        "--target-load",
+        "12",
+        "--steps",
+        "2",
+        "--step-s",
+        "2",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "16",
+        "--api",
+        "completions",
+    )
     assert r.exit_code == 0, r.output + repr(r.exception)
     res = read_result(out)
     assert res.mode == "concurrency" and res.api == "completions" and res.stopped is None
@@ -190,8 +223,25 @@ def test_steps_keep_their_planned_length_past_the_knee(tmp_path):
     is the plan's length. Asserted on the recorded step boundaries."""
     out = tmp_path / "ramp.json"
     with serve_in_thread(FakeEngine()) as eng:  # an engine of its own: the cut requests leave it busy
-        r = invoke("--target", eng.url, "--out", str(out), "--target-load", "30", "--steps", "3", "--step-s", "2",
-                   "--drain", "1", "--prompt-tokens", "512", "--output-tokens", "128", "--no-progress")
+        r = invoke(
+            "--target",
+            eng.url,
+            "--out",
+            str(out),
+            "--target-load",
+            "30",
+            "--steps",
+            "3",
+            "--step-s",
+            "2",
+            "--drain",
+            "1",
+            "--prompt-tokens",
+            "512",
+            "--output-tokens",
+            "128",
+            "--no-progress",
+        )
     assert r.exit_code == 0, r.output + repr(r.exception)
     res = read_result(out)
     assert [s.offered for s in res.steps] == [10.0, 20.0, 30.0] and res.stopped is None
@@ -208,8 +258,25 @@ def test_steps_keep_their_planned_length_past_the_knee(tmp_path):
 
 def test_max_requests_stops_the_ramp(fake_engine, tmp_path):
     out = tmp_path / "bound.json"
-    r = invoke("--target", fake_engine, "--out", str(out), "--peak", "20", "--steps", "2", "--step-s", "5",
-               "--max-requests", "15", "--prompt-tokens", "16", "--output-tokens", "4", "--no-metrics")
+    r = invoke(
+        "--target",
+        fake_engine,
+        "--out",
+        str(out),
+        "--peak",
+        "20",
+        "--steps",
+        "2",
+        "--step-s",
+        "5",
+        "--max-requests",
+        "15",
+        "--prompt-tokens",
+        "16",
+        "--output-tokens",
+        "4",
+        "--no-metrics",
+    )
     assert r.exit_code == 0, r.output + repr(r.exception)
     res = read_result(out)
     assert res.stopped == "max-requests: 15 requests sent"
@@ -220,8 +287,25 @@ def test_max_requests_stops_the_ramp(fake_engine, tmp_path):
 
 def test_max_duration_cuts_the_ramp(fake_engine, tmp_path):
     out = tmp_path / "cut.json"
-    r = invoke("--target", fake_engine, "--out", str(out), "--peak", "10", "--steps", "3", "--step-s", "2",
-               "--max-duration", "3", "--prompt-tokens", "16", "--output-tokens", "4", "--no-metrics")
+    r = invoke(
+        "--target",
+        fake_engine,
+        "--out",
+        str(out),
+        "--peak",
+        "10",
+        "--steps",
+        "3",
+        "--step-s",
+        "2",
+        "--max-duration",
+        "3",
+        "--prompt-tokens",
+        "16",
+        "--output-tokens",
+        "4",
+        "--no-metrics",
+    )
     assert r.exit_code == 0, r.output + repr(r.exception)
     res = read_result(out)
     assert res.stopped == "max-duration: 3 s reached"
@@ -233,8 +317,24 @@ def test_max_duration_cuts_the_ramp(fake_engine, tmp_path):
 def test_error_rate_aborts_and_unreachable_metrics_are_a_note(tmp_path):
     out = tmp_path / "down.json"
     port = free_port()  # nothing listens there
-    r = invoke("--target", f"http://127.0.0.1:{port}/v1", "--model", "m", "--out", str(out), "--peak", "20",
-               "--steps", "3", "--step-s", "5", "--prompt-tokens", "8", "--output-tokens", "2")
+    r = invoke(
+        "--target",
+        f"http://127.0.0.1:{port}/v1",
+        "--model",
+        "m",
+        "--out",
+        str(out),
+        "--peak",
+        "20",
+        "--steps",
+        "3",
+        "--step-s",
+        "5",
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "2",
+    )
     assert "no engine metrics" in r.output
     res = read_result(out)
     assert res.stopped is not None and res.stopped.startswith("error-rate:")
@@ -248,8 +348,22 @@ def test_api_key_from_the_environment_is_used_and_never_written(tmp_path):
     secret = "sk-test-5f3c2b1e9d"
     out = tmp_path / "key.json"
     with serve_in_thread(FakeEngine(api_key=secret)) as eng:
-        args = ("--target", eng.url, "--out", str(out), "--peak", "4", "--steps", "1", "--step-s", "2",
-                "--prompt-tokens", "8", "--output-tokens", "4")
+        args = (
+            "--target",
+            eng.url,
+            "--out",
+            str(out),
+            "--peak",
+            "4",
+            "--steps",
+            "1",
+            "--step-s",
+            "2",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "4",
+        )
         r = invoke(*args, env={"TAILHOUND_LOADTEST_API_KEY": secret})
         assert r.exit_code == 0, r.output + repr(r.exception)
         res = read_result(out)
@@ -281,6 +395,7 @@ def test_from_a_recording_of_the_engine(tmp_path):
 
     rec = tmp_path / "fake.jsonl"
     with serve_in_thread() as eng:
+
         def scrape(ts: float) -> str:
             with urllib.request.urlopen(f"{eng.url}/metrics", timeout=5) as r:
                 body = r.read().decode()
@@ -288,14 +403,29 @@ def test_from_a_recording_of_the_engine(tmp_path):
 
         lines = [scrape(1000.0)]
         for _ in range(10):  # 10 requests of 256 prompt words and 40 tokens "in 10 s"
-            req = urllib.request.Request(f"{eng.url}/v1/completions", headers={"Content-Type": "application/json"},
-                                         data=json.dumps({"prompt": "w " * 256, "max_tokens": 40}).encode())
+            req = urllib.request.Request(
+                f"{eng.url}/v1/completions",
+                headers={"Content-Type": "application/json"},
+                data=json.dumps({"prompt": "w " * 256, "max_tokens": 40}).encode(),
+            )
             urllib.request.urlopen(req, timeout=10).read()
         lines.append(scrape(1010.0))
         rec.write_text("".join(lines))
         out = tmp_path / "r.json"
-        r = invoke("--target", eng.url, "--out", str(out), "--from-recording", str(rec), "--steps", "1",
-                   "--step-s", "2", "--arrivals", "constant")
+        r = invoke(
+            "--target",
+            eng.url,
+            "--out",
+            str(out),
+            "--from-recording",
+            str(rec),
+            "--steps",
+            "1",
+            "--step-s",
+            "2",
+            "--arrivals",
+            "constant",
+        )
         assert r.exit_code == 0, r.output + repr(r.exception)
     res = read_result(out)
     assert res.steps[0].offered == pytest.approx(1.5)  # 1.5 x the peak of 1 req/s

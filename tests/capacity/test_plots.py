@@ -30,8 +30,10 @@ def test_three_pngs_per_model(tmp_path, make):
 
 
 def test_a_curve_without_knees_still_plots(tmp_path):
-    points = [LoadPoint(load=float(x), throughput_rps=float(x), ttft=Percentiles(p95=0.3), tpot=Percentiles(),
-                        batch=4.0 * x) for x in range(1, 6)]
+    points = [
+        LoadPoint(load=float(x), throughput_rps=float(x), ttft=Percentiles(p95=0.3), tpot=Percentiles(), batch=4.0 * x)
+        for x in range(1, 6)
+    ]
     paths = write_plots(analyse(points, model="m", source="x"), tmp_path)
     assert all(p.read_bytes().startswith(PNG) for p in paths)
 

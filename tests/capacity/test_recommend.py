@@ -32,21 +32,43 @@ OUTPACE = 6.0 * 0.5 ** (1 / 3)
 BATCH_PER_RPS = 20.0
 
 
-def step(i: int, offered: float, *, throughput: float, ttft_p95: float, tpot_p95: float, tpot_mean: float,
-         engine: dict[str, float] | None = None, in_flight: float | None = None) -> StepResult:
+def step(
+    i: int,
+    offered: float,
+    *,
+    throughput: float,
+    ttft_p95: float,
+    tpot_p95: float,
+    tpot_mean: float,
+    engine: dict[str, float] | None = None,
+    in_flight: float | None = None,
+) -> StepResult:
     return StepResult(
-        index=i, offered=offered, started_at=1_000.0 + 60 * i, duration_s=60.0, requests=max(1, int(throughput * 60)),
-        errors=0, throughput_rps=throughput, output_tokens_per_s=throughput * 300, concurrency_mean=in_flight,
+        index=i,
+        offered=offered,
+        started_at=1_000.0 + 60 * i,
+        duration_s=60.0,
+        requests=max(1, int(throughput * 60)),
+        errors=0,
+        throughput_rps=throughput,
+        output_tokens_per_s=throughput * 300,
+        concurrency_mean=in_flight,
         ttft=Percentiles(p50=ttft_p95 * 0.6, p95=ttft_p95, p99=ttft_p95 * 1.3, mean=ttft_p95 * 0.6, count=100),
         tpot=Percentiles(p50=tpot_mean, p95=tpot_p95, p99=tpot_p95 * 1.2, mean=tpot_mean, count=100),
-        engine=engine or {})
+        engine=engine or {},
+    )
 
 
 def result(steps: list[StepResult], mode: str = "rate", model: str = MODEL) -> LoadTestResult:
     return LoadTestResult(
-        target="http://127.0.0.1:8000", model=model, mode=mode,  # type: ignore[arg-type]
+        target="http://127.0.0.1:8000",
+        model=model,
+        mode=mode,  # type: ignore[arg-type]
         token_mix=TokenSummary(source="explicit", prompt_mean=1000, prompt_p95=3000, output_mean=300, output_p95=900),
-        started_at=1_000.0, finished_at=1_000.0 + 60 * len(steps), steps=steps)
+        started_at=1_000.0,
+        finished_at=1_000.0 + 60 * len(steps),
+        steps=steps,
+    )
 
 
 def rate_test(tpot_bends: bool = True, engine: bool = True) -> LoadTestResult:
@@ -59,8 +81,9 @@ def rate_test(tpot_bends: bool = True, engine: bool = True) -> LoadTestResult:
         tpot_mean = 0.02 * (1.0 + (min(rate, CAPACITY) / 6.0) ** 3)
         queue = 0.0 if rate < 7 else 2.5 if rate <= 9 else 40.0 * (rate - 9)
         figures = {"queue": queue, "batch": BATCH_PER_RPS * served, "kv_cache_usage": 0.1 * served} if engine else {}
-        steps.append(step(i, rate, throughput=served, ttft_p95=ttft, tpot_p95=tpot95, tpot_mean=tpot_mean,
-                          engine=figures))
+        steps.append(
+            step(i, rate, throughput=served, ttft_p95=ttft, tpot_p95=tpot95, tpot_mean=tpot_mean, engine=figures)
+        )
     return result(steps)
 
 
@@ -127,8 +150,18 @@ def concurrency_test(engine: bool = True) -> LoadTestResult:
         served = batch / (prefill + out * tpot)
         ttft = prefill + max(0.0, n - cap) / served
         figures = {"queue": max(0.0, n - cap), "batch": batch} if engine else {}
-        steps.append(step(i, n, throughput=served, ttft_p95=ttft * 1.5, tpot_p95=tpot * 1.1, tpot_mean=tpot,
-                          engine=figures, in_flight=n))
+        steps.append(
+            step(
+                i,
+                n,
+                throughput=served,
+                ttft_p95=ttft * 1.5,
+                tpot_p95=tpot * 1.1,
+                tpot_mean=tpot,
+                engine=figures,
+                in_flight=n,
+            )
+        )
     return result(steps, mode="concurrency")
 
 
@@ -157,9 +190,17 @@ def test_concurrency_mode_without_engine_figures_uses_the_client_in_flight():
 
 
 def test_in_flight_minus_batch_when_the_engine_queue_is_missing():
-    points = [LoadPoint(load=float(x), throughput_rps=float(x), ttft=Percentiles(p95=0.3 + max(0, x - 6) * 2.0),
-                        tpot=Percentiles(p95=0.03, mean=0.03), batch=10.0 * x, in_flight=10.0 * x + 4.0)
-              for x in range(1, 11)]
+    points = [
+        LoadPoint(
+            load=float(x),
+            throughput_rps=float(x),
+            ttft=Percentiles(p95=0.3 + max(0, x - 6) * 2.0),
+            tpot=Percentiles(p95=0.03, mean=0.03),
+            batch=10.0 * x,
+            in_flight=10.0 * x + 4.0,
+        )
+        for x in range(1, 11)
+    ]
     a = analyse(points, model="m", source="loadtest:x")
     assert a.recommendation.queue_scale_out == 4.0
     assert any("minus the engine's batch" in n for n in a.notes)
@@ -167,8 +208,16 @@ def test_in_flight_minus_batch_when_the_engine_queue_is_missing():
 
 def test_no_knee_reached():
     """Linear latencies, throughput = offered to the end: the test stopped short of saturation."""
-    points = [LoadPoint(load=float(x), throughput_rps=float(x), ttft=Percentiles(p95=0.3 + 0.01 * x),
-                        tpot=Percentiles(p95=0.03, mean=0.03), batch=10.0 * x) for x in range(1, 11)]
+    points = [
+        LoadPoint(
+            load=float(x),
+            throughput_rps=float(x),
+            ttft=Percentiles(p95=0.3 + 0.01 * x),
+            tpot=Percentiles(p95=0.03, mean=0.03),
+            batch=10.0 * x,
+        )
+        for x in range(1, 11)
+    ]
     a = analyse(points, model="m", source="loadtest:x")
     rec = a.recommendation
     assert rec.ttft_knee is None and rec.tpot_knee is None and rec.throughput_plateau_rps is None
@@ -177,8 +226,16 @@ def test_no_knee_reached():
 
 
 def test_no_knee_but_a_plateau():
-    points = [LoadPoint(load=float(x), throughput_rps=min(float(x), 7.0), ttft=Percentiles(p95=0.3),
-                        tpot=Percentiles(p95=0.03, mean=0.03), batch=10.0 * min(x, 7)) for x in range(1, 11)]
+    points = [
+        LoadPoint(
+            load=float(x),
+            throughput_rps=min(float(x), 7.0),
+            ttft=Percentiles(p95=0.3),
+            tpot=Percentiles(p95=0.03, mean=0.03),
+            batch=10.0 * min(x, 7),
+        )
+        for x in range(1, 11)
+    ]
     rec = analyse(points, model="m", source="loadtest:x").recommendation
     assert rec.safe_request_rate == 7.0 and rec.throughput_plateau_rps == 7.0
 
@@ -195,7 +252,8 @@ def test_nothing_to_analyse():
 def test_capacity_file_round_trip(tmp_path):
     rate = recommend(rate_test(), source="loadtest:a.json").recommendation
     other = recommend(concurrency_test(), source="loadtest:b.json").recommendation.model_copy(
-        update={"model": "Qwen/Qwen2.5-7B[fp8]"})
+        update={"model": "Qwen/Qwen2.5-7B[fp8]"}
+    )
     cf = build_capacity_file([rate, other], generated_at=1_767_225_600.0)
     assert cf.source == "loadtest:a.json, loadtest:b.json"
     pattern = literal_pattern("Qwen/Qwen2.5-7B[fp8]")
@@ -203,7 +261,10 @@ def test_capacity_file_round_trip(tmp_path):
     assert fnmatch.fnmatchcase("Qwen/Qwen2.5-7B[fp8]", pattern) and not fnmatch.fnmatchcase("Qwen/Qwen2.5-7Bf", pattern)
     t = cf.models[MODEL]
     assert (t.safe_request_rate, t.queue_scale_out, t.max_num_seqs) == (
-        rate.safe_request_rate, rate.queue_scale_out, rate.recommended_max_num_seqs)
+        rate.safe_request_rate,
+        rate.queue_scale_out,
+        rate.recommended_max_num_seqs,
+    )
     assert t.ttft_knee_s == rate.ttft_knee.latency_s and t.tpot_knee_s == rate.tpot_knee.latency_s
     assert cf.models[pattern].tpot_knee_s is None
 
@@ -230,12 +291,19 @@ def test_capacity_file_pattern_and_errors():
 
 
 def test_keda_snippet_pastes_into_the_scaled_object():
-    rec = CapacityRecommendation(model=MODEL, source="loadtest:a.json", safe_request_rate=8.0,
-                                 recommended_max_num_seqs=96, queue_scale_out=2.5,
-                                 keda={"queue": 2.5, "batch": 76.8})
+    rec = CapacityRecommendation(
+        model=MODEL,
+        source="loadtest:a.json",
+        safe_request_rate=8.0,
+        recommended_max_num_seqs=96,
+        queue_scale_out=2.5,
+        keda={"queue": 2.5, "batch": 76.8},
+    )
     snippet = keda_snippet(rec)
     triggers = yaml.safe_load(snippet)["triggers"]
     assert [(t["name"], t["metricType"], t["metadata"]["threshold"]) for t in triggers] == [
-        ("queue", "AverageValue", "2.5"), ("batch", "AverageValue", "76.8")]
+        ("queue", "AverageValue", "2.5"),
+        ("batch", "AverageValue", "76.8"),
+    ]
     assert "max_num_seqs 96" in snippet
     assert not math.isnan(float(triggers[1]["metadata"]["threshold"]))

@@ -53,8 +53,9 @@ OUTPACE_BATCH = E.ITL_BASE_S / (E.ITL_PER_SEQ_S + E.ITL_PER_KV_TOKEN_S * _ctx())
 @pytest.fixture(scope="module")
 def slow_fleet():
     t0 = time.perf_counter()
-    sim = FleetSimulator(SimConfig(nodes=2, sources=("vllm",), start_ts=NINE_UTC, seed=3),
-                         [FaultSpec("slow-node", 0, node="*")])
+    sim = FleetSimulator(
+        SimConfig(nodes=2, sources=("vllm",), start_ts=NINE_UTC, seed=3), [FaultSpec("slow-node", 0, node="*")]
+    )
     records = list(iter_records(sim, MINUTES))
     return records, time.perf_counter() - t0
 

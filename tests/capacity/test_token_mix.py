@@ -15,8 +15,16 @@ from tailhound.recording import ScrapeRecord
 LABELS = {"engine": "0", "model_name": "llama-3.1-8b"}
 
 
-def vllm_body(prompt: list[float], prompt_count: float, gen: list[float], gen_count: float, *, running: float = 0,
-              waiting: float = 0, bounds: tuple[float, ...] = (10, 100, 1000)) -> str:
+def vllm_body(
+    prompt: list[float],
+    prompt_count: float,
+    gen: list[float],
+    gen_count: float,
+    *,
+    running: float = 0,
+    waiting: float = 0,
+    bounds: tuple[float, ...] = (10, 100, 1000),
+) -> str:
     """A vLLM scrape with cumulative token histograms over `bounds`."""
     w = ExpositionWriter()
     w.gauge("vllm:num_requests_running", running, LABELS)
@@ -29,8 +37,9 @@ def vllm_body(prompt: list[float], prompt_count: float, gen: list[float], gen_co
 def write(path, bodies: list[tuple[float, str]], node: str = "gpu-node-1") -> None:
     with path.open("w", encoding="utf-8") as fh:
         for ts, body in bodies:
-            rec = ScrapeRecord(ts=ts, node=node, job="vllm", body=body, labels={"instance": "10.0.0.1:8000"},
-                               interval_s=15.0)
+            rec = ScrapeRecord(
+                ts=ts, node=node, job="vllm", body=body, labels={"instance": "10.0.0.1:8000"}, interval_s=15.0
+            )
             fh.write(rec.to_line() + "\n")
 
 
@@ -101,10 +110,13 @@ def test_empty_histogram_is_refused():
 def test_recording_uses_the_increase_between_scrapes(tmp_path):
     rec = tmp_path / "two.jsonl"
     # before the recording: 1000 requests of 1..10 prompt tokens; during it: 100 requests in (100, 1000]
-    write(rec, [
-        (1000.0, vllm_body([1000, 1000, 1000], 1000, [0, 1000, 1000], 1000, running=3, waiting=1)),
-        (1060.0, vllm_body([1000, 1000, 1100], 1100, [0, 1100, 1100], 1100, running=9, waiting=4)),
-    ])
+    write(
+        rec,
+        [
+            (1000.0, vllm_body([1000, 1000, 1000], 1000, [0, 1000, 1000], 1000, running=3, waiting=1)),
+            (1060.0, vllm_body([1000, 1000, 1100], 1100, [0, 1100, 1100], 1100, running=9, waiting=4)),
+        ],
+    )
     prof = profile_from_recording(rec)
     s = prof.mix.summary()
     assert s.source == "recording:two.jsonl"
@@ -118,11 +130,14 @@ def test_recording_uses_the_increase_between_scrapes(tmp_path):
 
 def test_recording_counts_again_after_an_engine_restart(tmp_path):
     rec = tmp_path / "restart.jsonl"
-    write(rec, [
-        (1000.0, vllm_body([0, 0, 50], 50, [0, 50, 50], 50)),
-        (1015.0, vllm_body([0, 0, 80], 80, [0, 80, 80], 80)),      # +30 in (100, 1000]
-        (1030.0, vllm_body([10, 10, 10], 10, [10, 10, 10], 10)),   # restarted: 10 new ones in (0, 10]
-    ])
+    write(
+        rec,
+        [
+            (1000.0, vllm_body([0, 0, 50], 50, [0, 50, 50], 50)),
+            (1015.0, vllm_body([0, 0, 80], 80, [0, 80, 80], 80)),  # +30 in (100, 1000]
+            (1030.0, vllm_body([10, 10, 10], 10, [10, 10, 10], 10)),  # restarted: 10 new ones in (0, 10]
+        ],
+    )
     lengths = profile_from_recording(rec).mix.prompt
     rng = random.Random(1)
     values = [lengths.sample(rng) for _ in range(4000)]

@@ -79,8 +79,16 @@ def check_settings_env_name(name: str) -> None:
 
 # --- Kubernetes quantities -----------------------------------------------------------------------
 _SUFFIX = {
-    "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+    "m": 1e-3,
+    "": 1,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
 }
 
 
@@ -128,9 +136,9 @@ def parse_dockerfile(path: Path = DOCKERFILE) -> Dockerfile:
 def copy_sources(rest: str) -> tuple[list[str], dict[str, str]]:
     """Sources and --flags of a COPY/ADD instruction (shell or JSON form)."""
     flags: dict[str, str] = {}
-    while (m := re.match(r"--([\w-]+)(?:=(\S*))?\s+", rest)):
+    while m := re.match(r"--([\w-]+)(?:=(\S*))?\s+", rest):
         flags[m.group(1)] = m.group(2) or ""
-        rest = rest[m.end():]
+        rest = rest[m.end() :]
     parts = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
     assert len(parts) >= 2, f"COPY needs a source and a destination: {rest!r}"
     return parts[:-1], flags
@@ -167,6 +175,7 @@ def compose_interpolate(value: object, env: dict[str, str]) -> object:
     """What Compose makes of a parsed file in a shell whose environment is `env`: ``${VAR}``,
     ``${VAR:-default}`` (default when unset or empty), ``${VAR-default}`` (default when unset), ``$$``."""
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             if m.group(0) == "$$":
                 return "$"
@@ -176,6 +185,7 @@ def compose_interpolate(value: object, env: dict[str, str]) -> object:
             if op == "-":
                 return env.get(name, default)
             return env.get(name, "")
+
         return _COMPOSE_VAR.sub(sub, value)
     if isinstance(value, dict):
         return {k: compose_interpolate(v, env) for k, v in value.items()}

@@ -77,8 +77,9 @@ def test_the_daemonset_limit_holds_nvml_and_a_full_outbox(outbox_cost, monkeypat
 def test_the_systemd_limit_holds_nvml_and_a_full_default_outbox(outbox_cost, monkeypatch):
     """The unit runs `tailhound example agent` (docs: deploy/systemd/README.md), whose outbox is the default."""
     monkeypatch.setenv("NODE_NAME", "gpu-node-1")
-    cfg = parse_agent_config((ROOT / "tailhound" / "examples" / "agent.yaml").read_text(encoding="utf-8"),
-                             origin="agent.yaml")
+    cfg = parse_agent_config(
+        (ROOT / "tailhound" / "examples" / "agent.yaml").read_text(encoding="utf-8"), origin="agent.yaml"
+    )
     (memory_max,) = unit(SYSTEMD / "tailhound-agent.service")["Service"]["MemoryMax"]
     limit = quantity(memory_max.replace("G", "Gi").replace("M", "Mi")) / MIB
     need = needed_mib(cfg.publish.buffer.max_bytes, outbox_cost)

@@ -120,8 +120,11 @@ def test_kafka_is_single_node_kraft(services):
     assert vid == node_id
     assert int(vaddr.rpartition(":")[2]) in {lst[n][1] for n in controller_names}
     # A single broker: internal topics cannot have more replicas than brokers.
-    for key in ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
-                "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"):
+    for key in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    ):
         assert env[key] == "1", key
     test = kafka["healthcheck"]["test"]
     assert "/opt/kafka/bin/kafka-broker-api-versions.sh" in " ".join(test if isinstance(test, list) else [test])
@@ -184,7 +187,8 @@ def test_no_literal_secrets_in_compose(raw_services, name):
         if key in SECRET_ENV or SECRETISH.search(key):
             # Pass-through from the caller's shell only: `KEY:` / `- KEY`, or "${KEY}" interpolation.
             assert value is None or re.fullmatch(r"\$\{" + re.escape(key) + r"(:?-)?\}", str(value)), (
-                f"{name}: {key} must not have a literal value in docker-compose.yml")
+                f"{name}: {key} must not have a literal value in docker-compose.yml"
+            )
 
 
 def test_worker_mounts_the_rules(services):
@@ -201,7 +205,8 @@ def test_worker_mounts_the_rules(services):
     assert src.is_dir() and any(src.glob("*.yaml")), f"{rules_src} has no rule files"
     data_dir = env["TAILHOUND_STREAMS__DATA_DIR"]
     assert any(data_dir == t or data_dir.startswith(t.rstrip("/") + "/") for t in mounts), (
-        "the streams data dir should live on a volume")
+        "the streams data dir should live on a volume"
+    )
 
 
 # --- compose: the notifier ----------------------------------------------------------------------------
@@ -274,9 +279,12 @@ async def test_the_notifier_starts_with_the_compose_environment(raw_compose, con
         for r in receivers.values():
             await r.close()
     if hosts:  # ... and without the allow-list exported, the worker refuses to start, naming the webhook
-        monkeypatch.setenv("TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS",
-                           env_of(compose_interpolate(raw_compose, {})["services"]["worker"])[
-                               "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"])
+        monkeypatch.setenv(
+            "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS",
+            env_of(compose_interpolate(raw_compose, {})["services"]["worker"])[
+                "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"
+            ],
+        )
         with pytest.raises(ConfigError, match="not in notifier.webhook_allowed_hosts"):
             build_receivers(load_settings(), cfg)
 
@@ -329,7 +337,7 @@ def test_dockerfile_base_and_user(dockerfile):
     assert args.get("PYTHON_VERSION", "3.11") == "3.11"
     assert all(f.split()[0].replace("${PYTHON_VERSION}", "3.11") == "python:3.11-slim" for f in froms)
     # The final stage runs as a numeric non-root user (so Kubernetes can verify runAsNonRoot).
-    final = dockerfile.instructions[max(i for i, (ins, _) in enumerate(dockerfile.instructions) if ins == "FROM"):]
+    final = dockerfile.instructions[max(i for i, (ins, _) in enumerate(dockerfile.instructions) if ins == "FROM") :]
     users = [rest for ins, rest in final if ins == "USER"]
     assert users, "no USER in the final stage"
     uid = users[-1].split(":")[0]
@@ -355,8 +363,18 @@ def test_dockerfile_copy_sources_exist_and_are_not_ignored(dockerfile):
 
 def test_dockerignore_keeps_the_package_and_drops_local_state():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    needed = ["pyproject.toml", "LICENSE", "rules", "rules/gpu.yaml", "tailhound", "tailhound/catalog",
-              "tailhound/examples", "agents", "streams", "notifier"]
+    needed = [
+        "pyproject.toml",
+        "LICENSE",
+        "rules",
+        "rules/gpu.yaml",
+        "tailhound",
+        "tailhound/catalog",
+        "tailhound/examples",
+        "agents",
+        "streams",
+        "notifier",
+    ]
     readme = project.get("readme")
     if isinstance(readme, str):
         needed.append(readme)
@@ -396,8 +414,12 @@ def test_dockerfile_exposes_every_process_port(dockerfile):
     def port(listen: str) -> str:
         return listen.rpartition(":")[2]
 
-    wanted = {port(StreamsSettings().web_listen), port(NotifierSettings().api_listen), port(DEFAULT_LISTEN),
-              port(AgentConfig.model_fields["listen"].default)}
+    wanted = {
+        port(StreamsSettings().web_listen),
+        port(NotifierSettings().api_listen),
+        port(DEFAULT_LISTEN),
+        port(AgentConfig.model_fields["listen"].default),
+    }
     exposed = {p.split("/")[0] for rest in dockerfile.all("EXPOSE") for p in rest.split()}
     assert exposed == wanted, f"EXPOSE {sorted(exposed)}, the processes serve {sorted(wanted)}"
     text = DOCKERFILE.read_text(encoding="utf-8")

@@ -39,8 +39,14 @@ LOADED = f"\nprint('LOADED', sorted(m for m in sys.modules if m.partition('.')[0
 
 
 def child(code: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCKER + code + LOADED], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + code + LOADED],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def loaded(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -55,8 +61,10 @@ def exit_code(proc: subprocess.CompletedProcess[str]) -> int:
 
 
 def cli(*args: str) -> str:
-    return (f"import sys\nsys.argv = ['tailhound', *{list(args)!r}]\nfrom tailhound.cli import main\n"
-            "try:\n    main()\nexcept SystemExit as exc:\n    print('EXIT', exc.code)\n")
+    return (
+        f"import sys\nsys.argv = ['tailhound', *{list(args)!r}]\nfrom tailhound.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    print('EXIT', exc.code)\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +101,8 @@ from tailhound.recording import read_records
 from tailhound.streams.processor import load_models
 from tailhound.streams.replay import replay_records
 from tailhound.streams.ruleset.rulefile import load_rules
-models = load_models([{str(fitted['model'])!r}])
-result = replay_records(read_records({str(fitted['faulty'])!r}), load_rules({str(fitted['rules'])!r}), models=models)
+models = load_models([{str(fitted["model"])!r}])
+result = replay_records(read_records({str(fitted["faulty"])!r}), load_rules({str(fitted["rules"])!r}), models=models)
 from tailhound.streams.loadmodel import WindowFeatures, expected_for
 model = models['latency.ttft.p95']
 middle = WindowFeatures(**{{k: (lo + hi) / 2 for k, (lo, hi) in model.artifact.feature_ranges.items()}})
@@ -112,8 +120,11 @@ print('OPENED', sum(e.event == 'opened' for e in result.events), 'EXPECTED', cos
 def test_the_agent_collects_without_scikit_learn(tmp_path):
     """`tailhound record` runs the agent's runtime and collectors (procnet reads this machine's /proc)."""
     (tmp_path / "agent.yaml").write_text("node: n1\nlisten: null\nprocnet:\n  interval_s: 0.5\n", encoding="utf-8")
-    proc = child("import tailhound.agents.main\n" + cli("record", "--config", "agent.yaml", "--out", "rec.jsonl",
-                                                        "--duration", "1.5"), tmp_path)
+    proc = child(
+        "import tailhound.agents.main\n"
+        + cli("record", "--config", "agent.yaml", "--out", "rec.jsonl", "--duration", "1.5"),
+        tmp_path,
+    )
     assert proc.returncode == 0 and exit_code(proc) == 0, proc.stdout + proc.stderr[-3000:]
     assert loaded(proc) == []
     lines = (tmp_path / "rec.jsonl").read_text(encoding="utf-8").splitlines()
@@ -130,8 +141,14 @@ def test_baseline_fit_without_the_extra_says_how_to_install_it(fitted, tmp_path)
 
 
 def test_baseline_fit_with_the_extra_writes_the_model(fitted, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", cli("baseline", "fit", str(fitted["normal"]), "--out", "m.json")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", cli("baseline", "fit", str(fitted["normal"]), "--out", "m.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0 and exit_code(proc) == 0, proc.stdout + proc.stderr[-3000:]
     assert LoadModel.load(tmp_path / "m.json").signal == "latency.ttft.p95"
 
@@ -156,19 +173,24 @@ except TailhoundError as exc:
 def test_error_messages_keep_their_brackets(tmp_path):
     """The CLI (main) prints a TailhoundError as text: an install hint's "[fit]" is not taken for markup."""
     code = cli("baseline", "fit", "missing.jsonl", "--out", "m.json").replace(
-        "from tailhound.cli import main", "from tailhound.cli import main\n"
+        "from tailhound.cli import main",
+        "from tailhound.cli import main\n"
         "import tailhound.streams.loadfit as lf\nfrom tailhound.errors import TailhoundError\n"
         "def fails(*args, **kwargs):\n    raise TailhoundError('x [fit] y [0]')\n"
-        "lf.training_rows = fails")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+        "lf.training_rows = fails",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
     assert exit_code(proc) == 2 and "x [fit] y [0]" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_the_fit_extra_holds_scikit_learn_and_the_base_install_does_not():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    names = {extra: {r.split(">")[0].split("<")[0].split("[")[0].strip() for r in reqs}
-             for extra, reqs in project["optional-dependencies"].items()}
+    names = {
+        extra: {r.split(">")[0].split("<")[0].split("[")[0].strip() for r in reqs}
+        for extra, reqs in project["optional-dependencies"].items()
+    }
     base = {r.split(">")[0].split("<")[0].split("[")[0].strip() for r in project["dependencies"]}
     assert not {"scikit-learn", "scipy", "numpy"} & base
     assert {"scikit-learn", "numpy"} <= names["fit"] <= names["dev"]

@@ -106,7 +106,8 @@ def config(config_text) -> IngestServiceConfig:
 
 def test_the_configmap_is_a_valid_ingest_yaml(config, config_text):
     assert config.listen is not None and config.listen.rpartition(":")[0] == "0.0.0.0", (
-        "the kubelet and Prometheus reach the pod's address, not its loopback")
+        "the kubelet and Prometheus reach the pod's address, not its loopback"
+    )
     g = config.remote_write.grouping
     assert g.sources.get("dcgm-exporter") == "dcgm" and "node" in g.node_labels
     assert config.federation is None and config.ha is None
@@ -131,8 +132,9 @@ def test_the_port_is_the_listen_port_and_the_probes_are_the_servers(container, c
 
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": _port(config.listen)} and ports["http"] == 9097
-    server = IngestServer(IngestMetrics(), max_body_bytes=1024, max_in_flight=1, retry_after_s=5,
-                          readiness=lambda: (True, "ready"))
+    server = IngestServer(
+        IngestMetrics(), max_body_bytes=1024, max_in_flight=1, retry_after_s=5, readiness=lambda: (True, "ready")
+    )
 
     async def accept(body, headers):  # pragma: no cover - routes only
         raise AssertionError
@@ -206,8 +208,7 @@ def test_the_remote_write_file_is_what_tailhound_prints(config):
     """`tailhound ingest -c <the ConfigMap's ingest.yaml> --prometheus-config --url URL`, byte for byte: a change
     to the ConfigMap (settle_s, auth, node labels) or to the signal catalog makes this fail until regenerated."""
     expected = remote_write_snippet(_snippet_url(), config)
-    assert _generated() == expected, (
-        f"{REMOTE_WRITE.relative_to(ROOT)} drifted: regenerate it as its header says")
+    assert _generated() == expected, f"{REMOTE_WRITE.relative_to(ROOT)} drifted: regenerate it as its header says"
     assert f"--url {_snippet_url()}" in REMOTE_WRITE.read_text(encoding="utf-8").split(MARKER)[0]
 
 
@@ -237,13 +238,15 @@ def test_promtool_accepts_a_prometheus_yml_with_the_block(tmp_path):
     for rule_file in base.get("rule_files", []):
         (tmp_path / rule_file).write_text((PROM_DIR / rule_file).read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(merged, sort_keys=False), encoding="utf-8")
-    proc = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [promtool, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # ... and the file as shipped, on its own
     (tmp_path / REMOTE_WRITE.name).write_text(REMOTE_WRITE.read_text(encoding="utf-8"), encoding="utf-8")
-    proc = subprocess.run([promtool, "check", "config", REMOTE_WRITE.name], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [promtool, "check", "config", REMOTE_WRITE.name], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -292,6 +295,12 @@ def test_compose_ingest_yaml_can_be_replaced(raw_compose):
 
 def test_deploy_readme_describes_the_new_files():
     text = (ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
-    for name in ("ingest-deployment.yaml", "ingest-service.yaml", "ingest-configmap.yaml",
-                 "remote-write-tailhound.yaml", "compose/ingest.yaml", "prometheus.md"):
+    for name in (
+        "ingest-deployment.yaml",
+        "ingest-service.yaml",
+        "ingest-configmap.yaml",
+        "remote-write-tailhound.yaml",
+        "compose/ingest.yaml",
+        "prometheus.md",
+    ):
         assert name in text, f"deploy/README.md does not mention {name}"

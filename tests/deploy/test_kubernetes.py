@@ -32,8 +32,16 @@ from .helpers import (
 
 KUSTOMIZATION = K8S_DIR / "kustomization.yaml"
 SECRET_EXAMPLE = K8S_DIR / "secret.example.yaml"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "RuntimeClass", "PriorityClass",
-                  "CustomResourceDefinition", "StorageClass", "PersistentVolume"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "RuntimeClass",
+    "PriorityClass",
+    "CustomResourceDefinition",
+    "StorageClass",
+    "PersistentVolume",
+}
 WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
 
 
@@ -131,12 +139,13 @@ def test_selectors_match_template_labels(applied):
         assert selector and selector.items() <= labels.items(), f"{w['metadata']['name']}: selector/labels mismatch"
     other = [(n, w["spec"]["selector"]["matchLabels"]) for w in workloads(applied) for n in [w["metadata"]["name"]]]
     for i, (n1, s1) in enumerate(other):
-        for n2, s2 in other[i + 1:]:
+        for n2, s2 in other[i + 1 :]:
             assert s1 != s2, f"{n1} and {n2} select the same pods"
     for pdb in by_kind(applied, "PodDisruptionBudget").values():
         sel = pdb["spec"]["selector"]["matchLabels"]
         assert any(sel.items() <= w["spec"]["template"]["metadata"]["labels"].items() for w in workloads(applied)), (
-            f"PDB {pdb['metadata']['name']} selects no workload")
+            f"PDB {pdb['metadata']['name']} selects no workload"
+        )
 
 
 def test_volume_mounts_reference_declared_volumes(applied):
@@ -238,8 +247,11 @@ def test_worker_serves_its_endpoint_on_the_named_port_and_is_probed_there(applie
     assert _ports(c).get("metrics") == int(port) == 9096
     assert {p["protocol"] for p in c["ports"]} == {"TCP"}
     paths = {"livenessProbe": "/-/healthy", "startupProbe": "/-/healthy", "readinessProbe": "/-/ready"}
-    app_paths = {r.resource.canonical for r in worker_web.make_app(
-        None, None, None, lambda: (True, "")).router.routes() if r.method == "GET"}  # type: ignore[arg-type]
+    app_paths = {
+        r.resource.canonical
+        for r in worker_web.make_app(None, None, None, lambda: (True, "")).router.routes()
+        if r.method == "GET"
+    }  # type: ignore[arg-type]
     for kind, path in paths.items():
         probe = c[kind]
         assert probe["httpGet"]["path"] == path and path in app_paths and path in worker_web.OPEN_PATHS
@@ -345,12 +357,19 @@ def test_worker_keeps_standby_replicas_and_a_session_timeout_for_static_members(
 def _commented_alternative(path: Path) -> dict:
     """The commented-out block at the end of a manifest, uncommented and parsed."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    start = next(i for i, ln in enumerate(lines) if re.match(r"\s*# (persistentVolumeClaimRetentionPolicy|"
-                                                             r"volumeClaimTemplates):", ln))
+    start = next(
+        i
+        for i, ln in enumerate(lines)
+        if re.match(
+            r"\s*# (persistentVolumeClaimRetentionPolicy|"
+            r"volumeClaimTemplates):",
+            ln,
+        )
+    )
     indent = len(lines[start]) - len(lines[start].lstrip())
     rest = [ln for ln in lines[start:] if ln.strip()]
-    assert all(ln[:indent + 2] == " " * indent + "# " for ln in rest), "the block must end the file, commented"
-    return yaml.safe_load("\n".join(ln[indent + 2:] for ln in rest))
+    assert all(ln[: indent + 2] == " " * indent + "# " for ln in rest), "the block must end the file, commented"
+    return yaml.safe_load("\n".join(ln[indent + 2 :] for ln in rest))
 
 
 def test_worker_data_dir_volume_claim_alternative_for_rocksdb(applied):
@@ -455,8 +474,9 @@ def test_rules_configmap_equals_rules_dir(applied):
 
 
 def test_sync_rules_script_is_up_to_date():
-    r = subprocess.run([sys.executable, str(ROOT / "deploy" / "sync_rules.py"), "--check"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "sync_rules.py"), "--check"], capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -543,7 +563,8 @@ def test_notifier_configmap_is_the_production_example_and_loads(applied):
     text = cm["data"][path.name]
     assert text == NOTIFIER_EXAMPLE.read_text(encoding="utf-8"), (
         "notifier-configmap.yaml drifted from tailhound/examples/notifier-production.yaml: "
-        "paste the file into the ConfigMap")
+        "paste the file into the ConfigMap"
+    )
     cfg = parse_config(text, origin=f"notifier-configmap.yaml:{path.name}")
     assert {r.type for r in cfg.receivers} >= {"slack", "pagerduty", "webhook"}
 
@@ -614,12 +635,16 @@ async def test_without_the_secret_the_worker_starts_with_receivers_disabled(appl
         assert receivers.fallback == "console" and set(receivers) == {"console"}
         for name, env in needing.items():
             assert env in receivers.disabled[name]
-            assert any(name in r.getMessage() and env in r.getMessage() and "DISABLED" in r.getMessage()
-                       for r in caplog.records), f"no warning names receiver {name!r} and {env}"
+            assert any(
+                name in r.getMessage() and env in r.getMessage() and "DISABLED" in r.getMessage()
+                for r in caplog.records
+            ), f"no warning names receiver {name!r} and {env}"
             assert registry.get_sample_value("tailhound_notifier_receiver_disabled", {"receiver": name}) == 1.0
         assert registry.get_sample_value("tailhound_notifier_receiver_disabled", {"receiver": "console"}) == 0.0
-        for labels in ({"severity": "critical", "transient": "false", "root_cause": "gpu-thermal-throttle"},
-                       {"severity": "warning", "transient": "false", "root_cause": "capacity"}):
+        for labels in (
+            {"severity": "critical", "transient": "false", "root_cause": "gpu-thermal-throttle"},
+            {"severity": "warning", "transient": "false", "root_cause": "capacity"},
+        ):
             assert set(receivers_for(service.config.route, labels)) == {"console"}
     finally:
         await service._producer.stop()
@@ -650,8 +675,9 @@ async def test_a_route_to_a_disabled_receiver_falls_back_to_the_top_level_one(ap
         assert set(receivers_for(service.config.route, critical)) == {"slack"}
         capacity = {"severity": "warning", "transient": "false", "root_cause": "capacity"}
         assert set(receivers_for(service.config.route, capacity)) == {"remediate", "slack"}
-        assert service.registry.get_sample_value("tailhound_notifier_receiver_disabled",
-                                                 {"receiver": "pagerduty"}) == 1.0
+        assert (
+            service.registry.get_sample_value("tailhound_notifier_receiver_disabled", {"receiver": "pagerduty"}) == 1.0
+        )
     finally:
         await service._producer.stop()
         for r in receivers.values():
@@ -670,7 +696,9 @@ def test_notifier_check_secrets_stays_strict_about_a_missing_secret(applied, tmp
     f.write_text(cm["data"][path.name], encoding="utf-8")
     env = {k: "" for k in RECEIVER_SECRET_ENV} | {
         "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS": one(applied, "ConfigMap", "tailhound-settings")["data"][
-            "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"]}
+            "TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS"
+        ]
+    }
     result = CliRunner().invoke(app, ["notifier", "check", str(f), "--secrets"], env=env)
     assert result.exit_code == 1, result.output
     for name in RECEIVER_SECRET_ENV:
@@ -749,4 +777,3 @@ def test_agent_configmap_variables_are_set_by_the_daemonset(applied):
     (c,) = one(applied, "DaemonSet", "tailhound-agent")["spec"]["template"]["spec"]["containers"]
     env = {e["name"] for e in c["env"]}
     assert referenced <= env, f"agent.yaml references {sorted(referenced - env)}, which the DaemonSet does not set"
-

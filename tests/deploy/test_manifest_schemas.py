@@ -26,18 +26,67 @@ NOT_API_OBJECTS = {"Kustomization"}
 DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 #: the fields the CRDs define (monitoring.coreos.com/v1, keda.sh/v1alpha1) for the parts deploy/ uses
-MONITOR_SPEC = {"selector", "namespaceSelector", "endpoints", "podMetricsEndpoints", "jobLabel", "targetLabels",
-                "podTargetLabels", "sampleLimit", "targetLimit", "attachMetadata"}
-ENDPOINT = {"port", "targetPort", "path", "scheme", "interval", "scrapeTimeout", "honorLabels", "honorTimestamps",
-            "relabelings", "metricRelabelings", "params", "tlsConfig", "authorization", "basicAuth",
-            "bearerTokenSecret", "followRedirects", "enableHttp2", "filterRunning", "proxyUrl"}
+MONITOR_SPEC = {
+    "selector",
+    "namespaceSelector",
+    "endpoints",
+    "podMetricsEndpoints",
+    "jobLabel",
+    "targetLabels",
+    "podTargetLabels",
+    "sampleLimit",
+    "targetLimit",
+    "attachMetadata",
+}
+ENDPOINT = {
+    "port",
+    "targetPort",
+    "path",
+    "scheme",
+    "interval",
+    "scrapeTimeout",
+    "honorLabels",
+    "honorTimestamps",
+    "relabelings",
+    "metricRelabelings",
+    "params",
+    "tlsConfig",
+    "authorization",
+    "basicAuth",
+    "bearerTokenSecret",
+    "followRedirects",
+    "enableHttp2",
+    "filterRunning",
+    "proxyUrl",
+}
 RELABELING = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
-RELABEL_ACTIONS = {"replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep", "lowercase",
-                   "uppercase", "keepequal", "dropequal"}
+RELABEL_ACTIONS = {
+    "replace",
+    "keep",
+    "drop",
+    "hashmod",
+    "labelmap",
+    "labeldrop",
+    "labelkeep",
+    "lowercase",
+    "uppercase",
+    "keepequal",
+    "dropequal",
+}
 RULE_GROUP = {"name", "interval", "rules", "limit", "partial_response_strategy"}
 RULE = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
-SCALEDOBJECT_SPEC = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod",
-                     "idleReplicaCount", "initialCooldownPeriod", "fallback", "advanced", "triggers"}
+SCALEDOBJECT_SPEC = {
+    "scaleTargetRef",
+    "minReplicaCount",
+    "maxReplicaCount",
+    "pollingInterval",
+    "cooldownPeriod",
+    "idleReplicaCount",
+    "initialCooldownPeriod",
+    "fallback",
+    "advanced",
+    "triggers",
+}
 TRIGGER = {"type", "name", "metadata", "metricType", "authenticationRef", "useCachedMetrics"}
 
 
@@ -46,8 +95,12 @@ def _docs(path: Path) -> list[dict]:
 
 
 def _manifests(folder: Path) -> list[tuple[str, int, dict]]:
-    return [(p.name, i, d) for p in sorted(folder.glob("*.yaml")) for i, d in enumerate(_docs(p))
-            if d.get("kind") not in NOT_API_OBJECTS]
+    return [
+        (p.name, i, d)
+        for p in sorted(folder.glob("*.yaml"))
+        for i, d in enumerate(_docs(p))
+        if d.get("kind") not in NOT_API_OBJECTS
+    ]
 
 
 def _validate(doc: dict, version: str) -> None:
@@ -76,8 +129,15 @@ def test_every_kubernetes_manifest_has_a_schema():
 
 def _selector(selector: dict) -> None:
     """A LabelSelector, validated as the one of a NetworkPolicy's podSelector (the same type)."""
-    _validate({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "x"},
-               "spec": {"podSelector": selector}}, VERSIONS[-1])
+    _validate(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "x"},
+            "spec": {"podSelector": selector},
+        },
+        VERSIONS[-1],
+    )
 
 
 def _relabelings(rules: list[dict], where: str) -> None:
@@ -134,17 +194,33 @@ def test_the_scaledobject_matches_its_crd_and_its_hpa_parts_validate():
     _metadata(doc, where)
     spec = doc["spec"]
     assert set(spec) <= SCALEDOBJECT_SPEC, f"{where}: unknown spec fields {sorted(set(spec) - SCALEDOBJECT_SPEC)}"
-    assert set(spec["advanced"]) <= {"horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount",
-                                     "scalingModifiers"}, where
+    assert set(spec["advanced"]) <= {
+        "horizontalPodAutoscalerConfig",
+        "restoreToOriginalReplicaCount",
+        "scalingModifiers",
+    }, where
     hpa_config = spec["advanced"]["horizontalPodAutoscalerConfig"]
     assert set(hpa_config) <= {"name", "behavior"}, where
     ref = spec["scaleTargetRef"]
     # what KEDA hands the HPA it creates: the same scale target and behaviour, validated as autoscaling/v2
-    _validate({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "x"},
-               "spec": {"scaleTargetRef": {"apiVersion": ref.get("apiVersion", "apps/v1"), "kind": ref["kind"],
-                                           "name": ref["name"]},
-                        "minReplicas": spec["minReplicaCount"], "maxReplicas": spec["maxReplicaCount"],
-                        "behavior": hpa_config["behavior"]}}, VERSIONS[-1])
+    _validate(
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "x"},
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": ref.get("apiVersion", "apps/v1"),
+                    "kind": ref["kind"],
+                    "name": ref["name"],
+                },
+                "minReplicas": spec["minReplicaCount"],
+                "maxReplicas": spec["maxReplicaCount"],
+                "behavior": hpa_config["behavior"],
+            },
+        },
+        VERSIONS[-1],
+    )
     for trigger in spec["triggers"]:
         assert set(trigger) <= TRIGGER, where
         assert trigger.get("metricType", "AverageValue") in {"AverageValue", "Value", "Utilization"}, where

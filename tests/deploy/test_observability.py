@@ -37,11 +37,22 @@ JOBS = {WORKER_JOB, AGENT_JOB, INGEST_JOB}
 #: metric prefix -> the only job that exposes it
 JOB_OF_PREFIX = {"tailhound_agent_": AGENT_JOB, "tailhound_ingest_": INGEST_JOB}
 #: series Prometheus writes itself for every target
-SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
-             "scrape_series_added"}
+SYNTHETIC = {
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+}
 #: what the alerts must cover (issue 15)
-REQUIRED_ALERTS = {"TailhoundWorkerNotReady", "TailhoundConsumerLagGrowing", "TailhoundRuleReloadFailed",
-                   "TailhoundDeadLetterFailures", "TailhoundNotificationsDeadLettered", "TailhoundAgentBrokerDown"}
+REQUIRED_ALERTS = {
+    "TailhoundWorkerNotReady",
+    "TailhoundConsumerLagGrowing",
+    "TailhoundRuleReloadFailed",
+    "TailhoundDeadLetterFailures",
+    "TailhoundNotificationsDeadLettered",
+    "TailhoundAgentBrokerDown",
+}
 
 
 def _load(path: Path) -> list[dict]:
@@ -102,8 +113,12 @@ def _families(tmp: Path) -> dict[str, str]:
     return out
 
 
-_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-             "summary": ("", "_sum", "_count", "_created"), "info": ("_info",)}
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+    "info": ("_info",),
+}
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +147,8 @@ def documented_name(name: str, kind: str) -> str:
 
 
 def test_the_metrics_of_issue_15_are_defined(defined):
-    expected = set("""tailhound_snapshots_total tailhound_snapshot_processing_seconds_bucket
+    expected = set(
+        """tailhound_snapshots_total tailhound_snapshot_processing_seconds_bucket
     tailhound_stage_seconds_total
     tailhound_model_stage_seconds_total tailhound_incident_events_total tailhound_incidents_open
     tailhound_detection_lag_seconds_bucket tailhound_consumer_lag_messages tailhound_worker_ready
@@ -142,13 +158,15 @@ def test_the_metrics_of_issue_15_are_defined(defined):
     tailhound_rules_last_reload_success_timestamp_seconds tailhound_rules_info tailhound_rules_loaded
     tailhound_notifications_total tailhound_notification_delivery_seconds_sum tailhound_notifier_active
     tailhound_notifier_groups tailhound_notifier_incidents_ingested_total tailhound_notifier_receiver_disabled
-    tailhound_agent_collections_total tailhound_agent_broker_up tailhound_agent_outbox_fill_ratio""".split())  # noqa: SIM905
+    tailhound_agent_collections_total tailhound_agent_broker_up tailhound_agent_outbox_fill_ratio""".split()
+    )
     missing = expected - defined
     assert not missing, sorted(missing)
 
 
 # --- PromQL -----------------------------------------------------------------------------------------------
-PROMQL_WORDS = set("""
+PROMQL_WORDS = set(
+    """
 sum min max avg group stddev stdvar count count_values bottomk topk quantile limitk limit_ratio
 by without on ignoring group_left group_right bool and or unless offset atan2 inf nan start end
 abs absent absent_over_time ceil changes clamp clamp_max clamp_min day_of_month day_of_week day_of_year
@@ -159,7 +177,8 @@ sort_desc sort_by_label sort_by_label_desc sqrt time timestamp vector year avg_o
 max_over_time sum_over_time count_over_time quantile_over_time stddev_over_time stdvar_over_time
 last_over_time present_over_time mad_over_time acos acosh asin asinh atan atanh cos cosh sin sinh tan tanh
 deg pi rad info
-""".split())  # noqa: SIM905
+""".split()
+)
 
 GRAFANA_VARS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 
@@ -236,7 +255,7 @@ def test_dashboard_shape_and_variables(dashboard):
         assert var[name]["type"] == "query", name
         assert var[name]["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         assert re.fullmatch(r"label_values\(.+, (job|instance)\)", variable_query(var[name])), name
-    assert '$job' in variable_query(var["instance"]) and "$agent_job" in variable_query(var["agent_instance"])
+    assert "$job" in variable_query(var["instance"]) and "$agent_job" in variable_query(var["agent_instance"])
     ids = [p["id"] for p in all_panels(dashboard)]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     for p in all_panels(dashboard):
@@ -276,22 +295,37 @@ def test_every_dashboard_expr_names_only_defined_metrics(dashboard, defined):
             continue
         selector = re.fullmatch(r"label_values\((.+), \w+\)", variable_query(v)).group(1)
         assert promql_metric_names(grafana_to_promql(selector)) <= defined, name
-    required = {"tailhound_worker_ready", "tailhound_snapshots_total", "tailhound_snapshot_processing_seconds_bucket",
-                "tailhound_stage_seconds_total", "tailhound_consumer_lag_messages",
-                "tailhound_telemetry_rejected_total", "tailhound_deadletter_failed_total",
-                "tailhound_rules_last_reload_successful", "tailhound_rules_info", "tailhound_rule_blind",
-                "tailhound_incidents_open", "tailhound_incident_events_total",
-                "tailhound_detection_lag_seconds_bucket", "tailhound_notifications_total",
-                "tailhound_notification_delivery_seconds_sum", "tailhound_notifier_active",
-                "tailhound_agent_collections_total", "tailhound_agent_collect_errors_total",
-                "tailhound_agent_outbox_fill_ratio", "tailhound_agent_broker_up",
-                "tailhound_agent_send_latency_seconds_bucket"}
+    required = {
+        "tailhound_worker_ready",
+        "tailhound_snapshots_total",
+        "tailhound_snapshot_processing_seconds_bucket",
+        "tailhound_stage_seconds_total",
+        "tailhound_consumer_lag_messages",
+        "tailhound_telemetry_rejected_total",
+        "tailhound_deadletter_failed_total",
+        "tailhound_rules_last_reload_successful",
+        "tailhound_rules_info",
+        "tailhound_rule_blind",
+        "tailhound_incidents_open",
+        "tailhound_incident_events_total",
+        "tailhound_detection_lag_seconds_bucket",
+        "tailhound_notifications_total",
+        "tailhound_notification_delivery_seconds_sum",
+        "tailhound_notifier_active",
+        "tailhound_agent_collections_total",
+        "tailhound_agent_collect_errors_total",
+        "tailhound_agent_outbox_fill_ratio",
+        "tailhound_agent_broker_up",
+        "tailhound_agent_send_latency_seconds_bucket",
+    }
     assert required <= used, f"the dashboard does not show {sorted(required - used)}"
 
 
 def test_every_dashboard_expr_is_valid_promql(dashboard, tmp_path):
-    exprs = {f"grafana:panel_{where.split(':')[0]}_{t['refId']}": grafana_to_promql(t["expr"])
-             for where, t in targets(dashboard)}
+    exprs = {
+        f"grafana:panel_{where.split(':')[0]}_{t['refId']}": grafana_to_promql(t["expr"])
+        for where, t in targets(dashboard)
+    }
     promtool_check_exprs(exprs, tmp_path)
 
 
@@ -309,8 +343,9 @@ def test_alerts_pass_promtool_check_and_their_unit_tests():
     promtool = require_tool("promtool", "apt-get install prometheus")
     check = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    unit = subprocess.run([promtool, "test", "rules", ALERT_TESTS.name], cwd=PROM_DIR, capture_output=True,
-                          text=True, timeout=120)
+    unit = subprocess.run(
+        [promtool, "test", "rules", ALERT_TESTS.name], cwd=PROM_DIR, capture_output=True, text=True, timeout=120
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr
     tests = _load(ALERT_TESTS)[0]
     assert tests["rule_files"] == [ALERTS.name]
@@ -337,8 +372,11 @@ def test_alerts_cover_tailhound_and_name_only_defined_metrics(alert_groups, defi
 
 def test_every_scraped_job_has_a_down_alert(alert_groups):
     """A process Prometheus cannot reach says nothing about itself: `up == 0` is the only alert that sees it."""
-    ups = {j for r in alert_rules(alert_groups).values()
-           for j in re.findall(r'^up\{job="([^"]+)"\} == 0$', r["expr"].strip())}
+    ups = {
+        j
+        for r in alert_rules(alert_groups).values()
+        for j in re.findall(r'^up\{job="([^"]+)"\} == 0$', r["expr"].strip())
+    }
     assert ups == JOBS, f"no `up == 0` alert for {sorted(JOBS - ups)}"
 
 
@@ -347,7 +385,8 @@ def test_the_prometheusrule_holds_the_same_groups(alert_groups):
     assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
     assert doc["metadata"]["namespace"] == "tailhound"
     assert doc["spec"]["groups"] == alert_groups, (
-        "prometheusrule.yaml drifted from tailhound-alerts.yaml: paste the groups into its spec")
+        "prometheusrule.yaml drifted from tailhound-alerts.yaml: paste the groups into its spec"
+    )
 
 
 # --- scrape configs --------------------------------------------------------------------------------------------
@@ -368,8 +407,9 @@ def promtool_check_config(path: Path, tmp_path: Path) -> str:
     """`promtool check config`; a promtool built without Kubernetes discovery (Debian's) checks the file
     with that block swapped for static targets, the rest is checked all the same."""
     promtool = require_tool("promtool", "apt-get install prometheus")
-    proc = subprocess.run([promtool, "check", "config", path.name], cwd=path.parent, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [promtool, "check", "config", path.name], cwd=path.parent, capture_output=True, text=True, timeout=60
+    )
     out = proc.stdout + proc.stderr
     if proc.returncode != 0 and "kubernetes_sd_configs not found" in out:
         cfg = _load(path)[0]
@@ -380,8 +420,9 @@ def promtool_check_config(path: Path, tmp_path: Path) -> str:
         copy.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
         for rule_file in cfg.get("rule_files", []):
             (tmp_path / rule_file).write_text((path.parent / rule_file).read_text(encoding="utf-8"), encoding="utf-8")
-        proc = subprocess.run([promtool, "check", "config", copy.name], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [promtool, "check", "config", copy.name], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
         out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     return out
@@ -399,8 +440,9 @@ def test_static_scrape_config(tmp_path):
     worker_port = int(StreamsSettings().web_listen.rpartition(":")[2])
     assert worker_port == 9096 == _metrics_port(_k8s("StatefulSet", "tailhound-worker"))
     agent_yaml = _k8s("ConfigMap", "tailhound-agent-config")["data"]["agent.yaml"]
-    agent_listen = parse_agent_config(agent_yaml.replace("${NODE_NAME}", "n").replace("${NODE_IP}", "10.0.0.1"),
-                                      origin="agent-configmap.yaml").listen
+    agent_listen = parse_agent_config(
+        agent_yaml.replace("${NODE_NAME}", "n").replace("${NODE_IP}", "10.0.0.1"), origin="agent-configmap.yaml"
+    ).listen
     agent_port = int(agent_listen.rpartition(":")[2])
     assert agent_port == 9464 == _metrics_port(_k8s("DaemonSet", "tailhound-agent"))
     ingest_port = _process_port("ingest")
@@ -432,12 +474,19 @@ def _pod_target(workload: dict, port_name: str = "metrics") -> dict[str, str]:
     tmpl = workload["spec"]["template"]
     (c,) = tmpl["spec"]["containers"]
     (port,) = [p for p in c["ports"] if p["name"] == port_name]
-    labels = {f"__meta_kubernetes_pod_label_{re.sub(r'[^A-Za-z0-9_]', '_', k)}": v
-              for k, v in tmpl["metadata"]["labels"].items()}
-    return labels | {"__meta_kubernetes_pod_container_port_name": port["name"], "__meta_kubernetes_namespace":
-                     workload["metadata"]["namespace"], "__meta_kubernetes_pod_phase": "Running",
-                     "__meta_kubernetes_pod_name": "p", "__meta_kubernetes_pod_node_name": "gpu-node-1",
-                     "__address__": f"10.0.0.9:{port['containerPort']}", "job": "tailhound"}
+    labels = {
+        f"__meta_kubernetes_pod_label_{re.sub(r'[^A-Za-z0-9_]', '_', k)}": v
+        for k, v in tmpl["metadata"]["labels"].items()
+    }
+    return labels | {
+        "__meta_kubernetes_pod_container_port_name": port["name"],
+        "__meta_kubernetes_namespace": workload["metadata"]["namespace"],
+        "__meta_kubernetes_pod_phase": "Running",
+        "__meta_kubernetes_pod_name": "p",
+        "__meta_kubernetes_pod_node_name": "gpu-node-1",
+        "__address__": f"10.0.0.9:{port['containerPort']}",
+        "job": "tailhound",
+    }
 
 
 def test_kubernetes_sd_scrape_config(tmp_path):
@@ -460,8 +509,12 @@ def test_kubernetes_sd_scrape_config(tmp_path):
 def test_operator_kustomization_lists_the_monitors_and_the_rule():
     (k,) = _load(PROM_DIR / "kustomization.yaml")
     assert k["namespace"] == "tailhound"
-    assert set(k["resources"]) == {"servicemonitor.yaml", "servicemonitor-ingest.yaml", "podmonitor.yaml",
-                                   "prometheusrule.yaml"}
+    assert set(k["resources"]) == {
+        "servicemonitor.yaml",
+        "servicemonitor-ingest.yaml",
+        "podmonitor.yaml",
+        "prometheusrule.yaml",
+    }
     for f in k["resources"]:
         (doc,) = _load(PROM_DIR / f)
         assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["metadata"]["namespace"] == "tailhound"
@@ -513,8 +566,11 @@ def test_podmonitor_selects_the_agent_pods():
 
 # --- every process's metrics port, by name -------------------------------------------------------------------------
 #: process -> (workload kind, name): where each process runs in deploy/kubernetes
-PROCESSES = {"worker": ("StatefulSet", "tailhound-worker"), "agent": ("DaemonSet", "tailhound-agent"),
-             "ingest": ("Deployment", "tailhound-ingest")}
+PROCESSES = {
+    "worker": ("StatefulSet", "tailhound-worker"),
+    "agent": ("DaemonSet", "tailhound-agent"),
+    "ingest": ("Deployment", "tailhound-ingest"),
+}
 
 
 def _process_port(process: str) -> int:
@@ -527,8 +583,9 @@ def _process_port(process: str) -> int:
         listen = {e["name"]: e.get("value") for e in c["env"]}["TAILHOUND_STREAMS__WEB_LISTEN"]
     elif process == "agent":
         text = _k8s("ConfigMap", "tailhound-agent-config")["data"]["agent.yaml"]
-        listen = parse_agent_config(text.replace("${NODE_NAME}", "n").replace("${NODE_IP}", "10.0.0.1"),
-                                    origin="agent-configmap.yaml").listen
+        listen = parse_agent_config(
+            text.replace("${NODE_NAME}", "n").replace("${NODE_IP}", "10.0.0.1"), origin="agent-configmap.yaml"
+        ).listen
     else:
         text = _k8s("ConfigMap", "tailhound-ingest-config")["data"]["ingest.yaml"]
         listen = parse_ingest_config(text, origin="ingest-configmap.yaml").listen
@@ -548,8 +605,11 @@ def _anchors(markdown: str) -> set[str]:
 
 def test_operations_doc_lists_every_metric_and_alert(families, alert_groups):
     text = OPERATIONS.read_text(encoding="utf-8")
-    missing = [documented_name(n, k) for n, k in sorted(families.items())
-               if not re.search(rf"`{re.escape(documented_name(n, k))}(\{{[^`]*\}})?`", text)]
+    missing = [
+        documented_name(n, k)
+        for n, k in sorted(families.items())
+        if not re.search(rf"`{re.escape(documented_name(n, k))}(\{{[^`]*\}})?`", text)
+    ]
     assert not missing, f"docs/operations.md does not describe {missing}"
     anchors = _anchors(text)
     for name in alert_rules(alert_groups):

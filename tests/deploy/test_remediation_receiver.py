@@ -74,9 +74,13 @@ def serve_kube(kube: FakeKube) -> Iterator[FakeKube]:
             self.wfile.write(data)
 
         def _scale(self, ns: str, name: str) -> dict[str, Any]:
-            return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                    "metadata": {"name": name, "namespace": ns, "resourceVersion": str(kube.version)},
-                    "spec": {"replicas": kube.replicas[name]}, "status": {"replicas": kube.replicas[name]}}
+            return {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": str(kube.version)},
+                "spec": {"replicas": kube.replicas[name]},
+                "status": {"replicas": kube.replicas[name]},
+            }
 
         def _route(self, body: dict[str, Any] | None) -> None:
             kube.calls.append((self.command, self.path, body))
@@ -121,9 +125,18 @@ def serve_kube(kube: FakeKube) -> Iterator[FakeKube]:
 
 
 def env_for(kube: FakeKube, token_file: Path, **over: str) -> dict[str, str]:
-    env = {"TAILHOUND_WEBHOOK_SECRET": SECRET, "K8S_API": kube.url, "K8S_NAMESPACE": "inference",
-           "K8S_DEPLOYMENT": "vllm", "K8S_TOKEN_FILE": str(token_file), "SCALE_STEP": "1", "MAX_REPLICAS": "10",
-           "LISTEN_HOST": "127.0.0.1", "LISTEN_PORT": "0", "REPLAY_CACHE_FILE": str(token_file.parent / "replay.json")}
+    env = {
+        "TAILHOUND_WEBHOOK_SECRET": SECRET,
+        "K8S_API": kube.url,
+        "K8S_NAMESPACE": "inference",
+        "K8S_DEPLOYMENT": "vllm",
+        "K8S_TOKEN_FILE": str(token_file),
+        "SCALE_STEP": "1",
+        "MAX_REPLICAS": "10",
+        "LISTEN_HOST": "127.0.0.1",
+        "LISTEN_PORT": "0",
+        "REPLAY_CACHE_FILE": str(token_file.parent / "replay.json"),
+    }
     env.update(over)
     return env
 
@@ -144,8 +157,12 @@ def serve_remediation(env: dict[str, str]) -> Iterator[str]:
 @contextmanager
 def receiver_process(env: dict[str, str]) -> Iterator[tuple[str, int]]:
     """The receiver as its own process (`python -I -S`, as deployed); yields (the host it says it listens on, port)."""
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(RECEIVER_PY), "--port", "0"],
-                            env={**env, "PATH": os.environ.get("PATH", "")}, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(RECEIVER_PY), "--port", "0"],
+        env={**env, "PATH": os.environ.get("PATH", "")},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stderr.readline()
         m = re.search(r"listening on http://([0-9.]+):(\d+)", line)
@@ -180,11 +197,21 @@ def capacity(kind: str = "opened", sequence: int = 1, **over: Any):
     return notification(kind, sequence=sequence, incidents=[inc])
 
 
-def post_raw(url: str, body: bytes, *, ts: int | None = None, secret: str = SECRET, key: str | None = None,
-             signed_body: bytes | None = None) -> httpx.Response:
+def post_raw(
+    url: str,
+    body: bytes,
+    *,
+    ts: int | None = None,
+    secret: str = SECRET,
+    key: str | None = None,
+    signed_body: bytes | None = None,
+) -> httpx.Response:
     ts = int(time.time()) if ts is None else ts
-    headers = {"X-Tailhound-Timestamp": str(ts), "X-Tailhound-Signature": sign(secret, ts, signed_body or body),
-               "Content-Type": "application/json"}
+    headers = {
+        "X-Tailhound-Timestamp": str(ts),
+        "X-Tailhound-Signature": sign(secret, ts, signed_body or body),
+        "Content-Type": "application/json",
+    }
     if key:
         headers["Idempotency-Key"] = key
     return httpx.post(url, content=body, headers=headers, timeout=5)
@@ -193,10 +220,14 @@ def post_raw(url: str, body: bytes, *, ts: int | None = None, secret: str = SECR
 # --- tests ----------------------------------------------------------------------------------------------------------
 def test_standard_library_only():
     tree = ast.parse(RECEIVER_PY.read_text(encoding="utf-8"))
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+    }
     assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
 
@@ -224,9 +255,16 @@ def test_answer_says_what_it_did_and_respects_max_replicas(kube, token_file):
         first = capacity("opened", 1)
         resp = post_raw(url, encode_body(build_payload(first)), key=first.idempotency_key)
         assert resp.status_code == 200
-        assert resp.json() == {"idempotency_key": first.idempotency_key, "action": "scale-out",
-                               "namespace": "inference", "deployment": "vllm", "from": 4, "to": 5, "capped": True,
-                               "scaled": True}
+        assert resp.json() == {
+            "idempotency_key": first.idempotency_key,
+            "action": "scale-out",
+            "namespace": "inference",
+            "deployment": "vllm",
+            "from": 4,
+            "to": 5,
+            "capped": True,
+            "scaled": True,
+        }
         update = capacity("updated", 2)
         resp = post_raw(url, encode_body(build_payload(update)), key=update.idempotency_key)
         assert resp.status_code == 200 and resp.json()["scaled"] is False and resp.json()["to"] == 5
@@ -250,11 +288,15 @@ def test_tampered_stale_or_unsigned_requests_get_401(kube, token_file):
     assert kube.replicas["vllm"] == 3
 
 
-@pytest.mark.parametrize("n", [
-    capacity("resolved", 3),
-    notification(incidents=[incident_event(root_cause="gpu-thermal-throttle")]),
-    notification(incidents=[incident_event(root_cause="kv-cache-pressure")]),
-], ids=["capacity-resolved", "thermal", "kv-cache"])
+@pytest.mark.parametrize(
+    "n",
+    [
+        capacity("resolved", 3),
+        notification(incidents=[incident_event(root_cause="gpu-thermal-throttle")]),
+        notification(incidents=[incident_event(root_cause="kv-cache-pressure")]),
+    ],
+    ids=["capacity-resolved", "thermal", "kv-cache"],
+)
 def test_other_kinds_and_actions_are_ignored(kube, token_file, n):
     with serve_remediation(env_for(kube, token_file)) as url:
         resp = post_raw(url, encode_body(build_payload(n)), key=n.idempotency_key)
@@ -271,8 +313,16 @@ def test_model_mapping_and_key_mismatch(kube, token_file):
         assert post_raw(url, body, key="someone/else/1").status_code == 400  # the header must match the body
         assert post_raw(url, body, key=n.idempotency_key).status_code == 200
         lead = capacity().lead
-        other = notification(incidents=[lead.model_copy(update={
-            "incident_id": "inc-0000000000000009", "scope": lead.scope.model_copy(update={"model": "mistral-7b"})})])
+        other = notification(
+            incidents=[
+                lead.model_copy(
+                    update={
+                        "incident_id": "inc-0000000000000009",
+                        "scope": lead.scope.model_copy(update={"model": "mistral-7b"}),
+                    }
+                )
+            ]
+        )
         resp = post_raw(url, encode_body(build_payload(other)), key=other.idempotency_key)
         assert resp.status_code == 202 and "mistral-7b" in resp.json()["ignored"]
     assert kube.replicas == {"vllm": 2, "vllm-llama": 2}
@@ -326,16 +376,20 @@ def exchange(port: int, data: bytes, drip: bytes = b"") -> tuple[float, int | No
 HEAD = b"POST /hooks/tailhound HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 
-@pytest.mark.parametrize(("headers", "body", "drip", "status"), [
-    (b"Content-Length: -1\r\n", b"{}", b"", 400),
-    (b"Content-Length: 100\r\n", b'{"short": true}', b"", 408),  # then nothing more
-    (b"Content-Length: 40\r\n", b"{", b'"drip": "one byte every 0.1 s"}' * 2, 408),  # never a read timeout
-    (b"", b"{}", b"", 411),
-    (b"Transfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n", b"", 411),
-    (b"Content-Length: 99999999999\r\n", b"{}", b"", 413),
-    (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"{}", b"", 400),
-    (b"Content-Length: 0x10\r\n", b"{}", b"", 400),
-], ids=["negative", "short", "drip", "absent", "chunked", "oversized", "two-lengths", "not-decimal"])
+@pytest.mark.parametrize(
+    ("headers", "body", "drip", "status"),
+    [
+        (b"Content-Length: -1\r\n", b"{}", b"", 400),
+        (b"Content-Length: 100\r\n", b'{"short": true}', b"", 408),  # then nothing more
+        (b"Content-Length: 40\r\n", b"{", b'"drip": "one byte every 0.1 s"}' * 2, 408),  # never a read timeout
+        (b"", b"{}", b"", 411),
+        (b"Transfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n", b"", 411),
+        (b"Content-Length: 99999999999\r\n", b"{}", b"", 413),
+        (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"{}", b"", 400),
+        (b"Content-Length: 0x10\r\n", b"{}", b"", 400),
+    ],
+    ids=["negative", "short", "drip", "absent", "chunked", "oversized", "two-lengths", "not-decimal"],
+)
 def test_bad_or_slow_bodies_are_answered_within_the_read_timeout(kube, token_file, headers, body, drip, status):
     """Content-Length -1 made rfile.read(-1) wait for EOF and a short body held the thread forever, before any
     signature check. Now: 400/411/413 at once, 408 once READ_TIMEOUT_S has passed since the body was due."""
@@ -395,8 +449,10 @@ def test_replay_cache_file_is_pruned_by_the_window_and_bounded(tmp_path):
     assert list(remediation.ReplayCache(path, window_s=300, max_keys=10, clock=lambda: 1400.0).keys) == ["newer"]
 
 
-@pytest.mark.parametrize(("name", "error"), [("bad.json", "unreadable replay cache"),
-                                             ("no/such/dir/r.json", "cannot write the replay cache")])
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("bad.json", "unreadable replay cache"), ("no/such/dir/r.json", "cannot write the replay cache")],
+)
 def test_an_unreadable_or_unwritable_replay_cache_stops_the_receiver(kube, token_file, tmp_path, name, error):
     (tmp_path / "bad.json").write_text("[not json")
     cfg = remediation.Config.from_env(env_for(kube, token_file, REPLAY_CACHE_FILE=str(tmp_path / name)))

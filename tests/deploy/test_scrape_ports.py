@@ -46,12 +46,17 @@ def _operator_reaches(process: str) -> list[str]:
                 reached += [mon["metadata"]["name"] for ep in spec["podMetricsEndpoints"] if ep["port"] == port_name]
             elif mon["kind"] == "ServiceMonitor":
                 for svc in services:
-                    if not (wanted <= svc["metadata"].get("labels", {}).items()
-                            and svc["spec"]["selector"].items() <= pod_labels):
+                    if not (
+                        wanted <= svc["metadata"].get("labels", {}).items()
+                        and svc["spec"]["selector"].items() <= pod_labels
+                    ):
                         continue
                     targets = {p["name"]: p.get("targetPort", p["port"]) for p in svc["spec"]["ports"]}
-                    reached += [mon["metadata"]["name"] for ep in spec["endpoints"]
-                                if targets.get(ep["port"]) in (port_name, _process_port(process))]
+                    reached += [
+                        mon["metadata"]["name"]
+                        for ep in spec["endpoints"]
+                        if targets.get(ep["port"]) in (port_name, _process_port(process))
+                    ]
     return reached
 
 

@@ -57,8 +57,11 @@ def test_the_agent_unit_runs_the_cli_unprivileged_with_the_example_paths():
     assert spill and spill.group(1).startswith("/var/lib/" + svc["StateDirectory"][0] + "/")
     assert u["Install"]["WantedBy"] == ["multi-user.target"]
     assert svc["EnvironmentFile"] == ["/etc/tailhound/agent.env"] and "TAILHOUND_BROKER=" in env
-    sysusers = [ln.split() for ln in (SYSTEMD / "tailhound.sysusers.conf").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]
+    sysusers = [
+        ln.split()
+        for ln in (SYSTEMD / "tailhound.sysusers.conf").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert sysusers[0][:2] == ["u", "tailhound"] and sysusers[1] == ["m", "tailhound", "video"]
     assert "video" in svc["SupplementaryGroups"][0].split()
 
@@ -86,8 +89,17 @@ def test_the_scaledobject_scales_on_waiting_over_two_per_replica_for_30s():
 
 def test_the_scaledobject_queries_are_valid_promql(tmp_path):
     promtool = require_tool("promtool", "apt-get install prometheus")
-    rules = {"groups": [{"name": "keda", "rules": [
-        {"record": f"keda:{t['name']}", "expr": t["metadata"]["query"]} for t in scaled_object()["spec"]["triggers"]]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "keda",
+                "rules": [
+                    {"record": f"keda:{t['name']}", "expr": t["metadata"]["query"]}
+                    for t in scaled_object()["spec"]["triggers"]
+                ],
+            }
+        ]
+    }
     f = tmp_path / "keda-queries.yaml"
     f.write_text(yaml.safe_dump(rules))
     proc = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=60)
@@ -101,8 +113,10 @@ def test_the_agent_unit_grants_no_capability_and_the_hops_drop_in_only_cap_net_r
     assert svc["CapabilityBoundingSet"] == [""] and svc.get("AmbientCapabilities", [""]) == [""]
     assert svc["NoNewPrivileges"] == ["yes"]
     hops = unit(SYSTEMD / "tailhound-agent-hops.conf")
-    assert set(hops) == {"Service"} and hops["Service"] == {"CapabilityBoundingSet": ["CAP_NET_RAW"],
-                                                            "AmbientCapabilities": ["CAP_NET_RAW"]}
+    assert set(hops) == {"Service"} and hops["Service"] == {
+        "CapabilityBoundingSet": ["CAP_NET_RAW"],
+        "AmbientCapabilities": ["CAP_NET_RAW"],
+    }
     readme = (SYSTEMD / "README.md").read_text(encoding="utf-8")
     assert "/etc/systemd/system/tailhound-agent.service.d/" in readme and "tailhound-agent-hops.conf" in readme
     privileges = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8").partition("## Privileges")[2]

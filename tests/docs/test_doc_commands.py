@@ -53,8 +53,10 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/capacity.md", "tailhound loadtest --target http://10.0.3.7:8000"): "an inference server on another host",
     # inputs the reader brings (their files, a git checkout, an earlier run's ids)
     ("docs/capacity.md", "tailhound capacity result.json"): "the result.json of the load test above",
-    ("docs/capacity.md", "TAILHOUND_STREAMS__CAPACITY_FILE=/etc/tailhound/capacity.yaml tailhound worker"):
-        "the capacity file of the step above, in /etc",
+    (
+        "docs/capacity.md",
+        "TAILHOUND_STREAMS__CAPACITY_FILE=/etc/tailhound/capacity.yaml tailhound worker",
+    ): "the capacity file of the step above, in /etc",
     ("docs/doctor.md", "tailhound doctor scrape.jsonl --rules ./rules"): "the reader's own rules directory",
     ("docs/rules-testing.md", "tailhound rules test my-tests.yaml"): "the reader's own tests and rules",
     ("docs/simulator.md", "tailhound simulate --record code.jsonl"): "the public request traces next to a checkout",
@@ -62,8 +64,10 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --rules rules --against main"): "a git checkout",
     ("docs/rules-testing.md", "tailhound rules backtest fleet.jsonl --against /tmp/old-rules"): "an older rule pack",
     ("docs/notifier.md", "tailhound silence expire sil-"): "the id of a silence made elsewhere",
-    ("docs/notifier.md", "tailhound silence add -m 'root_cause=\"network-path\"'"):
-        "a fixed end date; a silence may end at most 30 days ahead of the day the test runs",
+    (
+        "docs/notifier.md",
+        "tailhound silence add -m 'root_cause=\"network-path\"'",
+    ): "a fixed end date; a silence may end at most 30 days ahead of the day the test runs",
     ("docs/notifier.md", "tailhound incidents show inc-"): "the id of an incident from a running fleet",
     ("docs/notifier.md", "tailhound notifier routes test --config notifier.yaml --incident"): "an incidents file",
 }
@@ -80,8 +84,10 @@ INTERRUPT: dict[tuple[str, str], float] = {
 #: (document, start of the command): the exit codes it documents, and why
 EXIT: dict[tuple[str, str], tuple[set[int], str]] = {
     ("docs/doctor.md", "tailhound doctor scrape.jsonl"): ({0, 1}, "1: a critical rule is blind on this host"),
-    ("docs/notifier.md", "tailhound notifier check notifier-production.yaml --secrets"):
-        ({1}, "the production example's secrets are not in this env"),
+    ("docs/notifier.md", "tailhound notifier check notifier-production.yaml --secrets"): (
+        {1},
+        "the production example's secrets are not in this env",
+    ),
 }
 
 
@@ -139,8 +145,15 @@ def _run_one(cmd: Command, cwd: Path, env: dict[str, str]) -> str | None:
     codes, _why = _entry(EXIT, cmd) or ({0}, "")
     log = cwd.parent / f"{cwd.name}-{cmd.line}.log"
     with log.open("w") as fh:
-        proc = subprocess.Popen(["bash", "-c", cmd.text], cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", cmd.text],
+            cwd=cwd,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             if wait is not None:
                 try:
@@ -191,10 +204,18 @@ def _run_doc(path: Path, base: Path, venv: Path, env: dict[str, str], broker: st
     cwd, home = base / name, base / f"{name}-home"
     cwd.mkdir()
     home.mkdir()
-    env = dict(env, HOME=str(home), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", COLUMNS="200",
-               TAILHOUND_BROKER=broker, TAILHOUND_TOPIC_PREFIX=f"docs{uuid.uuid4().hex[:8]}.",
-               TAILHOUND_PARTITIONS="2", TAILHOUND_NOTIFIER__API_LISTEN="",
-               AGENT_LISTEN=f"127.0.0.1:{free_port()}", INGEST_LISTEN=f"127.0.0.1:{free_port()}")
+    env = dict(
+        env,
+        HOME=str(home),
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        COLUMNS="200",
+        TAILHOUND_BROKER=broker,
+        TAILHOUND_TOPIC_PREFIX=f"docs{uuid.uuid4().hex[:8]}.",
+        TAILHOUND_PARTITIONS="2",
+        TAILHOUND_NOTIFIER__API_LISTEN="",
+        AGENT_LISTEN=f"127.0.0.1:{free_port()}",
+        INGEST_LISTEN=f"127.0.0.1:{free_port()}",
+    )
     failures = []
     for cmd in documented_commands(path):
         if _entry(SKIP, cmd) is not None:
@@ -214,8 +235,12 @@ def doc_results(tmp_path_factory, broker) -> dict[str, list[str]]:
     base = tmp_path_factory.mktemp("docs")
     with ThreadPoolExecutor(max_workers=3) as pool:
         ordered = sorted(DOCS, key=lambda p: (p.relative_to(ROOT).as_posix() not in FIRST, p))
-        futures = {p.relative_to(ROOT).as_posix(): pool.submit(_run_doc, p, base, installed["venv"],
-                                                               installed["env"], broker.url) for p in ordered}
+        futures = {
+            p.relative_to(ROOT).as_posix(): pool.submit(
+                _run_doc, p, base, installed["venv"], installed["env"], broker.url
+            )
+            for p in ordered
+        }
         return {doc: f.result() for doc, f in futures.items()}
 
 
@@ -227,15 +252,19 @@ def test_documented_commands_run_verbatim_from_a_wheel(doc, doc_results):
 
 def test_every_exception_names_a_documented_command():
     commands = [c for p in DOCS for c in documented_commands(p)]
-    stale = [f"{table}: {doc}: {start!r}" for table, entries in (("SKIP", SKIP), ("INTERRUPT", INTERRUPT),
-                                                                  ("EXIT", EXIT))
-             for doc, start in entries if not any(c.doc == doc and c.text.startswith(start) for c in commands)]
+    stale = [
+        f"{table}: {doc}: {start!r}"
+        for table, entries in (("SKIP", SKIP), ("INTERRUPT", INTERRUPT), ("EXIT", EXIT))
+        for doc, start in entries
+        if not any(c.doc == doc and c.text.startswith(start) for c in commands)
+    ]
     assert not stale, "entries that match no documented command (update them with the docs):\n" + "\n".join(stale)
 
 
 def test_the_extraction_finds_commands_in_every_shell_block_kind():
     found = documented_commands(ROOT / "docs" / "rules-testing.md")
-    assert any(c.text.startswith("tailhound simulate --minutes 45") and "--fault kv-cache-pressure" in c.text
-               for c in found), "continued lines are joined"
+    assert any(
+        c.text.startswith("tailhound simulate --minutes 45") and "--fault kv-cache-pressure" in c.text for c in found
+    ), "continued lines are joined"
     assert all(_is_tailhound(c.text) for c in found)
     assert not _is_tailhound("make demo") and _is_tailhound("TAILHOUND_BROKER=kafka://x:1 tailhound ingest")

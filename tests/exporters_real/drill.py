@@ -20,7 +20,7 @@ DRILL_S = 60.0 if LONG else 15.0
 #: (test_node_exporter_flags.py adds them with the flag; procnet sends them without one).
 NOT_IN_NODE_EXPORTER_DEFAULTS = frozenset({"node_netstat_Tcp_AttemptFails", "node_netstat_Tcp_EstabResets"})
 #: a sample line: name, optional {labels}, a value, an optional timestamp
-_SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? [^ ]+( -?\d+)?$')
+_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? [^ ]+( -?\d+)?$")
 
 
 def families(text: str) -> frozenset[str]:
@@ -29,8 +29,9 @@ def families(text: str) -> frozenset[str]:
 
 
 def sample_names(text: str) -> frozenset[str]:
-    return frozenset(re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines()
-                     if line and not line.startswith("#"))
+    return frozenset(
+        re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and not line.startswith("#")
+    )
 
 
 def complete(text: str) -> bool:
@@ -41,8 +42,12 @@ def complete(text: str) -> bool:
 
 def catalog_metrics(source: str, prefix: str = "") -> list[SourceMetric]:
     """The catalog's mappings of `source` (tailhound/catalog/signals.yaml), those whose metric starts with `prefix`."""
-    return [sm for spec in default_catalog().signals.values() for sm in spec.sources.get(source, ())
-            if sm.metric.startswith(prefix)]
+    return [
+        sm
+        for spec in default_catalog().signals.values()
+        for sm in spec.sources.get(source, ())
+        if sm.metric.startswith(prefix)
+    ]
 
 
 @dataclass

@@ -45,7 +45,8 @@ class Drill:
             "scrape:\n"
             f"  - {{job: node, url: '{node_url}', interval_s: 1, timeout_s: 5}}\n"
             f"  - {{job: blackbox, url: '{probe_url}', interval_s: 1, timeout_s: 5}}\n"
-            f"nginx:\n  - {{url: '{nginx_url}', worker_connections: 64, interval_s: 1}}\n")
+            f"nginx:\n  - {{url: '{nginx_url}', worker_connections: 64, interval_s: 1}}\n"
+        )
         self.snapshots: list = []
         recording = tmp / "drill.jsonl"
         with recording.open("w") as fh, SecondClient([node_url, probe_url, nginx_url]) as self.second:
@@ -63,8 +64,11 @@ class Drill:
 @pytest.fixture(scope="module")
 def drill(tmp_path_factory) -> Drill:
     tmp = tmp_path_factory.mktemp("real-exporters")
-    with running(start_node_exporter(tmp / "node")) as ne, running(start_nginx(tmp / "nginx")) as ngx, \
-            running(start_blackbox_exporter(tmp / "blackbox")) as bb:
+    with (
+        running(start_node_exporter(tmp / "node")) as ne,
+        running(start_nginx(tmp / "nginx")) as ngx,
+        running(start_blackbox_exporter(tmp / "blackbox")) as bb,
+    ):
         # blackbox probes nginx's `/` (a loopback HTTP server answering 200) with the default http_2xx module
         probe = f"{bb.url}/probe?" + urlencode({"target": f"{ngx.url}/", "module": "http_2xx"})
         return Drill(tmp, f"{ne.url}/metrics", probe, f"{ngx.url}/nginx_status")

@@ -15,6 +15,5 @@ def test_doctor_target_sees_every_mapped_node_metric_every_run(tmp_path):
     catalog = default_catalog()
     expected = len({sm.metric for sm in catalog_metrics("node")} - NOT_IN_NODE_EXPORTER_DEFAULTS)
     with running(start_node_exporter(tmp_path)) as ne:
-        mapped = [scrape_targets([f"node={ne.url}/metrics"], 5.0, catalog).mapped("node", catalog)
-                  for _ in range(RUNS)]
+        mapped = [scrape_targets([f"node={ne.url}/metrics"], 5.0, catalog).mapped("node", catalog) for _ in range(RUNS)]
     assert mapped == [expected] * RUNS

@@ -22,9 +22,25 @@ def test_record_from_node_exporter_keeps_every_body_whole(tmp_path):
         out = tmp_path / "node.jsonl"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
         with SecondClient([url]) as second:
-            proc = subprocess.run([sys.executable, "-m", "tailhound", "record", "--config", str(cfg), "--out", str(out),
-                                   "--duration", str(RECORD_S)], env=env, cwd=tmp_path, capture_output=True,
-                                  text=True, timeout=RECORD_S + 60)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tailhound",
+                    "record",
+                    "--config",
+                    str(cfg),
+                    "--out",
+                    str(out),
+                    "--duration",
+                    str(RECORD_S),
+                ],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=RECORD_S + 60,
+            )
     assert proc.returncode == 0, proc.stderr
     records = list(read_records(out))
     assert len(records) >= RECORD_S - 2 and f"wrote {len(records)} records" in proc.stdout

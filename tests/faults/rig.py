@@ -102,17 +102,33 @@ class Fleet:
 class Rig:
     """Broker, worker, sender and fleet; an async context manager that stops them all."""
 
-    def __init__(self, tmp_path: Path, *, notifier: bool = False, partitions: int = 2, workers: int = 1,
-                 nodes: tuple[str, ...] = NODES, **streams: object) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        notifier: bool = False,
+        partitions: int = 2,
+        workers: int = 1,
+        nodes: tuple[str, ...] = NODES,
+        **streams: object,
+    ) -> None:
         run = uuid.uuid4().hex[:6]
         self.tmp_path = tmp_path
         self.broker = EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log")
         notifier_cfg = tmp_path / "notifier.yaml"
         notifier_cfg.write_text(NOTIFIER_YAML)
         self.settings = Settings(
-            broker=self.broker.url, topic_prefix=f"d{run}.", partitions=partitions,
-            streams={"app_id": f"drill-{run}", "data_dir": tmp_path / "streams", "log_level": "info",
-                     "web_listen": "127.0.0.1:0", "rollup_max_delay_s": 2.0, **streams},
+            broker=self.broker.url,
+            topic_prefix=f"d{run}.",
+            partitions=partitions,
+            streams={
+                "app_id": f"drill-{run}",
+                "data_dir": tmp_path / "streams",
+                "log_level": "info",
+                "web_listen": "127.0.0.1:0",
+                "rollup_max_delay_s": 2.0,
+                **streams,
+            },
             sinks={"console": {"enabled": False}, "incident_topic": {"enabled": True}},
             notifier={"enabled": notifier, "config": notifier_cfg, "api_listen": "127.0.0.1:0", "tick_s": 0.2},
         )
@@ -174,10 +190,13 @@ class Rig:
     # --- read-backs -------------------------------------------------------------------------------
     async def telemetry(self, timeout: float = 30.0) -> list[SnapId]:
         """Every snapshot the telemetry topic holds, in partition order."""
-        return [(s.node, s.ts) for s in
-                (Snapshot.model_validate_json(r.value) for r in await read_all(self.settings,
-                                                                               self.settings.telemetry_topic,
-                                                                               timeout))]
+        return [
+            (s.node, s.ts)
+            for s in (
+                Snapshot.model_validate_json(r.value)
+                for r in await read_all(self.settings, self.settings.telemetry_topic, timeout)
+            )
+        ]
 
     async def incidents(self, timeout: float = 30.0) -> list[IncidentEvent]:
         records = await read_all(self.settings, self.settings.incidents_topic, timeout)
@@ -188,8 +207,11 @@ class Rig:
         out = []
         for w in [*self.retired, *self.workers]:
             with contextlib.suppress(OSError):
-                out += [line.strip() for line in w.log_path.read_text(errors="replace").splitlines()
-                        if line.startswith("notify ")]
+                out += [
+                    line.strip()
+                    for line in w.log_path.read_text(errors="replace").splitlines()
+                    if line.startswith("notify ")
+                ]
         return out
 
     async def wait_for(self, what: str, check, timeout: float, poll_s: float = 0.25) -> float:
@@ -216,8 +238,7 @@ class Rig:
 
         async def reached() -> bool:
             nonlocal target
-            ends, committed = await offsets(self.settings, self.settings.streams.app_id,
-                                            self.settings.telemetry_topic)
+            ends, committed = await offsets(self.settings, self.settings.streams.app_id, self.settings.telemetry_topic)
             if not target:
                 if not ends or sum(ends.values()) == 0:
                     return False

@@ -37,8 +37,9 @@ async def test_broker_paused_loses_nothing_and_both_recover(tmp_path, drill_repo
             finally:
                 rig.broker.resume()
             t_resume = time.monotonic()
-            agent_s = await rig.wait_for("agent outbox drained", lambda: len(rig.sender.outbox) <= 2, timeout=60,
-                                         poll_s=0.05)
+            agent_s = await rig.wait_for(
+                "agent outbox drained", lambda: len(rig.sender.outbox) <= 2, timeout=60, poll_s=0.05
+            )
             worker_s = await rig.wait_caught_up("worker caught up after the outage", timeout=90)
             await rig.fleet.run_hot(HOT_TICKS)
 
@@ -53,12 +54,19 @@ async def test_broker_paused_loses_nothing_and_both_recover(tmp_path, drill_repo
             lost = sorted(set(emitted) - set(found))
             events = await rig.incidents()
             figures = drill_report(
-                pause_s=PAUSE_S, collected=len(emitted), collected_during_pause=len(rig.fleet.ids(t_pause, t_resume)),
-                outbox_at_resume=waiting, lost=len(lost), duplicated=duplicates(found),
+                pause_s=PAUSE_S,
+                collected=len(emitted),
+                collected_during_pause=len(rig.fleet.ids(t_pause, t_resume)),
+                outbox_at_resume=waiting,
+                lost=len(lost),
+                duplicated=duplicates(found),
                 dropped=rig.sender.outbox.dropped,
-                agent_recover_s=round(agent_s, 2), worker_recover_s=round(worker_s, 2),
-                incident_after_hot_s=round(incident_s, 2), send_errors=int(rig.metrics.send_errors._value.get()),
-                worker_restarts=rig.worker.restarts, worker_exits=rig.worker.exits,
+                agent_recover_s=round(agent_s, 2),
+                worker_recover_s=round(worker_s, 2),
+                incident_after_hot_s=round(incident_s, 2),
+                send_errors=int(rig.metrics.send_errors._value.get()),
+                worker_restarts=rig.worker.restarts,
+                worker_exits=rig.worker.exits,
             )
 
     assert not lost, f"{len(lost)} snapshot(s) never reached the broker: {lost[:5]}"

@@ -44,8 +44,9 @@ async def test_broker_restart_loses_nothing_after_the_kill_and_both_recover(tmp_
             rig.broker.start()
             t_up = time.monotonic()
 
-            agent_s = await rig.wait_for("agent sending after the restart", lambda: rig.sent > sent_at_kill + 4,
-                                         timeout=30, poll_s=0.05)
+            agent_s = await rig.wait_for(
+                "agent sending after the restart", lambda: rig.sent > sent_at_kill + 4, timeout=30, poll_s=0.05
+            )
             worker_s = await rig.wait_caught_up("worker caught up after the restart", timeout=60)
             await asyncio.sleep(1.0)
             await rig.fleet.run_hot(HOT_TICKS)
@@ -65,17 +66,25 @@ async def test_broker_restart_loses_nothing_after_the_kill_and_both_recover(tmp_
             readable_after = len(found)
             events = await rig.incidents()
             figures = drill_report(
-                down_s=DOWN_S, tick_s=TICK_S,
-                collected_after_kill=len(after_kill), lost_after_kill=len(lost), duplicated=duplicates(found),
+                down_s=DOWN_S,
+                tick_s=TICK_S,
+                collected_after_kill=len(after_kill),
+                lost_after_kill=len(lost),
+                duplicated=duplicates(found),
                 waiting_at_kill=waiting_at_kill,
                 resent_from_before_kill=len(before_kill & set(found)),
                 lost_with_broker=len(before_kill - set(found)),
-                counted_sent_after_kill=sent_after, readable_after_kill=readable_after,
-                log_resets=rig.sender.log_resets, send_errors=int(rig.metrics.send_errors._value.get()),
-                agent_recover_s=round(agent_s, 2), worker_recover_s=round(worker_s, 2),
+                counted_sent_after_kill=sent_after,
+                readable_after_kill=readable_after,
+                log_resets=rig.sender.log_resets,
+                send_errors=int(rig.metrics.send_errors._value.get()),
+                agent_recover_s=round(agent_s, 2),
+                worker_recover_s=round(worker_s, 2),
                 incident_after_hot_s=round(incident_s, 2),
-                worker_restarts=rig.worker.restarts, worker_exits=rig.worker.exits,
-                warm_s=round(warm_s, 1), restart_to_caught_up_s=round(time.monotonic() - t_up, 1),
+                worker_restarts=rig.worker.restarts,
+                worker_exits=rig.worker.exits,
+                warm_s=round(warm_s, 1),
+                restart_to_caught_up_s=round(time.monotonic() - t_up, 1),
             )
 
     assert not lost, f"{len(lost)} snapshot(s) collected after the kill never reached the new broker: {lost[:5]}"

@@ -66,8 +66,15 @@ async def test_future_snapshots_are_dead_lettered_and_no_real_snapshot_is_droppe
                         await send(dcgm_snapshot(time.time() + TEN_YEARS, node=same))
                         future += 1
                     if i == 12:  # another source of the node, 10 years ahead, while its incident is open
-                        await send(Snapshot(ts=time.time() + TEN_YEARS, node=other, source="node", interval_s=15,
-                                            samples=[GaugeSample(name="node_load1", value=1.0)]))
+                        await send(
+                            Snapshot(
+                                ts=time.time() + TEN_YEARS,
+                                node=other,
+                                source="node",
+                                interval_s=15,
+                                samples=[GaugeSample(name="node_load1", value=1.0)],
+                            )
+                        )
                         future += 1
                     for node in (same, other):
                         await send(dcgm_snapshot(ts, node=node, hot=HOT if 4 <= i < 20 else None))
@@ -82,8 +89,9 @@ async def test_future_snapshots_are_dead_lettered_and_no_real_snapshot_is_droppe
             return nodes <= _nodes_in(evs) and _open_ids(evs) == set()
 
         records = await consume(settings, settings.incidents_topic, done, timeout=90, alive=worker.alive)
-        letters = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= future, timeout=30,
-                                alive=worker.alive)
+        letters = await consume(
+            settings, settings.deadletter_topic, lambda rs: len(rs) >= future, timeout=30, alive=worker.alive
+        )
         deadline = time.monotonic() + 15
         counts = intake(worker.log_path.read_text(errors="replace"))
         while (counts is None or counts[0] + counts[1] < real) and time.monotonic() < deadline and worker.alive():
@@ -100,11 +108,20 @@ async def test_future_snapshots_are_dead_lettered_and_no_real_snapshot_is_droppe
         lifecycles.setdefault(e.incident_id, []).append(e.event)
     in_future = [e for e in events if (e.resolved_at or 0) > now + 300 or e.ts > now + 300]
     accepted, dropped = counts if counts is not None else (0, real)
-    drill_report(pairs=pairs, nodes=len(nodes), real_snapshots=real, future_snapshots=future, real_dropped=dropped,
-                 real_accepted=accepted, dead_lettered=len(letters),
-                 dead_letter_kinds=sorted({d.kind or "" for d in letters}), incidents=len(lifecycles),
-                 incident_events=len(events), resolved_in_future=len(in_future),
-                 wall_s=round(time.monotonic() - t_start, 1))
+    drill_report(
+        pairs=pairs,
+        nodes=len(nodes),
+        real_snapshots=real,
+        future_snapshots=future,
+        real_dropped=dropped,
+        real_accepted=accepted,
+        dead_lettered=len(letters),
+        dead_letter_kinds=sorted({d.kind or "" for d in letters}),
+        incidents=len(lifecycles),
+        incident_events=len(events),
+        resolved_in_future=len(in_future),
+        wall_s=round(time.monotonic() - t_start, 1),
+    )
     assert counts is not None, worker.log_tail()
     assert dropped == 0 and accepted == real
     assert in_future == []

@@ -67,25 +67,75 @@ def _sample(**over) -> dict:
 #: kind of hostile message -> (the dead letter's kind, make(rng, node) -> (key, value))
 HOSTILE: dict[str, tuple[str, Callable[[random.Random, str], tuple[bytes, bytes]]]] = {
     "oversized": ("oversized", lambda r, n: (n.encode(), b"\xff" + r.randbytes(1_200_000))),
-    "too_many_samples": ("too_many_samples", lambda r, n: (n.encode(), json.dumps(
-        {"ts": time.time(), "node": n, "source": "dcgm",
-         "samples": [{"kind": "gauge", "name": "g", "value": 1}] * 20_001}, separators=(",", ":")).encode())),
+    "too_many_samples": (
+        "too_many_samples",
+        lambda r, n: (
+            n.encode(),
+            json.dumps(
+                {
+                    "ts": time.time(),
+                    "node": n,
+                    "source": "dcgm",
+                    "samples": [{"kind": "gauge", "name": "g", "value": 1}] * 20_001,
+                },
+                separators=(",", ":"),
+            ).encode(),
+        ),
+    ),
     "not_utf8": ("not_utf8", lambda r, n: (n.encode(), b"\xc3\x28" + r.randbytes(r.randint(10, 3000)))),
     "bad_json": ("bad_json", lambda r, n: (n.encode(), _with(n)[: r.randint(1, 400)])),
     "empty": ("empty", lambda r, n: (n.encode(), b"")),
-    "wrong_key": ("wrong_key", lambda r, n: (b"gpu-node-2" if n != "gpu-node-2" else b"gpu-node-1",
-                                             _with(n))),
+    "wrong_key": ("wrong_key", lambda r, n: (b"gpu-node-2" if n != "gpu-node-2" else b"gpu-node-1", _with(n))),
     "nan_gauge": ("non_finite", lambda r, n: (n.encode(), _with(n, samples=[_sample(value=math.nan)]))),
     "inf_interval": ("non_finite", lambda r, n: (n.encode(), _with(n, interval_s=math.inf))),
-    "nan_histogram_delta": ("non_finite", lambda r, n: (n.encode(), _with(n, samples=[
-        {"kind": "histogram", "name": "h", "le": [0.1, 1.0], "counts": [1, 2], "count": 3, "sum": 1.0,
-         "delta": {"counts": [math.nan, 1], "count": 1, "sum": 0.5}}]))),
-    "negative_delta": ("out_of_range", lambda r, n: (n.encode(), _with(n, samples=[
-        {"kind": "counter", "name": "DCGM_FI_PROF_NVLINK_TX_BYTES", "value": 5.0, "delta": -r.randint(1, 10**9)}]))),
-    "many_labels": ("too_many_labels", lambda r, n: (n.encode(), _with(n, samples=[
-        _sample(labels={f"l{i}": "v" for i in range(r.randint(65, 5000))})]))),
-    "long_label": ("label_too_long", lambda r, n: (n.encode(), _with(n, samples=[
-        _sample(labels={"gpu": "v" * r.randint(4097, 200_000)})]))),
+    "nan_histogram_delta": (
+        "non_finite",
+        lambda r, n: (
+            n.encode(),
+            _with(
+                n,
+                samples=[
+                    {
+                        "kind": "histogram",
+                        "name": "h",
+                        "le": [0.1, 1.0],
+                        "counts": [1, 2],
+                        "count": 3,
+                        "sum": 1.0,
+                        "delta": {"counts": [math.nan, 1], "count": 1, "sum": 0.5},
+                    }
+                ],
+            ),
+        ),
+    ),
+    "negative_delta": (
+        "out_of_range",
+        lambda r, n: (
+            n.encode(),
+            _with(
+                n,
+                samples=[
+                    {
+                        "kind": "counter",
+                        "name": "DCGM_FI_PROF_NVLINK_TX_BYTES",
+                        "value": 5.0,
+                        "delta": -r.randint(1, 10**9),
+                    }
+                ],
+            ),
+        ),
+    ),
+    "many_labels": (
+        "too_many_labels",
+        lambda r, n: (
+            n.encode(),
+            _with(n, samples=[_sample(labels={f"l{i}": "v" for i in range(r.randint(65, 5000))})]),
+        ),
+    ),
+    "long_label": (
+        "label_too_long",
+        lambda r, n: (n.encode(), _with(n, samples=[_sample(labels={"gpu": "v" * r.randint(4097, 200_000)})])),
+    ),
     "future_ts": ("future_ts", lambda r, n: (n.encode(), _with(n, ts=time.time() + TEN_YEARS))),
     "schema": ("invalid", lambda r, n: (n.encode(), _with(n, ts="soon"))),
 }
@@ -118,7 +168,8 @@ async def _wait_for_intake(worker: WorkerProcess, total: int, timeout: float) ->
 
 
 async def test_hostile_messages_of_every_kind_are_dead_lettered_and_the_fault_is_still_diagnosed(
-        settings, tmp_path, drill_report):
+    settings, tmp_path, drill_report
+):
     settings = _with_stats(settings)
     await ensure_topics(settings)
     rng = random.Random(13)
@@ -156,10 +207,12 @@ async def test_hostile_messages_of_every_kind_are_dead_lettered_and_the_fault_is
         try:
             for tick in range(ticks):
                 _, snaps = sim.step()
-                futures = [await producer.send(settings.telemetry_topic, key=s.key(),
-                                               value=s.model_dump_json().encode()) for s in snaps]
+                futures = [
+                    await producer.send(settings.telemetry_topic, key=s.key(), value=s.model_dump_json().encode())
+                    for s in snaps
+                ]
                 valid += len(snaps)
-                for kind in plan[tick * per_tick:(tick + 1) * per_tick]:
+                for kind in plan[tick * per_tick : (tick + 1) * per_tick]:
                     expect, make = HOSTILE[kind]
                     key, value = make(rng, rng.choice(sim.node_names))
                     futures.append(await producer.send(settings.telemetry_topic, key=key, value=value))
@@ -170,11 +223,17 @@ async def test_hostile_messages_of_every_kind_are_dead_lettered_and_the_fault_is
             await producer.stop()
         published_s = time.monotonic() - t0
         hostile = sum(sent.values())
-        records = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= hostile,
-                                timeout=scale(60, 600), alive=worker.alive)
+        records = await consume(
+            settings,
+            settings.deadletter_topic,
+            lambda rs: len(rs) >= hostile,
+            timeout=scale(60, 600),
+            alive=worker.alive,
+        )
         counts = await _wait_for_intake(worker, valid, timeout=scale(30, 300))
-        incidents = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=30,
-                                  alive=worker.alive)
+        incidents = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=30, alive=worker.alive
+        )
         alive = worker.alive()
         log_text = worker.log_path.read_text(errors="replace")
     finally:
@@ -190,12 +249,24 @@ async def test_hostile_messages_of_every_kind_are_dead_lettered_and_the_fault_is
     accepted, redelivered = counts if counts is not None else (0, 0)
     events = [IncidentEvent.model_validate_json(r.value) for r in incidents]
     thermal = [e for e in events if e.root_cause == "gpu-thermal-throttle" and e.event == "opened"]
-    drill_report(nodes=nodes, fleet_minutes=minutes, valid_snapshots=valid, valid_accepted=accepted,
-                 valid_dropped=valid - accepted + redelivered, hostile_sent=hostile, hostile_by_kind=dict(sent),
-                 dead_letters=len(letters), dead_letters_by_kind=dict(got), lost=lost, duplicated=duplicated,
-                 rss_baseline_mb=round(baseline, 1), rss_max_mb=round(max(rss), 1),
-                 incidents_opened=[f"{e.root_cause} {e.scope.describe()}" for e in thermal],
-                 publish_s=round(published_s, 1), wall_s=round(time.monotonic() - t0, 1))
+    drill_report(
+        nodes=nodes,
+        fleet_minutes=minutes,
+        valid_snapshots=valid,
+        valid_accepted=accepted,
+        valid_dropped=valid - accepted + redelivered,
+        hostile_sent=hostile,
+        hostile_by_kind=dict(sent),
+        dead_letters=len(letters),
+        dead_letters_by_kind=dict(got),
+        lost=lost,
+        duplicated=duplicated,
+        rss_baseline_mb=round(baseline, 1),
+        rss_max_mb=round(max(rss), 1),
+        incidents_opened=[f"{e.root_cause} {e.scope.describe()}" for e in thermal],
+        publish_s=round(published_s, 1),
+        wall_s=round(time.monotonic() - t0, 1),
+    )
     assert alive, log_text[-3000:]
     assert "could not produce the dead letter" not in log_text and "crashed" not in log_text.lower()
     assert got == expected, (got, expected)  # each reason counted, and nothing else
@@ -220,14 +291,17 @@ async def test_an_oversized_binary_message_is_dead_lettered_and_nothing_stalls(s
             for i in range(12):  # then a real fault on the same node, and another node on the other partitions
                 for node in ("gpu-node-1", "gpu-node-7"):
                     snap: Snapshot = dcgm_snapshot(base + 15 * i, node=node, hot={2: (90.0, 1000.0)})
-                    await producer.send_and_wait(settings.telemetry_topic, key=snap.key(),
-                                                 value=snap.model_dump_json().encode())
+                    await producer.send_and_wait(
+                        settings.telemetry_topic, key=snap.key(), value=snap.model_dump_json().encode()
+                    )
         finally:
             await producer.stop()
-        letters = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= 1, timeout=60,
-                                alive=worker.alive)
-        incidents = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60,
-                                  alive=worker.alive)
+        letters = await consume(
+            settings, settings.deadletter_topic, lambda rs: len(rs) >= 1, timeout=60, alive=worker.alive
+        )
+        incidents = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60, alive=worker.alive
+        )
         counts = await _wait_for_intake(worker, 24, timeout=30)
         log_text = worker.log_path.read_text(errors="replace")
         assert worker.alive(), log_text[-3000:]

@@ -60,11 +60,13 @@ def config(slack_url: str, pd_url: str, hook_url: str) -> str:
         f"  - {{type: slack, name: slack, token: {{env: DRILL_SLACK_TOKEN}}, channel: '#alerts', "
         f"base_url: '{slack_url}', min_interval_s: 0, timeout_s: 2}}\n"
         f"  - {{type: pagerduty, name: pd, routing_key: {{env: DRILL_PD_KEY}}, url: '{pd_url}', timeout_s: 2}}\n"
-        f"  - {{type: webhook, name: hook, url: '{hook_url}', secret: {{env: DRILL_HOOK_SECRET}}, timeout_s: 2}}\n")
+        f"  - {{type: webhook, name: hook, url: '{hook_url}', secret: {{env: DRILL_HOOK_SECRET}}, timeout_s: 2}}\n"
+    )
 
 
-async def test_receivers_down_with_429_and_5xx_then_back_lose_nothing_and_page_once(settings, drill_report,
-                                                                                     monkeypatch):
+async def test_receivers_down_with_429_and_5xx_then_back_lose_nothing_and_page_once(
+    settings, drill_report, monkeypatch
+):
     n, outage_s = scale(6, 60), scale(4, 120)
     resolved = n // 2
     settings = with_notifier(settings, webhook_allowed_hosts=["127.0.0.1"])
@@ -78,8 +80,11 @@ async def test_receivers_down_with_429_and_5xx_then_back_lose_nothing_and_page_o
 
         def slack_resolves() -> set[str]:
             """Groups with a thread reply saying they resolved."""
-            return {group_of(slack.messages[str(m["thread_ts"])]) for m in slack.messages.values()
-                    if m["thread_ts"] and str(m["thread_ts"]) in slack.messages}
+            return {
+                group_of(slack.messages[str(m["thread_ts"])])
+                for m in slack.messages.values()
+                if m["thread_ts"] and str(m["thread_ts"]) in slack.messages
+            }
 
         cfg_text = config(slack.base_url, pd.url, hook.url)
         receivers = build_receivers(settings, parse_config(cfg_text))
@@ -91,12 +96,27 @@ async def test_receivers_down_with_429_and_5xx_then_back_lose_nothing_and_page_o
             hook.fail_next(HookFault(status=429, retry_after=str(RETRY_AFTER_S)), HookFault(status=503))
         async with running_service(settings, cfg_text, receivers) as service:
             t0 = time.monotonic()
-            await publish_incidents(settings, *(incident_event(incident_id=f"inc-out-{i:04d}", node=f"gpu-node-{i}",
-                                                               severity="critical") for i in range(n)))
+            await publish_incidents(
+                settings,
+                *(
+                    incident_event(incident_id=f"inc-out-{i:04d}", node=f"gpu-node-{i}", severity="critical")
+                    for i in range(n)
+                ),
+            )
             await asyncio.sleep(outage_s / 2)
-            await publish_incidents(settings, *(incident_event(incident_id=f"inc-out-{i:04d}", node=f"gpu-node-{i}",
-                                                               severity="critical", event="resolved", sequence=2)
-                                                for i in range(resolved)))
+            await publish_incidents(
+                settings,
+                *(
+                    incident_event(
+                        incident_id=f"inc-out-{i:04d}",
+                        node=f"gpu-node-{i}",
+                        severity="critical",
+                        event="resolved",
+                        sequence=2,
+                    )
+                    for i in range(resolved)
+                ),
+            )
             await asyncio.sleep(max(t0 + outage_s - time.monotonic(), 0))
             attempts = {"slack": len(slack.requests), "pd": len(pd.requests), "hook": len(hook.deliveries)}
             slack.failures.clear()
@@ -106,9 +126,11 @@ async def test_receivers_down_with_429_and_5xx_then_back_lose_nothing_and_page_o
             hook_from = len(hook.deliveries)
 
             def delivered() -> dict[str, int]:
-                return {"slack": len(slack_pages()) + len(slack_resolves()),
-                        "pd": len({(e["dedup_key"], e["event_action"]) for e in pd.accepted}),
-                        "hook": len(set(hook.processed))}
+                return {
+                    "slack": len(slack_pages()) + len(slack_resolves()),
+                    "pd": len({(e["dedup_key"], e["event_action"]) for e in pd.accepted}),
+                    "hook": len(set(hook.processed)),
+                }
 
             expected = {"slack": n + resolved, "pd": n + resolved, "hook": n + resolved}
             with contextlib.suppress(AssertionError):  # what is missing is reported, then asserted on
@@ -120,16 +142,29 @@ async def test_receivers_down_with_429_and_5xx_then_back_lose_nothing_and_page_o
     pages = Counter(slack_pages().values())  # top-level messages per group
     pd_events = Counter((e["dedup_key"], e["event_action"]) for e in pd.accepted)
     hook_after = [d.headers.get("Idempotency-Key") for d in hook.deliveries[hook_from:]]
-    duplicated = {"slack": sum(c - 1 for c in pages.values()),
-                  "pd": sum(c - 1 for c in pd_events.values()),
-                  "hook": len(hook_after) - len(set(hook_after))}
+    duplicated = {
+        "slack": sum(c - 1 for c in pages.values()),
+        "pd": sum(c - 1 for c in pd_events.values()),
+        "hook": len(hook_after) - len(set(hook_after)),
+    }
     lost = {k: expected[k] - min(got[k], expected[k]) for k in expected}
-    drill_report(incidents=n, resolved_during_outage=resolved, outage_s=outage_s, expected=expected, delivered=got,
-                 lost=lost, duplicated=duplicated, dead_lettered=dead, attempts_during_outage=attempts,
-                 recovered_after_s=round(recovered_s, 2), retry_after_s=RETRY_AFTER_S,
-                 slack_messages_resolved=sum(1 for m in slack.messages.values()
-                                             if not m["thread_ts"] and "RESOLVED" in str(m["text"]).upper()),
-                 pd_alerts_resolved=sum(1 for a in pd.alerts.values() if a.status == "resolved"))
+    drill_report(
+        incidents=n,
+        resolved_during_outage=resolved,
+        outage_s=outage_s,
+        expected=expected,
+        delivered=got,
+        lost=lost,
+        duplicated=duplicated,
+        dead_lettered=dead,
+        attempts_during_outage=attempts,
+        recovered_after_s=round(recovered_s, 2),
+        retry_after_s=RETRY_AFTER_S,
+        slack_messages_resolved=sum(
+            1 for m in slack.messages.values() if not m["thread_ts"] and "RESOLVED" in str(m["text"]).upper()
+        ),
+        pd_alerts_resolved=sum(1 for a in pd.alerts.values() if a.status == "resolved"),
+    )
     assert lost == {"slack": 0, "pd": 0, "hook": 0} and dead == {}
     assert duplicated == {"slack": 0, "pd": 0, "hook": 0}
     assert recovered_s < 10

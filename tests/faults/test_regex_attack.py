@@ -40,8 +40,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.timing]  # timing: loop-lag bounds
 
 TOKEN = "drill-api-token-0123456789abcdef"
 EVIL = "(.|.)*Z"
-CONFIG = ("grouping: {by: [incident], wait: 0s, interval: 1s}\nroute: {receiver: r}\n"
-          "receivers: [{type: console, name: r}]\n")
+CONFIG = (
+    "grouping: {by: [incident], wait: 0s, interval: 1s}\nroute: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
+)
 
 
 def node(i: int) -> str:
@@ -98,8 +99,9 @@ async def test_regex_attack_keeps_matching_fast_and_the_loop_responsive(settings
                 async with http.post(f"{base}/api/v1/silences", json=body) as r:
                     assert r.status == 201, await r.text()
             published = time.monotonic()
-            await publish_incidents(settings, *(incident_event(incident_id=f"inc-rx-{i:05d}", node=node(i))
-                                                for i in range(first)))
+            await publish_incidents(
+                settings, *(incident_event(incident_id=f"inc-rx-{i:05d}", node=node(i)) for i in range(first))
+            )
             await wait_for(lambda: len(rcv.received) >= first, timeout=60, what="the pages of the attack phase")
             attack_page_s = time.monotonic() - published
             attack_lag = await lag.stop()
@@ -112,23 +114,38 @@ async def test_regex_attack_keeps_matching_fast_and_the_loop_responsive(settings
             await producer.start()
             try:
                 for i in range(MAX_SILENCES + 50):  # 50 more than allowed: ignored
-                    s = Silence(id=f"sil-hostile-{i:05d}", matchers=matchers, starts_at=now - 1, ends_at=now + 3600,
-                                author="mallory", comment="y", created_at=now)
-                    await producer.send(settings.notifier_state_topic, key=f"silence:{s.id}".encode(),
-                                        value=json.dumps(s.model_dump(mode="json")).encode())
+                    s = Silence(
+                        id=f"sil-hostile-{i:05d}",
+                        matchers=matchers,
+                        starts_at=now - 1,
+                        ends_at=now + 3600,
+                        author="mallory",
+                        comment="y",
+                        created_at=now,
+                    )
+                    await producer.send(
+                        settings.notifier_state_topic,
+                        key=f"silence:{s.id}".encode(),
+                        value=json.dumps(s.model_dump(mode="json")).encode(),
+                    )
                 await producer.flush()
             finally:
                 await producer.stop()
             health.latencies.clear()
             lag.start()
-            await wait_for(lambda: service.notifier.live_silences(time.time()) >= MAX_SILENCES, timeout=60,
-                           what="the hostile silences to be taken in")
+            await wait_for(
+                lambda: service.notifier.live_silences(time.time()) >= MAX_SILENCES,
+                timeout=60,
+                what="the hostile silences to be taken in",
+            )
             intake_lag = lag.summary()
             published = time.monotonic()
-            await publish_incidents(settings, *(incident_event(incident_id=f"inc-rx2-{i:05d}", node=node(i))
-                                                for i in range(second)))
-            await wait_for(lambda: len(rcv.received) >= first + second, timeout=120,
-                           what="the pages of the limits phase")
+            await publish_incidents(
+                settings, *(incident_event(incident_id=f"inc-rx2-{i:05d}", node=node(i)) for i in range(second))
+            )
+            await wait_for(
+                lambda: len(rcv.received) >= first + second, timeout=120, what="the pages of the limits phase"
+            )
             limits_page_s = time.monotonic() - published
             limits_lag = await lag.stop()
             limits_health = health.max_ms()
@@ -139,15 +156,27 @@ async def test_regex_attack_keeps_matching_fast_and_the_loop_responsive(settings
     before_s = backtracking_seconds(n)
     paged = {key for _, key, _ in rcv.received}
     report = drill_report(
-        pattern=EVIL, node_chars=len(node(0)), incidents=first + second, pages=len(rcv.received),
-        lost=first + second - len(paged), duplicated=len(rcv.received) - len(paged),
-        attack_loop_lag=attack_lag, attack_health_max_ms=attack_health, attack_pages_in_s=round(attack_page_s, 2),
-        silences_live=live, silences_ignored_over_limit=MAX_SILENCES + 50 - live, matchers_per_silence=MAX_MATCHERS,
-        limits_intake_loop_lag=intake_lag, limits_loop_lag=limits_lag, limits_health_max_ms=limits_health,
+        pattern=EVIL,
+        node_chars=len(node(0)),
+        incidents=first + second,
+        pages=len(rcv.received),
+        lost=first + second - len(paged),
+        duplicated=len(rcv.received) - len(paged),
+        attack_loop_lag=attack_lag,
+        attack_health_max_ms=attack_health,
+        attack_pages_in_s=round(attack_page_s, 2),
+        silences_live=live,
+        silences_ignored_over_limit=MAX_SILENCES + 50 - live,
+        matchers_per_silence=MAX_MATCHERS,
+        limits_intake_loop_lag=intake_lag,
+        limits_loop_lag=limits_lag,
+        limits_health_max_ms=limits_health,
         limits_pages_in_s=round(limits_page_s, 2),
-        limits_s_per_incident=round(limits_page_s / second, 3), health_failures=health.failures,
+        limits_s_per_incident=round(limits_page_s / second, 3),
+        health_failures=health.failures,
         backtracking_re_s={f"{n}_chars": round(before_s, 3), "34_chars_extrapolated": round(before_s * 2 ** (34 - n))},
-        wall_s=round(time.monotonic() - t_start, 1))
+        wall_s=round(time.monotonic() - t_start, 1),
+    )
     assert report["lost"] == 0 and report["duplicated"] == 0
     assert live == MAX_SILENCES
     assert health.failures == 0

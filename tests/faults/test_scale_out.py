@@ -40,8 +40,10 @@ def owner_of(rig: Rig, node: str):
     """The worker whose /metrics reports the telemetry partition `node` is sent to."""
     parts = list(range(PARTITIONS))
     partition = DefaultPartitioner()(node.encode(), parts, parts)
-    needle = re.compile(rf'tailhound_consumer_lag_messages\{{partition="{partition}",topic="'
-                        rf'{re.escape(rig.settings.telemetry_topic)}"\}}')
+    needle = re.compile(
+        rf'tailhound_consumer_lag_messages\{{partition="{partition}",topic="'
+        rf'{re.escape(rig.settings.telemetry_topic)}"\}}'
+    )
     for w in rig.workers:
         port = port_of(w)
         if port is None:
@@ -63,8 +65,10 @@ async def incident_figures(rig: Rig) -> dict:
         "incident_ids": len({e.incident_id for e in events}),
         "opened_ids": len({e.incident_id for e in events if e.event == "opened"}),
         "resolved_ids": len({e.incident_id for e in events if e.event == "resolved"}),
-        "events": len(events), "redelivered_events": sum(n - 1 for n in per_event.values()),
-        "pages": len(pages), "opened_pages": sum("resolved" not in p.lower() for p in pages),
+        "events": len(events),
+        "redelivered_events": sum(n - 1 for n in per_event.values()),
+        "pages": len(pages),
+        "opened_pages": sum("resolved" not in p.lower() for p in pages),
         "resolved_pages": sum("resolved" in p.lower() for p in pages),
         "paged_by": sorted({w.log_path.name for w in [*rig.retired, *rig.workers] if _paged(w)}),
     }
@@ -102,8 +106,9 @@ async def open_incident(rig: Rig) -> None:
 
 async def test_kill_one_of_three_workers_mid_incident(tmp_path, drill_report):
     async with asyncio.timeout(scale(240, 600)):
-        async with Rig(tmp_path, notifier=True, partitions=PARTITIONS, workers=3, nodes=NODES,
-                       session_timeout_s=SESSION_TIMEOUT_S) as rig:
+        async with Rig(
+            tmp_path, notifier=True, partitions=PARTITIONS, workers=3, nodes=NODES, session_timeout_s=SESSION_TIMEOUT_S
+        ) as rig:
             await open_incident(rig)
             victim = await asyncio.to_thread(owner_of, rig, HOT_NODE)
             assert victim is not None, "no worker reports the hot node's partition"
@@ -118,10 +123,16 @@ async def test_kill_one_of_three_workers_mid_incident(tmp_path, drill_report):
             new_owner = await asyncio.to_thread(owner_of, rig, HOT_NODE)
             await cool_down_and_resolve(rig)
             figures = drill_report(
-                workers=3, partitions=PARTITIONS, nodes=len(NODES), session_timeout_s=SESSION_TIMEOUT_S,
-                kill_to_caught_up_s=round(recover_s, 1), kill_at_s=round(t_kill - rig.t_start, 1),
-                killed=victim.log_path.name, taken_over_by=new_owner.log_path.name if new_owner else None,
-                **await incident_figures(rig))
+                workers=3,
+                partitions=PARTITIONS,
+                nodes=len(NODES),
+                session_timeout_s=SESSION_TIMEOUT_S,
+                kill_to_caught_up_s=round(recover_s, 1),
+                kill_at_s=round(t_kill - rig.t_start, 1),
+                killed=victim.log_path.name,
+                taken_over_by=new_owner.log_path.name if new_owner else None,
+                **await incident_figures(rig),
+            )
             print("\n".join(rig.pages()))
 
     assert figures["taken_over_by"] is not None, figures
@@ -131,8 +142,9 @@ async def test_kill_one_of_three_workers_mid_incident(tmp_path, drill_report):
 
 async def test_a_worker_joins_while_snapshots_flow(tmp_path, drill_report):
     async with asyncio.timeout(scale(240, 600)):
-        async with Rig(tmp_path, notifier=True, partitions=PARTITIONS, workers=2, nodes=NODES,
-                       session_timeout_s=SESSION_TIMEOUT_S) as rig:
+        async with Rig(
+            tmp_path, notifier=True, partitions=PARTITIONS, workers=2, nodes=NODES, session_timeout_s=SESSION_TIMEOUT_S
+        ) as rig:
             await open_incident(rig)
             t_join = time.monotonic()
             joined = rig.group.add()
@@ -145,9 +157,14 @@ async def test_a_worker_joins_while_snapshots_flow(tmp_path, drill_report):
                 await asyncio.sleep(0.1)
             await cool_down_and_resolve(rig)
             figures = drill_report(
-                workers=3, partitions=PARTITIONS, nodes=len(NODES), join_to_ready_s=round(ready_s, 1),
-                join_to_caught_up_s=round(ready_s + recover_s, 1), joined_runs_partitions=joined_runs,
-                **await incident_figures(rig))
+                workers=3,
+                partitions=PARTITIONS,
+                nodes=len(NODES),
+                join_to_ready_s=round(ready_s, 1),
+                join_to_caught_up_s=round(ready_s + recover_s, 1),
+                joined_runs_partitions=joined_runs,
+                **await incident_figures(rig),
+            )
 
     assert figures["joined_runs_partitions"], figures
     assert figures["opened_ids"] == 1 and figures["resolved_ids"] == 1, figures

@@ -111,10 +111,16 @@ async def test_silence_flood_is_refused_beyond_the_limits_and_memory_stays_bound
     state_bytes = sum(len(str(v)) for k, v in items.items() if k.startswith("silence:") and v)
     accepted = sum(c for s, c in {**anonymous, **oversized}.items() if s == 201) + limited[201]
     refused = 2 * big + at_limit - accepted
-    drill_report(**figures, accepted=accepted, refused=refused, live_silences=live,
-                 state_topic_silences=sum(1 for k, v in items.items() if k.startswith("silence:") and v),
-                 state_topic_kb=round(state_bytes / 1024), rss_growth_mb=round(rss1 - rss0, 1),
-                 rss_mb=round(rss1, 1))
+    drill_report(
+        **figures,
+        accepted=accepted,
+        refused=refused,
+        live_silences=live,
+        state_topic_silences=sum(1 for k, v in items.items() if k.startswith("silence:") and v),
+        state_topic_kb=round(state_bytes / 1024),
+        rss_growth_mb=round(rss1 - rss0, 1),
+        rss_mb=round(rss1, 1),
+    )
     assert anonymous == Counter({401: big})
     assert oversized == Counter({413: big})
     assert limited == Counter({201: MAX_SILENCES, 409: at_limit - MAX_SILENCES})

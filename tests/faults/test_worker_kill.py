@@ -64,11 +64,16 @@ async def test_worker_killed_mid_incident_keeps_the_incident_and_pages_once(tmp_
             opened_ids = sorted({e.incident_id for e in events if e.event == "opened"})
             figures = drill_report(
                 session_timeout_s=SESSION_TIMEOUT_S,
-                kill_to_caught_up_s=round(recover_s, 1), kill_at_s=round(t_kill - rig.t_start, 1),
-                incident_ids=len({e.incident_id for e in events}), opened_ids=len(opened_ids),
-                events=len(events), redelivered_events=sum(n - 1 for n in per_event.values()),
-                pages=len(pages), opened_pages=sum("resolved" not in p.lower() for p in pages),
-                worker_restarts=rig.worker.restarts, worker_exits=rig.worker.exits,
+                kill_to_caught_up_s=round(recover_s, 1),
+                kill_at_s=round(t_kill - rig.t_start, 1),
+                incident_ids=len({e.incident_id for e in events}),
+                opened_ids=len(opened_ids),
+                events=len(events),
+                redelivered_events=sum(n - 1 for n in per_event.values()),
+                pages=len(pages),
+                opened_pages=sum("resolved" not in p.lower() for p in pages),
+                worker_restarts=rig.worker.restarts,
+                worker_exits=rig.worker.exits,
             )
             print("\n".join(pages))
 

@@ -26,14 +26,17 @@ async def closed_by_server(reader: asyncio.StreamReader, timeout_s: float = 10.0
     return out
 
 
-async def drip(port: int, source: str, path: str, *, size: int = 1000, interval_s: float = 0.1,
-               max_bytes: int = 200) -> bytes | None:
+async def drip(
+    port: int, source: str, path: str, *, size: int = 1000, interval_s: float = 0.1, max_bytes: int = 200
+) -> bytes | None:
     """POST a `size`-byte body one byte every `interval_s` (at most `max_bytes` of it); what the server
     answered before closing (None: it never did)."""
     reader, writer = await connect(port, source)
     try:
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
-                     f"Content-Length: {size}\r\n\r\n".encode())
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
+            f"Content-Length: {size}\r\n\r\n".encode()
+        )
         answer = asyncio.create_task(closed_by_server(reader, timeout_s=max_bytes * interval_s + 5))
         for _ in range(max_bytes):  # until the server answers or closes
             if answer.done() or writer.is_closing():

@@ -17,8 +17,10 @@ from tests.browser.conftest import browser  # noqa: F401 - the fixture
 from tests.notifier.webconsole.api_helpers import THERMAL, api, fetch
 
 #: collects the page's CSP violations from its first byte on (DevTools' script runs before the page's)
-RECORD_VIOLATIONS = ("window.__csp = []; document.addEventListener('securitypolicyviolation', "
-                     "e => window.__csp.push(e.violatedDirective + ' ' + (e.blockedURI || e.sample || '')));")
+RECORD_VIOLATIONS = (
+    "window.__csp = []; document.addEventListener('securitypolicyviolation', "
+    "e => window.__csp.push(e.violatedDirective + ' ' + (e.blockedURI || e.sample || '')));"
+)
 PAGES = ["/console", f"/console/incidents/{THERMAL}", "/console/silences", LOGIN_PATH]
 
 
@@ -68,7 +70,8 @@ def test_every_console_page_renders_in_chromium_without_a_csp_violation(browser)
                 "background": browser.execute_script("return getComputedStyle(document.body).backgroundColor"),
                 "chart_fonts": browser.execute_script(
                     "return [...document.querySelectorAll('svg.chart text')].slice(0, 3)"
-                    ".map(t => getComputedStyle(t).fontFamily + ' ' + getComputedStyle(t).fontSize)"),
+                    ".map(t => getComputedStyle(t).fontFamily + ' ' + getComputedStyle(t).fontSize)"
+                ),
             }
         # a style attribute injected into the page: refused, reported, not applied
         browser.execute_script("document.body.setAttribute('style', 'background: rgb(255, 0, 0)')")

@@ -17,11 +17,28 @@ LONG = "x" * 20_000
 
 def huge_group(n: int = 60) -> list:
     """`n` incidents with long names and summaries and 300 evidence lines each (a few MB as JSON)."""
-    evidence = [Evidence(signal="gpu.temperature", value=90.0 + i % 5, op=">=", threshold=85.0, unit="C",
-                         labels={"gpu": str(i), "note": "n" * 500}) for i in range(300)]
-    return [incident_event(incident_id=f"inc-{i:016d}", node=f"node-{i}-" + "n" * 3000, summary=LONG,
-                           evidence=evidence, actions=["a" * 5000] * 40, labels={"team": "t" * 9000})
-            for i in range(n)]
+    evidence = [
+        Evidence(
+            signal="gpu.temperature",
+            value=90.0 + i % 5,
+            op=">=",
+            threshold=85.0,
+            unit="C",
+            labels={"gpu": str(i), "note": "n" * 500},
+        )
+        for i in range(300)
+    ]
+    return [
+        incident_event(
+            incident_id=f"inc-{i:016d}",
+            node=f"node-{i}-" + "n" * 3000,
+            summary=LONG,
+            evidence=evidence,
+            actions=["a" * 5000] * 40,
+            labels={"team": "t" * 9000},
+        )
+        for i in range(n)
+    ]
 
 
 async def test_pagerduty_accepts_the_event_of_a_huge_group():
@@ -56,8 +73,10 @@ def test_small_groups_are_sent_whole():
     doc = build_payload(n)
     assert "truncated" not in doc and "incidents_omitted" not in doc
     assert doc["incident"] == n.lead.model_dump(mode="json")
-    assert "truncated" not in build_event(n, "k" * 32, config("http://127.0.0.1:1/v2/enqueue"))["payload"][
-        "custom_details"]
+    assert (
+        "truncated"
+        not in build_event(n, "k" * 32, config("http://127.0.0.1:1/v2/enqueue"))["payload"]["custom_details"]
+    )
 
 
 def test_bounds_helpers():

@@ -42,30 +42,36 @@ def test_allowed_hosts_from_settings():
     assert host_header_allowed("10.0.0.5:9095", ()) and host_header_allowed("[fe80::1%eth0]:1", ())  # no rebinding
 
 
-
 async def test_a_cross_site_write_creates_no_silence():
     async with api(ApiAccess(allow_unauthenticated_writes=True)) as (service, base):
         port = base.rsplit(":", 1)[1]
         # the attack: a page on another site POSTs text/plain (no preflight) to the loopback API
-        attacks = [{"Content-Type": "text/plain", "Origin": "http://evil.example"},
-                   {"Content-Type": "text/plain"},
-                   {"Content-Type": "application/json", "Origin": "http://evil.example"},
-                   {"Content-Type": "application/json", "Origin": "null"},
-                   {"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
-                   {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://127.0.0.1:{port}"}]
+        attacks = [
+            {"Content-Type": "text/plain", "Origin": "http://evil.example"},
+            {"Content-Type": "text/plain"},
+            {"Content-Type": "application/json", "Origin": "http://evil.example"},
+            {"Content-Type": "application/json", "Origin": "null"},
+            {"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
+            {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://127.0.0.1:{port}"},
+        ]
         for headers in attacks:
             status, _, body = await fetch(base, "/api/v1/silences", method="POST", headers=headers, data=SILENCE)
             assert status in (403, 415), (headers, status, body)
         assert service.written == []
-        status, _, _ = await fetch(base, "/api/v1/silences/sil-x", method="DELETE",
-                                   headers={"Origin": "https://evil.example"})
+        status, _, _ = await fetch(
+            base, "/api/v1/silences/sil-x", method="DELETE", headers={"Origin": "https://evil.example"}
+        )
         assert status == 403
-        same = {"Content-Type": "application/json", "Origin": f"http://127.0.0.1:{port}",
-                "Sec-Fetch-Site": "same-origin"}
+        same = {
+            "Content-Type": "application/json",
+            "Origin": f"http://127.0.0.1:{port}",
+            "Sec-Fetch-Site": "same-origin",
+        }
         status, _, _ = await fetch(base, "/api/v1/silences", method="POST", headers=same, data=SILENCE)
         assert status == 201 and len(service.written) == 1  # the console's own page still writes
-        status, _, _ = await fetch(base, "/api/v1/silences", method="POST", data=SILENCE,
-                                   headers={"Content-Type": "application/json"})
+        status, _, _ = await fetch(
+            base, "/api/v1/silences", method="POST", data=SILENCE, headers={"Content-Type": "application/json"}
+        )
         assert status == 201  # curl and the CLI send no Origin
 
 

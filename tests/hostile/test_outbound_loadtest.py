@@ -51,6 +51,7 @@ def redirect_to(url: str):
         handler.send_header("Location", url + handler.path)
         handler.send_header("Content-Length", "0")
         handler.end_headers()
+
     return answer
 
 
@@ -60,8 +61,26 @@ def test_no_redirect_is_followed(tmp_path):
         out = tmp_path / "r.json"
         lookup = invoke("--target", target, "--out", str(out), "--peak", "4", "--steps", "1", "--step-s", "2")
         assert lookup.exit_code != 0 and "redirect" in str(lookup.exception)  # the model lookup
-        run = invoke("--target", target, "--model", "m", "--out", str(out), "--peak", "6", "--steps", "1",
-                     "--step-s", "2", "--max-requests", "12", "--prompt-tokens", "8", "--output-tokens", "2")
+        run = invoke(
+            "--target",
+            target,
+            "--model",
+            "m",
+            "--out",
+            str(out),
+            "--peak",
+            "6",
+            "--steps",
+            "1",
+            "--step-s",
+            "2",
+            "--max-requests",
+            "12",
+            "--prompt-tokens",
+            "8",
+            "--output-tokens",
+            "2",
+        )
     assert hits == [], hits  # neither the lookup, the completions nor /metrics went there
     assert any(p.startswith("POST ") for p in asked) and any("/models" in p for p in asked)
     res = read_result(out)

@@ -12,8 +12,17 @@ from tailhound.notifier.receivers.slack_blocks import escape, render_message, re
 from tests.notifier.factories import incident_event, notification
 from tests.notifier.slack_server import TOKEN, serve_slack, validate_blocks
 
-HOSTILE = ["<!channel>", "<!everyone>", "<!here>", "<@U024BE7LH>", "<!subteam^S012|@oncall>",
-           "<https://evil.example|click>", "@channel", "@everyone", "@HERE"]
+HOSTILE = [
+    "<!channel>",
+    "<!everyone>",
+    "<!here>",
+    "<@U024BE7LH>",
+    "<!subteam^S012|@oncall>",
+    "<https://evil.example|click>",
+    "@channel",
+    "@everyone",
+    "@HERE",
+]
 #: What Slack would turn into a mention or a link: a control sequence, or a bare @-word outside verbatim text.
 LIVE = re.compile(r"<[!@#]|<https?:|(?<![\w\u2060])@(channel|here|everyone)\b", re.IGNORECASE)
 
@@ -34,11 +43,18 @@ def texts(obj: Any, out: list[dict[str, Any]] | None = None) -> list[dict[str, A
 
 def hostile_group(kind: str) -> list:
     event = {"opened": "opened", "updated": "updated", "resolved": "resolved"}[kind]
-    lead = incident_event(event=event, severity="critical", node="<!channel>",
-                          summary="gpu throttles <!everyone> @here <@U024BE7LH> & <https://evil.example|x>",
-                          actions=[f"drain {h}" for h in HOSTILE], rule="r-<!channel>")
-    related = [incident_event(incident_id=f"inc-rel-{i}", event=event, node=h, summary=f"related {h}")
-               for i, h in enumerate(HOSTILE)]
+    lead = incident_event(
+        event=event,
+        severity="critical",
+        node="<!channel>",
+        summary="gpu throttles <!everyone> @here <@U024BE7LH> & <https://evil.example|x>",
+        actions=[f"drain {h}" for h in HOSTILE],
+        rule="r-<!channel>",
+    )
+    related = [
+        incident_event(incident_id=f"inc-rel-{i}", event=event, node=h, summary=f"related {h}")
+        for i, h in enumerate(HOSTILE)
+    ]
     return [lead, *related]
 
 
@@ -74,8 +90,15 @@ def test_escape_keeps_the_text_readable():
 
 async def test_a_node_named_channel_arrives_escaped_at_slack():
     async with serve_slack() as fake:
-        config = SlackConfig(type="slack", name="s", token={"env": "T"}, channel="#alerts", base_url=fake.base_url,
-                             timeout_s=2, min_interval_s=0)
+        config = SlackConfig(
+            type="slack",
+            name="s",
+            token={"env": "T"},
+            channel="#alerts",
+            base_url=fake.base_url,
+            timeout_s=2,
+            min_interval_s=0,
+        )
         receiver = SlackReceiver(config, allowed_hosts=["127.0.0.1"], environ={"T": TOKEN})
         try:
             receipt = await receiver.send(notification("opened", incidents=hostile_group("opened")), None)

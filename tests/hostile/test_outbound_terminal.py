@@ -14,10 +14,14 @@ ESC = "\x1b"
 
 async def test_markup_and_escape_sequences_in_names_reach_the_terminal_as_text():
     out = io.StringIO()
-    receiver = ConsoleReceiver(ConsoleConfig(type="console", name="c"),
-                               console=Console(file=out, force_terminal=True, color_system=None, width=300))
-    lead = incident_event(node=f"[link=https://evil.example]n[/link]{ESC}]8;;https://x{ESC}\\",
-                          summary=f"[blink]boom[/blink] {ESC}[2J{ESC}]0;pwned\x07")
+    receiver = ConsoleReceiver(
+        ConsoleConfig(type="console", name="c"),
+        console=Console(file=out, force_terminal=True, color_system=None, width=300),
+    )
+    lead = incident_event(
+        node=f"[link=https://evil.example]n[/link]{ESC}]8;;https://x{ESC}\\",
+        summary=f"[blink]boom[/blink] {ESC}[2J{ESC}]0;pwned\x07",
+    )
     related = incident_event(incident_id="inc-rel", node=f"[bold]rel[/bold]{ESC}[31m")
     await receiver.send(notification("opened", incidents=[lead, related]), None)
     text = out.getvalue()

@@ -23,8 +23,9 @@ HOT = {3: (88.0, 1100.0)}
 
 
 async def test_a_flood_of_node_names_is_evicted_and_tombstoned_and_the_real_nodes_stay(settings, tmp_path):
-    settings = settings.model_copy(update={"partitions": 1, "streams": settings.streams.model_copy(
-        update={"max_nodes": CAP})})
+    settings = settings.model_copy(
+        update={"partitions": 1, "streams": settings.streams.model_copy(update={"max_nodes": CAP})}
+    )
     await ensure_topics(settings)
     worker = WorkerProcess(settings, tmp_path / "worker.log", max_restarts=0)
     worker.start()
@@ -33,9 +34,11 @@ async def test_a_flood_of_node_names_is_evicted_and_tombstoned_and_the_real_node
         producer = make_producer(settings)
         await producer.start()
         try:
+
             async def send(snap) -> None:
-                await producer.send_and_wait(settings.telemetry_topic, key=snap.key(),
-                                             value=snap.model_dump_json().encode())
+                await producer.send_and_wait(
+                    settings.telemetry_topic, key=snap.key(), value=snap.model_dump_json().encode()
+                )
 
             for i in range(16):
                 ts = base + 15 * i
@@ -46,11 +49,17 @@ async def test_a_flood_of_node_names_is_evicted_and_tombstoned_and_the_real_node
                         await send(dcgm_snapshot(ts + 1, node=f"made-up-{n}", gpus=1))
         finally:
             await producer.stop()
-        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60,
-                                alive=worker.alive)
+        records = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60, alive=worker.alive
+        )
         changelog = f"{settings.streams.app_id}-{STATE_TABLE}-changelog"
-        entries = await consume(settings, changelog, lambda rs: sum(r.value is None for r in rs) >= FAKES - CAP,
-                                timeout=30, alive=worker.alive)
+        entries = await consume(
+            settings,
+            changelog,
+            lambda rs: sum(r.value is None for r in rs) >= FAKES - CAP,
+            timeout=30,
+            alive=worker.alive,
+        )
         assert worker.alive() and worker.restarts == 0, worker.log_tail()
         log = worker.log_path.read_text(errors="replace")
     finally:
@@ -58,7 +67,8 @@ async def test_a_flood_of_node_names_is_evicted_and_tombstoned_and_the_real_node
 
     events = [IncidentEvent.model_validate_json(r.value) for r in records]
     assert [(e.event, e.root_cause, e.scope.node) for e in events[:1]] == [
-        ("opened", "gpu-thermal-throttle", "real-sick")], log[-3000:]
+        ("opened", "gpu-thermal-throttle", "real-sick")
+    ], log[-3000:]
     latest: dict[str, bytes | None] = {}
     for r in entries:
         latest[json.loads(r.key)] = r.value

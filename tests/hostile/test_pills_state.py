@@ -28,16 +28,28 @@ HOT = {5: (90.0, 1000.0)}
 
 def many_gpus(ts: float, n: int = 3000) -> Snapshot:
     """A valid ~500 KB dcgm snapshot of one node with `n` GPU ids (the 1 MB state record attack)."""
-    samples = [GaugeSample(name=name, labels={"gpu": str(g), "UUID": f"GPU-{g}"}, value=v)
-               for g in range(n) for name, v in (("DCGM_FI_DEV_GPU_TEMP", 90.0), ("DCGM_FI_DEV_SM_CLOCK", 900.0))]
+    samples = [
+        GaugeSample(name=name, labels={"gpu": str(g), "UUID": f"GPU-{g}"}, value=v)
+        for g in range(n)
+        for name, v in (("DCGM_FI_DEV_GPU_TEMP", 90.0), ("DCGM_FI_DEV_SM_CLOCK", 900.0))
+    ]
     return Snapshot(ts=ts, node="gpu-node-1", source="dcgm", interval_s=15, samples=samples)
 
 
 def engine(ts: float, model: str, node: str = "gpu-node-1") -> Snapshot:
     labels = {"engine": "0", "model_name": model}
-    return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, prev_ts=ts - 15, labels={"instance": node},
-                    samples=[CounterSample(name="vllm:generation_tokens_total", labels=labels, value=100, delta=100),
-                             GaugeSample(name="vllm:num_requests_waiting", labels=labels, value=9.0)])
+    return Snapshot(
+        ts=ts,
+        node=node,
+        source="vllm",
+        interval_s=15,
+        prev_ts=ts - 15,
+        labels={"instance": node},
+        samples=[
+            CounterSample(name="vllm:generation_tokens_total", labels=labels, value=100, delta=100),
+            GaugeSample(name="vllm:num_requests_waiting", labels=labels, value=9.0),
+        ],
+    )
 
 
 def test_3000_gpu_ids_are_rejected_at_admission_with_the_limit_named():

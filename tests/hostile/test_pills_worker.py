@@ -41,17 +41,23 @@ async def test_the_worker_dead_letters_each_pill_and_still_diagnoses_the_good_no
                 await send(many_gpus(base + 15 * i).model_copy(update={"node": "gpu-node-3"}), key="gpu-node-3")
                 await send(engine(base + 15 * i, "Llama 3.1 70B", node="gpu-node-2"))
                 await send(dcgm_snapshot(now + 290, node="gpu-node-2", hot=HOT))
-        letters = await consume(settings, settings.deadletter_topic,
-                                lambda rs: {DeadLetter.model_validate_json(r.value).kind for r in rs} >= KINDS,
-                                timeout=60, alive=worker.alive)
-        incidents = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60,
-                                  alive=worker.alive)
+        letters = await consume(
+            settings,
+            settings.deadletter_topic,
+            lambda rs: {DeadLetter.model_validate_json(r.value).kind for r in rs} >= KINDS,
+            timeout=60,
+            alive=worker.alive,
+        )
+        incidents = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60, alive=worker.alive
+        )
         assert worker.alive() and worker.restarts == 0, worker.log_tail()
         kinds = sorted(DeadLetter.model_validate_json(r.value).kind for r in letters)
         assert kinds == sorted(KINDS), worker.log_tail()
         opened = [IncidentEvent.model_validate_json(r.value) for r in incidents]
         assert [(e.event, e.root_cause, e.scope.node) for e in opened[:1]] == [
-            ("opened", "gpu-thermal-throttle", "gpu-node-2")], worker.log_tail()
+            ("opened", "gpu-thermal-throttle", "gpu-node-2")
+        ], worker.log_tail()
     finally:
         await producer.stop()
         worker.stop()

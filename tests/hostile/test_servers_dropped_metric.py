@@ -24,8 +24,12 @@ async def scrape(port: int, name: str) -> dict[str, float]:
     """`name`'s samples by reason, read from the server's own /metrics."""
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
         text = await r.text()
-    return {s.labels["reason"]: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == f"{name}_total"}
+    return {
+        s.labels["reason"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == f"{name}_total"
+    }
 
 
 async def hostile_clients(port: int, path: str) -> None:
@@ -73,6 +77,7 @@ def test_the_notifier_api_exports_each_reason():
 
     async def metrics(_request: web.Request) -> web.Response:
         from prometheus_client import generate_latest
+
         return web.Response(body=generate_latest(registry), content_type="text/plain")
 
     async def healthy(_request: web.Request) -> web.Response:
@@ -85,8 +90,9 @@ def test_the_notifier_api_exports_each_reason():
         app.router.add_post("/api/v1/silences", echo)
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/-/healthy", healthy)
-        runner, port, _ = await start_site(app, "127.0.0.1:0", FAST.model_copy(update={"max_per_client": 2}),
-                                           registry=registry)
+        runner, port, _ = await start_site(
+            app, "127.0.0.1:0", FAST.model_copy(update={"max_per_client": 2}), registry=registry
+        )
         try:
             await hostile_clients(port, "/api/v1/silences")
             return await scrape(port, "tailhound_notifier_http_connections_dropped")

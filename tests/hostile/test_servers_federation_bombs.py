@@ -39,6 +39,7 @@ def gzip_bomb(mib: int = 64) -> bytes:  # gzip packs ~1,000:1: a bigger one is r
 
 async def pull(body: bytes, encoding: str | None, **config) -> tuple[list, list, int]:
     """(snapshots, rejects, the Python memory peak of the pull) of one pull of `body`."""
+
     async def handler(_request: web.Request) -> web.Response:
         headers = {"Content-Encoding": encoding} if encoding else {}
         return web.Response(body=body, content_type="text/plain", headers=headers)
@@ -62,7 +63,7 @@ def test_a_decompression_bomb_is_a_failed_pull_within_the_limit(encoding):
     body = brotli_bomb() if encoding == "br" else gzip_bomb()
     assert len(body) < (2048 * BOMB_MIB // 256 if encoding == "br" else 400_000)
     snapshots, rejects, peak = asyncio.run(pull(body, encoding, max_body_bytes=LIMIT))
-    r, = rejects
+    (r,) = rejects
     assert snapshots == [] and r.kind == "federate_failed" and r.stage == "fetch"
     assert f"over {LIMIT} bytes once decoded" in r.reason
     assert peak < 16 * LIMIT, f"{peak / 2**20:.0f} MiB of Python memory for a {LIMIT >> 20} MiB limit"
@@ -100,8 +101,9 @@ def test_a_pull_over_the_default_series_or_bytes_is_refused_saying_which_limit_a
     # the defaults (16 MiB, 100,000 series) hold about 1,000 GPU nodes of a real /federate (BENCHMARKS.md)
     defaults = FederationConfig(url="http://127.0.0.1:9090")
     assert (defaults.max_body_bytes, defaults.max_series) == (TextLimits().max_body_bytes, TextLimits().max_series)
-    many = "".join(f'up{{instance="10.0.{i // 250}.{i % 250}:9400",job="dcgm",node="n{i}"}} 1 {T0}\n'
-                   for i in range(100_001)).encode()
+    many = "".join(
+        f'up{{instance="10.0.{i // 250}.{i % 250}:9400",job="dcgm",node="n{i}"}} 1 {T0}\n' for i in range(100_001)
+    ).encode()
     assert len(many) < defaults.max_body_bytes and defaults.max_series == 100_000
     _, (series,), _ = asyncio.run(pull(many, None))
     assert "more than 100000 series in one body" in series.reason and "federation.matchers" in series.reason

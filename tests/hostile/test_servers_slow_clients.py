@@ -26,8 +26,14 @@ HALF_OPEN = scale(200, 2000)  # idle and half-sent connections
 
 
 async def ingest_server(limits: ServerLimits, max_in_flight: int = 8) -> IngestServer:
-    server = IngestServer(IngestMetrics(), max_body_bytes=64 * 1024, max_in_flight=max_in_flight, retry_after_s=5,
-                          readiness=lambda: (True, "ready"), limits=limits)
+    server = IngestServer(
+        IngestMetrics(),
+        max_body_bytes=64 * 1024,
+        max_in_flight=max_in_flight,
+        retry_after_s=5,
+        readiness=lambda: (True, "ready"),
+        limits=limits,
+    )
 
     async def accept(body: bytes, headers: dict[str, str]) -> IngestResult:
         return IngestResult(204, None, [], [])
@@ -49,8 +55,10 @@ def test_eight_drippers_hold_no_slot_and_get_408():
     async def main():
         server = await ingest_server(FAST)
         try:
-            drippers = [asyncio.create_task(drip(server.port, f"127.0.1.{2 + i // 8}", "/api/v1/write",
-                                                 interval_s=0.2)) for i in range(DRIPPERS)]
+            drippers = [
+                asyncio.create_task(drip(server.port, f"127.0.1.{2 + i // 8}", "/api/v1/write", interval_s=0.2))
+                for i in range(DRIPPERS)
+            ]
             await asyncio.sleep(0.3)  # every dripper is connected and sending
             good = await good_sends(server.port, GOOD)
             answers = await asyncio.gather(*drippers)
@@ -127,8 +135,10 @@ def test_the_notifier_api_site_is_bounded_the_same_way():
             first = await closed_by_server(idle[0][0], timeout_s=10)  # the header timeout
             for _, w in idle:
                 w.close()
-            async with aiohttp.ClientSession() as http, \
-                    http.post(f"http://127.0.0.1:{port}/api/v1/silences", data=b"abc") as r:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(f"http://127.0.0.1:{port}/api/v1/silences", data=b"abc") as r,
+            ):
                 good = (r.status, await r.text())
             return slow, third, first, good, loopback
         finally:

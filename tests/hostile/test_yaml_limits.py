@@ -105,8 +105,12 @@ def test_every_file_the_project_ships_is_well_within_the_limits():
     root = Path(__file__).resolve().parents[2]
     files = [*root.glob("rules/**/*.yaml"), *root.glob("tailhound/**/*.yaml"), *root.glob("deploy/**/*.yaml")]
     assert len(files) > 10
-    half = YamlLimits(max_bytes=LIMITS.max_bytes // 2, max_depth=LIMITS.max_depth // 2,
-                      max_aliases=LIMITS.max_aliases // 2, max_nodes=LIMITS.max_nodes // 2)
+    half = YamlLimits(
+        max_bytes=LIMITS.max_bytes // 2,
+        max_depth=LIMITS.max_depth // 2,
+        max_aliases=LIMITS.max_aliases // 2,
+        max_nodes=LIMITS.max_nodes // 2,
+    )
     for f in files:
         for doc in yaml.compose_all(f.read_text(encoding="utf-8"), Loader=yaml.SafeLoader):
             if doc is not None:

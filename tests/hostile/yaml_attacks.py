@@ -20,9 +20,11 @@ def laughs(item: str, nest: str, levels: int = 5, width: int = 9) -> str:
 def alias_rule_file(levels: int = 5) -> str:
     """A rule file whose one rule has 531,441 conditions (under 1 KB)."""
     conditions = laughs("{signal: gpu.temperature, above: 85}", "{{all: {}}}", levels)
-    return ("groups:\n  - name: t\n    rules:\n      - name: hot\n        scope: gpu\n"
-            "        severity: critical\n        root_cause: gpu-thermal-throttle\n"
-            f"        when: {{all: {conditions}}}\n")
+    return (
+        "groups:\n  - name: t\n    rules:\n      - name: hot\n        scope: gpu\n"
+        "        severity: critical\n        root_cause: gpu-thermal-throttle\n"
+        f"        when: {{all: {conditions}}}\n"
+    )
 
 
 def alias_notifier_file(levels: int = 5) -> str:

@@ -46,8 +46,7 @@ from tailhound.ingest.remote_write import RemoteWriteError, decode_write_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PAGES = {"dcgm": ROOT / "tests/agents/fixtures/dcgm_exporter.prom",
-         "vllm": ROOT / "tests/agents/fixtures/vllm_v1.prom"}
+PAGES = {"dcgm": ROOT / "tests/agents/fixtures/dcgm_exporter.prom", "vllm": ROOT / "tests/agents/fixtures/vllm_v1.prom"}
 NODE = "gpu-node-2"
 SCRAPES = 11  # vLLM scrapes to capture
 VLLM_DOWN = (5, 6)  # scrape indexes (from 0) answered 503
@@ -101,14 +100,17 @@ def page(job: str, k: int) -> str:
 
 
 def prometheus_config(pages_port: int, receiver_port: int) -> str:
-    jobs = "".join(f"""
+    jobs = "".join(
+        f"""
   - job_name: {job}
     metrics_path: /{job}
     static_configs:
       - targets: ["127.0.0.1:{pages_port}"]
         labels:
           node: {NODE}
-""" for job in PAGES)
+"""
+        for job in PAGES
+    )
     return f"""# written by tests/ingest/capture_fixture.py
 global:
   scrape_interval: 1s
@@ -141,9 +143,14 @@ def describe(body: bytes) -> dict:
         jobs[job] = jobs.get(job, 0) + 1
         stamps.update(ts for ts, _ in s.samples)
         stamps.update(s.stale)
-    return {"series": len(req.series), "samples": req.sample_count,
-            "stale_markers": sum(len(s.stale) for s in req.series), "metadata": len(req.metadata),
-            "jobs": jobs, "timestamps_ms": sorted(stamps)}
+    return {
+        "series": len(req.series),
+        "samples": req.sample_count,
+        "stale_markers": sum(len(s.stale) for s in req.series),
+        "metadata": len(req.metadata),
+        "jobs": jobs,
+        "timestamps_ms": sorted(stamps),
+    }
 
 
 async def capture(out: Path, timeout: float, probe_retries: bool, prometheus: str) -> int:
@@ -162,17 +169,21 @@ async def capture(out: Path, timeout: float, probe_retries: bool, prometheus: st
         scrapes[job] = k + 1
         if job == "vllm" and k in VLLM_DOWN:
             return web.Response(status=503, text="engine unavailable\n")
-        return web.Response(text=page(job, k), content_type="text/plain", charset="utf-8",
-                            headers={"X-Scrape": str(k)})
+        return web.Response(text=page(job, k), content_type="text/plain", charset="utf-8", headers={"X-Scrape": str(k)})
 
     async def receive(request: web.Request) -> web.Response:
         body = await request.content.read(16 << 20)
         info = describe(body)
         digest = hashlib.sha256(body).hexdigest()
-        entry = {"file": f"{len(index):03d}.bin", "received": round(time.time(), 3), "bytes": len(body),
-                 "sha256": digest, "headers": {k: v for k, v in request.headers.items()
-                                               if k.lower() not in ("host", "content-length")},
-                 "resent_of": seen.get(digest), **info}
+        entry = {
+            "file": f"{len(index):03d}.bin",
+            "received": round(time.time(), 3),
+            "bytes": len(body),
+            "sha256": digest,
+            "headers": {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")},
+            "resent_of": seen.get(digest),
+            **info,
+        }
         seen.setdefault(digest, len(index))
         status = 204
         if probe_retries and info.get("series"):
@@ -203,17 +214,24 @@ async def capture(out: Path, timeout: float, probe_retries: bool, prometheus: st
     (out / "prometheus.yml").write_text(config)
     version = ""
     with contextlib.suppress(OSError):
-        probe = await asyncio.create_subprocess_exec(prometheus, "--version", stdout=asyncio.subprocess.PIPE,
-                                                     stderr=asyncio.subprocess.STDOUT)
+        probe = await asyncio.create_subprocess_exec(
+            prometheus, "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
         version = (await asyncio.wait_for(probe.communicate(), 10))[0].decode().splitlines()[0]
     with tempfile.TemporaryDirectory(prefix="th-prom-") as tmp:
         cfg = Path(tmp) / "prometheus.yml"
         cfg.write_text(config)
         log = (out / "prometheus.log").open("wb")
         proc = await asyncio.create_subprocess_exec(
-            prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-            f"--web.listen-address=127.0.0.1:{free_port()}", "--log.level=info",
-            stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            prometheus,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp}/data",
+            f"--web.listen-address=127.0.0.1:{free_port()}",
+            "--log.level=info",
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), timeout)
@@ -228,12 +246,23 @@ async def capture(out: Path, timeout: float, probe_retries: bool, prometheus: st
                     await proc.wait()
             log.close()
             await runner.cleanup()
-    summary = {"prometheus": version, "config": "prometheus.yml", "scrapes": scrapes, "completed": done.is_set(),
-               "probes": {code: (None if i is None else {
-                   "request": index[i]["file"],
-                   "resent_as": [e["file"] for e in index if e["resent_of"] == i]}) for code, i in probes.items()}
-               if probe_retries else None,
-               "requests": index}
+    summary = {
+        "prometheus": version,
+        "config": "prometheus.yml",
+        "scrapes": scrapes,
+        "completed": done.is_set(),
+        "probes": {
+            code: (
+                None
+                if i is None
+                else {"request": index[i]["file"], "resent_as": [e["file"] for e in index if e["resent_of"] == i]}
+            )
+            for code, i in probes.items()
+        }
+        if probe_retries
+        else None,
+        "requests": index,
+    }
     (out / "capture.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "requests"}, indent=1))
     print(f"{len(index)} requests saved in {out}")

@@ -21,9 +21,12 @@ def page_jobs(pages_port: int, nodes: list[str], jobs: tuple[str, ...] = ("dcgm"
     """scrape_configs entries: one job per exporter, one target per node (/<node>/<job>), target label node."""
     out = []
     for job in jobs:
-        targets = "".join(f"""
+        targets = "".join(
+            f"""
       - targets: ["127.0.0.1:{pages_port}"]
-        labels: {{node: {node}, __metrics_path__: /{node}/{job}}}""" for node in nodes)
+        labels: {{node: {node}, __metrics_path__: /{node}/{job}}}"""
+            for node in nodes
+        )
         out.append(f"""
   - job_name: {job}
     static_configs:{targets}""")
@@ -48,9 +51,15 @@ class Prometheus:
         self.starts += 1
         log = (self.workdir / f"prometheus-{self.starts}.log").open("wb")
         self.proc = await asyncio.create_subprocess_exec(
-            self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-            "--log.level=info", stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            self.binary,
+            f"--config.file={self.workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=info",
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         async with aiohttp.ClientSession() as session:
             for _ in range(200):  # bounded: 20 s
@@ -77,8 +86,12 @@ class Prometheus:
             await proc.wait()
 
     async def query(self, promql: str) -> list[dict]:
-        async with aiohttp.ClientSession() as session, session.get(
-                f"{self.url}/api/v1/query", params={"query": promql}, timeout=aiohttp.ClientTimeout(total=10)) as r:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                f"{self.url}/api/v1/query", params={"query": promql}, timeout=aiohttp.ClientTimeout(total=10)
+            ) as r,
+        ):
             body = await r.json()
         assert body["status"] == "success", body
         return body["data"]["result"]

@@ -10,8 +10,12 @@ from collections.abc import Callable, Iterable, Iterator
 from tailhound.ingest.remote_write import Metadata, Series, encode_write_request, series_from_exposition
 from tailhound.recording import ScrapeRecord
 
-HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-           "X-Prometheus-Remote-Write-Version": "0.1.0", "User-Agent": "Prometheus/2.42.0"}
+HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "Prometheus/2.42.0",
+}
 
 
 def target_of(rec: ScrapeRecord) -> dict[str, str]:
@@ -42,8 +46,9 @@ class PrometheusView:
         ts_ms = round(rec.ts * 1000)
         before = self.last.get(key, [])
         if rec.error is not None:
-            out = series_from_exposition("", target_of(rec), ts_ms, up=False, stale=[s for s in before
-                                                                                    if s.name != "up"])
+            out = series_from_exposition(
+                "", target_of(rec), ts_ms, up=False, stale=[s for s in before if s.name != "up"]
+            )
             self.last[key] = []
             return out.series
         out = series_from_exposition(rec.body, target_of(rec), ts_ms)

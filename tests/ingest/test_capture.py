@@ -17,13 +17,19 @@ SCRIPT = Path(__file__).parent / "capture_fixture.py"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("TAILHOUND_LONG_DRILLS", "") in ("", "0", "false"),
-                    reason="re-captures the fixtures (20 s): TAILHOUND_LONG_DRILLS=1 pytest tests/ingest; the real "
-                    "Prometheus remote-writes in test_prometheus_end_to_end.py and test_restarts.py on every run")
+@pytest.mark.skipif(
+    os.environ.get("TAILHOUND_LONG_DRILLS", "") in ("", "0", "false"),
+    reason="re-captures the fixtures (20 s): TAILHOUND_LONG_DRILLS=1 pytest tests/ingest; the real "
+    "Prometheus remote-writes in test_prometheus_end_to_end.py and test_restarts.py on every run",
+)
 def test_the_capture_script_records_what_prometheus_sends(tmp_path):
     require_tool("prometheus", "apt-get install prometheus (Debian; `make test` does it as root)")  # CI: fails
-    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--timeout", "60"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     capture = json.loads((tmp_path / "capture.json").read_text())
     assert capture["completed"] and capture["prometheus"].startswith("prometheus, version")

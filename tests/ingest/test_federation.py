@@ -41,12 +41,16 @@ from tests.ingest.prometheus_proc import Prometheus
 from .capture_fixture import grow
 
 AGENT_FIXTURES = Path(__file__).parents[1] / "agents" / "fixtures"
-PAGES = {"dcgm": (AGENT_FIXTURES / "dcgm_exporter.prom").read_text(),
-         "vllm": (AGENT_FIXTURES / "vllm_v1.prom").read_text()}
+PAGES = {
+    "dcgm": (AGENT_FIXTURES / "dcgm_exporter.prom").read_text(),
+    "vllm": (AGENT_FIXTURES / "vllm_v1.prom").read_text(),
+}
 NODE = "gpu-node-2"
 T0 = 1_767_225_600_000
-TARGETS = {"dcgm": {"job": "dcgm", "instance": "10.0.0.7:9400", "node": NODE},
-           "vllm": {"job": "vllm", "instance": "10.0.0.7:8000", "node": NODE}}
+TARGETS = {
+    "dcgm": {"job": "dcgm", "instance": "10.0.0.7:9400", "node": NODE},
+    "vllm": {"job": "vllm", "instance": "10.0.0.7:8000", "node": NODE},
+}
 EXTERNAL = {"cluster": "lab"}
 GROUPING = {"close_on_newer": True, "common_labels": ("instance", "node", "cluster")}
 CATALOG = default_catalog()
@@ -82,8 +86,12 @@ def selected(labels: dict[str, str], selectors: Iterable[str]) -> bool:
         if head and labels.get("__name__") != head:
             continue
         matchers = re.findall(r'(\w+)(=~|=)"((?:[^"\\]|\\.)*)"', rest)
-        if all(re.fullmatch(_promql_unquote(v), labels.get(k, "")) if op == "=~"
-               else labels.get(k, "") == _promql_unquote(v) for k, op, v in matchers):
+        if all(
+            re.fullmatch(_promql_unquote(v), labels.get(k, ""))
+            if op == "=~"
+            else labels.get(k, "") == _promql_unquote(v)
+            for k, op, v in matchers
+        ):
             return True
     return False
 
@@ -92,8 +100,11 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def federate_body(scrapes: Iterable[tuple[str | None, dict[str, str], int]], selectors: Iterable[str] = SELECTORS,
-                  external: dict[str, str] | None = None) -> str:
+def federate_body(
+    scrapes: Iterable[tuple[str | None, dict[str, str], int]],
+    selectors: Iterable[str] = SELECTORS,
+    external: dict[str, str] | None = None,
+) -> str:
     """What /federate serves when the latest scrapes are `scrapes`: (page text, None for a failed scrape: `up 0`
     alone; target labels; timestamp ms)."""
     external = EXTERNAL if external is None else external
@@ -116,7 +127,7 @@ def federate_body(scrapes: Iterable[tuple[str | None, dict[str, str], int]], sel
         own = [(k, v) for k, v in s.labels if k != "__name__"]
         have = {k for k, _ in own}
         own += [(k, v) for k, v in sorted({**external, "instance": ""}.items()) if k not in have]
-        (ts, value), = s.samples
+        ((ts, value),) = s.samples
         labels = ",".join(f'{k}="{_esc(v)}"' for k, v in own)
         lines.append(f"{s.name}{{{labels}}} {go_float(value)} {ts}")
     return "\n".join(lines) + "\n"
@@ -124,8 +135,14 @@ def federate_body(scrapes: Iterable[tuple[str | None, dict[str, str], int]], sel
 
 def agent_snapshot(builder: SnapshotBuilder, text: str | None, job: str, snap: Snapshot) -> Snapshot:
     """What the agent makes of the page `text` scraped at the time of `snap`, its samples cut to the catalog's."""
-    rec = ScrapeRecord(ts=snap.ts, node=snap.node, job=job, labels=snap.labels, interval_s=snap.interval_s,
-                       **({"body": text} if text is not None else {"error": "HTTP 503"}))
+    rec = ScrapeRecord(
+        ts=snap.ts,
+        node=snap.node,
+        job=job,
+        labels=snap.labels,
+        interval_s=snap.interval_s,
+        **({"body": text} if text is not None else {"error": "HTTP 503"}),
+    )
     a = builder.build(rec)
     return a.model_copy(update={"samples": [s for s in a.samples if (job, s.name) in CATALOG.by_metric]})
 
@@ -150,8 +167,14 @@ def test_every_catalog_metric_is_selected_histogram_parts_included_and_nothing_e
     assert ("vllm", "vllm:time_to_first_token_seconds_bucket") in wanted
     for source, name in wanted:
         assert selected({"__name__": name, "job": source}, SELECTORS), name
-    for name in ("vllm:prompt_tokens_created", "go_goroutines", "DCGM_FI_DEV_GPU_TEMPX", "xDCGM_FI_DEV_GPU_TEMP",
-                 "vllm:time_to_first_token_seconds_created", "scrape_duration_seconds"):
+    for name in (
+        "vllm:prompt_tokens_created",
+        "go_goroutines",
+        "DCGM_FI_DEV_GPU_TEMPX",
+        "xDCGM_FI_DEV_GPU_TEMP",
+        "vllm:time_to_first_token_seconds_created",
+        "scrape_duration_seconds",
+    ):
         assert not selected({"__name__": name, "job": "vllm"}, SELECTORS), name
     assert selected({"__name__": "up", "job": "vllm"}, SELECTORS)
     assert not selected({"__name__": "up", "job": "kubernetes-pods"}, SELECTORS)  # no source: no empty snapshots
@@ -235,14 +258,16 @@ def test_a_real_format_body_parses_to_the_series_prometheus_stores():
 
 
 def test_values_escapes_empty_labels_and_a_missing_timestamp():
-    body = ('# HELP x whatever\n# TYPE x untyped\n'
-            'x{a="back\\\\slash \\"q\\" new\\nline",b="}{,=",instance=""} NaN 1000\n'
-            'x{a="2"} +Inf 1000\r\n'
-            'x{a="3",} -Inf\n'
-            '\n'
-            'y 1.5e+06 7\n'
-            '{"my.metric","odd label"="v"} -0.25 8\n'
-            '# TYPE z counter\n')
+    body = (
+        "# HELP x whatever\n# TYPE x untyped\n"
+        'x{a="back\\\\slash \\"q\\" new\\nline",b="}{,=",instance=""} NaN 1000\n'
+        'x{a="2"} +Inf 1000\r\n'
+        'x{a="3",} -Inf\n'
+        "\n"
+        "y 1.5e+06 7\n"
+        '{"my.metric","odd label"="v"} -0.25 8\n'
+        "# TYPE z counter\n"
+    )
     parsed = parse_federate(body, fetch_ms=5000)
     got = {s.labels: s.samples[0] for s in parsed.series}
     assert len(got) == 5 and parsed.problems == []
@@ -256,16 +281,29 @@ def test_values_escapes_empty_labels_and_a_missing_timestamp():
 
 def test_malformed_lines_are_counted_with_an_example_and_the_rest_kept():
     good = federate_body([(PAGES["vllm"], TARGETS["vllm"], T0)])
-    bad = ['vllm:x{a=unquoted} 1 2', 'vllm:x{a="1"} one 2', 'vllm:x{a="1"} 1 2.5', 'vllm:x{a="1"} 1 2 3',
-           'vllm:x{a="1" 1 2', '9bad 1 2', 'vllm:x{a="1",a="2"} 1 2', 'vllm:x{a="1"}1 2',
-           'vllm:x{' + ",".join(f'l{i}="v"' for i in range(70)) + '} 1 2', 'vllm:x{a="' + "v" * 5000 + '"} 1 2']
+    bad = [
+        "vllm:x{a=unquoted} 1 2",
+        'vllm:x{a="1"} one 2',
+        'vllm:x{a="1"} 1 2.5',
+        'vllm:x{a="1"} 1 2 3',
+        'vllm:x{a="1" 1 2',
+        "9bad 1 2",
+        'vllm:x{a="1",a="2"} 1 2',
+        'vllm:x{a="1"}1 2',
+        "vllm:x{" + ",".join(f'l{i}="v"' for i in range(70)) + "} 1 2",
+        'vllm:x{a="' + "v" * 5000 + '"} 1 2',
+    ]
     lines = good.splitlines()
     body = "\n".join(lines[:5] + bad + lines[5:]) + "\n"
     parsed = parse_federate(body, fetch_ms=1)
     assert len(parsed.series) == len(parse_federate(good, 1).series)
     problems = {p.reason: (p.count, p.example) for p in parsed.problems}
-    assert problems == {"bad_labels": (4, bad[0]), "bad_value": (3, bad[1]), "bad_timestamp": (1, bad[2]),
-                        "label_limits": (2, bad[8][:300])}
+    assert problems == {
+        "bad_labels": (4, bad[0]),
+        "bad_value": (3, bad[1]),
+        "bad_timestamp": (1, bad[2]),
+        "label_limits": (2, bad[8][:300]),
+    }
     assert parsed.lines == len(parsed.series) + 10
     assert parse_federate(b"x 1 2\n\xff\xfe 1 2\n", 1).problems[0].reason == "bad_utf8"
 
@@ -297,8 +335,9 @@ def test_pulls_give_the_agents_snapshots_with_deltas_and_repeats_are_unchanged_n
     agents = {job: SnapshotBuilder() for job in PAGES}
     got: list[Snapshot] = []
     for k in range(3):
-        body = federate_body([(grow(PAGES[job], k), TARGETS[job], T0 + k * 5000 + off)
-                              for job, off in (("dcgm", 851), ("vllm", 260))])
+        body = federate_body(
+            [(grow(PAGES[job], k), TARGETS[job], T0 + k * 5000 + off) for job, off in (("dcgm", 851), ("vllm", 260))]
+        )
         emitted = p.ingest(body, now=(T0 + k * 5000) / 1000 + 2)
         assert emitted.rejects == [] and len(emitted.snapshots) == 2
         for snap in emitted.snapshots:
@@ -347,7 +386,7 @@ def test_series_left_out_by_the_grouping_are_rejects():
     lines = sum(1 for line in body.splitlines() if not line.startswith("#"))
     emitted = puller(grouping={"close_on_newer": True, "node_labels": ("node",)}).ingest(body, now=T0 / 1000)
     assert emitted.snapshots == []
-    r, = emitted.rejects
+    (r,) = emitted.rejects
     assert (r.kind, r.stage, r.count) == ("no_node", "series", lines) and r.payload.startswith(b'{__name__="')
     bad = puller().ingest("x{a=b} 1 2\n", now=1)
     assert [(r.kind, r.stage, r.payload) for r in bad.rejects] == [("bad_labels", "parse", b"x{a=b} 1 2")]
@@ -410,7 +449,7 @@ async def test_failures_are_rejects_never_exceptions(tmp_path):
                 await resp.write(b"# " + b"x" * 8190 + b"\n")
             await resp.write_eof()
             return resp
-        return web.Response(text="x{a=b} 1 2\nup{job=\"vllm\",instance=\"h:1\"} 1 5\n", content_type="text/plain")
+        return web.Response(text='x{a=b} 1 2\nup{job="vllm",instance="h:1"} 1 5\n', content_type="text/plain")
 
     async with fake_prometheus(handler) as url:
         p = FederationPuller(FederationConfig(url=url, timeout_s=0.5, max_body_bytes=100_000))
@@ -420,7 +459,7 @@ async def test_failures_are_rejects_never_exceptions(tmp_path):
             t = time.monotonic()
             emitted = await asyncio.wait_for(p.pull_once(), 10)
             assert time.monotonic() - t < 3
-            r, = emitted.rejects
+            (r,) = emitted.rejects
             assert (r.kind, r.stage, emitted.snapshots) == ("federate_failed", "fetch", [])
             reasons[m] = r.reason
         mode["now"] = "ok"
@@ -435,20 +474,23 @@ async def test_failures_are_rejects_never_exceptions(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = FederationPuller(FederationConfig(url=f"http://user:pw@127.0.0.1:{port}", timeout_s=2,
-                                          bearer_token_file=tmp_path / "missing"))
-    r, = (await asyncio.wait_for(p.pull_once(), 10)).rejects
+    p = FederationPuller(
+        FederationConfig(url=f"http://user:pw@127.0.0.1:{port}", timeout_s=2, bearer_token_file=tmp_path / "missing")
+    )
+    (r,) = (await asyncio.wait_for(p.pull_once(), 10)).rejects
     assert "bearer_token_file" in r.reason and "No such file" in r.reason
     p = FederationPuller(FederationConfig(url=f"http://user:pw@127.0.0.1:{port}", timeout_s=2))
-    r, = (await asyncio.wait_for(p.pull_once(), 10)).rejects
+    (r,) = (await asyncio.wait_for(p.pull_once(), 10)).rejects
     assert r.reason.startswith(f"http://127.0.0.1:{port}/federate: ConnectError") and "pw" not in r.reason
     await p.close()
 
 
 def test_parse_time_of_a_10k_series_body():
     """~10k series: 700 vLLM targets of 15 catalog series each."""
-    scrapes = [(PAGES["vllm"], {"job": "vllm", "instance": f"10.0.{i // 250}.{i % 250}:8000", "node": f"gpu-{i}"},
-                T0 + i) for i in range(700)]
+    scrapes = [
+        (PAGES["vllm"], {"job": "vllm", "instance": f"10.0.{i // 250}.{i % 250}:8000", "node": f"gpu-{i}"}, T0 + i)
+        for i in range(700)
+    ]
     body = federate_body(scrapes).encode()
     lines = body.count(b"\n")
     t = time.perf_counter()
@@ -458,8 +500,10 @@ def test_parse_time_of_a_10k_series_body():
     t = time.perf_counter()
     emitted = p.ingest(body, now=T0 / 1000)
     pull = time.perf_counter() - t
-    print(f"\n{lines} lines, {len(body)} bytes: parse {cold * 1000:.1f} ms, parse+group+build {pull * 1000:.1f} ms, "
-          f"{len(emitted.snapshots)} snapshots")
+    print(
+        f"\n{lines} lines, {len(body)} bytes: parse {cold * 1000:.1f} ms, parse+group+build {pull * 1000:.1f} ms, "
+        f"{len(emitted.snapshots)} snapshots"
+    )
     assert len(parsed.series) == 10_500 and len(emitted.snapshots) == 700 and cold < 5
     t = time.perf_counter()
     assert p.ingest(body, now=T0 / 1000 + 1) == ([], [])
@@ -482,24 +526,30 @@ async def test_a_real_prometheus_federate_gives_the_agents_snapshots(tmp_path):
     app = web.Application()
     app.router.add_get("/{job}", page)
     async with serve_app(app) as pages:
-        jobs = "".join(f"""
+        jobs = "".join(
+            f"""
   - job_name: {job}
     metrics_path: /{job}
     static_configs:
-      - targets: ["{pages.removeprefix('http://')}"]
+      - targets: ["{pages.removeprefix("http://")}"]
         labels:
           node: {NODE}
-""" for job in PAGES)
-        config = f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  external_labels:\n    cluster: lab\n" \
-                 f"scrape_configs:{jobs}"
+"""
+            for job in PAGES
+        )
+        config = (
+            f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  external_labels:\n    cluster: lab\n"
+            f"scrape_configs:{jobs}"
+        )
         prometheus = Prometheus(tmp_path / "prometheus", config)
         await prometheus.start()
         p = FederationPuller(FederationConfig(url=prometheus.url, timeout_s=5, interval_s=2, grouping=GROUPING))
         try:
             got: list[Snapshot] = []
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (len({s.ts for s in got if s.source == "vllm"}) < 3
-                                                   or len({s.ts for s in got if s.source == "dcgm"}) < 3):
+            while time.monotonic() < deadline and (
+                len({s.ts for s in got if s.source == "vllm"}) < 3 or len({s.ts for s in got if s.source == "dcgm"}) < 3
+            ):
                 emitted = await asyncio.wait_for(p.pull_once(), 10)
                 assert all(r.kind == "federate_failed" for r in emitted.rejects), emitted.rejects
                 got += emitted.snapshots
@@ -527,7 +577,7 @@ async def test_a_real_prometheus_federate_gives_the_agents_snapshots(tmp_path):
     assert p.stats["unchanged"] > 0 and p.grouper.stats.get("late_samples", 0) == 0
     # Prometheus' own format: the target labels sorted, then the external labels; Go's floats
     assert re.search(rb'\nup\{instance="127.0.0.1:\d+",job="vllm",node="gpu-node-2",cluster="lab"\} 1 \d{13}\n', body)
-    assert re.search(rb'\nvllm:prompt_tokens_total\{[^}]+\} \d\.\d+e\+06 \d{13}\n', body)
+    assert re.search(rb"\nvllm:prompt_tokens_total\{[^}]+\} \d\.\d+e\+06 \d{13}\n", body)
 
 
 def test_a_grouping_given_in_the_file_keeps_whole_scrapes_on():
@@ -546,10 +596,12 @@ async def test_a_body_sent_in_pieces_is_read_whole_and_a_cut_body_is_a_failed_pu
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         cut = mode["cut"]
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
         for i in range(0, len(lines) // 2 if cut else len(lines), 10):  # in pieces, with pauses in between
-            writer.write(b"".join(lines[i:i + 10]))
+            writer.write(b"".join(lines[i : i + 10]))
             await writer.drain()
             await asyncio.sleep(0.02)
         writer.close()

@@ -49,8 +49,9 @@ def at(k: int, replica: str = "a") -> float:
     return T0 + k * EVERY + OFFSET[replica]
 
 
-def scrape(k: int, replica: str | None, cluster: str | None = "c1", node: str = "gpu-node-1",
-           stamp: str | None = None) -> list[Series]:
+def scrape(
+    k: int, replica: str | None, cluster: str | None = "c1", node: str = "gpu-node-1", stamp: str | None = None
+) -> list[Series]:
     """What a replica stores of round `k`'s scrape (`stamp`: whose timestamp, default the replica's)."""
     ts = at(k, stamp or replica or "a")
     return series_from_exposition(grow(PAGE, k), target(replica, cluster, node), round(ts * 1000)).series
@@ -123,7 +124,8 @@ def test_a_replica_silent_for_failover_s_hands_over_and_the_same_source_goes_on(
 
     assert [s.ts for s in got] == [at(k, "a") for k in range(4)] + [at(k, "b") for k in range(5, 9)]
     assert {(s.node, s.source, tuple(sorted(s.labels.items()))) for s in got} == {
-        ("gpu-node-1", "vllm", (("cluster", "c1"), ("instance", "gpu-node-1:8000"), ("node", "gpu-node-1")))}
+        ("gpu-node-1", "vllm", (("cluster", "c1"), ("instance", "gpu-node-1:8000"), ("node", "gpu-node-1")))
+    }
     assert "replica" not in labels_of(got)
     last_a, first_b = got[3], got[4]
     assert first_b.prev_ts == last_a.ts and first_b.error is None  # the same source: the builder's state goes on
@@ -145,7 +147,8 @@ def test_series_without_the_replica_label_pass():
         got += send(ingest, body(scrape(k, "b")), now=at(k, "b") + 1)
     got += ingest.close().snapshots
     assert sorted((s.node, s.ts) for s in got) == sorted(
-        [("gpu-node-1", at(k, "a")) for k in range(3)] + [("gpu-node-9", at(k, "b")) for k in range(3)])
+        [("gpu-node-1", at(k, "a")) for k in range(3)] + [("gpu-node-9", at(k, "b")) for k in range(3)]
+    )
     nine = [s.model_dump() for s in got if s.node == "gpu-node-9"]
     assert nine == [s.model_dump() for s in alone(range(3), "b", node="gpu-node-9")]
     assert ha.stats == {"ha_dropped_series": 3 * N_SERIES} and ha.elected("c1") == "a"
@@ -208,10 +211,15 @@ class NoSender:
 
 
 def test_the_service_counts_dropped_series_and_failovers_in_its_stats_and_metrics():
-    config = IngestServiceConfig.model_validate({"listen": "127.0.0.1:0", "remote_write": {"grouping": GROUPING},
-                                                 "ha": {"failover_s": 30}, "auth": {"bearer_token_env": None}})
-    service = IngestService(Settings(broker="kafka://127.0.0.1:9", topic_prefix="t."), config,
-                            sender=NoSender())  # type: ignore[arg-type]
+    config = IngestServiceConfig.model_validate(
+        {
+            "listen": "127.0.0.1:0",
+            "remote_write": {"grouping": GROUPING},
+            "ha": {"failover_s": 30},
+            "auth": {"bearer_token_env": None},
+        }
+    )
+    service = IngestService(Settings(broker="kafka://127.0.0.1:9", topic_prefix="t."), config, sender=NoSender())  # type: ignore[arg-type]
     try:
         rw = service.receiver
         assert rw.ha is service.ha and service.ha is not None

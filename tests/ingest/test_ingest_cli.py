@@ -65,15 +65,15 @@ def test_the_printed_remote_write_block_passes_promtool(tmp_path):
     block = snippet()
     check = promtool_check(tmp_path, block)
     assert check.returncode == 0, check.stdout + check.stderr
-    rw, = yaml.safe_load(MINIMAL + block)["remote_write"]
+    (rw,) = yaml.safe_load(MINIMAL + block)["remote_write"]
     assert rw["url"] == URL and "authorization" not in rw
     assert rw["metadata_config"]["send"] is True
 
 
 def keep_rule(block: str) -> tuple[re.Pattern, str]:
     """The one keep rule of a printed block: its regex (anchored as Prometheus anchors it) and separator."""
-    rw, = yaml.safe_load(block)["remote_write"]
-    relabel, = rw["write_relabel_configs"]
+    (rw,) = yaml.safe_load(block)["remote_write"]
+    (relabel,) = rw["write_relabel_configs"]
     assert (relabel["source_labels"], relabel["action"]) == (["__name__", "job"], "keep")
     return re.compile(relabel["regex"]), relabel["separator"]
 
@@ -84,8 +84,16 @@ def test_the_keep_regex_keeps_every_catalog_metric_and_nothing_else():
     assert "up" in names and "DCGM_FI_DEV_GPU_TEMP" in names and "vllm:time_to_first_token_seconds_bucket" in names
     missed = [n for n in names if n != "up" and not keep.fullmatch(f"{n}{sep}kubernetes-pods")]
     assert missed == []
-    for other in ("node_cpu_seconds_total", "go_goroutines", "scrape_duration_seconds", "DCGM_FI_DEV_GPU_TEMPX",
-                  "xup", "up_total", "vllm:num_requests_running_created", "DCGM_FI_DEV"):
+    for other in (
+        "node_cpu_seconds_total",
+        "go_goroutines",
+        "scrape_duration_seconds",
+        "DCGM_FI_DEV_GPU_TEMPX",
+        "xup",
+        "up_total",
+        "vllm:num_requests_running_created",
+        "DCGM_FI_DEV",
+    ):
         assert not keep.fullmatch(f"{other}{sep}dcgm"), other
     assert keep.search(f"node_cpu_seconds_total_up{sep}dcgm")  # unanchored it would keep this: the anchors matter
 
@@ -102,8 +110,9 @@ def test_up_is_kept_only_for_the_jobs_that_are_catalog_sources():
 
 def test_up_is_kept_for_the_jobs_ingest_yaml_maps_to_a_source(tmp_path):
     config = tmp_path / "ingest.yaml"
-    config.write_text("remote_write:\n  grouping:\n    sources: {dcgm-exporter: dcgm, node.exporter+1: node, "
-                      "my-app: my-app}\n")
+    config.write_text(
+        "remote_write:\n  grouping:\n    sources: {dcgm-exporter: dcgm, node.exporter+1: node, my-app: my-app}\n"
+    )
     keep, sep = keep_rule(snippet("-c", str(config)))
     assert keep.fullmatch(f"up{sep}dcgm-exporter") and keep.fullmatch(f"up{sep}node.exporter+1")
     assert not keep.fullmatch(f"up{sep}nodexexporter+1")  # the job is a literal, not a regex
@@ -118,7 +127,7 @@ def test_with_a_token_configured_the_block_sends_a_credentials_file(tmp_path):
     config.write_text(f"listen: 0.0.0.0:9097\nauth:\n  bearer_token_file: {tmp_path / 'token'}\n")
     block = snippet("-c", str(config))
     assert "s3cret" not in block
-    rw, = yaml.safe_load(block)["remote_write"]
+    (rw,) = yaml.safe_load(block)["remote_write"]
     assert rw["authorization"]["type"] == "Bearer" and rw["authorization"]["credentials_file"]
     check = promtool_check(tmp_path, block)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -136,7 +145,7 @@ remote_write:
 ha:
   failover_s: 20
 auth:
-  bearer_token_file: {tmp_path / 'token'}
+  bearer_token_file: {tmp_path / "token"}
 federation:
   url: http://prometheus:9090
   interval_s: 30

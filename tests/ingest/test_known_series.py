@@ -35,8 +35,10 @@ SERIES = [
 
 
 def comparable(series) -> list:
-    return [(s.labels, [(t, "NaN" if math.isnan(v) else (v, math.copysign(1, v))) for t, v in s.samples], s.stale)
-            for s in series]
+    return [
+        (s.labels, [(t, "NaN" if math.isnan(v) else (v, math.copysign(1, v))) for t, v in s.samples], s.stale)
+        for s in series
+    ]
 
 
 @pytest.mark.parametrize("order", ["as listed", "reversed"])

@@ -64,13 +64,24 @@ remote_write:
 async def test_a_thermal_fault_opens_through_remote_write_and_through_federation(settings: Settings, tmp_path):
     await ensure_topics(settings)
     pages, pages_port = await serve_pages()
-    receiver = IngestService(settings, IngestServiceConfig.model_validate(
-        {"listen": "127.0.0.1:0", "remote_write": {"grouping": {"settle_s": 2}}, "publish": {"linger_ms": 0}}))
+    receiver = IngestService(
+        settings,
+        IngestServiceConfig.model_validate(
+            {"listen": "127.0.0.1:0", "remote_write": {"grouping": {"settle_s": 2}}, "publish": {"linger_ms": 0}}
+        ),
+    )
     await receiver.start()
     prometheus = Prometheus(tmp_path / "prometheus", prometheus_config(pages_port, receiver.port))
-    puller = IngestService(settings, IngestServiceConfig.model_validate(
-        {"listen": "", "federation": {"url": prometheus.url, "interval_s": 1, "matchers": {"node": FED_NODE}},
-         "publish": {"linger_ms": 0}}))
+    puller = IngestService(
+        settings,
+        IngestServiceConfig.model_validate(
+            {
+                "listen": "",
+                "federation": {"url": prometheus.url, "interval_s": 1, "matchers": {"node": FED_NODE}},
+                "publish": {"linger_ms": 0},
+            }
+        ),
+    )
     worker = WorkerProcess(settings, tmp_path / "worker.log")
     worker.start()
     try:
@@ -88,13 +99,21 @@ async def test_a_thermal_fault_opens_through_remote_write_and_through_federation
         worker.stop()
         await pages.cleanup()
     events = thermal(records)
-    assert nodes_of(events) >= {RW_NODE, FED_NODE}, (worker.log_tail(), prometheus.log_tail(), receiver.stats(),
-                                                     puller.stats())
+    assert nodes_of(events) >= {RW_NODE, FED_NODE}, (
+        worker.log_tail(),
+        prometheus.log_tail(),
+        receiver.stats(),
+        puller.stats(),
+    )
     opened = [e for e in events if e.event == "opened"]
     assert opened and all(e.severity == "critical" for e in opened)
     # the scope names the hot GPU of each node (on the node's incident, or on the members of a rolled-up one)
-    gpus = {g for e in events for g in e.scope.gpus} | {g for e in events for m in getattr(e, "members", []) or []
-                                                        for g in getattr(getattr(m, "scope", None), "gpus", [])}
+    gpus = {g for e in events for g in e.scope.gpus} | {
+        g
+        for e in events
+        for m in getattr(e, "members", []) or []
+        for g in getattr(getattr(m, "scope", None), "gpus", [])
+    }
     assert gpus == {"3"}, [e.scope for e in events]
     # the receiver took every request (Prometheus got 204s) and nothing was dead-lettered
     stats = receiver.stats()

@@ -59,20 +59,27 @@ def signals_by_source(snapshots: list[Snapshot]) -> set[str]:
 
 
 def prometheus_yml(node_port: int, blackbox_port: int, probed: str, ingest_port: int, self_port: int) -> str:
-    rw = {"url": f"http://127.0.0.1:{ingest_port}/api/v1/write",
-          "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms", "max_backoff": "1s"},
-          "metadata_config": {"send": True, "send_interval": "5s"},
-          "write_relabel_configs": write_relabel_configs(IngestServiceConfig())}
+    rw = {
+        "url": f"http://127.0.0.1:{ingest_port}/api/v1/write",
+        "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms", "max_backoff": "1s"},
+        "metadata_config": {"send": True, "send_interval": "5s"},
+        "write_relabel_configs": write_relabel_configs(IngestServiceConfig()),
+    }
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [
             {"job_name": "node", "static_configs": [{"targets": [f"127.0.0.1:{node_port}"]}]},
-            {"job_name": "blackbox", "metrics_path": "/probe", "params": {"module": ["http_2xx"]},
-             "static_configs": [{"targets": [probed]}],
-             "relabel_configs": [
-                 {"source_labels": ["__address__"], "target_label": "__param_target"},
-                 {"source_labels": ["__param_target"], "target_label": "instance"},
-                 {"target_label": "__address__", "replacement": f"127.0.0.1:{blackbox_port}"}]},
+            {
+                "job_name": "blackbox",
+                "metrics_path": "/probe",
+                "params": {"module": ["http_2xx"]},
+                "static_configs": [{"targets": [probed]}],
+                "relabel_configs": [
+                    {"source_labels": ["__address__"], "target_label": "__param_target"},
+                    {"source_labels": ["__param_target"], "target_label": "instance"},
+                    {"target_label": "__address__", "replacement": f"127.0.0.1:{blackbox_port}"},
+                ],
+            },
             # an unrelated job: its `up` must not become snapshots (nor be sent at all)
             {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{self_port}"]}]},
         ],
@@ -130,13 +137,15 @@ async def agent_signals(urls: dict[str, str], until: float) -> set[str]:
 async def test_real_exporters_through_a_real_prometheus_by_remote_write_and_federation(tmp_path):
     received, rejects = [], []
     ingest = RemoteWriteIngest(IngestConfig.model_validate({"grouping": {"settle_s": 1}}))
-    with running(start_node_exporter(tmp_path / "node")) as node, \
-            running(start_blackbox_exporter(tmp_path / "blackbox")) as blackbox:
-        async with probed_server() as probed, \
-                remote_write_receiver(ingest, received, rejects) as ingest_port:
+    with (
+        running(start_node_exporter(tmp_path / "node")) as node,
+        running(start_blackbox_exporter(tmp_path / "blackbox")) as blackbox,
+    ):
+        async with probed_server() as probed, remote_write_receiver(ingest, received, rejects) as ingest_port:
             prometheus = Prometheus(tmp_path / "prometheus", "")
-            (prometheus.workdir / "prometheus.yml").write_text(prometheus_yml(
-                node.port, blackbox.port, f"{probed}/health", ingest_port, prometheus.port))
+            (prometheus.workdir / "prometheus.yml").write_text(
+                prometheus_yml(node.port, blackbox.port, f"{probed}/health", ingest_port, prometheus.port)
+            )
             puller = FederationPuller(FederationConfig(url=prometheus.url, interval_s=1), catalog=CATALOG)
             pulled, pull_rejects = [], []
             await prometheus.start()
@@ -150,9 +159,13 @@ async def test_real_exporters_through_a_real_prometheus_by_remote_write_and_fede
                     if not LONG and signals_by_source(received) >= EXPECTED <= signals_by_source(pulled):
                         break
                     await asyncio.sleep(1)
-                agent = await agent_signals({"node": f"{node.url}/metrics", "blackbox":
-                                             f"{blackbox.url}/probe?module=http_2xx&target={probed}/health"},
-                                            time.monotonic() + 15)
+                agent = await agent_signals(
+                    {
+                        "node": f"{node.url}/metrics",
+                        "blackbox": f"{blackbox.url}/probe?module=http_2xx&target={probed}/health",
+                    },
+                    time.monotonic() + 15,
+                )
                 seen = await observe_prometheus(prometheus.url, catalog=CATALOG, timeout_s=5)
             finally:
                 await puller.close()
@@ -172,8 +185,10 @@ async def test_real_exporters_through_a_real_prometheus_by_remote_write_and_fede
                 assert node_metrics <= {x.name for x in s.samples}, (s.ts, node_metrics - {x.name for x in s.samples})
     # doctor --prometheus on the same Prometheus: the two netstat signals, with the flag to add
     table = render_table(diagnose(load_rules(default_rules_dir()), seen))
-    assert ("\nnode_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
-            "    add to node_exporter's command line:\n") in table, table
+    assert (
+        "\nnode_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
+        "    add to node_exporter's command line:\n"
+    ) in table, table
     assert f"\n        {NETSTAT.line}\n" in table
 
 
@@ -183,7 +198,7 @@ def test_the_netstat_flag_is_node_exporters_default_plus_the_two_fields():
     help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
     text = help_text.stdout + help_text.stderr
     (line,) = [ln for ln in text.splitlines() if ln.strip().startswith(f"{NETSTAT.flag}=")]
-    default = line.strip()[len(NETSTAT.flag) + 1:].strip().strip('"')
+    default = line.strip()[len(NETSTAT.flag) + 1 :].strip().strip('"')
     assert default == NETSTAT.default
     assert NETSTAT.value == default.replace("Tcp_(ActiveOpens|", "Tcp_(ActiveOpens|AttemptFails|EstabResets|")
     assert {m.removeprefix("node_netstat_") for m in NETSTAT.metrics} == {"Tcp_AttemptFails", "Tcp_EstabResets"}
@@ -191,13 +206,17 @@ def test_the_netstat_flag_is_node_exporters_default_plus_the_two_fields():
 
 async def test_doctor_on_a_real_node_exporter_names_the_flag_until_it_is_set(tmp_path):
     rules = load_rules(default_rules_dir())
-    with running(start_node_exporter(tmp_path / "default")) as stock, \
-            running(start_node_exporter(tmp_path / "flagged", f"{NETSTAT.flag}={NETSTAT.value}")) as flagged:
+    with (
+        running(start_node_exporter(tmp_path / "default")) as stock,
+        running(start_node_exporter(tmp_path / "flagged", f"{NETSTAT.flag}={NETSTAT.value}")) as flagged,
+    ):
         stock_seen = await collect_targets([f"node={stock.url}/metrics"], 5.0, CATALOG)
         flagged_seen = await collect_targets([f"node={flagged.url}/metrics"], 5.0, CATALOG)
     stock_table = render_table(diagnose(rules, stock_seen))
-    assert ("\nnode_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
-            "    add to node_exporter's command line:\n") in stock_table, stock_table
+    assert (
+        "\nnode_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
+        "    add to node_exporter's command line:\n"
+    ) in stock_table, stock_table
     assert f"\n        {NETSTAT.line}\n" in stock_table
     flagged_report = diagnose(rules, flagged_seen)
     assert {"net.tcp_attempt_fails", "net.tcp_estab_resets"} <= flagged_report.present

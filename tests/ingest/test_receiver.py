@@ -30,13 +30,24 @@ from .capture_fixture import VLLM_DOWN, grow, page
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AGENT_FIXTURES = Path(__file__).parents[1] / "agents" / "fixtures"
-HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-           "X-Prometheus-Remote-Write-Version": "0.1.0", "User-Agent": "Prometheus/2.42.0"}
+HEADERS = {
+    "Content-Encoding": "snappy",
+    "Content-Type": "application/x-protobuf",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+    "User-Agent": "Prometheus/2.42.0",
+}
 T0 = 1_700_000_000_000
 NODE = "gpu-node-2"
 INSTANCE = "10.0.0.7:9400"
-JOBS = {"blackbox": "blackbox", "dcgm": "dcgm", "nim": "nim", "node": "node", "sglang": "sglang", "tgi": "tgi",
-        "vllm": "vllm"}
+JOBS = {
+    "blackbox": "blackbox",
+    "dcgm": "dcgm",
+    "nim": "nim",
+    "node": "node",
+    "sglang": "sglang",
+    "tgi": "tgi",
+    "vllm": "vllm",
+}
 PAGES = sorted(p.name for p in AGENT_FIXTURES.glob("*.prom") if p.name != "prometheus3_utf8.prom")
 #: pages with counters that neither the catalog nor their names (`_total`) make counters: without the metadata
 #: Prometheus sends (every minute), they are gauges until it comes
@@ -52,20 +63,33 @@ def ordered(snap: Snapshot) -> Snapshot:
     return snap.model_copy(update={"samples": sorted(snap.samples, key=lambda s: (s.name, sorted(s.labels.items())))})
 
 
-def agent_snapshots(pages: list[str | None], job: str, labels: dict[str, str], stamps: list[float],
-                    interval_s: float) -> list[Snapshot]:
+def agent_snapshots(
+    pages: list[str | None], job: str, labels: dict[str, str], stamps: list[float], interval_s: float
+) -> list[Snapshot]:
     builder = SnapshotBuilder()
-    return [builder.build(ScrapeRecord(ts=ts, node=NODE, job=job, labels=labels, interval_s=interval_s,
-                                       **({"body": text} if text is not None else {"error": "HTTP 503"})))
-            for text, ts in zip(pages, stamps, strict=True)]
+    return [
+        builder.build(
+            ScrapeRecord(
+                ts=ts,
+                node=NODE,
+                job=job,
+                labels=labels,
+                interval_s=interval_s,
+                **({"body": text} if text is not None else {"error": "HTTP 503"}),
+            )
+        )
+        for text, ts in zip(pages, stamps, strict=True)
+    ]
 
 
-def ingest_snapshots(pages: list[str | None], job: str, interval_s: float, metadata: bool = True,
-                     ingest: RemoteWriteIngest | None = None) -> list[Snapshot]:
+def ingest_snapshots(
+    pages: list[str | None], job: str, interval_s: float, metadata: bool = True, ingest: RemoteWriteIngest | None = None
+) -> list[Snapshot]:
     """What the ingest makes of Prometheus scraping `pages` (None: the scrape failed) every `interval_s`."""
     target = {"job": job, "instance": INSTANCE, "node": NODE}
-    ingest = ingest or RemoteWriteIngest(IngestConfig(grouping={"common_labels": ("instance", "node"),
-                                                                "interval_s": {job: interval_s}}))
+    ingest = ingest or RemoteWriteIngest(
+        IngestConfig(grouping={"common_labels": ("instance", "node"), "interval_s": {job: interval_s}})
+    )
     out: list[Snapshot] = []
     previous: list[Series] = []
     for k, text in enumerate(pages):
@@ -113,8 +137,9 @@ def test_snapshots_equal_the_agents_for_every_fixture_page(page_name):
 def test_without_metadata_only_unmapped_counters_differ(page_name):
     pages = scrapes_of((AGENT_FIXTURES / page_name).read_text())
     job = job_of(page_name)
-    agent = agent_snapshots(pages, job, {"instance": INSTANCE, "node": NODE},
-                            [(T0 + k * 5000) / 1000 for k in range(4)], 5.0)
+    agent = agent_snapshots(
+        pages, job, {"instance": INSTANCE, "node": NODE}, [(T0 + k * 5000) / 1000 for k in range(4)], 5.0
+    )
     got = ingest_snapshots(pages, job, 5.0, metadata=False)
     catalog = default_catalog()
     differing = set()
@@ -134,11 +159,12 @@ def test_without_metadata_only_unmapped_counters_differ(page_name):
 
 def test_a_page_repeating_a_series_keeps_it_once_as_prometheus_does():
     text = (AGENT_FIXTURES / "prometheus3_utf8.prom").read_text()
-    snap, = ingest_snapshots([text], "vllm", 5.0)
-    agent, = agent_snapshots([text], "vllm", {"instance": INSTANCE, "node": NODE}, [T0 / 1000], 5.0)
+    (snap,) = ingest_snapshots([text], "vllm", 5.0)
+    (agent,) = agent_snapshots([text], "vllm", {"instance": INSTANCE, "node": NODE}, [T0 / 1000], 5.0)
     assert len(agent.samples) == 10 and len(snap.samples) == 7  # the page repeats one series 4 times
     assert {(s.name, tuple(sorted(s.labels.items()))) for s in snap.samples} == {
-        (s.name, tuple(sorted(s.labels.items()))) for s in agent.samples}
+        (s.name, tuple(sorted(s.labels.items()))) for s in agent.samples
+    }
 
 
 # -- what a real Prometheus sent ----------------------------------------------------------------------------
@@ -191,8 +217,11 @@ def test_the_interval_is_estimated_from_a_real_capture():
 def test_a_batch_prometheus_dropped_is_a_gap_and_a_resent_batch_is_no_duplicate():
     # probe/007.bin was answered 429 (Prometheus dropped it), probe/011.bin 503 (resent as probe/012.bin)
     ingest, snaps = replay(FIXTURES / "probe", skip=("007.bin", "011.bin"))
-    dropped = {(dict(s.labels)["job"], ts) for s in decode_write_request((FIXTURES / "probe" / "007.bin").read_bytes())
-               .series for ts, _ in s.samples}
+    dropped = {
+        (dict(s.labels)["job"], ts)
+        for s in decode_write_request((FIXTURES / "probe" / "007.bin").read_bytes()).series
+        for ts, _ in s.samples
+    }
     assert len(dropped) == 2  # one scrape of each target
     for job, ms in dropped:
         after = min((s for s in snaps if s.source == job and s.ts > ms / 1000), key=lambda s: s.ts)
@@ -218,23 +247,26 @@ def test_a_good_request_is_204_without_a_body():
     assert (result.status, result.retry_after, result.headers, result.message) == (204, None, {}, "")
 
 
-@pytest.mark.parametrize("change, status", [
-    ({"Content-Encoding": "gzip"}, 415),
-    ({"Content-Encoding": None}, 415),
-    ({"Content-Type": "application/json"}, 415),
-    ({"Content-Type": None}, 415),
-    ({"Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 415),
-    ({"Content-Type": "application/x-protobuf; proto=prometheus.WriteRequest"}, 204),
-    ({"X-Prometheus-Remote-Write-Version": "2.0.0"}, 415),
-    ({"X-Prometheus-Remote-Write-Version": None}, 204),
-    ({"content-encoding": "SNAPPY", "Content-Encoding": None}, 204),  # names and the encoding in any case
-])
+@pytest.mark.parametrize(
+    "change, status",
+    [
+        ({"Content-Encoding": "gzip"}, 415),
+        ({"Content-Encoding": None}, 415),
+        ({"Content-Type": "application/json"}, 415),
+        ({"Content-Type": None}, 415),
+        ({"Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 415),
+        ({"Content-Type": "application/x-protobuf; proto=prometheus.WriteRequest"}, 204),
+        ({"X-Prometheus-Remote-Write-Version": "2.0.0"}, 415),
+        ({"X-Prometheus-Remote-Write-Version": None}, 204),
+        ({"content-encoding": "SNAPPY", "Content-Encoding": None}, 204),  # names and the encoding in any case
+    ],
+)
 def test_media_type_checks(change, status):
     headers = {**HEADERS, **change}
     result = RemoteWriteIngest().accept(REAL, {k: v for k, v in headers.items() if v is not None}, now=0)
     assert result.status == status
     if status == 415:
-        reject, = result.rejects
+        (reject,) = result.rejects
         assert (reject.kind, reject.stage, reject.payload) == ("unsupported_media", "headers", REAL)
 
 
@@ -245,15 +277,18 @@ def test_the_version_header_can_be_required():
     assert ingest.accept(REAL, HEADERS, now=0).status == 204
 
 
-@pytest.mark.parametrize("data, status, kind", [
-    (b"garbage that is not snappy", 400, "bad_snappy"),
-    (bytes(cramjam.snappy.compress_raw(b"\x0a\xff")), 400, "truncated"),  # a truncated protobuf
-    (b"\xff\xff\xff\x7f\x00", 413, "too_large"),  # announces 256 MiB
-])
+@pytest.mark.parametrize(
+    "data, status, kind",
+    [
+        (b"garbage that is not snappy", 400, "bad_snappy"),
+        (bytes(cramjam.snappy.compress_raw(b"\x0a\xff")), 400, "truncated"),  # a truncated protobuf
+        (b"\xff\xff\xff\x7f\x00", 413, "too_large"),  # announces 256 MiB
+    ],
+)
 def test_a_bad_payload_is_refused_for_good_and_dead_lettered(data, status, kind):
     result = RemoteWriteIngest().accept(data, HEADERS, now=0)
     assert result.status == status and result.retry_after is None
-    reject, = result.rejects
+    (reject,) = result.rejects
     assert (reject.kind, reject.stage, reject.payload) == (kind, "decode", data)
     assert result.message.strip() == reject.reason
     letter = reject.dead_letter("t.deadletter", ts=1.0)
@@ -272,10 +307,18 @@ def test_a_body_over_the_limit_is_413():
 def test_authentication():
     ingest = RemoteWriteIngest(IngestConfig(bearer_tokens=("s3cret", "other"), basic_auth={"prom": "pw"}))
     basic = base64.b64encode(b"prom:pw").decode()
-    for auth, status in [(None, 401), ("Bearer wrong", 401), ("Bearer s3cret", 204), ("bearer  other ", 204),
-                         (f"Basic {basic}", 204), ("Basic " + base64.b64encode(b"prom:no").decode(), 401),
-                         ("Basic " + base64.b64encode(b"nobody:pw").decode(), 401), ("Basic !!!", 401),
-                         ("Basic " + base64.b64encode(b"prompw").decode(), 401), ("Digest x", 401)]:
+    for auth, status in [
+        (None, 401),
+        ("Bearer wrong", 401),
+        ("Bearer s3cret", 204),
+        ("bearer  other ", 204),
+        (f"Basic {basic}", 204),
+        ("Basic " + base64.b64encode(b"prom:no").decode(), 401),
+        ("Basic " + base64.b64encode(b"nobody:pw").decode(), 401),
+        ("Basic !!!", 401),
+        ("Basic " + base64.b64encode(b"prompw").decode(), 401),
+        ("Digest x", 401),
+    ]:
         headers = {**HEADERS, **({"Authorization": auth} if auth else {})}
         result = ingest.accept(REAL, headers, now=0)
         assert result.status == status, auth
@@ -302,13 +345,17 @@ def test_back_pressure_answers_503_with_retry_after_before_decoding(monkeypatch)
 
 def test_bad_series_are_left_out_and_the_rest_accepted():
     good = series_from_exposition("g 1\n", {"job": "vllm", "instance": "h:1"}, T0)
-    bad = [Series((("__name__", "x"), ("job", "vllm")), ((T0, 1.0),)),  # no node label
-           Series((("__name__", "y"), ("instance", "h:1"), ("job", "Not A Source")), ((T0, 1.0),))]
+    bad = [
+        Series((("__name__", "x"), ("job", "vllm")), ((T0, 1.0),)),  # no node label
+        Series((("__name__", "y"), ("instance", "h:1"), ("job", "Not A Source")), ((T0, 1.0),)),
+    ]
     ingest = RemoteWriteIngest(IngestConfig(grouping={"settle_s": 0}))
     result = ingest.accept(encode_write_request(good.series + bad + bad[:1]), HEADERS, now=0)
     assert result.status == 204 and [s.node for s in result.snapshots] == ["h"]
-    assert sorted((r.kind, r.count, r.stage) for r in result.rejects) == [("bad_source", 1, "series"),
-                                                                           ("no_node", 2, "series")]
+    assert sorted((r.kind, r.count, r.stage) for r in result.rejects) == [
+        ("bad_source", 1, "series"),
+        ("no_node", 2, "series"),
+    ]
     no_node = next(r for r in result.rejects if r.kind == "no_node")
     assert no_node.payload == b'{__name__="x",job="vllm"}'
     letter = no_node.dead_letter("dl", ts=1.0)
@@ -336,7 +383,7 @@ def test_a_gone_target_drops_the_builders_state():
     result = ingest.accept(encode_write_request(gone), HEADERS, now=1)
     assert result.snapshots == [] and ingest.builder._sources == {} and ingest.grouper.stats["sources_gone"] == 1
     again = series_from_exposition("c_total 7\n", target, T0 + 2000)
-    snap, = ingest.accept(encode_write_request(again.series), HEADERS, now=2).snapshots
+    (snap,) = ingest.accept(encode_write_request(again.series), HEADERS, now=2).snapshots
     assert snap.prev_ts is None and snap.samples[0].delta is None  # started over
 
 
@@ -345,9 +392,10 @@ def test_an_oversized_snapshot_is_rejected_not_published(monkeypatch):
     text = "".join(f'g{{i="{i}"}} {i}\n' for i in range(4))
     stored = series_from_exposition(text, {"job": "vllm", "instance": "h:1"}, T0)
     result = RemoteWriteIngest(IngestConfig(grouping={"settle_s": 0})).accept(
-        encode_write_request(stored.series), HEADERS, now=0)
+        encode_write_request(stored.series), HEADERS, now=0
+    )
     assert result.status == 204 and result.snapshots == []
-    reject, = result.rejects
+    (reject,) = result.rejects
     assert (reject.kind, reject.stage, reject.node) == ("too_many_samples", "limits", "h")
     assert json.loads(reject.payload)["job"] == "vllm"  # the record, as a recording line
 
@@ -357,6 +405,7 @@ def test_a_scrape_the_builder_fails_on_is_a_reject_not_an_error(monkeypatch):
 
     def boom(rec):
         raise RuntimeError("bug")
+
     monkeypatch.setattr(ingest.builder, "build", boom)
     result = ingest.accept(REAL, HEADERS, now=0)
     assert result.status == 204 and result.snapshots == []

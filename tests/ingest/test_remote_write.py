@@ -97,8 +97,13 @@ def test_a_data_request_holds_one_scrape_of_each_target_with_prometheus_own_seri
     for job, series in by_job.items():
         assert len({ts for s in series for ts, _ in s.samples}) == 1  # one timestamp per scrape
         names = {s.name for s in series}
-        assert {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_series_added",
-                "scrape_samples_post_metric_relabeling"} <= names
+        assert {
+            "up",
+            "scrape_duration_seconds",
+            "scrape_samples_scraped",
+            "scrape_series_added",
+            "scrape_samples_post_metric_relabeling",
+        } <= names
         for s in series:
             labels = dict(s.labels)
             assert labels["node"] == "gpu-node-2" and labels["cluster"] == "lab" and labels["job"] == job
@@ -114,12 +119,19 @@ def test_metadata_requests_carry_the_type_of_every_family():
     assert req.series == []
     types = {m.family: m.type for m in req.metadata}
     assert types == {
-        "vllm:kv_cache_usage_perc": "gauge", "vllm:prompt_tokens_total": "counter",
-        "vllm:prompt_tokens_created": "gauge", "vllm:request_success_total": "counter",
-        "vllm:time_to_first_token_seconds": "histogram", "vllm:time_to_first_token_seconds_created": "gauge",
-        "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
-        "DCGM_FI_DEV_SM_CLOCK": "gauge", "DCGM_FI_DEV_GPU_TEMP": "gauge", "DCGM_FI_DEV_MEMORY_TEMP": "gauge",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter"}
+        "vllm:kv_cache_usage_perc": "gauge",
+        "vllm:prompt_tokens_total": "counter",
+        "vllm:prompt_tokens_created": "gauge",
+        "vllm:request_success_total": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:time_to_first_token_seconds_created": "gauge",
+        "vllm:num_requests_running": "gauge",
+        "vllm:num_requests_waiting": "gauge",
+        "DCGM_FI_DEV_SM_CLOCK": "gauge",
+        "DCGM_FI_DEV_GPU_TEMP": "gauge",
+        "DCGM_FI_DEV_MEMORY_TEMP": "gauge",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter",
+    }
     assert next(m for m in req.metadata if m.family == "DCGM_FI_DEV_GPU_TEMP").help == "GPU temperature (in C)."
 
 
@@ -160,8 +172,11 @@ def test_a_503_answered_request_is_resent_unchanged():
 
 def test_round_trip_keeps_labels_values_timestamps_stale_markers_and_metadata():
     series = [
-        Series((("__name__", "x_total"), ("job", "vllm"), ("ünï", 'a "quoted"\nvalue\\')),
-               ((1_700_000_000_000, 1.5), (1_700_000_005_000, 0.0), (1_700_000_010_000, -0.0)), (1_700_000_015_000,)),
+        Series(
+            (("__name__", "x_total"), ("job", "vllm"), ("ünï", 'a "quoted"\nvalue\\')),
+            ((1_700_000_000_000, 1.5), (1_700_000_005_000, 0.0), (1_700_000_010_000, -0.0)),
+            (1_700_000_015_000,),
+        ),
         Series((("__name__", "g"),), ((-5, math.inf), (0, -math.inf), (1, 1e308))),
         Series((("__name__", "empty"),)),
     ]
@@ -174,7 +189,7 @@ def test_round_trip_keeps_labels_values_timestamps_stale_markers_and_metadata():
 
 def test_an_ordinary_nan_stays_a_value():
     req = decode_write_request(encode_write_request([Series((("__name__", "n"),), ((1000, math.nan),))]))
-    (ts, v), = req.series[0].samples
+    ((ts, v),) = req.series[0].samples
     assert ts == 1000 and math.isnan(v) and req.series[0].stale == ()
 
 
@@ -185,14 +200,27 @@ def test_is_stale_tells_the_marker_from_other_nans():
 
 
 def test_unknown_fields_of_every_wire_type_are_skipped_and_native_histograms_counted():
-    unknown = (varint(9 << 3 | 0) + varint(300) + varint(10 << 3 | 1) + bytes(8) + varint(11 << 3 | 5) + bytes(4)
-               + field(12, b"anything"))
-    raw = (unknown
-           + series_msg(field(1, field(1, b"__name__") + unknown + field(2, b"a")),
-                        field(2, unknown + b"\x09" + struct.pack("<d", 2.0) + b"\x10" + varint(7)),
-                        field(3, b"exemplar"), field(4, b"native histogram"), unknown)
-           + field(3, varint(1 << 3) + varint(1) + field(2, b"c_total") + unknown)
-           + field(2, b"reserved field 2"))
+    unknown = (
+        varint(9 << 3 | 0)
+        + varint(300)
+        + varint(10 << 3 | 1)
+        + bytes(8)
+        + varint(11 << 3 | 5)
+        + bytes(4)
+        + field(12, b"anything")
+    )
+    raw = (
+        unknown
+        + series_msg(
+            field(1, field(1, b"__name__") + unknown + field(2, b"a")),
+            field(2, unknown + b"\x09" + struct.pack("<d", 2.0) + b"\x10" + varint(7)),
+            field(3, b"exemplar"),
+            field(4, b"native histogram"),
+            unknown,
+        )
+        + field(3, varint(1 << 3) + varint(1) + field(2, b"c_total") + unknown)
+        + field(2, b"reserved field 2")
+    )
     req = decode_raw(raw)
     assert req.series == [Series((("__name__", "a"),), ((7, 2.0),))]
     assert req.metadata == [Metadata("c_total", "counter")]
@@ -200,8 +228,11 @@ def test_unknown_fields_of_every_wire_type_are_skipped_and_native_histograms_cou
 
 
 def test_samples_in_another_field_order_and_labels_after_samples():
-    odd = series_msg(field(2, b"\x10" + varint(5) + b"\x09" + struct.pack("<d", 3.0)),
-                     label(b"__name__", b"late_labels"), field(2, b"\x10" + varint(6)))  # value 0.0 left out
+    odd = series_msg(
+        field(2, b"\x10" + varint(5) + b"\x09" + struct.pack("<d", 3.0)),
+        label(b"__name__", b"late_labels"),
+        field(2, b"\x10" + varint(6)),
+    )  # value 0.0 left out
     assert decode_raw(odd).series == [Series((("__name__", "late_labels"),), ((5, 3.0), (6, 0.0)))]
 
 
@@ -226,32 +257,36 @@ def test_series_from_exposition_is_what_prometheus_stores():
 # -- malformed ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw, expected", [
-    (b"\x0a", "truncated"),  # a length varint missing
-    (b"\x0a\xff", "truncated"),  # a varint cut short
-    (b"\x0a\x05abc", "truncated"),  # a message longer than what is left
-    (series_msg(field(1, b"\x0a\x09__name")), "truncated"),
-    (series_msg(label(b"__name__", b"x"), field(2, b"\x09\x00\x00")), "truncated"),  # a double cut short
-    (b"\x0a" + b"\xff" * 10 + b"\x01", "bad_varint"),  # longer than 10 bytes
-    (b"\x08\x01", "wrong_type"),  # timeseries as a varint
-    (b"\x19" + bytes(8), "wrong_type"),  # metadata (field 3) as fixed64
-    (series_msg(b"\x08\x01"), "wrong_type"),  # labels as a varint
-    (series_msg(b"\x10\x01"), "wrong_type"),  # samples as a varint
-    (series_msg(field(1, b"\x08\x01")), "wrong_type"),  # a label name as a varint
-    (series_msg(field(2, b"\x08\x01")), "wrong_type"),  # a sample value as a varint
-    (series_msg(field(2, b"\x11" + bytes(8))), "wrong_type"),  # a timestamp as fixed64
-    (field(3, b"\x0a\x01x"), "wrong_type"),  # a metadata type as a string
-    (b"\x2b", "bad_wire_type"),  # a group start (field 5)
-    (b"\x2e", "bad_wire_type"),  # wire type 6 (field 5)
-    (b"\x02\x00", "bad_field"),  # field number 0
-    (series_msg(label(b"__name__", b"\xff\xfe")), "bad_utf8"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (b"\x0a", "truncated"),  # a length varint missing
+        (b"\x0a\xff", "truncated"),  # a varint cut short
+        (b"\x0a\x05abc", "truncated"),  # a message longer than what is left
+        (series_msg(field(1, b"\x0a\x09__name")), "truncated"),
+        (series_msg(label(b"__name__", b"x"), field(2, b"\x09\x00\x00")), "truncated"),  # a double cut short
+        (b"\x0a" + b"\xff" * 10 + b"\x01", "bad_varint"),  # longer than 10 bytes
+        (b"\x08\x01", "wrong_type"),  # timeseries as a varint
+        (b"\x19" + bytes(8), "wrong_type"),  # metadata (field 3) as fixed64
+        (series_msg(b"\x08\x01"), "wrong_type"),  # labels as a varint
+        (series_msg(b"\x10\x01"), "wrong_type"),  # samples as a varint
+        (series_msg(field(1, b"\x08\x01")), "wrong_type"),  # a label name as a varint
+        (series_msg(field(2, b"\x08\x01")), "wrong_type"),  # a sample value as a varint
+        (series_msg(field(2, b"\x11" + bytes(8))), "wrong_type"),  # a timestamp as fixed64
+        (field(3, b"\x0a\x01x"), "wrong_type"),  # a metadata type as a string
+        (b"\x2b", "bad_wire_type"),  # a group start (field 5)
+        (b"\x2e", "bad_wire_type"),  # wire type 6 (field 5)
+        (b"\x02\x00", "bad_field"),  # field number 0
+        (series_msg(label(b"__name__", b"\xff\xfe")), "bad_utf8"),
+    ],
+)
 def test_malformed_protobuf_is_refused_with_a_reason(raw, expected):
     assert reason(raw) == expected
 
 
-@pytest.mark.parametrize("data", [b"", b"\xff\xff\xff\xff\xff\xff", b"\x05abc", b"\x0a\x00\x01\x02",
-                                  b"not snappy at all, just text"])
+@pytest.mark.parametrize(
+    "data", [b"", b"\xff\xff\xff\xff\xff\xff", b"\x05abc", b"\x0a\x00\x01\x02", b"not snappy at all, just text"]
+)
 def test_bad_snappy_is_refused(data):
     with pytest.raises(RemoteWriteError) as exc:
         decode_write_request(data)

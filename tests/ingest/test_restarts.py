@@ -24,9 +24,14 @@ NODE = "gpu-node-7"
 
 
 def config(port: int) -> IngestServiceConfig:
-    return IngestServiceConfig.model_validate({"listen": f"127.0.0.1:{port}", "poll_s": 0.2,
-                                               "remote_write": {"grouping": {"settle_s": 2}},
-                                               "publish": {"linger_ms": 0}})
+    return IngestServiceConfig.model_validate(
+        {
+            "listen": f"127.0.0.1:{port}",
+            "poll_s": 0.2,
+            "remote_write": {"grouping": {"settle_s": 2}},
+            "publish": {"linger_ms": 0},
+        }
+    )
 
 
 def prometheus_config(pages_port: int, port: int) -> str:
@@ -70,14 +75,14 @@ async def test_restarts_of_tailhound_and_of_prometheus_lose_no_scrape(settings: 
         await ingest.stop()
         stats.append(ingest.stats())
         await pages.cleanup()
-    scraped = {job: {round(float(ts) * 1000) for ts, up in rows[0]["values"] if up == "1"}
-               for job, rows in stored.items()}
+    scraped = {
+        job: {round(float(ts) * 1000) for ts, up in rows[0]["values"] if up == "1"} for job, rows in stored.items()
+    }
     want = sum(len(v) for v in scraped.values())
     assert min(len(v) for v in scraped.values()) >= 18, {j: len(v) for j, v in scraped.items()}
     records = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= want, timeout=30)
     snapshots = [decode_snapshot(r.value) for r in records]
-    published = {job: [round(s.ts * 1000) for s in snapshots if s.source == job and s.node == NODE]
-                 for job in scraped}
+    published = {job: [round(s.ts * 1000) for s in snapshots if s.source == job and s.node == NODE] for job in scraped}
     for job, stamps in scraped.items():
         missing = sorted(stamps - set(published[job]))
         assert not missing, (job, missing, sorted(published[job]), stats, prometheus.log_tail())

@@ -37,10 +37,18 @@ RULES = Path(__file__).resolve().parents[2] / "rules"
 CATALOG = default_catalog()
 #: (minutes, faults, nodes with incidents, incidents): those of tests/integration/test_replay_matches_worker.py
 SCENARIOS = {
-    "thermal": (30, ["thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5",
-                     "thermal-throttle@12m+6m:node=gpu-node-3:gpus=0"], {"gpu-node-2", "gpu-node-3"}, 1),
-    "kv+network": (34, ["kv-cache-pressure@24m+8m:node=gpu-node-1", "network-path-degradation@24m+8m:node=gpu-node-3"],
-                   {"gpu-node-1", "gpu-node-3"}, 2),
+    "thermal": (
+        30,
+        ["thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5", "thermal-throttle@12m+6m:node=gpu-node-3:gpus=0"],
+        {"gpu-node-2", "gpu-node-3"},
+        1,
+    ),
+    "kv+network": (
+        34,
+        ["kv-cache-pressure@24m+8m:node=gpu-node-1", "network-path-degradation@24m+8m:node=gpu-node-3"],
+        {"gpu-node-1", "gpu-node-3"},
+        2,
+    ),
     "surge": (30, ["traffic-surge@22m+6m"], {"gpu-node-1", "gpu-node-2", "gpu-node-3"}, 1),
 }
 
@@ -56,8 +64,10 @@ def recording(name: str) -> tuple:
     minutes, faults, _nodes, _n = SCENARIOS[name]
     sim = FleetSimulator(SimConfig(nodes=3, seed=5), [FaultSpec.parse(f) for f in faults])
     # a few failed scrapes (gaps), as a live fleet has them
-    return tuple(r.model_copy(update={"error": "HTTP 503", "body": ""}) if i % 97 == 50 else r
-                 for i, r in enumerate(iter_records(sim, minutes)))
+    return tuple(
+        r.model_copy(update={"error": "HTTP 503", "body": ""}) if i % 97 == 50 else r
+        for i, r in enumerate(iter_records(sim, minutes))
+    )
 
 
 @functools.cache
@@ -79,8 +89,14 @@ def ingest_config(records: list) -> IngestConfig:
     """Node from the `node` target label, the records' labels back as the snapshots' labels."""
     common = tuple(sorted({k for r in records for k in r.labels}))
     intervals = {r.job: r.interval_s for r in records if r.interval_s}
-    return IngestConfig(grouping={"node_labels": ("node",), "common_labels": common,
-                                  "drop_labels": ("instance", "node"), "interval_s": intervals})
+    return IngestConfig(
+        grouping={
+            "node_labels": ("node",),
+            "common_labels": common,
+            "drop_labels": ("instance", "node"),
+            "interval_s": intervals,
+        }
+    )
 
 
 def through_remote_write(records: tuple) -> tuple[list[Snapshot], RemoteWriteIngest]:
@@ -140,8 +156,15 @@ def outcome(events: list[IncidentEvent]) -> list[tuple]:
     by_id: dict[str, list[IncidentEvent]] = {}
     for e in sorted(events, key=lambda e: (e.incident_id, e.sequence)):
         by_id.setdefault(e.incident_id, []).append(e)
-    return sorted((json.dumps(evs[0].model_dump(mode="json"), sort_keys=True), evs[-1].event, evs[-1].root_cause,
-                   evs[-1].scope.model_dump_json()) for evs in by_id.values())
+    return sorted(
+        (
+            json.dumps(evs[0].model_dump(mode="json"), sort_keys=True),
+            evs[-1].event,
+            evs[-1].root_cause,
+            evs[-1].scope.model_dump_json(),
+        )
+        for evs in by_id.values()
+    )
 
 
 @pytest.mark.parametrize("name", CI_SCENARIOS)

@@ -29,15 +29,17 @@ TARGET = {"job": "vllm", "instance": "10.0.0.5:8000"}
 
 def comparable(families) -> list:
     """Families as plain values (NaN made comparable)."""
-    return [(f.name, f.type, [(s.name, s.labels, "NaN" if math.isnan(s.value) else s.value) for s in f.samples])
-            for f in families]
+    return [
+        (f.name, f.type, [(s.name, s.labels, "NaN" if math.isnan(s.value) else s.value) for s in f.samples])
+        for f in families
+    ]
 
 
 def one_scrape(series: list[Series], metadata: list[Metadata] = ()) -> GroupedRecord | ScrapeRecord:
     g = Grouper(GroupingConfig(node_labels=("instance",)))  # one node, whatever Hostname labels say
     g.add_metadata(metadata)
     assert g.add(series, now=0) == []
-    rec, = [r for r in g.drain() if not isinstance(r, Forget)]
+    (rec,) = [r for r in g.drain() if not isinstance(r, Forget)]
     return rec
 
 
@@ -57,22 +59,46 @@ def s(name: str, value: float, **labels: str) -> Series:
 AWKWARD = [
     s("esc", 1.0, path='a"b\\c\nd', empty_ok="x"),
     s("my.metric", 2.0, **{"http.status": "200"}),  # Prometheus 3's UTF-8 names
-    s("neg_zero", -0.0), s("a_nan", math.nan), s("pos_inf", math.inf), s("neg_inf", -math.inf),
-    s("big", 1e300), s("tiny", 5e-324), s("integral", 123456789012345.0),
-    s("lat_bucket", 1.0, le="0.1"), s("lat_bucket", 3.0, le="+Inf"), s("lat_sum", 0.4), s("lat_count", 3.0),
+    s("neg_zero", -0.0),
+    s("a_nan", math.nan),
+    s("pos_inf", math.inf),
+    s("neg_inf", -math.inf),
+    s("big", 1e300),
+    s("tiny", 5e-324),
+    s("integral", 123456789012345.0),
+    s("lat_bucket", 1.0, le="0.1"),
+    s("lat_bucket", 3.0, le="+Inf"),
+    s("lat_sum", 0.4),
+    s("lat_count", 3.0),
     s("lat_count_gauge_count", 7.0),
-    s("x", 1.0), s("x_total", 5.0), s("x_created", 1.7e9),
-    s("req_total", 9.0), s("req_created", 1.6e9),
-    s("q", 0.5, quantile="0.5"), s("q_sum", 2.0), s("q_count", 4.0),
-    s("fam", 1.0), s("fam_count", 2.0), s("fam_bucket", 3.0),
+    s("x", 1.0),
+    s("x_total", 5.0),
+    s("x_created", 1.7e9),
+    s("req_total", 9.0),
+    s("req_created", 1.6e9),
+    s("q", 0.5, quantile="0.5"),
+    s("q_sum", 2.0),
+    s("q_count", 4.0),
+    s("fam", 1.0),
+    s("fam_count", 2.0),
+    s("fam_bucket", 3.0),
 ]
 
 
-@pytest.mark.parametrize("metadata", [
-    [],
-    [Metadata("fam_count", "gauge", "", ""), Metadata("lat", "histogram", "", ""), Metadata("req", "counter", "", ""),
-     Metadata("x", "gauge", "", ""), Metadata("q", "summary", "", ""), Metadata("fam", "info", "", "")],
-])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        [],
+        [
+            Metadata("fam_count", "gauge", "", ""),
+            Metadata("lat", "histogram", "", ""),
+            Metadata("req", "counter", "", ""),
+            Metadata("x", "gauge", "", ""),
+            Metadata("q", "summary", "", ""),
+            Metadata("fam", "info", "", ""),
+        ],
+    ],
+)
 def test_awkward_series_give_the_parsers_families(metadata):
     rec = one_scrape(AWKWARD, metadata)
     assert isinstance(rec, GroupedRecord)
@@ -93,10 +119,10 @@ def test_a_series_the_parser_refuses_sends_its_scrape_the_text_way():
 def test_the_families_follow_metadata_and_an_earlier_record_keeps_its_own():
     g = Grouper(GroupingConfig())
     g.add([s("jobs", 1.0)], now=0)
-    first, = g.drain()
+    (first,) = g.drain()
     g.add_metadata([Metadata("jobs", "counter", "", "")])
     g.add([Series(s("jobs", 2.0).labels, ((T0 + 15_000, 2.0),))], now=15)
-    second, = g.drain()
+    (second,) = g.drain()
     assert [f.type for f in first.families()] == ["untyped"] and "# TYPE jobs untyped" in first.body
     assert [f.type for f in second.families()] == ["counter"] and "# TYPE jobs counter" in second.body
 
@@ -109,7 +135,7 @@ def test_emptied_caches_keep_one_entry_per_series_in_an_open_scrape(monkeypatch)
     # the same series again, as new label-set objects, after the caches were emptied: the same scrape's
     g.add([Series(tuple(x for x in s(n, 2.0).labels), ((T0, 2.0),)) for n in names], now=1)
     assert g.pending_samples == 5
-    rec, = g.drain()
+    (rec,) = g.drain()
     assert sorted((f.name, f.samples[0].value) for f in rec.families()) == [(n, 2.0) for n in names]
 
 
@@ -124,5 +150,5 @@ def test_series_of_open_scrapes_do_not_make_every_new_label_set_empty_the_caches
     before = len(forgets)
     g.add([s(f"new{i}", 1.0) for i in range(12)], now=1)
     assert len(forgets) - before <= 12 // 4 + 1  # once per cache-full of new label sets, not once per label set
-    rec, = g.drain()
+    (rec,) = g.drain()
     assert len(rec.families()) == 20

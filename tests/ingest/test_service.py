@@ -27,15 +27,15 @@ GROUPING = {"common_labels": ["instance", "node", "cluster"], "settle_s": 0.5}
 
 
 def service_config(**extra) -> IngestServiceConfig:
-    base = {"listen": "127.0.0.1:0", "remote_write": {"grouping": GROUPING}, "poll_s": 0.1,
-            "publish": {"linger_ms": 0}}
+    base = {"listen": "127.0.0.1:0", "remote_write": {"grouping": GROUPING}, "poll_s": 0.1, "publish": {"linger_ms": 0}}
     base.update(extra)
     return IngestServiceConfig.model_validate(base)
 
 
 async def post(session: aiohttp.ClientSession, port: int, body: bytes, headers: dict, path: str = "/api/v1/write"):
-    async with session.post(f"http://127.0.0.1:{port}{path}", data=body, headers=headers,
-                            timeout=aiohttp.ClientTimeout(total=10)) as r:
+    async with session.post(
+        f"http://127.0.0.1:{port}{path}", data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+    ) as r:
         return r.status, dict(r.headers), await r.text()
 
 
@@ -53,8 +53,9 @@ async def test_captured_requests_become_the_snapshots_on_the_telemetry_topic(set
     try:
         async with aiohttp.ClientSession() as session:
             for entry in CAPTURE["requests"]:
-                status, _h, _t = await post(session, service.port, (FIXTURES / entry["file"]).read_bytes(),
-                                            entry["headers"])
+                status, _h, _t = await post(
+                    session, service.port, (FIXTURES / entry["file"]).read_bytes(), entry["headers"]
+                )
                 assert status == 204
     finally:
         await service.stop()  # hands out the last open scrapes and flushes
@@ -94,8 +95,9 @@ async def test_bad_input_is_refused_and_dead_lettered_with_the_reason(settings: 
 
 async def test_a_token_is_required_when_one_is_configured(settings: Settings, tmp_path):
     (tmp_path / "token").write_text("s3cret\n")
-    service = IngestService(settings, service_config(auth={"bearer_token_file": tmp_path / "token",
-                                                           "bearer_token_env": None}))
+    service = IngestService(
+        settings, service_config(auth={"bearer_token_file": tmp_path / "token", "bearer_token_env": None})
+    )
     await service.start()
     entry = CAPTURE["requests"][1]
     body = (FIXTURES / entry["file"]).read_bytes()
@@ -103,8 +105,9 @@ async def test_a_token_is_required_when_one_is_configured(settings: Settings, tm
         async with aiohttp.ClientSession() as session:
             status, headers, _t = await post(session, service.port, body, entry["headers"])
             assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
-            status, _h, _t = await post(session, service.port, body, {**entry["headers"],
-                                                                      "Authorization": "Bearer s3cret"})
+            status, _h, _t = await post(
+                session, service.port, body, {**entry["headers"], "Authorization": "Bearer s3cret"}
+            )
             assert status == 204
     finally:
         await service.stop()
@@ -113,16 +116,18 @@ async def test_a_token_is_required_when_one_is_configured(settings: Settings, tm
 async def test_a_publisher_behind_answers_503_with_retry_after(tmp_path):
     # a broker nobody listens on: the outbox only grows
     settings = Settings(broker="kafka://127.0.0.1:9", topic_prefix="t.")
-    config = service_config(remote_write={"grouping": {**GROUPING, "settle_s": 0}, "max_backlog": 1,
-                                          "retry_after_s": 2})
+    config = service_config(
+        remote_write={"grouping": {**GROUPING, "settle_s": 0}, "max_backlog": 1, "retry_after_s": 2}
+    )
     service = IngestService(settings, config)
     await service.start()
     try:
         async with aiohttp.ClientSession() as session:
             statuses = []
             for entry in CAPTURE["requests"][:8]:
-                status, headers, _t = await post(session, service.port, (FIXTURES / entry["file"]).read_bytes(),
-                                                 entry["headers"])
+                status, headers, _t = await post(
+                    session, service.port, (FIXTURES / entry["file"]).read_bytes(), entry["headers"]
+                )
                 statuses.append((status, headers.get("Retry-After")))
                 await service.poll()
             async with session.get(f"http://127.0.0.1:{service.port}/-/ready") as r:

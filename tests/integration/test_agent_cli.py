@@ -21,14 +21,24 @@ pytestmark = pytest.mark.broker
 
 def env_for(settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-    env.update(TAILHOUND_BROKER=settings.broker, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
-               TAILHOUND_PARTITIONS=str(settings.partitions))
+    env.update(
+        TAILHOUND_BROKER=settings.broker,
+        TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
+        TAILHOUND_PARTITIONS=str(settings.partitions),
+    )
     return env
 
 
 async def run_cli(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tailhound", *args, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tailhound",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return proc.returncode, out.decode(), err.decode()
 
@@ -46,8 +56,9 @@ async def test_record_then_publish_the_recording(settings, tmp_path):
         cfg.write_text(f"node: ${{TH_NODE}}\nlisten: null\nscrape:\n  - {{job: vllm, url: '{url}', interval_s: 0.2}}\n")
         env = env_for(settings) | {"TH_NODE": "gpu-rec"}
         out = tmp_path / "fleet.jsonl"
-        rc, stdout, stderr = await run_cli("record", "--config", str(cfg), "--out", str(out), "--duration", "1.5",
-                                           env=env)
+        rc, stdout, stderr = await run_cli(
+            "record", "--config", str(cfg), "--out", str(out), "--duration", "1.5", env=env
+        )
     assert rc == 0, stderr
     records = list(read_records(out))
     assert 5 <= len(records) <= 10 and f"wrote {len(records)} records" in stdout
@@ -69,12 +80,24 @@ async def test_agent_publishes_and_serves_its_metrics(settings, tmp_path):
     port = free_port()
     async with serve_metrics(fake) as url:
         cfg = tmp_path / "agent.yaml"
-        cfg.write_text(f"node: gpu-live\nlisten: 127.0.0.1:{port}\n"
-                       f"scrape:\n  - {{job: vllm, url: '{url}', interval_s: 0.25}}\n"
-                       f"procnet: {{interval_s: 0.5}}\n")
+        cfg.write_text(
+            f"node: gpu-live\nlisten: 127.0.0.1:{port}\n"
+            f"scrape:\n  - {{job: vllm, url: '{url}', interval_s: 0.25}}\n"
+            f"procnet: {{interval_s: 0.5}}\n"
+        )
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tailhound", "agent", "--config", str(cfg), "--duration", "6",
-            env=env_for(settings), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "tailhound",
+            "agent",
+            "--config",
+            str(cfg),
+            "--duration",
+            "6",
+            env=env_for(settings),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         body = ""
         async with httpx.AsyncClient() as client:
             for _ in range(60):
@@ -87,8 +110,12 @@ async def test_agent_publishes_and_serves_its_metrics(settings, tmp_path):
                     break
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
-    for name in ("tailhound_agent_collections_total", "tailhound_agent_outbox_messages",
-                 "tailhound_agent_send_latency_seconds_bucket", "tailhound_agent_collect_errors_total"):
+    for name in (
+        "tailhound_agent_collections_total",
+        "tailhound_agent_outbox_messages",
+        "tailhound_agent_send_latency_seconds_bucket",
+        "tailhound_agent_collect_errors_total",
+    ):
         assert name in body
     got = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= 20, timeout=30)
     snaps = [Snapshot.model_validate_json(r.value) for r in got]

@@ -58,8 +58,10 @@ async def _outage_scenario(phase) -> None:
             sender.enqueue(snap)
 
         async with serve_metrics(fakes[0]) as url_a, serve_metrics(fakes[1]) as url_b:
-            collectors = [ScrapeCollector(ScrapeTarget(job="vllm", url=url_a, interval_s=0.2), node="gpu-a"),
-                          ScrapeCollector(ScrapeTarget(job="vllm", url=url_b, interval_s=0.2), node="gpu-b")]
+            collectors = [
+                ScrapeCollector(ScrapeTarget(job="vllm", url=url_a, interval_s=0.2), node="gpu-a"),
+                ScrapeCollector(ScrapeTarget(job="vllm", url=url_b, interval_s=0.2), node="gpu-b"),
+            ]
             agent = Agent(config, sink, metrics=metrics, collectors=collectors)
             phase("collect")
             stop = asyncio.Event()

@@ -32,8 +32,9 @@ def _broker_port(output: str) -> str:
 
 def test_demo_runs_to_completion_and_prints_the_thermal_incident():
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "demo"], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "demo"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240
+    )
     wall = time.monotonic() - t0
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
@@ -53,8 +54,14 @@ def test_demo_runs_to_completion_and_prints_the_thermal_incident():
 
 
 def test_ctrl_c_stops_everything_cleanly():
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound", "demo"], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound", "demo"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     try:
         deadline = time.monotonic() + 60

@@ -54,8 +54,13 @@ async def test_workers_agree_with_replay(settings, tmp_path, name, workers, part
     try:
         await group.ready(timeout=120)
         assert await run_replay(settings, recording, speed=0) > 0
-        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= len(offline),
-                                timeout=120, alive=lambda: all(w.alive() for w in group.workers))
+        records = await consume(
+            settings,
+            settings.incidents_topic,
+            lambda rs: len(rs) >= len(offline),
+            timeout=120,
+            alive=lambda: all(w.alive() for w in group.workers),
+        )
         more = await consume(settings, settings.incidents_topic, lambda rs: False, timeout=4)  # nothing extra
     finally:
         group.stop()
@@ -78,6 +83,8 @@ def differences(online: list[IncidentEvent], offline: list[IncidentEvent]) -> li
         if x != y:
             ex, ey = IncidentEvent.model_validate_json(x), IncidentEvent.model_validate_json(y)
             fields = [k for k in ex.model_fields if getattr(ex, k) != getattr(ey, k)]
-            out.append(f"#{i} {ex.incident_id}/{ex.sequence} vs {ey.incident_id}/{ey.sequence}: "
-                       + "; ".join(f"{k}: {getattr(ex, k)!r:.300} != {getattr(ey, k)!r:.300}" for k in fields))
+            out.append(
+                f"#{i} {ex.incident_id}/{ex.sequence} vs {ey.incident_id}/{ey.sequence}: "
+                + "; ".join(f"{k}: {getattr(ex, k)!r:.300} != {getattr(ey, k)!r:.300}" for k in fields)
+            )
     return out[:12]

@@ -27,8 +27,11 @@ WAIT_S = 30.0
 
 def _env(settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-    env.update(TAILHOUND_BROKER=settings.broker, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
-               TAILHOUND_PARTITIONS=str(settings.partitions))
+    env.update(
+        TAILHOUND_BROKER=settings.broker,
+        TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
+        TAILHOUND_PARTITIONS=str(settings.partitions),
+    )
     return env
 
 
@@ -59,8 +62,14 @@ def start(tmp_path) -> Iterator[Callable[..., tuple[subprocess.Popen, Path]]]:
     def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
         log = tmp_path / f"proc{len(procs)}.log"
         fh = log.open("w")
-        proc = subprocess.Popen([sys.executable, "-m", "tailhound", *args], env=env, cwd=tmp_path,
-                                stdout=fh, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tailhound", *args],
+            env=env,
+            cwd=tmp_path,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         procs.append(proc)
         return proc, log
 
@@ -90,17 +99,23 @@ def test_sighup_reloads_the_agent_config_and_keeps_the_old_one_when_broken(setti
     _until("node collections", lambda: _metric(metrics, node) > 0, proc, log)
     assert _metric(metrics, probe) == 0
 
-    cfg.write_text(base + "tcp_connect:\n  interval_s: 0.5\n  targets:\n"
-                          f"    - {{name: loop, host: 127.0.0.1, port: {listener.getsockname()[1]}}}\n",
-                   encoding="utf-8")
+    cfg.write_text(
+        base + "tcp_connect:\n  interval_s: 0.5\n  targets:\n"
+        f"    - {{name: loop, host: 127.0.0.1, port: {listener.getsockname()[1]}}}\n",
+        encoding="utf-8",
+    )
     proc.send_signal(signal.SIGHUP)
     _until("the added tcp_connect collector", lambda: _metric(metrics, probe) > 0, proc, log)
     assert _metric(metrics, 'tailhound_agent_config_reloads_total{result="success"}') == 1
 
     cfg.write_text(base + "tcp_connect: {targets: []}\nnot_a_key: 1\n", encoding="utf-8")
     proc.send_signal(signal.SIGHUP)
-    _until("the rejected reload", lambda: _metric(metrics, 'tailhound_agent_config_reloads_total{result="failure"}')
-           == 1, proc, log)
+    _until(
+        "the rejected reload",
+        lambda: _metric(metrics, 'tailhound_agent_config_reloads_total{result="failure"}') == 1,
+        proc,
+        log,
+    )
     before = _metric(metrics, probe)
     _until("collections of the old config", lambda: _metric(metrics, probe) > before, proc, log)
     assert _metric(metrics, "tailhound_agent_config_last_reload_successful") == 0
@@ -131,8 +146,11 @@ def test_sighup_reloads_the_ingest_config_and_keeps_the_old_one_when_broken(sett
 
     cfg.write_text(base + "federation: {url: 12}\nbogus: true\n", encoding="utf-8")
     proc.send_signal(signal.SIGHUP)
-    _until("the rejected reload", lambda: _metric(f"{url}/metrics",
-                                                  'tailhound_ingest_config_reloads_total{result="failure"}') == 1,
-           proc, log)
+    _until(
+        "the rejected reload",
+        lambda: _metric(f"{url}/metrics", 'tailhound_ingest_config_reloads_total{result="failure"}') == 1,
+        proc,
+        log,
+    )
     assert status() == 401  # the reloaded config (with auth) still runs
     assert "ingest config reload (SIGHUP) rejected, the running config stays" in log.read_text()

@@ -25,11 +25,19 @@ RULES = Path(__file__).resolve().parents[2] / "rules"
 
 SCENARIOS = {
     # GPU gauges only; the same cause on two nodes of the model 4 minutes apart rolls up into one incident
-    "thermal": (30, ["thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5",
-                     "thermal-throttle@12m+6m:node=gpu-node-3:gpus=0"], {"gpu-node-2", "gpu-node-3"}, 1),
+    "thermal": (
+        30,
+        ["thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5", "thermal-throttle@12m+6m:node=gpu-node-3:gpus=0"],
+        {"gpu-node-2", "gpu-node-3"},
+        1,
+    ),
     # latency windows, counter rates, rolling baselines, correlation (needs the 20-minute warm-up); two causes
-    "kv+network": (34, ["kv-cache-pressure@24m+8m:node=gpu-node-1", "network-path-degradation@24m+8m:node=gpu-node-3"],
-                   {"gpu-node-1", "gpu-node-3"}, 2),
+    "kv+network": (
+        34,
+        ["kv-cache-pressure@24m+8m:node=gpu-node-1", "network-path-degradation@24m+8m:node=gpu-node-3"],
+        {"gpu-node-1", "gpu-node-3"},
+        2,
+    ),
     # the model stage and the roll-up (after the 20-minute warm-up: node-level capacity needs the demand
     # baseline): every node's queue grows; one model-scope incident lists the nodes
     "surge": (30, ["traffic-surge@22m+6m"], {"gpu-node-1", "gpu-node-2", "gpu-node-3"}, 1),
@@ -39,7 +47,8 @@ SCENARIOS = {
 #: agent configs the worker is fed with: the default (telemetry version 1, one message per snapshot), and version 3
 #: bundled per node and tick (only for the scenario with the model stage and histograms: every path of v3)
 WIRES = [(name, None) for name in sorted(SCENARIOS)] + [
-    ("surge", AgentConfig(listen=None, publish={"wire": 3, "bundle": True}))]
+    ("surge", AgentConfig(listen=None, publish={"wire": 3, "bundle": True}))
+]
 
 
 @pytest.mark.parametrize(("name", "config"), WIRES, ids=[f"{n}-v{3 if c else 1}" for n, c in WIRES])
@@ -57,8 +66,9 @@ async def test_replay_and_worker_agree(settings, tmp_path, name, config):
     worker.start()
     try:
         assert await run_replay(settings, recording, speed=0, config=config) > 0
-        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= len(offline),
-                                timeout=120, alive=worker.alive)
+        records = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= len(offline), timeout=120, alive=worker.alive
+        )
     finally:
         worker.stop()
     online = [IncidentEvent.model_validate_json(r.value) for r in records]

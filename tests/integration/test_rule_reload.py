@@ -57,11 +57,13 @@ async def test_reload_rejects_a_bad_pack_and_swaps_a_good_one_in_while_snapshots
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "t.yaml").write_text(RULE.format(limit=85))
-    s = settings.model_copy(update={
-        "rules_dir": rules,
-        "streams": settings.streams.model_copy(update={"rules_watch_s": 0.0}),
-        "notifier": settings.notifier.model_copy(update={"allow_unauthenticated_writes": True, "enabled": False}),
-    })
+    s = settings.model_copy(
+        update={
+            "rules_dir": rules,
+            "streams": settings.streams.model_copy(update={"rules_watch_s": 0.0}),
+            "notifier": settings.notifier.model_copy(update={"allow_unauthenticated_writes": True, "enabled": False}),
+        }
+    )
     await ensure_topics(s)
     log = tmp_path / "worker.log"
     worker = WorkerProcess(s, log)
@@ -71,6 +73,7 @@ async def test_reload_rejects_a_bad_pack_and_swaps_a_good_one_in_while_snapshots
         hot = {3: (88.0, 1100.0)}
         i = 0
         async with SnapshotPublisher(s) as pub:
+
             async def publish(n: int) -> None:
                 nonlocal i
                 for _ in range(n):
@@ -79,8 +82,9 @@ async def test_reload_rejects_a_bad_pack_and_swaps_a_good_one_in_while_snapshots
                     await asyncio.sleep(0.05)
 
             await publish(4)
-            opened = await consume(s, s.incidents_topic, lambda rs: any(b'"opened"' in r.value for r in rs),
-                                   timeout=90, alive=worker.alive)
+            opened = await consume(
+                s, s.incidents_topic, lambda rs: any(b'"opened"' in r.value for r in rs), timeout=90, alive=worker.alive
+            )
             first = IncidentEvent.model_validate_json(opened[0].value)
             assert first.rule == "hot" and first.rules_version and first.rule_origin == "rules/t.yaml:4"
 
@@ -95,14 +99,16 @@ async def test_reload_rejects_a_bad_pack_and_swaps_a_good_one_in_while_snapshots
             worker.proc.send_signal(signal.SIGHUP)
             _wait_for(log, r"rule reload \(SIGHUP\): 1 rules, version sha256:")
             await publish(3)  # 88 C is below the new threshold: the incident resolves
-        records = await consume(s, s.incidents_topic, lambda rs: any(b'"resolved"' in r.value for r in rs),
-                                timeout=90, alive=worker.alive)
+        records = await consume(
+            s, s.incidents_topic, lambda rs: any(b'"resolved"' in r.value for r in rs), timeout=90, alive=worker.alive
+        )
         events = [IncidentEvent.model_validate_json(r.value) for r in records]
         assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()
         assert events[1].incident_id == first.incident_id and events[1].rules_version != first.rules_version
         assert worker.alive(), worker.log_tail()
         metrics = await asyncio.to_thread(
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        )
         assert 'tailhound_rules_reloads_total{result="failure"} 1.0' in metrics
         assert 'tailhound_rules_reloads_total{result="success"} 1.0' in metrics
         assert "tailhound_rules_last_reload_successful 1.0" in metrics

@@ -17,10 +17,29 @@ pytestmark = pytest.mark.broker
 
 async def test_simulate_publishes_every_snapshot_keyed_by_node(settings):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-    env.update(TAILHOUND_BROKER=settings.broker, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
-               TAILHOUND_PARTITIONS=str(settings.partitions))
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "simulate", "--minutes", "5", "--nodes", "2",
-                           "--fault", "thermal-throttle@1m"], env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        TAILHOUND_BROKER=settings.broker,
+        TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
+        TAILHOUND_PARTITIONS=str(settings.partitions),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tailhound",
+            "simulate",
+            "--minutes",
+            "5",
+            "--nodes",
+            "2",
+            "--fault",
+            "thermal-throttle@1m",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     expected = 2 * 4 * 20  # nodes x sources x ticks
     assert f"published {expected} snapshots" in proc.stdout

@@ -76,8 +76,14 @@ def _stop(proc: subprocess.Popen[str], sig: signal.Signals, what: str) -> tuple[
 
 
 def test_demo_stops_within_5s_of_ctrl_c_on_a_busy_machine(busy_machine):
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound", "demo"], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound", "demo"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines = _wait_for_line(proc, r"fleet time \+05:00", timeout=120)
         port = re.search(r"broker kafka://127\.0\.0\.1:(\d+)", "".join(lines)).group(1)
@@ -96,10 +102,19 @@ def test_demo_stops_within_5s_of_ctrl_c_on_a_busy_machine(busy_machine):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_worker_stops_within_5s_of_a_signal_on_a_busy_machine(busy_machine, tmp_path, sig):
     """`tailhound worker` with the bundled broker: the worker and the broker it started are gone in 5 s."""
-    env = _env(TAILHOUND_STREAMS__DATA_DIR=str(tmp_path / "data"), TAILHOUND_STREAMS__LOG_LEVEL="info",
-               TAILHOUND_NOTIFIER__API_LISTEN="127.0.0.1:0")
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound", "worker"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = _env(
+        TAILHOUND_STREAMS__DATA_DIR=str(tmp_path / "data"),
+        TAILHOUND_STREAMS__LOG_LEVEL="info",
+        TAILHOUND_NOTIFIER__API_LISTEN="127.0.0.1:0",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound", "worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines = _wait_for_line(proc, r"Worker\]: Ready", timeout=120)
         port = re.search(r"TAILHOUND_BROKER=kafka://127\.0\.0\.1:(\d+)", "".join(lines)).group(1)
@@ -116,11 +131,19 @@ def test_agent_stops_within_5s_of_ctrl_c_with_the_broker_gone(busy_machine, tmp_
     """The worst case for the agent: nothing can be flushed (no broker), the outbox is full of snapshots."""
     cfg = tmp_path / "agent.yaml"
     dead = free_port()  # nothing listens there: the metrics scrape fails (gap snapshots), the broker is down
-    cfg.write_text(f"node: gpu-stop\nlisten: null\nscrape:\n  - {{job: vllm, url: 'http://127.0.0.1:{dead}/metrics', "
-                   "interval_s: 0.2}\n")
+    cfg.write_text(
+        f"node: gpu-stop\nlisten: null\nscrape:\n  - {{job: vllm, url: 'http://127.0.0.1:{dead}/metrics', "
+        "interval_s: 0.2}\n"
+    )
     env = _env(TAILHOUND_BROKER=f"kafka://127.0.0.1:{free_port()}")
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound", "agent", "--config", str(cfg)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound", "agent", "--config", str(cfg)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_for_line(proc, r"broker unreachable", timeout=60)
         time.sleep(1.0)

@@ -21,8 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_worker_starts_the_bundled_broker_and_stops_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
     env["TAILHOUND_STREAMS__DATA_DIR"] = str(tmp_path / "data")
-    proc = subprocess.Popen([sys.executable, "-m", "tailhound", "worker"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailhound", "worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         deadline = time.monotonic() + 30

@@ -91,8 +91,9 @@ publish:
             status = await asyncio.to_thread(request, f"http://127.0.0.1:{port}/api/v1/write", body, entry["headers"])
             assert status == 204, (entry["file"], status, worker.log_tail())
         expected = offline_snapshots()
-        records = await consume(s, s.telemetry_topic, lambda rs: len(rs) >= len(expected), timeout=60,
-                                alive=worker.alive)
+        records = await consume(
+            s, s.telemetry_topic, lambda rs: len(rs) >= len(expected), timeout=60, alive=worker.alive
+        )
         log = worker.log_tail(400)
     finally:
         worker.stop(timeout=15)

@@ -38,12 +38,19 @@ async def test_thermal_incident_reaches_the_incident_topic(settings, worker):
     hot = {3: (88.0, 1100.0), 5: (87.0, 1150.0)}
     async with SnapshotPublisher(settings) as pub:
         for i in range(30):
-            await pub.publish([
-                dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 4 <= i < 20 else None),
-                dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
-            ])
-    records = await consume(settings, settings.incidents_topic, lambda rs: any(b'"resolved"' in r.value for r in rs),
-                            timeout=90, alive=worker.alive)
+            await pub.publish(
+                [
+                    dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 4 <= i < 20 else None),
+                    dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
+                ]
+            )
+    records = await consume(
+        settings,
+        settings.incidents_topic,
+        lambda rs: any(b'"resolved"' in r.value for r in rs),
+        timeout=90,
+        alive=worker.alive,
+    )
     assert worker.alive(), worker.log_tail()
     events = _incidents(records)
     assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()
@@ -62,13 +69,17 @@ async def test_malformed_messages_go_to_deadletter_and_the_worker_keeps_running(
         bad = dcgm_snapshot(T0, node="gpu-node-9").model_dump(mode="json")
         bad["samples"][0]["value"] = "hot"
         await producer.send_and_wait(settings.telemetry_topic, key=b"gpu-node-9", value=json.dumps(bad).encode())
-        await producer.send_and_wait(settings.telemetry_topic, key=b"other-node",
-                                     value=dcgm_snapshot(T0, node="gpu-node-9").model_dump_json().encode())
+        await producer.send_and_wait(
+            settings.telemetry_topic,
+            key=b"other-node",
+            value=dcgm_snapshot(T0, node="gpu-node-9").model_dump_json().encode(),
+        )
         await producer.send_and_wait(settings.telemetry_topic, key=b"gpu-node-9", value=b"\xff\xfe binary")
     finally:
         await producer.stop()
-    records = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= 4, timeout=60,
-                            alive=worker.alive)
+    records = await consume(
+        settings, settings.deadletter_topic, lambda rs: len(rs) >= 4, timeout=60, alive=worker.alive
+    )
     letters = [DeadLetter.model_validate_json(r.value) for r in records]
     assert len(letters) == 4, worker.log_tail()
     reasons = [(d.stage, d.reason) for d in letters]
@@ -93,8 +104,7 @@ async def test_restarted_worker_resumes_from_its_changelog(settings, worker, tmp
     async with SnapshotPublisher(settings) as pub:
         for i in range(10):
             await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot)])
-    records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60,
-                            alive=worker.alive)
+    records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60, alive=worker.alive)
     assert [e.event for e in _incidents(records)] == ["opened"]
     await asyncio.sleep(2 * settings.streams.commit_interval_s)  # let the offsets and changelog land
     worker.proc.send_signal(signal.SIGKILL)
@@ -106,8 +116,9 @@ async def test_restarted_worker_resumes_from_its_changelog(settings, worker, tmp
         async with SnapshotPublisher(settings) as pub:
             for i in range(10, 20):
                 await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2")])
-        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 2, timeout=90,
-                                alive=successor.alive)
+        records = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 2, timeout=90, alive=successor.alive
+        )
         await asyncio.sleep(1.0)
         records = await consume(settings, settings.incidents_topic, lambda rs: False, timeout=1.5)
         events = _incidents(records)

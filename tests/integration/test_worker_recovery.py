@@ -38,6 +38,7 @@ def _fake_start(codes: list[int]):
     def start(self: WorkerProcess) -> None:
         code = codes.pop(0) if codes else 0
         self.proc = subprocess.Popen([sys.executable, "-c", f"import time, sys; time.sleep(0.1); sys.exit({code})"])
+
     return start
 
 

@@ -41,8 +41,9 @@ def _stored_node(tables, node: str) -> dict | None:
 
 async def test_rocksdb_worker_resumes_the_incident_from_its_local_store(settings, tmp_path):
     # a short session: the successor does not wait 10 s for the killed worker to leave the group
-    streams = settings.streams.model_copy(update={"store": "rocksdb", "session_timeout_s": 3.0,
-                                                  "heartbeat_interval_s": 0.5})
+    streams = settings.streams.model_copy(
+        update={"store": "rocksdb", "session_timeout_s": 3.0, "heartbeat_interval_s": 0.5}
+    )
     settings = settings.model_copy(update={"streams": streams})
     await ensure_topics(settings)
     first = WorkerProcess(settings, tmp_path / "worker.log")
@@ -51,8 +52,9 @@ async def test_rocksdb_worker_resumes_the_incident_from_its_local_store(settings
         async with SnapshotPublisher(settings) as pub:
             for i in range(10):
                 await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot={3: (88.0, 1100.0)})])
-        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60,
-                                alive=first.alive)
+        records = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 1, timeout=60, alive=first.alive
+        )
         assert [e.event for e in _incidents(records)] == ["opened"], first.log_tail()
         await asyncio.sleep(2 * settings.streams.commit_interval_s)  # let the offsets and changelog land
     finally:
@@ -72,8 +74,9 @@ async def test_rocksdb_worker_resumes_the_incident_from_its_local_store(settings
         async with SnapshotPublisher(settings) as pub:
             for i in range(10, 20):
                 await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2")])
-        records = await consume(settings, settings.incidents_topic, lambda rs: len(rs) >= 2, timeout=60,
-                                alive=successor.alive)
+        records = await consume(
+            settings, settings.incidents_topic, lambda rs: len(rs) >= 2, timeout=60, alive=successor.alive
+        )
         events = _incidents(records)
         assert [e.event for e in events] == ["opened", "resolved"], successor.log_tail()
         assert events[0].incident_id == events[1].incident_id

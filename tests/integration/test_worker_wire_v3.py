@@ -21,8 +21,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 T0 = 1_767_225_600.0
 
 
-async def test_a_version_3_fleet_opens_and_resolves_the_incident_and_a_bad_message_is_a_dead_letter(
-        settings, tmp_path):
+async def test_a_version_3_fleet_opens_and_resolves_the_incident_and_a_bad_message_is_a_dead_letter(settings, tmp_path):
     await ensure_topics(settings)
     worker = WorkerProcess(settings, tmp_path / "worker.log")
     worker.start()
@@ -33,26 +32,35 @@ async def test_a_version_3_fleet_opens_and_resolves_the_incident_and_a_bad_messa
             part = msgspec.structs.replace(to_part(dcgm_snapshot(T0, node="gpu-node-9")), names=[10_000])
             hostile = msgspec.msgpack.encode(Message(3, "gpu-node-9", [part]))
             await producer.send_and_wait(settings.telemetry_topic, key=b"gpu-node-9", value=hostile)
-            await producer.send_and_wait(settings.telemetry_topic, key=b"other-node",
-                                         value=encode_message(dcgm_snapshot(T0, node="gpu-node-9")))
+            await producer.send_and_wait(
+                settings.telemetry_topic, key=b"other-node", value=encode_message(dcgm_snapshot(T0, node="gpu-node-9"))
+            )
         finally:
             await producer.stop()
         hot = {3: (88.0, 1100.0), 5: (87.0, 1150.0)}
         # layouts referenced: each node's first snapshot carries its tables, the others only values
         async with SnapshotPublisher(settings, wire=3, layout_every_s=300) as pub:
             for i in range(30):
-                await pub.publish([
-                    dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 4 <= i < 20 else None),
-                    dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
-                ])
-        records = await consume(settings, settings.incidents_topic,
-                                lambda rs: any(b'"resolved"' in r.value for r in rs), timeout=90, alive=worker.alive)
+                await pub.publish(
+                    [
+                        dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 4 <= i < 20 else None),
+                        dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
+                    ]
+                )
+        records = await consume(
+            settings,
+            settings.incidents_topic,
+            lambda rs: any(b'"resolved"' in r.value for r in rs),
+            timeout=90,
+            alive=worker.alive,
+        )
         assert worker.alive(), worker.log_tail()
         events = [IncidentEvent.model_validate_json(r.value) for r in records]
         assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()
         assert events[0].root_cause == "gpu-thermal-throttle" and events[0].scope.gpus == ["3", "5"]
-        letters = await consume(settings, settings.deadletter_topic, lambda rs: len(rs) >= 2, timeout=30,
-                                alive=worker.alive)
+        letters = await consume(
+            settings, settings.deadletter_topic, lambda rs: len(rs) >= 2, timeout=30, alive=worker.alive
+        )
         kinds = [(d.kind, d.stage) for d in map(DeadLetter.model_validate_json, (r.value for r in letters))]
         assert kinds == [("invalid", "validate"), ("wrong_key", "key")]
         assert DeadLetter.model_validate_json(letters[0].value).original_bytes() == hostile

@@ -117,9 +117,13 @@ class Alertmanager:
     async def silence(self, name: str, value: str, *, minutes: float = 30, comment: str = "test") -> str:
         """``POST /api/v2/silences`` with one equality matcher; the silence id."""
         now = datetime.now(UTC)
-        body = {"matchers": [{"name": name, "value": value, "isRegex": False, "isEqual": True}],
-                "startsAt": _iso(now - timedelta(seconds=1)), "endsAt": _iso(now + timedelta(minutes=minutes)),
-                "createdBy": "tailhound-tests", "comment": comment}
+        body = {
+            "matchers": [{"name": name, "value": value, "isRegex": False, "isEqual": True}],
+            "startsAt": _iso(now - timedelta(seconds=1)),
+            "endsAt": _iso(now + timedelta(minutes=minutes)),
+            "createdBy": "tailhound-tests",
+            "comment": comment,
+        }
         async with self._client() as c:
             r = await c.post("/api/v2/silences", json=body)
         r.raise_for_status()
@@ -130,22 +134,36 @@ class Alertmanager:
 
 
 def _config(webhook_url: str) -> str:
-    return json.dumps({  # JSON is YAML
-        "route": {"receiver": "sink", "group_by": ["incident_id"], "group_wait": "100ms",
-                  "group_interval": "1s", "repeat_interval": "1h"},
-        "receivers": [{"name": "sink", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
-    }, indent=2)
+    return json.dumps(
+        {  # JSON is YAML
+            "route": {
+                "receiver": "sink",
+                "group_by": ["incident_id"],
+                "group_wait": "100ms",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+            },
+            "receivers": [{"name": "sink", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
+        },
+        indent=2,
+    )
 
 
 @asynccontextmanager
-async def run_alertmanager(binary: str, workdir: Path, webhook_url: str, *,
-                           basic_auth: bool = False) -> AsyncIterator[Alertmanager]:
+async def run_alertmanager(
+    binary: str, workdir: Path, webhook_url: str, *, basic_auth: bool = False
+) -> AsyncIterator[Alertmanager]:
     """Alertmanager on a free loopback port, ready; stopped (and waited for) on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "alertmanager.yml"
     config.write_text(_config(webhook_url), encoding="utf-8")
-    args = [binary, f"--config.file={config}", f"--storage.path={workdir / 'data'}", "--cluster.listen-address=",
-            "--log.level=debug"]
+    args = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.path={workdir / 'data'}",
+        "--cluster.listen-address=",
+        "--log.level=debug",
+    ]
     auth = None
     if basic_auth:
         web_config = workdir / "web.yml"
@@ -156,8 +174,12 @@ async def run_alertmanager(binary: str, workdir: Path, webhook_url: str, *,
     for _attempt in range(3):  # a free port may be taken before the binary binds it: try another
         port = free_port()
         with log_path.open("wb") as out:
-            proc = subprocess.Popen([*args, f"--web.listen-address=127.0.0.1:{port}"], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [*args, f"--web.listen-address=127.0.0.1:{port}"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         am = Alertmanager(f"http://127.0.0.1:{port}", proc, log_path, auth)
         try:
             if await _ready(am):
@@ -216,8 +238,9 @@ class FakeAlertmanager:
     delay_s: float = 0.0
     url: str = ""
 
-    def fail_next(self, status: int, body: Any = "fault injected", retry_after: str | None = None,
-                  times: int = 1) -> None:
+    def fail_next(
+        self, status: int, body: Any = "fault injected", retry_after: str | None = None, times: int = 1
+    ) -> None:
         self.script.extend([(status, body, retry_after)] * times)
 
     async def handle(self, request: web.Request) -> web.Response:

@@ -114,7 +114,8 @@ class FakePagerDuty:
             errors.append(f"Event object is larger than {MAX_EVENT_BYTES} bytes")
         if errors:
             return web.json_response(
-                {"status": "invalid event", "message": "Event object is invalid", "errors": errors}, status=400)
+                {"status": "invalid event", "message": "Event object is invalid", "errors": errors}, status=400
+            )
         assert isinstance(event, dict)
         key = event.get("dedup_key") or uuid.uuid4().hex
         alert = self.alerts.get(key)

@@ -18,8 +18,9 @@ from tailhound.notifier.service import NotifierService
 from tailhound.settings import Settings
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition",
-                   step: float = 0.05) -> None:
+async def wait_for(
+    cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition", step: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -42,8 +43,13 @@ async def running_service(settings: Settings, config: str, receivers: dict[str, 
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     try:
-        await wait_for(lambda: service.active and (service.api_port is not None or not settings.notifier.api_listen)
-                       or task.done(), timeout=60, what="the notifier to become active")
+        await wait_for(
+            lambda: (
+                service.active and (service.api_port is not None or not settings.notifier.api_listen) or task.done()
+            ),
+            timeout=60,
+            what="the notifier to become active",
+        )
         if task.done():
             task.result()
         yield service
@@ -81,8 +87,12 @@ class LoopLag:
 
     def summary(self) -> dict[str, float]:
         lags = sorted(self.lags) or [0.0]
-        return {"max_ms": round(lags[-1] * 1000, 1), "p99_ms": round(lags[int(0.99 * (len(lags) - 1))] * 1000, 1),
-                "p50_ms": round(lags[len(lags) // 2] * 1000, 2), "samples": len(self.lags)}
+        return {
+            "max_ms": round(lags[-1] * 1000, 1),
+            "p99_ms": round(lags[int(0.99 * (len(lags) - 1))] * 1000, 1),
+            "p50_ms": round(lags[len(lags) // 2] * 1000, 2),
+            "samples": len(self.lags),
+        }
 
 
 def rss_mb() -> float:

@@ -67,9 +67,17 @@ class FakeSlack:
     webhook_url: str = ""  # set by serve_slack
     _counter: int = 0
 
-    def fail_next(self, error: str | None = None, *, times: int = 1, status: int | None = None,
-                  retry_after: float | None = None, delay: float = 0.0, only: str | None = None,
-                  html: bool = False) -> None:
+    def fail_next(
+        self,
+        error: str | None = None,
+        *,
+        times: int = 1,
+        status: int | None = None,
+        retry_after: float | None = None,
+        delay: float = 0.0,
+        only: str | None = None,
+        html: bool = False,
+    ) -> None:
         """Answer the next `times` requests (of method `only`, when given) with this failure.
 
         ``error`` alone is an ``ok: false`` answer with HTTP 200 (``invalid_auth``); ``status=429`` adds
@@ -163,8 +171,9 @@ async def _read_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _slack_error(error: str, status: int = 200, messages: list[str] | None = None,
-                 retry_after: float | None = None) -> web.Response:
+def _slack_error(
+    error: str, status: int = 200, messages: list[str] | None = None, retry_after: float | None = None
+) -> web.Response:
     payload: dict[str, Any] = {"ok": False, "error": error}
     if messages:
         payload["response_metadata"] = {"messages": messages}
@@ -176,15 +185,25 @@ def _make_app(fake: FakeSlack) -> web.Application:
     async def api(request: web.Request) -> web.Response:
         method = request.match_info["method"]
         body = await _read_body(request)
-        fake.requests.append(RecordedRequest(request.method, request.path, method, body, dict(request.headers),
-                                             time.monotonic(), request.content_type))
+        fake.requests.append(
+            RecordedRequest(
+                request.method,
+                request.path,
+                method,
+                body,
+                dict(request.headers),
+                time.monotonic(),
+                request.content_type,
+            )
+        )
         failure = fake._next_failure(method)
         if failure is not None:
             if failure.delay:
                 await asyncio.sleep(failure.delay)
             if failure.html:
-                return web.Response(status=failure.status, text="<html>502 Bad Gateway</html>",
-                                    content_type="text/html")
+                return web.Response(
+                    status=failure.status, text="<html>502 Bad Gateway</html>", content_type="text/html"
+                )
             if failure.error:
                 return _slack_error(failure.error, failure.status, retry_after=failure.retry_after)
         auth = request.headers.get("Authorization", "")
@@ -204,8 +223,17 @@ def _make_app(fake: FakeSlack) -> web.Application:
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {}
-        fake.requests.append(RecordedRequest(request.method, request.path, "webhook", body, dict(request.headers),
-                                             time.monotonic(), request.content_type))
+        fake.requests.append(
+            RecordedRequest(
+                request.method,
+                request.path,
+                "webhook",
+                body,
+                dict(request.headers),
+                time.monotonic(),
+                request.content_type,
+            )
+        )
         if request.path != WEBHOOK_PATH:
             return web.Response(status=404, text="no_service")
         failure = fake._next_failure("webhook")
@@ -214,8 +242,11 @@ def _make_app(fake: FakeSlack) -> web.Application:
                 await asyncio.sleep(failure.delay)
             if failure.status != 200 or failure.error:
                 headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else None
-                return web.Response(status=failure.status if failure.status != 200 else 400,
-                                    text=failure.error or "error", headers=headers)
+                return web.Response(
+                    status=failure.status if failure.status != 200 else 400,
+                    text=failure.error or "error",
+                    headers=headers,
+                )
         if not body.get("text") and not body.get("blocks"):
             return web.Response(status=400, text="no_text")
         if "blocks" in body and validate_blocks(body["blocks"]):
@@ -247,14 +278,21 @@ def _post_message(fake: FakeSlack, body: dict[str, Any]) -> web.Response:
     if problem is not None:
         return problem
     ts = fake._new_ts()
-    message = {"channel": channel, "ts": ts, "text": body.get("text"), "blocks": body.get("blocks"),
-               "thread_ts": body.get("thread_ts"), "replies": []}
+    message = {
+        "channel": channel,
+        "ts": ts,
+        "text": body.get("text"),
+        "blocks": body.get("blocks"),
+        "thread_ts": body.get("thread_ts"),
+        "replies": [],
+    }
     fake.messages[ts] = message
     parent = fake.messages.get(str(body.get("thread_ts")))
     if parent is not None:
         parent["replies"].append(ts)
-    return web.json_response({"ok": True, "channel": channel, "ts": ts,
-                              "message": {"type": "message", "text": message["text"], "ts": ts}})
+    return web.json_response(
+        {"ok": True, "channel": channel, "ts": ts, "message": {"type": "message", "text": message["text"], "ts": ts}}
+    )
 
 
 def _update(fake: FakeSlack, body: dict[str, Any]) -> web.Response:
@@ -268,8 +306,15 @@ def _update(fake: FakeSlack, body: dict[str, Any]) -> web.Response:
     if problem is not None:
         return problem
     message.update(text=body.get("text"), blocks=body.get("blocks"))
-    return web.json_response({"ok": True, "channel": channel, "ts": message["ts"], "text": message["text"],
-                              "message": {"type": "message", "text": message["text"], "ts": message["ts"]}})
+    return web.json_response(
+        {
+            "ok": True,
+            "channel": channel,
+            "ts": message["ts"],
+            "text": message["text"],
+            "message": {"type": "message", "text": message["text"], "ts": message["ts"]},
+        }
+    )
 
 
 @asynccontextmanager

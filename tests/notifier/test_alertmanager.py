@@ -81,35 +81,41 @@ receivers:
     assert am.timeout_s == 10 and am.alertname == "TailhoundIncident"
 
 
-@pytest.mark.parametrize(("over", "match"), [
-    (dict(bearer_token=TOKEN), "never written inline"),
-    (dict(basic_auth={"username": "u", "password": "hunter2-pw"}), "never written inline"),
-    (dict(bearer_token={"env": "T"}, basic_auth={"username": "u", "password": {"env": "P"}}), "at most one"),
-    (dict(labels={"team-name": "x"}), "not valid in Alertmanager"),
-    (dict(labels={"severity": "page"}), "set by the alertmanager receiver"),
-    (dict(labels={"team": ""}), "empty value"),
-    (dict(timeout_s=60, repost_interval="30s"), "shorter than repost_interval"),
-    (dict(repost_interval="500ms"), "greater than or equal to 1"),
-    (dict(urls=[]), "at least 1"),
-    (dict(urls=["http://u:p@am:9093"]), "credentials in the url"),
-    (dict(urls=["http://am:9093?x=1"]), "no query"),
-    (dict(urls=["ftp://am:9093"]), r"http\(s\)"),
-    (dict(urls=["http://am:9093", "http://am:9093/api/v2/alerts"]), "listed twice"),
-    (dict(console_url="grafana/d/x"), "http"),
-    (dict(colour="red"), "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        (dict(bearer_token=TOKEN), "never written inline"),
+        (dict(basic_auth={"username": "u", "password": "hunter2-pw"}), "never written inline"),
+        (dict(bearer_token={"env": "T"}, basic_auth={"username": "u", "password": {"env": "P"}}), "at most one"),
+        (dict(labels={"team-name": "x"}), "not valid in Alertmanager"),
+        (dict(labels={"severity": "page"}), "set by the alertmanager receiver"),
+        (dict(labels={"team": ""}), "empty value"),
+        (dict(timeout_s=60, repost_interval="30s"), "shorter than repost_interval"),
+        (dict(repost_interval="500ms"), "greater than or equal to 1"),
+        (dict(urls=[]), "at least 1"),
+        (dict(urls=["http://u:p@am:9093"]), "credentials in the url"),
+        (dict(urls=["http://am:9093?x=1"]), "no query"),
+        (dict(urls=["ftp://am:9093"]), r"http\(s\)"),
+        (dict(urls=["http://am:9093", "http://am:9093/api/v2/alerts"]), "listed twice"),
+        (dict(console_url="grafana/d/x"), "http"),
+        (dict(colour="red"), "Extra inputs"),
+    ],
+)
 def test_config_refuses(over, match):
     with pytest.raises(ValidationError, match=match) as info:
         config(over.pop("urls", "http://am:9093"), **over)
     assert TOKEN not in str(info.value) and "hunter2-pw" not in str(info.value)
 
 
-@pytest.mark.parametrize(("url", "endpoint"), [
-    ("http://am:9093", "http://am:9093/api/v2/alerts"),
-    ("http://am:9093/", "http://am:9093/api/v2/alerts"),
-    ("https://mon.example.com/alertmanager", "https://mon.example.com/alertmanager/api/v2/alerts"),
-    ("http://am:9093/api/v2/alerts", "http://am:9093/api/v2/alerts"),
-])
+@pytest.mark.parametrize(
+    ("url", "endpoint"),
+    [
+        ("http://am:9093", "http://am:9093/api/v2/alerts"),
+        ("http://am:9093/", "http://am:9093/api/v2/alerts"),
+        ("https://mon.example.com/alertmanager", "https://mon.example.com/alertmanager/api/v2/alerts"),
+        ("http://am:9093/api/v2/alerts", "http://am:9093/api/v2/alerts"),
+    ],
+)
 def test_alerts_endpoint(url, endpoint):
     assert alerts_endpoint(url) == endpoint
 
@@ -120,28 +126,48 @@ def test_allow_list_and_secrets_checked_when_built():
     with pytest.raises(ConfigError, match="is not in notifier.webhook_allowed_hosts"):
         build_receiver(config("https://am.example"), allowed_hosts=[])  # no default hosts for this kind
     with pytest.raises(ConfigError, match="receiver 'am'.*env AM_TOKEN is not set"):
-        build_receiver(config("http://127.0.0.1:9093", bearer_token={"env": "AM_TOKEN"}), allowed_hosts=LOOPBACK,
-                       environ={})
+        build_receiver(
+            config("http://127.0.0.1:9093", bearer_token={"env": "AM_TOKEN"}), allowed_hosts=LOOPBACK, environ={}
+        )
     built = build_receiver(config("http://127.0.0.1:9093"), allowed_hosts=LOOPBACK, environ={})
     assert isinstance(built, AlertmanagerReceiver) and isinstance(built, Receiver)
 
 
 # --- the alerts -------------------------------------------------------------------------------------------------------
 def test_labels_annotations_and_times():
-    inc = incident_event(labels={"team": "ml-platform", "tier-1": "yes", "rules": "gpu-thermal-throttle,tpot-high"},
-                         rule_origin="rules/node.yaml:12", rules_version="git:0123abc")
+    inc = incident_event(
+        labels={"team": "ml-platform", "tier-1": "yes", "rules": "gpu-thermal-throttle,tpot-high"},
+        rule_origin="rules/node.yaml:12",
+        rules_version="git:0123abc",
+    )
     related = incident_event(incident_id="inc-0000000000000002", root_cause="nvlink-degraded", node="gpu-node-4")
-    n = notification("opened", incidents=[inc, related],
-                     links={"runbook": "https://runbooks.example/thermal", "dashboard": "https://grafana.example/d/x"})
-    cfg = config("http://am:9093", labels={"cluster": "prod-eu", "team": "overridden-by-the-rule"},
-                 console_url="https://console.example/incidents/{incident_id}")
+    n = notification(
+        "opened",
+        incidents=[inc, related],
+        links={"runbook": "https://runbooks.example/thermal", "dashboard": "https://grafana.example/d/x"},
+    )
+    cfg = config(
+        "http://am:9093",
+        labels={"cluster": "prod-eu", "team": "overridden-by-the-rule"},
+        console_url="https://console.example/incidents/{incident_id}",
+    )
     alerts = build_alerts(n, cfg, NOW)
     assert len(alerts) == 2
     a = alerts[0]
     assert a["labels"] == {
-        "alertname": "TailhoundIncident", "root_cause": "gpu-thermal-throttle", "severity": "warning",
-        "incident_id": inc.incident_id, "rule": "gpu-thermal-throttle", "node": "gpu-node-3", "gpus": "2",
-        "model": "llama-3-70b", "engine": "vllm-0", "team": "ml-platform", "tier_1": "yes", "cluster": "prod-eu"}
+        "alertname": "TailhoundIncident",
+        "root_cause": "gpu-thermal-throttle",
+        "severity": "warning",
+        "incident_id": inc.incident_id,
+        "rule": "gpu-thermal-throttle",
+        "node": "gpu-node-3",
+        "gpus": "2",
+        "model": "llama-3-70b",
+        "engine": "vllm-0",
+        "team": "ml-platform",
+        "tier_1": "yes",
+        "cluster": "prod-eu",
+    }
     assert a["startsAt"] == iso(T0) and ts(a["startsAt"]) == T0
     assert ts(a["endsAt"]) == pytest.approx(NOW + 3 * 60)
     assert a["generatorURL"] == f"https://console.example/incidents/{inc.incident_id}"
@@ -155,11 +181,14 @@ def test_labels_annotations_and_times():
     assert ann["rules"] == "gpu-thermal-throttle,tpot-high"
     assert ann["current_severity"] == "warning" and ann["transient"] == "false"
     desc = ann["description"]
-    for part in ("Root cause: gpu-thermal-throttle (GPU thermal throttle), severity warning, persistent",
-                 "Scope: node gpu-node-3 / GPU 2 / model llama-3-70b / engine vllm-0",
-                 f"Opened: {iso(T0)}",
-                 "Rule: gpu-thermal-throttle, defined at node.yaml:12 of the rule pack, version git:0123abc",
-                 f"tailhound group {n.group_id}", "Related in the group: inc-0000000000000002"):
+    for part in (
+        "Root cause: gpu-thermal-throttle (GPU thermal throttle), severity warning, persistent",
+        "Scope: node gpu-node-3 / GPU 2 / model llama-3-70b / engine vllm-0",
+        f"Opened: {iso(T0)}",
+        "Rule: gpu-thermal-throttle, defined at node.yaml:12 of the rule pack, version git:0123abc",
+        f"tailhound group {n.group_id}",
+        "Related in the group: inc-0000000000000002",
+    ):
         assert part in desc, (part, desc)
     assert "flapping" not in ann
     assert alerts[1]["labels"]["root_cause"] == "nvlink-degraded" and alerts[1]["labels"]["node"] == "gpu-node-4"
@@ -182,11 +211,13 @@ def test_resolve_ends_at_resolved_at_never_after_now_never_before_the_start():
     [a] = build_alerts(notification("resolved", incidents=[incident_event(event="resolved", ts=T0 + 90)]), cfg, NOW)
     assert ts(a["endsAt"]) == T0 + 90 and ts(a["startsAt"]) == T0
     assert "Resolved: " + iso(T0 + 90) in a["annotations"]["description"]
-    [ahead] = build_alerts(notification("resolved", incidents=[incident_event(event="resolved", ts=NOW + 50)]),
-                           cfg, NOW)
+    [ahead] = build_alerts(
+        notification("resolved", incidents=[incident_event(event="resolved", ts=NOW + 50)]), cfg, NOW
+    )
     assert ts(ahead["endsAt"]) == NOW  # an agent clock ahead of ours must not keep it firing
-    [early] = build_alerts(notification("resolved", incidents=[incident_event(event="resolved", ts=T0 + 5,
-                                                                              opened_at=NOW + 10)]), cfg, NOW)
+    [early] = build_alerts(
+        notification("resolved", incidents=[incident_event(event="resolved", ts=T0 + 5, opened_at=NOW + 10)]), cfg, NOW
+    )
     assert ts(early["endsAt"]) == ts(early["startsAt"])  # Alertmanager refuses endsAt before startsAt
     # in an update, a resolved member is resolved and the firing one fires
     firing, done = incident_event(), incident_event(incident_id="inc-0000000000000009", event="resolved", ts=T0 + 30)
@@ -196,8 +227,11 @@ def test_resolve_ends_at_resolved_at_never_after_now_never_before_the_start():
 
 def test_labels_are_the_same_for_every_step_of_an_incident():
     cfg = config("http://am:9093")
-    steps = [incident_event(), incident_event(event="updated", sequence=2, ts=T0 + 60),
-             incident_event(event="resolved", sequence=3, ts=T0 + 600)]
+    steps = [
+        incident_event(),
+        incident_event(event="updated", sequence=2, ts=T0 + 60),
+        incident_event(event="resolved", sequence=3, ts=T0 + 600),
+    ]
     assert len({json.dumps(alert_labels(s, cfg), sort_keys=True) for s in steps}) == 1
 
 
@@ -220,8 +254,13 @@ async def test_a_changed_incident_keeps_its_first_labels_also_after_a_restart(fa
         opened = notification("opened", sequence=1)
         receipt = await r.send(opened, None)
         assert receipt["state"] == "firing"
-        escalated = incident_event(event="updated", sequence=2, severity="critical", labels={"team": "infra"},
-                                   scope=Scope(model="llama-3-70b", nodes=["gpu-node-3", "gpu-node-5"]))
+        escalated = incident_event(
+            event="updated",
+            sequence=2,
+            severity="critical",
+            labels={"team": "infra"},
+            scope=Scope(model="llama-3-70b", nodes=["gpu-node-3", "gpu-node-5"]),
+        )
         receipt = await r.send(notification("updated", sequence=2, incidents=[escalated]), receipt)
     finally:
         await r.close()
@@ -232,8 +271,9 @@ async def test_a_changed_incident_keeps_its_first_labels_also_after_a_restart(fa
     # a new process (a restart) gets the labels from the durable receipt
     again = receiver(fake.url)
     try:
-        resolved = incident_event(event="resolved", sequence=3, severity="critical", ts=T0 + 100,
-                                  scope=Scope(model="llama-3-70b"))
+        resolved = incident_event(
+            event="resolved", sequence=3, severity="critical", ts=T0 + 100, scope=Scope(model="llama-3-70b")
+        )
         final = await again.send(notification("resolved", sequence=3, incidents=[resolved]), receipt)
     finally:
         await again.close()
@@ -282,11 +322,18 @@ async def test_timeouts_and_refused_connections_are_retryable(fake):
         await dead.close()
 
 
-@pytest.mark.parametrize(("over", "header", "secret"), [
-    (dict(bearer_token={"env": "AM_TOKEN"}), f"Bearer {TOKEN}", TOKEN),
-    (dict(basic_auth={"username": BASIC_USER, "password": {"env": "AM_PASSWORD"}}),
-     "Basic " + base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode(), BASIC_PASSWORD),
-], ids=["bearer", "basic"])
+@pytest.mark.parametrize(
+    ("over", "header", "secret"),
+    [
+        (dict(bearer_token={"env": "AM_TOKEN"}), f"Bearer {TOKEN}", TOKEN),
+        (
+            dict(basic_auth={"username": BASIC_USER, "password": {"env": "AM_PASSWORD"}}),
+            "Basic " + base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode(),
+            BASIC_PASSWORD,
+        ),
+    ],
+    ids=["bearer", "basic"],
+)
 async def test_credentials_are_sent_and_never_shown(fake, caplog, over, header, secret):
     caplog.set_level(logging.DEBUG)
     r = receiver(fake.url, **over)
@@ -327,8 +374,10 @@ async def test_repost_moves_ends_at_ahead_and_repeats_the_resolve_until_the_last
         assert await r.repost() == 1
         assert ts(fake.alerts()[-1]["endsAt"]) == NOW + 60 + 180
         assert fake.alerts()[-1]["labels"] == fake.alerts()[0]["labels"]
-        receipt = await r.send(notification("resolved", sequence=2, incidents=[incident_event(
-            event="resolved", sequence=2, ts=NOW + 30)]), None)
+        receipt = await r.send(
+            notification("resolved", sequence=2, incidents=[incident_event(event="resolved", sequence=2, ts=NOW + 30)]),
+            None,
+        )
         assert receipt["state"] == "resolved" and r.open_groups == []
         now[0] += 60
         assert await r.repost() == 1 and ts(fake.alerts()[-1]["endsAt"]) == NOW + 30  # the resolve again
@@ -384,12 +433,16 @@ async def test_takeover_resumes_the_groups_told_firing_with_their_labels(fake):
     done = incident_event(incident_id="inc-00000000000000dd", node="gpu-node-9")
     nf.ingest([incident_event(), done], T0)
     await _delivered(nf, {"am": first}, T0 + 1)
-    nf.ingest([incident_event(incident_id=done.incident_id, event="resolved", sequence=2, node="gpu-node-9",
-                              ts=T0 + 2)], T0 + 2)
+    nf.ingest(
+        [incident_event(incident_id=done.incident_id, event="resolved", sequence=2, node="gpu-node-9", ts=T0 + 2)],
+        T0 + 2,
+    )
     await _delivered(nf, {"am": first}, T0 + 200)
     await first.close()
-    assert {p.alerts[0]["labels"]["incident_id"] for p in fake.posts} == {incident_event().incident_id,
-                                                                         done.incident_id}
+    assert {p.alerts[0]["labels"]["incident_id"] for p in fake.posts} == {
+        incident_event().incident_id,
+        done.incident_id,
+    }
     labels = next(p.alerts[0]["labels"] for p in fake.posts if p.alerts[0]["labels"]["node"] == "gpu-node-3")
     # the state as another instance reads it from the state topic
     items = {f"group:{gid}": g.model_dump(mode="json") for gid, g in nf.groups.items()}
@@ -441,18 +494,28 @@ def live(incident_id: str = "inc-0000000000000001", event: str = "opened", seque
 
 
 async def test_real_alertmanager_one_alert_per_incident_from_open_to_resolve(am, sink):
-    r = AlertmanagerReceiver(config(am.url, console_url="http://console.example/i/{incident_id}"),
-                             allowed_hosts=LOOPBACK)
+    r = AlertmanagerReceiver(
+        config(am.url, console_url="http://console.example/i/{incident_id}"), allowed_hosts=LOOPBACK
+    )
     inc = live()
     try:
         receipt = await r.send(notification("opened", incidents=[inc]), None)
         alert = await am.alert(inc.incident_id)
         assert alert is not None and alert["status"]["state"] == "active"
-        assert {k: alert["labels"][k] for k in ("alertname", "root_cause", "severity", "incident_id", "node", "gpus",
-                                                "model", "engine", "team")} == {
-            "alertname": "TailhoundIncident", "root_cause": "gpu-thermal-throttle", "severity": "warning",
-            "incident_id": inc.incident_id, "node": "gpu-node-3", "gpus": "2", "model": "llama-3-70b",
-            "engine": "vllm-0", "team": "ml-platform"}
+        assert {
+            k: alert["labels"][k]
+            for k in ("alertname", "root_cause", "severity", "incident_id", "node", "gpus", "model", "engine", "team")
+        } == {
+            "alertname": "TailhoundIncident",
+            "root_cause": "gpu-thermal-throttle",
+            "severity": "warning",
+            "incident_id": inc.incident_id,
+            "node": "gpu-node-3",
+            "gpus": "2",
+            "model": "llama-3-70b",
+            "engine": "vllm-0",
+            "team": "ml-platform",
+        }
         assert alert["annotations"]["summary"] == inc.summary
         assert alert["annotations"]["actions"].startswith("1. Check cooling")
         assert alert["annotations"]["runbook_url"].startswith("https://")
@@ -516,8 +579,10 @@ async def test_real_alertmanager_repost_keeps_an_open_incident_active_past_its_f
 
 
 async def test_real_alertmanager_ha_pair_each_gets_every_alert(am_binary, sink, tmp_path):
-    async with run_alertmanager(am_binary, tmp_path / "a", sink.url) as a, \
-            run_alertmanager(am_binary, tmp_path / "b", sink.url) as b:
+    async with (
+        run_alertmanager(am_binary, tmp_path / "a", sink.url) as a,
+        run_alertmanager(am_binary, tmp_path / "b", sink.url) as b,
+    ):
         r = AlertmanagerReceiver(config([a.url, b.url, "http://127.0.0.1:9"]), allowed_hosts=LOOPBACK)
         inc = live()
         try:
@@ -532,9 +597,11 @@ async def test_real_alertmanager_ha_pair_each_gets_every_alert(am_binary, sink, 
 
 async def test_real_alertmanager_basic_auth(am_binary, sink, tmp_path):
     async with run_alertmanager(am_binary, tmp_path / "auth", sink.url, basic_auth=True) as a:
-        good = AlertmanagerReceiver(config(a.url, basic_auth={"username": BASIC_USER,
-                                                               "password": {"env": "AM_PASSWORD"}}),
-                                    ENV, allowed_hosts=LOOPBACK)
+        good = AlertmanagerReceiver(
+            config(a.url, basic_auth={"username": BASIC_USER, "password": {"env": "AM_PASSWORD"}}),
+            ENV,
+            allowed_hosts=LOOPBACK,
+        )
         anonymous = AlertmanagerReceiver(config(a.url), allowed_hosts=LOOPBACK)
         inc = live()
         try:
@@ -584,6 +651,6 @@ def test_generator_url_without_console_url_is_the_console_the_api_serves(monkeyp
     assert NotifierSettings(api_listen="127.0.0.1:0").console_link_base() is None
     assert NotifierSettings(api_listen="").console_link_base() is None
     assert NotifierSettings(console=False).console_link_base() is None
-    assert NotifierSettings(console_url="https://th.example/console/").console_link_base() == \
-        "https://th.example/console"
-
+    assert (
+        NotifierSettings(console_url="https://th.example/console/").console_link_base() == "https://th.example/console"
+    )

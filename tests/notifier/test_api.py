@@ -58,11 +58,15 @@ def bearer(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def post(base: str, body: Any = None, *, headers: dict[str, str] | None = None, data: bytes | None = None
-               ) -> tuple[int, Any]:
+async def post(
+    base: str, body: Any = None, *, headers: dict[str, str] | None = None, data: bytes | None = None
+) -> tuple[int, Any]:
     async with aiohttp.ClientSession() as http:
-        kw: dict[str, Any] = {"data": data, "headers": {"Content-Type": "application/json", **(headers or {})}} \
-            if data is not None else {"json": body, "headers": headers or {}}
+        kw: dict[str, Any] = (
+            {"data": data, "headers": {"Content-Type": "application/json", **(headers or {})}}
+            if data is not None
+            else {"json": body, "headers": headers or {}}
+        )
         async with http.post(f"{base}/api/v1/silences", **kw) as r:
             text = await r.text()
             try:
@@ -163,23 +167,30 @@ async def test_token_from_env_or_file_never_from_a_settings_file_and_never_shown
 
 
 # --- bounds ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("body", "status", "says"), [
-    ({**SILENCE, "duration": None, "ends_at": float("nan")}, 400, "not a number JSON allows"),
-    ({**SILENCE, "duration": None, "ends_at": float("inf")}, 400, "not a number JSON allows"),
-    ({**SILENCE, "starts_at": float("-inf")}, 400, "not a number JSON allows"),
-    ({**SILENCE, "comment": "x" * 100_000}, 413, ""),
-    ({**SILENCE, "comment": "x" * 1025}, 400, "comment has 1025 bytes"),
-    ({**SILENCE, "author": "x" * 2000}, 400, "author has 2000 bytes"),
-    ({**SILENCE, "matchers": ['node="a"'] * 17}, 400, "matchers: List should have at most 16 items"),
-    ({**SILENCE, "duration": "31d"}, 400, "at most 30 days"),
-    ({**SILENCE, "matchers": ['node=~"(a)\\\\1"']}, 400, 'matchers.0: Value error, invalid regular expression in '
-                                                         'matcher node=~"(a)\\\\1"'),
-    ({**SILENCE, "matchers": [{"name": "node", "op": "=~", "value": "x(?=y)"}]}, 400, "invalid perl operator"),
-    ([SILENCE], 400, "valid dictionary"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({**SILENCE, "duration": None, "ends_at": float("nan")}, 400, "not a number JSON allows"),
+        ({**SILENCE, "duration": None, "ends_at": float("inf")}, 400, "not a number JSON allows"),
+        ({**SILENCE, "starts_at": float("-inf")}, 400, "not a number JSON allows"),
+        ({**SILENCE, "comment": "x" * 100_000}, 413, ""),
+        ({**SILENCE, "comment": "x" * 1025}, 400, "comment has 1025 bytes"),
+        ({**SILENCE, "author": "x" * 2000}, 400, "author has 2000 bytes"),
+        ({**SILENCE, "matchers": ['node="a"'] * 17}, 400, "matchers: List should have at most 16 items"),
+        ({**SILENCE, "duration": "31d"}, 400, "at most 30 days"),
+        (
+            {**SILENCE, "matchers": ['node=~"(a)\\\\1"']},
+            400,
+            'matchers.0: Value error, invalid regular expression in matcher node=~"(a)\\\\1"',
+        ),
+        ({**SILENCE, "matchers": [{"name": "node", "op": "=~", "value": "x(?=y)"}]}, 400, "invalid perl operator"),
+        ([SILENCE], 400, "valid dictionary"),
+    ],
+)
 async def test_bad_silences_are_refused(body, status, says):
     async with api(ApiAccess(token=TOKEN.encode())) as (service, base):
         import json
+
         data = json.dumps(body, allow_nan=True).encode()
         got, answer = await post(base, headers=bearer(), data=data)
         assert got == status, answer
@@ -189,8 +200,9 @@ async def test_bad_silences_are_refused(body, status, says):
 
 async def test_big_numbers_and_deep_json_are_400_not_500():
     async with api(ApiAccess(token=TOKEN.encode())) as (service, base):
-        status, answer = await post(base, headers=bearer(),
-                                    data=b'{"matchers":["a=\\"b\\""],"author":"a","comment":"c","ends_at":1e999}')
+        status, answer = await post(
+            base, headers=bearer(), data=b'{"matchers":["a=\\"b\\""],"author":"a","comment":"c","ends_at":1e999}'
+        )
         assert status == 400, answer
         status, answer = await post(base, headers=bearer(), data=b"[" * 30_000 + b"]" * 30_000)
         assert status == 400 and "nested too deeply" in answer["error"]

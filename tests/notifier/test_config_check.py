@@ -56,16 +56,29 @@ receivers:
 
 # --- the labels incidents carry ----------------------------------------------------------------------------
 def test_fixed_labels_are_those_incidents_carry():
-    assert fixed_labels() == {"root_cause", "severity", "rule", "transient", "incident", "node", "engine", "model",
-                              "endpoint", "gpus", "nodes", "rules"}
+    assert fixed_labels() == {
+        "root_cause",
+        "severity",
+        "rule",
+        "transient",
+        "incident",
+        "node",
+        "engine",
+        "model",
+        "endpoint",
+        "gpus",
+        "nodes",
+        "rules",
+    }
 
 
 def test_the_rule_pack_adds_its_labels_and_closes_the_rule_names(space, tmp_path):
     assert "team" in space.names and "gpu-thermal-throttle" in space.values["rule"]
     assert space.values["severity"] == ("info", "warning", "critical")
     assert "capacity" in space.values["root_cause"] and space.values["transient"] == ("true", "false")
-    (tmp_path / "mine.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: hot\n"
-                                        "        labels: {owner: gpu-team}\n")
+    (tmp_path / "mine.yaml").write_text(
+        "groups:\n  - name: g\n    rules:\n      - name: hot\n        labels: {owner: gpu-team}\n"
+    )
     mine, problems = label_space(tmp_path)
     assert problems == [] and "owner" in mine.names and "team" not in mine.names
     assert mine.values["rule"] == ("hot",)
@@ -87,12 +100,14 @@ def test_shipped_examples_have_no_problem(space, name):
 # --- YAML and structure ----------------------------------------------------------------------------------------
 def test_invalid_yaml_at_its_line_and_column(space):
     assert check(space, "route:\n  receiver: [console\n") == [
-        (3, 1, "invalid YAML: expected ',' or ']', but got '<stream end>'", "")]
+        (3, 1, "invalid YAML: expected ',' or ']', but got '<stream end>'", "")
+    ]
 
 
 def test_not_a_mapping(space):
     assert check(space, "- route\n") == [
-        (1, 1, "a notifier config is a mapping (grouping, route, receivers, inhibit_rules, ...)", "")]
+        (1, 1, "a notifier config is a mapping (grouping, route, receivers, inhibit_rules, ...)", "")
+    ]
 
 
 def test_an_empty_file_is_the_defaults(space):
@@ -100,15 +115,20 @@ def test_an_empty_file_is_the_defaults(space):
 
 
 def test_duplicate_keys_at_the_second_one(space):
-    assert check(space, """
+    assert check(
+        space,
+        """
         grouping:
           wait: 30s
           wait: 5m
-        """) == [(3, 3, "duplicate key 'wait'", "first at line 2; YAML keeps only the last one")]
+        """,
+    ) == [(3, 3, "duplicate key 'wait'", "first at line 2; YAML keeps only the last one")]
 
 
 def test_every_structure_problem_at_once_with_the_nearest_key(space):
-    found = check(space, """
+    found = check(
+        space,
+        """
         grouping:
           wiat: 30s
         flap: {window: 20m, max_flips: 0}
@@ -125,7 +145,8 @@ def test_every_structure_problem_at_once_with_the_nearest_key(space):
           - name: typeless
         inhibit_rules:
           - target_matchers: ['severity="warning"']
-        """)
+        """,
+    )
     assert found == [
         (2, 3, "grouping: unknown key 'wiat'", "did you mean 'wait'?"),
         (3, 32, "flap.max_flips: Input should be greater than or equal to 1", ""),
@@ -139,7 +160,9 @@ def test_every_structure_problem_at_once_with_the_nearest_key(space):
 
 
 def test_invalid_matcher_and_maintenance_times_at_their_node(space):
-    found = check(space, """
+    found = check(
+        space,
+        """
         route:
           receiver: console
           routes:
@@ -150,63 +173,130 @@ def test_invalid_matcher_and_maintenance_times_at_their_node(space):
             ends_at: 2026-12-01T02:00:00Z
             author: ana
             comment: CHG-1
-        """)
+        """,
+    )
     assert found == [
-        (4, 18, 'route.routes[0].matchers[0]: invalid matcher \'sev~x\': write name="value" (operators = != =~ !~)',
-         ""),
+        (
+            4,
+            18,
+            "route.routes[0].matchers[0]: invalid matcher 'sev~x': write name=\"value\" (operators = != =~ !~)",
+            "",
+        ),
         (8, 14, "maintenance[0]: ends_at must be after starts_at", ""),
     ]
 
 
 # --- matchers against the labels incidents carry ---------------------------------------------------------------
 def test_a_misspelled_label_and_value_are_both_reported(space):
-    found = check(space, """
+    found = check(
+        space,
+        """
         route:
           receiver: console
           routes:
             - matchers: ['severty="critcal"']
               receiver: pager
-        """, RECEIVERS)
+        """,
+        RECEIVERS,
+    )
     assert found == [
-        (4, 19, 'route.routes[0].matchers[0]: no incident carries the label \'severty\', so severty="critcal" never '
-         "matches", "did you mean 'severity'?"),
-        (4, 28, 'route.routes[0].matchers[0]: \'critcal\' is not a valid severity, so severty="critcal" never matches',
-         "did you mean 'critical'?"),
+        (
+            4,
+            19,
+            "route.routes[0].matchers[0]: no incident carries the label 'severty', so severty=\"critcal\" never "
+            "matches",
+            "did you mean 'severity'?",
+        ),
+        (
+            4,
+            28,
+            "route.routes[0].matchers[0]: 'critcal' is not a valid severity, so severty=\"critcal\" never matches",
+            "did you mean 'critical'?",
+        ),
     ]
 
 
-@pytest.mark.parametrize(("matcher", "col", "message", "hint"), [
-    ('root_cause="capacty"', 36, "'capacty' is not a valid root_cause, so root_cause=\"capacty\" never matches",
-     "did you mean 'capacity'?"),
-    ('severity!="critcal"', 35, "'critcal' is not a valid severity, so severity!=\"critcal\" always matches",
-     "did you mean 'critical'?"),
-    ('transient="yes"', 35, "'yes' is not a valid transient, so transient=\"yes\" never matches",
-     "transient values: false, true"),
-    ('rule="gpu-thermal-throtle"', 30, "'gpu-thermal-throtle' is not a valid rule, so rule=\"gpu-thermal-throtle\" "
-     "never matches", "did you mean 'gpu-thermal-throttle'?"),
-    ('severity=""', 34, "every incident has a severity, so severity=\"\" never matches",
-     "severity values: critical, info, warning"),
-    ('severity=~"crit"', 35, "the pattern matches no valid severity, so severity=~\"crit\" never matches",
-     "severity values: critical, info, warning"),
-    ('severity!~"warn.*|info.*|crit"', 49, "'crit' is not a valid severity, so that alternative of "
-     'severity!~"warn.*|info.*|crit" never matches', "severity values: critical, info, warning"),
-    ('severity=~"warn.*|crti.*"', 42, "'crti.*' matches no valid severity, so that alternative of "
-     'severity=~"warn.*|crti.*" never matches', "severity values: critical, info, warning"),
-    ('root_cause=~"capacity|retry-strom"', 46, "'retry-strom' is not a valid root_cause, so that alternative of "
-     'root_cause=~"capacity|retry-strom" never matches', "did you mean 'retry-storm'?"),
-    ('root_cause!~"gpu-.*x"', 37, 'the pattern matches no valid root_cause, so root_cause!~"gpu-.*x" always matches',
-     "root_cause values"),
-    ("owner=gpu-team", 24, 'no incident carries the label \'owner\', so owner="gpu-team" never matches',
-     "labels: endpoint, engine, gpus, incident, model, node, nodes, root_cause, rule, rules, severity, team, "
-     "transient"),
-    ('node!="gpu-node-7"', None, None, None),
-    ('team="ml-platform"', None, None, None),
-    ('root_cause=~"gpu-.*"', None, None, None),
-    ('severity=~"warning|critical"', None, None, None),
-    ('root_cause=~"gpu-.*|capacity"', None, None, None),
-    ('endpoint!=""', None, None, None),
-    ('severity!=""', None, None, None),
-], ids=lambda v: v if isinstance(v, str) and "=" in v else None)
+@pytest.mark.parametrize(
+    ("matcher", "col", "message", "hint"),
+    [
+        (
+            'root_cause="capacty"',
+            36,
+            "'capacty' is not a valid root_cause, so root_cause=\"capacty\" never matches",
+            "did you mean 'capacity'?",
+        ),
+        (
+            'severity!="critcal"',
+            35,
+            "'critcal' is not a valid severity, so severity!=\"critcal\" always matches",
+            "did you mean 'critical'?",
+        ),
+        (
+            'transient="yes"',
+            35,
+            "'yes' is not a valid transient, so transient=\"yes\" never matches",
+            "transient values: false, true",
+        ),
+        (
+            'rule="gpu-thermal-throtle"',
+            30,
+            "'gpu-thermal-throtle' is not a valid rule, so rule=\"gpu-thermal-throtle\" never matches",
+            "did you mean 'gpu-thermal-throttle'?",
+        ),
+        (
+            'severity=""',
+            34,
+            'every incident has a severity, so severity="" never matches',
+            "severity values: critical, info, warning",
+        ),
+        (
+            'severity=~"crit"',
+            35,
+            'the pattern matches no valid severity, so severity=~"crit" never matches',
+            "severity values: critical, info, warning",
+        ),
+        (
+            'severity!~"warn.*|info.*|crit"',
+            49,
+            "'crit' is not a valid severity, so that alternative of severity!~\"warn.*|info.*|crit\" never matches",
+            "severity values: critical, info, warning",
+        ),
+        (
+            'severity=~"warn.*|crti.*"',
+            42,
+            "'crti.*' matches no valid severity, so that alternative of severity=~\"warn.*|crti.*\" never matches",
+            "severity values: critical, info, warning",
+        ),
+        (
+            'root_cause=~"capacity|retry-strom"',
+            46,
+            "'retry-strom' is not a valid root_cause, so that alternative of "
+            'root_cause=~"capacity|retry-strom" never matches',
+            "did you mean 'retry-storm'?",
+        ),
+        (
+            'root_cause!~"gpu-.*x"',
+            37,
+            'the pattern matches no valid root_cause, so root_cause!~"gpu-.*x" always matches',
+            "root_cause values",
+        ),
+        (
+            "owner=gpu-team",
+            24,
+            "no incident carries the label 'owner', so owner=\"gpu-team\" never matches",
+            "labels: endpoint, engine, gpus, incident, model, node, nodes, root_cause, rule, rules, severity, team, "
+            "transient",
+        ),
+        ('node!="gpu-node-7"', None, None, None),
+        ('team="ml-platform"', None, None, None),
+        ('root_cause=~"gpu-.*"', None, None, None),
+        ('severity=~"warning|critical"', None, None, None),
+        ('root_cause=~"gpu-.*|capacity"', None, None, None),
+        ('endpoint!=""', None, None, None),
+        ('severity!=""', None, None, None),
+    ],
+    ids=lambda v: v if isinstance(v, str) and "=" in v else None,
+)
 def test_matcher_checks_at_the_label_or_value(space, matcher, col, message, hint):
     text = "inhibit_rules:\n  - source_matchers: ['" + matcher + "']\n    target_matchers: ['node!=\"\"']\n"
     found = check(space, text)
@@ -219,7 +309,9 @@ def test_matcher_checks_at_the_label_or_value(space, matcher, col, message, hint
 
 
 def test_matcher_positions_in_double_quotes_plain_objects_and_escapes(space):
-    found = check(space, r"""
+    found = check(
+        space,
+        r"""
         maintenance:
           - matchers:
               - "severity=\"critcal\""
@@ -230,48 +322,67 @@ def test_matcher_positions_in_double_quotes_plain_objects_and_escapes(space):
             ends_at: 2026-12-01T06:00:00Z
             author: ana
             comment: CHG-1
-        """)
+        """,
+    )
     assert where(found) == [(3, 9), (4, 18), (5, 42), (6, 10)]
     assert all("maintenance[0].matchers[" in msg for _, _, msg, _ in found)
 
 
 def test_matchers_on_a_label_of_a_custom_rule_pack(tmp_path):
-    (tmp_path / "r.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: hot\n"
-                                     "        labels: {owner: gpu-team}\n")
+    (tmp_path / "r.yaml").write_text(
+        "groups:\n  - name: g\n    rules:\n      - name: hot\n        labels: {owner: gpu-team}\n"
+    )
     mine, _ = label_space(tmp_path)
     assert matcher_issues(Matcher.parse('owner="gpu-team"'), mine) == []
     assert matcher_issues(Matcher.parse('rule="hot"'), mine) == []
     assert [i.message for i in matcher_issues(Matcher.parse('rule="gpu-thermal-throttle"'), mine)] == [
-        "'gpu-thermal-throttle' is not a valid rule, so rule=\"gpu-thermal-throttle\" never matches"]
+        "'gpu-thermal-throttle' is not a valid rule, so rule=\"gpu-thermal-throttle\" never matches"
+    ]
 
 
 def test_label_issues_for_command_line_labels(space):
     assert label_issues("severty", "critcal", space) == [
         ("no incident carries the label 'severty'", "did you mean 'severity'?"),
-        ("'critcal' is not a valid severity", "did you mean 'critical'?")]
+        ("'critcal' is not a valid severity", "did you mean 'critical'?"),
+    ]
     assert label_issues("node", "anything", space) == [] and label_issues("team", "x", space) == []
 
 
 def test_grouping_and_inhibit_equal_labels_must_exist(space):
-    found = check(space, """
+    found = check(
+        space,
+        """
         grouping:
           by: [root_cause, nod]
         inhibit_rules:
           - source_matchers: ['root_cause="network-path"']
             target_matchers: ['root_cause="capacity"']
             equal: [endpiont, model]
-        """)
+        """,
+    )
     assert found == [
-        (2, 20, "grouping.by[1]: no incident carries the label 'nod' (it is \"\" on every incident, so it never "
-         "splits a group)", "did you mean 'node'?"),
-        (6, 13, "inhibit_rules[0].equal[0]: no incident carries the label 'endpiont' (it is \"\" on every incident, "
-         "so it is always equal)", "did you mean 'endpoint'?"),
+        (
+            2,
+            20,
+            "grouping.by[1]: no incident carries the label 'nod' (it is \"\" on every incident, so it never "
+            "splits a group)",
+            "did you mean 'node'?",
+        ),
+        (
+            6,
+            13,
+            "inhibit_rules[0].equal[0]: no incident carries the label 'endpiont' (it is \"\" on every incident, "
+            "so it is always equal)",
+            "did you mean 'endpoint'?",
+        ),
     ]
 
 
 # --- receivers and reachability --------------------------------------------------------------------------------
 def test_receivers_named_by_routes_exist_at_the_routes_line(space):
-    found = check(space, """
+    found = check(
+        space,
+        """
         route:
           receiver: console
           routes:
@@ -280,7 +391,9 @@ def test_receivers_named_by_routes_exist_at_the_routes_line(space):
               routes:
                 - matchers: ['team="ml-platform"']
                   receiver: nobody
-        """, RECEIVERS)
+        """,
+        RECEIVERS,
+    )
     assert found == [
         (5, 17, "route.routes[0].receiver: no receiver named 'pagr'", "did you mean 'pager'?"),
         (8, 21, "route.routes[0].routes[0].receiver: no receiver named 'nobody'", "receivers: console, pager"),
@@ -288,13 +401,16 @@ def test_receivers_named_by_routes_exist_at_the_routes_line(space):
 
 
 def test_receiver_names_twice_and_a_top_route_without_receiver(space):
-    found = check(space, """
+    found = check(
+        space,
+        """
         route:
           routes: []
         receivers:
           - {type: console, name: a}
           - {type: console, name: a}
-        """)
+        """,
+    )
     assert found == [
         (1, 1, "route: the top-level route needs a receiver (the default for unmatched incidents)", "receivers: a"),
         (5, 27, "receivers[1].name: receiver 'a' is defined twice", "first at line 4"),
@@ -303,7 +419,8 @@ def test_receiver_names_twice_and_a_top_route_without_receiver(space):
 
 
 def test_a_route_after_a_catch_all_is_a_warning(space):
-    found = check_text(textwrap.dedent("""\
+    found = check_text(
+        textwrap.dedent("""\
         route:
           receiver: console
           matchers: ['severity="critical"']
@@ -314,22 +431,35 @@ def test_a_route_after_a_catch_all_is_a_warning(space):
             - matchers: ['severity="critical"']
               receiver: pager
             - receiver: pager
-        """) + RECEIVERS.lstrip("\n"), "n.yaml", space).problems
+        """)
+        + RECEIVERS.lstrip("\n"),
+        "n.yaml",
+        space,
+    ).problems
     assert [(p.line, p.column, type(p)) for p in found] == [
-        (3, 13, WarningProblem), (8, 7, WarningProblem), (10, 7, WarningProblem)]
-    assert found[0].message == ("route.matchers: the top-level route takes every incident; its matchers are never "
-                                "read")
-    assert found[1].message == ("route.routes[2]: never reached: route.routes[1] (line 7) has no matchers and no "
-                                "`continue: true`, so it takes every incident first")
+        (3, 13, WarningProblem),
+        (8, 7, WarningProblem),
+        (10, 7, WarningProblem),
+    ]
+    assert found[0].message == ("route.matchers: the top-level route takes every incident; its matchers are never read")
+    assert found[1].message == (
+        "route.routes[2]: never reached: route.routes[1] (line 7) has no matchers and no "
+        "`continue: true`, so it takes every incident first"
+    )
     assert not any(map(is_error, found))
     assert found[1].text().startswith("n.yaml:8:7: warning: route.routes[2]: never reached")
-    assert found[1].github("tailhound notifier check").startswith(
-        "::warning file=n.yaml,line=8,col=7,title=tailhound notifier check::route.routes[2]: never reached")
+    assert (
+        found[1]
+        .github("tailhound notifier check")
+        .startswith("::warning file=n.yaml,line=8,col=7,title=tailhound notifier check::route.routes[2]: never reached")
+    )
 
 
 def test_a_broken_file_still_has_its_labels_checked(space):
     """One structure error hides nothing else: every problem of the file at once."""
-    found = check(space, """
+    found = check(
+        space,
+        """
         grouping: {by: [nod], wiat: 1s}
         route:
           receiver: pager
@@ -337,7 +467,8 @@ def test_a_broken_file_still_has_its_labels_checked(space):
             - matchers: ['severty="critical"']
         receivers:
           - {type: console, name: console, extra: 1}
-        """)
+        """,
+    )
     assert where(found) == [(1, 17), (1, 23), (3, 13), (5, 19), (7, 36)]
 
 
@@ -359,7 +490,7 @@ def test_cli_prints_every_problem_text_and_github(tmp_path):
     out = runner.invoke(app, ["notifier", "check", str(bad), str(EXAMPLES / "notifier.yaml")])
     assert out.exit_code == 1
     assert out.stdout.splitlines() == [
-        f'{bad}:4:19: route.routes[0].matchers[0]: no incident carries the label \'severty\', so severty="critcal" '
+        f"{bad}:4:19: route.routes[0].matchers[0]: no incident carries the label 'severty', so severty=\"critcal\" "
         "never matches (did you mean 'severity'?)",
         f"{bad}:4:28: route.routes[0].matchers[0]: 'critcal' is not a valid severity, so severty=\"critcal\" never "
         "matches (did you mean 'critical'?)",
@@ -371,7 +502,8 @@ def test_cli_prints_every_problem_text_and_github(tmp_path):
     assert gh.exit_code == 1
     assert gh.stdout.splitlines()[2] == (
         f"::error file={bad},line=5,col=17,title=tailhound notifier check::route.routes[0].receiver: no receiver "
-        "named 'pagr' (receivers: console)")
+        "named 'pagr' (receivers: console)"
+    )
     assert runner.invoke(app, ["notifier", "check", "--format", "xml", str(bad)]).exit_code != 0
 
 
@@ -381,8 +513,9 @@ def test_cli_rules_option_decides_the_known_labels(tmp_path):
     assert runner.invoke(app, ["notifier", "check", str(cfg)]).exit_code == 1
     rules = tmp_path / "rules"
     rules.mkdir()
-    (rules / "r.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: hot\n"
-                                  "        labels: {owner: gpu-team}\n")
+    (rules / "r.yaml").write_text(
+        "groups:\n  - name: g\n    rules:\n      - name: hot\n        labels: {owner: gpu-team}\n"
+    )
     ok = runner.invoke(app, ["notifier", "check", "--rules", str(rules), str(cfg)])
     assert ok.exit_code == 0, ok.output
     missing = runner.invoke(app, ["notifier", "check", "--rules", str(tmp_path / "nope"), str(cfg)])
@@ -393,8 +526,10 @@ def test_cli_secrets_reports_each_receiver_at_its_line(tmp_path, monkeypatch):
     monkeypatch.delenv("TAILHOUND_CONFIG", raising=False)
     monkeypatch.delenv("TH_TEST_PD_KEY", raising=False)
     cfg = tmp_path / "n.yaml"
-    cfg.write_text("route: {receiver: pd}\nreceivers:\n  - {type: console, name: c}\n"
-                   "  - {type: pagerduty, name: pd, routing_key: {env: TH_TEST_PD_KEY}}\n")
+    cfg.write_text(
+        "route: {receiver: pd}\nreceivers:\n  - {type: console, name: c}\n"
+        "  - {type: pagerduty, name: pd, routing_key: {env: TH_TEST_PD_KEY}}\n"
+    )
     assert runner.invoke(app, ["notifier", "check", str(cfg)]).exit_code == 0
     out = runner.invoke(app, ["notifier", "check", "--secrets", str(cfg)])
     assert out.exit_code == 1
@@ -411,8 +546,13 @@ def test_exit_codes_of_the_command(tmp_path):
     warn.write_text("route:\n  receiver: console\n  routes:\n    - receiver: console\n    - receiver: console\n")
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tailhound", "notifier", "check", *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "tailhound", "notifier", "check", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     clean = run(str(EXAMPLES / "notifier.yaml"), str(EXAMPLES / "notifier-production.yaml"), str(warn))
     assert clean.returncode == 0, clean.stdout + clean.stderr

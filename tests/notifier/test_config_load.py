@@ -63,8 +63,9 @@ def test_warnings_do_not_stop_the_notifier(caplog):
 
 def test_labels_are_only_checked_when_asked():
     """The loader does not know the rule pack: a label of it is not an error at load (`notifier check` says)."""
-    cfg = parse_config("route:\n  receiver: console\n  routes:\n"
-                       "    - {matchers: ['owner=\"gpu\"'], receiver: console}\n")
+    cfg = parse_config(
+        "route:\n  receiver: console\n  routes:\n    - {matchers: ['owner=\"gpu\"'], receiver: console}\n"
+    )
     assert cfg.route.routes[0].matchers[0].name == "owner"
 
 

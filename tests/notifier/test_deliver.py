@@ -43,8 +43,10 @@ class StubReceiver:
 
 
 def setup(extra: str = ""):
-    config = parse_config("grouping: {by: [incident], wait: 0s, interval: 0s}\nroute: {receiver: r}\n"
-                          "receivers: [{type: console, name: r}]\n" + extra)
+    config = parse_config(
+        "grouping: {by: [incident], wait: 0s, interval: 0s}\nroute: {receiver: r}\n"
+        "receivers: [{type: console, name: r}]\n" + extra
+    )
     clock = Clock()
     nf = Notifier(config)
     rcv = StubReceiver()
@@ -57,8 +59,15 @@ def setup(extra: str = ""):
     async def on_dead(n, reason):
         dead.append((n.idempotency_key, reason))
 
-    d = Deliverer(nf, {"r": rcv}, config.delivery, clock=clock, on_outcome=on_outcome, on_dead_letter=on_dead,
-                  rng=random.Random(1))
+    d = Deliverer(
+        nf,
+        {"r": rcv},
+        config.delivery,
+        clock=clock,
+        on_outcome=on_outcome,
+        on_dead_letter=on_dead,
+        rng=random.Random(1),
+    )
     return nf, d, rcv, clock, dead
 
 

@@ -14,12 +14,16 @@ CHECK = "Compare the 429 rate per client IP at the ingress <now> & an hour ago"
 
 def ambiguous():
     return incident_event(
-        root_cause="retry-storm", rule="retry-storm",
-        candidates=[Candidate(root_cause="retry-storm", score=1.0,
-                              supports=[RuleFinding(rule="retry-storm", state="firing")]),
-                    Candidate(root_cause="capacity", score=0.53, unexplained=["retry-storm"])],
-        differential=Differential(lead="retry-storm", runner_up="capacity", why="Counters export the sum.",
-                                  check=CHECK))
+        root_cause="retry-storm",
+        rule="retry-storm",
+        candidates=[
+            Candidate(root_cause="retry-storm", score=1.0, supports=[RuleFinding(rule="retry-storm", state="firing")]),
+            Candidate(root_cause="capacity", score=0.53, unexplained=["retry-storm"]),
+        ],
+        differential=Differential(
+            lead="retry-storm", runner_up="capacity", why="Counters export the sum.", check=CHECK
+        ),
+    )
 
 
 def test_the_title_names_the_lead_and_the_runner_up():
@@ -40,8 +44,10 @@ def test_slack_shows_the_differential_escaped_and_valid():
 def test_pagerduty_details_carry_the_differential_and_the_ranked_candidates():
     details = custom_details(notification(incidents=[ambiguous()]))
     assert details["differential"]["runner_up"] == "capacity" and details["differential"]["check"] == CHECK
-    assert details["candidates"] == [{"root_cause": "retry-storm", "score": 1.0},
-                                     {"root_cause": "capacity", "score": 0.53}]
+    assert details["candidates"] == [
+        {"root_cause": "retry-storm", "score": 1.0},
+        {"root_cause": "capacity", "score": 0.53},
+    ]
     assert "differential" not in custom_details(notification())
 
 

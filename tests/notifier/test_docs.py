@@ -65,8 +65,7 @@ def section(markdown: str, heading: str) -> str:
     lines = markdown.splitlines()
     start = lines.index(heading)
     level = len(heading) - len(heading.lstrip("#"))
-    end = next((i for i in range(start + 1, len(lines))
-                if re.match(rf"^#{{1,{level}}} ", lines[i])), len(lines))
+    end = next((i for i in range(start + 1, len(lines)) if re.match(rf"^#{{1,{level}}} ", lines[i])), len(lines))
     return "\n".join(lines[start:end])
 
 
@@ -103,8 +102,9 @@ def field_default(info: FieldInfo) -> object:
     return info.default
 
 
-def config_fields(model: type[BaseModel] = NotifierConfig, prefix: str = "",
-                  seen: frozenset[type] = frozenset()) -> list[tuple[str, FieldInfo]]:
+def config_fields(
+    model: type[BaseModel] = NotifierConfig, prefix: str = "", seen: frozenset[type] = frozenset()
+) -> list[tuple[str, FieldInfo]]:
     """Every field of the notifier config models as its documented path (``delivery.backoff.max``,
     ``inhibit_rules[].equal``, ``route.continue``), walking the models defined in notifier/config.py."""
     out = []
@@ -135,14 +135,21 @@ def check_rows(rows: dict[str, list[str]], fields: list[tuple[str, FieldInfo]], 
         if forms is not None:
             assert any(f in default_cell for f in forms), (
                 f"{where}: `{path}` defaults to {field_default(info)!r}; the row says {default_cell!r} "
-                f"(write one of {sorted(forms)})")
+                f"(write one of {sorted(forms)})"
+            )
 
 
 def test_config_fields_are_documented_with_their_defaults():
     fields = config_fields()
     paths = {p for p, _ in fields}
-    assert {"grouping.by", "delivery.backoff.jitter", "route.continue", "inhibit_rules[].equal",
-            "maintenance[].ends_at", "links"} <= paths
+    assert {
+        "grouping.by",
+        "delivery.backoff.jitter",
+        "route.continue",
+        "inhibit_rules[].equal",
+        "maintenance[].ends_at",
+        "links",
+    } <= paths
     check_rows(table_rows(section(text(NOTIFIER_MD), "## Configuration reference")), fields, "notifier.md")
 
 
@@ -230,7 +237,7 @@ def documented_commands(markdown: str) -> list[list[str]]:
         for line in block.replace("\\\n", " ").splitlines():
             for command in _shell_commands(shlex.split(line, comments=True)):
                 if "tailhound" in command:
-                    out.append(command[command.index("tailhound") + 1:])
+                    out.append(command[command.index("tailhound") + 1 :])
     return out
 
 
@@ -260,8 +267,13 @@ def test_cli_examples_in_the_docs_parse(doc):
         _parse_cli(args)
     if doc == NOTIFIER_MD:
         assert {tuple(a[:2]) for a in commands} >= {
-            ("silence", "add"), ("silence", "list"), ("silence", "expire"), ("incidents", "list"),
-            ("incidents", "show"), ("notifier", "check")}
+            ("silence", "add"),
+            ("silence", "list"),
+            ("silence", "expire"),
+            ("incidents", "list"),
+            ("incidents", "show"),
+            ("notifier", "check"),
+        }
 
 
 @pytest.mark.parametrize("doc", [*OUR_DOCS, CONSUMER], ids=lambda p: p.name)
@@ -317,13 +329,17 @@ def test_example_groups_by_root_cause_and_node_and_uses_env_secrets(example):
     assert re.findall(r"\{env: (\w+)\}", raw) and "{file:" not in raw
 
 
-@pytest.mark.parametrize(("labels", "expected"), [
-    (dict(severity="critical"), ["pagerduty", "slack"]),
-    (dict(severity="critical", transient=True, root_cause="ingress-saturation"), ["slack"]),
-    (dict(severity="warning", root_cause="capacity"), ["remediate", "slack"]),
-    (dict(severity="critical", root_cause="capacity"), ["pagerduty", "remediate", "slack"]),
-    (dict(severity="warning"), ["slack"]),
-], ids=["critical-persistent", "critical-transient", "capacity", "critical-capacity", "warning"])
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (dict(severity="critical"), ["pagerduty", "slack"]),
+        (dict(severity="critical", transient=True, root_cause="ingress-saturation"), ["slack"]),
+        (dict(severity="warning", root_cause="capacity"), ["remediate", "slack"]),
+        (dict(severity="critical", root_cause="capacity"), ["pagerduty", "remediate", "slack"]),
+        (dict(severity="warning"), ["slack"]),
+    ],
+    ids=["critical-persistent", "critical-transient", "capacity", "critical-capacity", "warning"],
+)
 def test_example_routes_as_documented(example, labels, expected):
     assert receivers_for(example.route, _labels(**labels)) == expected
 
@@ -337,12 +353,19 @@ def _sent(nf: Notifier, now: float) -> list:
 
 def test_example_inhibits_endpoint_symptoms_of_a_network_path_incident(example):
     nf = Notifier(example)
-    cause = incident_event(incident_id="inc-000000000000000a", root_cause="network-path",
-                           scope=Scope(node="lb-1", endpoint="api.example.com"))
-    symptom = incident_event(incident_id="inc-000000000000000b", root_cause="capacity",
-                             scope=Scope(node="gpu-node-1", endpoint="api.example.com"))
-    elsewhere = incident_event(incident_id="inc-000000000000000c", root_cause="capacity",
-                               scope=Scope(node="gpu-node-2", engine="vllm-0"))  # no endpoint: not inhibited
+    cause = incident_event(
+        incident_id="inc-000000000000000a",
+        root_cause="network-path",
+        scope=Scope(node="lb-1", endpoint="api.example.com"),
+    )
+    symptom = incident_event(
+        incident_id="inc-000000000000000b",
+        root_cause="capacity",
+        scope=Scope(node="gpu-node-1", endpoint="api.example.com"),
+    )
+    elsewhere = incident_event(
+        incident_id="inc-000000000000000c", root_cause="capacity", scope=Scope(node="gpu-node-2", engine="vllm-0")
+    )  # no endpoint: not inhibited
     nf.ingest([cause, symptom, elsewhere], T0)
     out = _sent(nf, T0 + 31)
     assert {n.group_id for n in out} == {cause.incident_id, elsewhere.incident_id}
@@ -383,8 +406,15 @@ def test_incident_topic_doc_covers_every_field_and_root_cause():
 
 # --- the example consumer against the real broker -----------------------------------------------------
 async def _run_consumer(settings, *flags: str, timeout: float = 90.0) -> list[str]:
-    args = [sys.executable, str(CONSUMER), "--bootstrap", ",".join(bootstrap_servers(settings.broker)),
-            "--topic", settings.incidents_topic, *flags]
+    args = [
+        sys.executable,
+        str(CONSUMER),
+        "--bootstrap",
+        ",".join(bootstrap_servers(settings.broker)),
+        "--topic",
+        settings.incidents_topic,
+        *flags,
+    ]
     proc = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.splitlines()
@@ -394,14 +424,26 @@ def _lifecycle() -> list[IncidentEvent]:
     a, b = "inc-00000000000000aa", "inc-00000000000000bb"
     return [
         incident_event(incident_id=a, severity="critical"),
-        incident_event(incident_id=a, severity="critical"),                       # redelivered
-        incident_event(incident_id=b, root_cause="network-path", transient=True, ts=T0 + 5,
-                       scope=Scope(node="gpu-node-1", endpoint="api.example.com")),
+        incident_event(incident_id=a, severity="critical"),  # redelivered
+        incident_event(
+            incident_id=b,
+            root_cause="network-path",
+            transient=True,
+            ts=T0 + 5,
+            scope=Scope(node="gpu-node-1", endpoint="api.example.com"),
+        ),
         incident_event(incident_id=a, event="updated", sequence=2, severity="critical", ts=T0 + 60),
-        incident_event(incident_id=a, severity="critical"),                       # stale, after a newer one
+        incident_event(incident_id=a, severity="critical"),  # stale, after a newer one
         incident_event(incident_id=a, event="resolved", sequence=3, severity="critical", ts=T0 + 600),
-        incident_event(incident_id=b, event="resolved", sequence=2, root_cause="network-path", transient=True,
-                       ts=T0 + 120, scope=Scope(node="gpu-node-1", endpoint="api.example.com")),
+        incident_event(
+            incident_id=b,
+            event="resolved",
+            sequence=2,
+            root_cause="network-path",
+            transient=True,
+            ts=T0 + 120,
+            scope=Scope(node="gpu-node-1", endpoint="api.example.com"),
+        ),
     ]
 
 
@@ -410,11 +452,17 @@ async def test_example_consumer_prints_each_step_once(settings):
     await publish_incidents(settings, *_lifecycle())
     lines = await _run_consumer(settings, "--until-idle", "5")
     steps = [line.split()[1:4] for line in lines]
-    assert steps == [["inc-00000000000000aa", "#1", "opened"], ["inc-00000000000000bb", "#1", "opened"],
-                     ["inc-00000000000000aa", "#2", "updated"], ["inc-00000000000000aa", "#3", "resolved"],
-                     ["inc-00000000000000bb", "#2", "resolved"]], lines
-    assert lines[0].startswith("2026-09-21T14:13:20Z inc-00000000000000aa #1 opened   critical gpu-thermal-throttle "
-                               "on node gpu-node-3 / GPUs 2 / model llama-3-70b / engine vllm-0 (persistent): ")
+    assert steps == [
+        ["inc-00000000000000aa", "#1", "opened"],
+        ["inc-00000000000000bb", "#1", "opened"],
+        ["inc-00000000000000aa", "#2", "updated"],
+        ["inc-00000000000000aa", "#3", "resolved"],
+        ["inc-00000000000000bb", "#2", "resolved"],
+    ], lines
+    assert lines[0].startswith(
+        "2026-09-21T14:13:20Z inc-00000000000000aa #1 opened   critical gpu-thermal-throttle "
+        "on node gpu-node-3 / GPUs 2 / model llama-3-70b / engine vllm-0 (persistent): "
+    )
     assert "network-path on node gpu-node-1 / endpoint api.example.com (transient)" in lines[1]
 
     # a bounded run without --until-idle stops after --max-events

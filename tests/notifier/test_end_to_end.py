@@ -37,18 +37,23 @@ def config(slack=None, pd=None, hook=None, extra: str = ""):
         receivers.append(f"{{type: pagerduty, name: pd, routing_key: {{env: PD_KEY}}, url: '{pd.url}', timeout_s: 2}}")
         routes.append("{matchers: ['severity=\"critical\"'], receiver: pd, continue: true}")
     if hook is not None:
-        receivers.append(f"{{type: webhook, name: hook, url: '{hook.url}', secret: {{env: HOOK_SECRET}}, "
-                         "timeout_s: 0.5}")
+        receivers.append(
+            f"{{type: webhook, name: hook, url: '{hook.url}', secret: {{env: HOOK_SECRET}}, timeout_s: 0.5}}"
+        )
         routes.append("{matchers: ['root_cause=\"capacity\"'], receiver: hook, continue: true}")
     if slack is not None:
-        receivers.append(f"{{type: slack, name: slack, token: {{env: SLACK_TOKEN}}, channel: '#alerts', "
-                         f"base_url: '{slack.base_url}', min_interval_s: 0, timeout_s: 2}}")
+        receivers.append(
+            f"{{type: slack, name: slack, token: {{env: SLACK_TOKEN}}, channel: '#alerts', "
+            f"base_url: '{slack.base_url}', min_interval_s: 0, timeout_s: 2}}"
+        )
         routes.append("{receiver: slack}")
     default = "slack" if slack is not None else ("pd" if pd is not None else "hook")
-    text = (f"grouping: {{by: [root_cause, node], wait: 30s, interval: 5m}}\n"
-            f"delivery: {{backoff: {{initial: 1s, max: 60s}}, breaker: {{failures: 3, cooldown: 30s}}}}\n"
-            f"route: {{receiver: {default}, routes: [{', '.join(routes)}]}}\n"
-            f"receivers: [{', '.join(receivers)}]\n" + extra)
+    text = (
+        f"grouping: {{by: [root_cause, node], wait: 30s, interval: 5m}}\n"
+        f"delivery: {{backoff: {{initial: 1s, max: 60s}}, breaker: {{failures: 3, cooldown: 30s}}}}\n"
+        f"route: {{receiver: {default}, routes: [{', '.join(routes)}]}}\n"
+        f"receivers: [{', '.join(receivers)}]\n" + extra
+    )
     return parse_config(text)
 
 
@@ -56,8 +61,7 @@ class Harness:
     def __init__(self, cfg) -> None:
         self.clock = Clock()
         self.notifier = Notifier(cfg)
-        self.receivers = {rc.name: build_receiver(rc, allowed_hosts=["127.0.0.1"], environ=ENV)
-                          for rc in cfg.receivers}
+        self.receivers = {rc.name: build_receiver(rc, allowed_hosts=["127.0.0.1"], environ=ENV) for rc in cfg.receivers}
         self.dead: list = []
 
         async def on_outcome(_):
@@ -66,8 +70,15 @@ class Harness:
         async def on_dead(n, reason):
             self.dead.append((n.idempotency_key, reason))
 
-        self.deliverer = Deliverer(self.notifier, self.receivers, cfg.delivery, clock=self.clock,
-                                   on_outcome=on_outcome, on_dead_letter=on_dead, rng=random.Random(7))
+        self.deliverer = Deliverer(
+            self.notifier,
+            self.receivers,
+            cfg.delivery,
+            clock=self.clock,
+            on_outcome=on_outcome,
+            on_dead_letter=on_dead,
+            rng=random.Random(7),
+        )
 
     def ingest(self, *events) -> None:
         self.notifier.ingest(list(events), self.clock.t)

@@ -14,22 +14,37 @@ from tailhound.notifier.explain import events_from_file, explain, pick
 from tests.notifier.factories import incident_event
 
 runner = CliRunner()
-QUIET = RuleFinding(rule="queue-wait-scale-out", state="quiet",
-                    evidence=[Evidence(signal="gpu.dram_bw_util", value=0.56, op=">", threshold=0.75)])
+QUIET = RuleFinding(
+    rule="queue-wait-scale-out",
+    state="quiet",
+    evidence=[Evidence(signal="gpu.dram_bw_util", value=0.56, op=">", threshold=0.75)],
+)
 
 
 def events(iid: str = "inc-00000000000000aa"):
-    candidates = [Candidate(root_cause="retry-storm", score=1.0,
-                            supports=[RuleFinding(rule="retry-storm", state="firing")]),
-                  Candidate(root_cause="capacity", score=0.57, unexplained=["retry-storm"],
-                            supports=[RuleFinding(rule="capacity-exhausted", state="firing")], against=[QUIET]),
-                  Candidate(root_cause="kv-cache-pressure", score=0.0,
-                            supports=[RuleFinding(rule="kv-cache-full", state="pending")])]
-    diff = Differential(lead="retry-storm", runner_up="capacity", why="Counters export the sum.",
-                        check="Compare the 429 rate per client IP at the ingress.")
+    candidates = [
+        Candidate(root_cause="retry-storm", score=1.0, supports=[RuleFinding(rule="retry-storm", state="firing")]),
+        Candidate(
+            root_cause="capacity",
+            score=0.57,
+            unexplained=["retry-storm"],
+            supports=[RuleFinding(rule="capacity-exhausted", state="firing")],
+            against=[QUIET],
+        ),
+        Candidate(
+            root_cause="kv-cache-pressure", score=0.0, supports=[RuleFinding(rule="kv-cache-full", state="pending")]
+        ),
+    ]
+    diff = Differential(
+        lead="retry-storm",
+        runner_up="capacity",
+        why="Counters export the sum.",
+        check="Compare the 429 rate per client IP at the ingress.",
+    )
     opened = incident_event(incident_id=iid, root_cause="retry-storm", candidates=candidates, differential=diff)
-    resolved = incident_event(incident_id=iid, event="resolved", sequence=2, ts=opened.ts + 600,
-                              root_cause="retry-storm", differential=diff)
+    resolved = incident_event(
+        incident_id=iid, event="resolved", sequence=2, ts=opened.ts + 600, root_cause="retry-storm", differential=diff
+    )
     return [opened, resolved]
 
 
@@ -66,7 +81,7 @@ def test_pick_by_id_or_prefix_and_refuse_an_ambiguous_one():
 def test_files_of_json_lines_a_list_or_one_event(tmp_path):
     evs = events()
     lines = tmp_path / "replay.jsonl"
-    lines.write_text("\n".join(e.model_dump_json() for e in evs) + "\nnot json\n{\"other\": 1}\n")
+    lines.write_text("\n".join(e.model_dump_json() for e in evs) + '\nnot json\n{"other": 1}\n')
     assert [e.sequence for e in events_from_file(lines)] == [1, 2]
     listed = tmp_path / "list.json"
     listed.write_text(json.dumps([e.model_dump(mode="json") for e in evs], indent=2))

@@ -39,10 +39,19 @@ def ev(n: int, event: str = "opened", seq: int = 1, ts: float = T0, **kw):
 
 def series(points: int = 10, entities: int = 2) -> EvidenceSeries:
     ts = [T0 - 15.0 * (points - i) for i in range(points)]
-    return EvidenceSeries(rule="gpu-thermal-throttle", signal="gpu.temperature", unit="C", op=">=", threshold=85.0,
-                          for_s=60, per="gpu", focus=["2"], ts=ts,
-                          values={str(g): [70.0 + g] * points for g in range(entities)},
-                          baseline={"2": [63.0] * points})
+    return EvidenceSeries(
+        rule="gpu-thermal-throttle",
+        signal="gpu.temperature",
+        unit="C",
+        op=">=",
+        threshold=85.0,
+        for_s=60,
+        per="gpu",
+        focus=["2"],
+        ts=ts,
+        values={str(g): [70.0 + g] * points for g in range(entities)},
+        baseline={"2": [63.0] * points},
+    )
 
 
 class Store(dict):
@@ -70,7 +79,8 @@ def test_each_notification_is_recorded_pending_then_delivered():
     created = nf.flush(T0).created
     log = nf.groups[ev(1).incident_id].logs["r"]
     assert [(r.sequence, r.kind, r.outcome, r.created_at, r.at) for r in log.history] == [
-        (1, "opened", "pending", T0, None)]
+        (1, "opened", "pending", T0, None)
+    ]
     assert created[0].ts == T0
     deliver_all(nf, T0 + 2)
     assert [(r.outcome, r.at, r.attempts) for r in log.history] == [("delivered", T0 + 2, 0)]
@@ -147,7 +157,10 @@ def test_every_event_taken_in_is_a_mark_once():
     nf.ingest([ev(1, "updated", 2, ts=T0 + 60)], T0 + 60)
     nf.ingest([ev(1, "resolved", 3, ts=T0 + 120)], T0 + 120)
     assert nf.groups[ev(1).incident_id].marks[ev(1).incident_id] == [
-        (T0, "opened", 1), (T0 + 60, "updated", 2), (T0 + 120, "resolved", 3)]
+        (T0, "opened", 1),
+        (T0 + 60, "updated", 2),
+        (T0 + 120, "resolved", 3),
+    ]
 
 
 def test_marks_keep_the_first_and_the_newest():
@@ -291,15 +304,16 @@ def test_notifications_do_not_carry_chart_data_but_the_group_keeps_it():
     assert '"series":[]' in created[0].model_dump_json()  # what a webhook is sent
 
 
-
 def test_chart_data_and_marks_survive_a_restart_open_and_recent():
     nf = make()
     store = Store()
     store.apply(nf.ingest([ev(1, series=[series()]), ev(2, ts=T0 + 5, series=[series(points=5)])], T0 + 5))
     store.apply(nf.flush(T0 + 5))
     deliver_all(nf, T0 + 5, store)
-    for outcome in (nf.ingest([ev(1, "resolved", 2, ts=T0 + 60, series=[series(points=12)])], T0 + 60),
-                    nf.flush(T0 + 60)):
+    for outcome in (
+        nf.ingest([ev(1, "resolved", 2, ts=T0 + 60, series=[series(points=12)])], T0 + 60),
+        nf.flush(T0 + 60),
+    ):
         store.apply(outcome)
     deliver_all(nf, T0 + 60, store)
     store.apply(nf.flush(T0 + 700))  # incident 1's group is retired to the recent history
@@ -318,8 +332,11 @@ def test_a_notification_built_anywhere_drops_the_chart_data():
 
 def test_a_group_keeps_chart_data_within_its_budget(monkeypatch):
     monkeypatch.setattr(history, "MAX_GROUP_SERIES_VALUES", 100)
-    nf = Notifier(parse_config("grouping: {by: [root_cause], wait: 0s}\nroute: {receiver: r}\n"
-                               "receivers: [{type: console, name: r}]\n"))
+    nf = Notifier(
+        parse_config(
+            "grouping: {by: [root_cause], wait: 0s}\nroute: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
+        )
+    )
     small = series(points=10, entities=2)  # 10 x (1 + 2 + 1) = 40 values
     nf.ingest([ev(1, series=[small]), ev(2, series=[small]), ev(3, series=[small])], T0)
     (grp,) = nf.groups.values()
@@ -344,8 +361,16 @@ def test_notifications_link_to_the_console_when_its_url_is_set():
     assert "console" not in nf.flush(T0).created[0].links
 
 
-@pytest.mark.parametrize("url", ["ftp://x.example/console", "https://", "tailhound.example/console",
-                                 "https://x.example/console?a=1", "https://x .example/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://x.example/console",
+        "https://",
+        "tailhound.example/console",
+        "https://x.example/console?a=1",
+        "https://x .example/",
+    ],
+)
 def test_console_url_must_be_an_http_base_url(url):
     with pytest.raises(ValueError, match="console_url"):
         NotifierSettings(console_url=url)

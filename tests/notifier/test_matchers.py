@@ -22,23 +22,26 @@ from tailhound.notifier.state import Silence
 
 from .factories import T0, incident_event
 
-EVIL = '(.|.)*Z'  # exponential for a backtracking engine on any value without a Z
+EVIL = "(.|.)*Z"  # exponential for a backtracking engine on any value without a Z
 NODE = "gpu-node-" + "a" * 25  # 34 characters, as in the incident
 
 
 def silence(*matchers: str, **over) -> Silence:
-    data = dict(matchers=list(matchers), starts_at=T0 - 60, ends_at=T0 + 3600, author="ana", comment="CHG-1",
-                created_at=T0 - 60)
+    data = dict(
+        matchers=list(matchers), starts_at=T0 - 60, ends_at=T0 + 3600, author="ana", comment="CHG-1", created_at=T0 - 60
+    )
     data.update(over)
     return Silence(**data)
 
 
 def test_the_regex_that_froze_the_worker_matches_in_linear_time():
     """In a child process with a deadline: with a backtracking engine this never returns."""
-    code = ("import time; from tailhound.notifier.matchers import Matcher; t = time.perf_counter(); "
-            f"m = Matcher.parse('node=~\"{EVIL}\"'); assert not m.matches({{'node': '{NODE}'}}); "
-            "assert Matcher.parse('node!~\"(.|.)*Z\"').matches({'node': 'x' * 10000}); "
-            "print(time.perf_counter() - t)")
+    code = (
+        "import time; from tailhound.notifier.matchers import Matcher; t = time.perf_counter(); "
+        f"m = Matcher.parse('node=~\"{EVIL}\"'); assert not m.matches({{'node': '{NODE}'}}); "
+        "assert Matcher.parse('node!~\"(.|.)*Z\"').matches({'node': 'x' * 10000}); "
+        "print(time.perf_counter() - t)"
+    )
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20, check=True)
     except subprocess.TimeoutExpired:
@@ -46,13 +49,16 @@ def test_the_regex_that_froze_the_worker_matches_in_linear_time():
     assert float(out.stdout.strip()) < 1.0
 
 
-@pytest.mark.parametrize(("text", "why"), [
-    ('node=~"(gpu)-\\\\1"', "invalid escape sequence"),  # a backreference
-    ('node=~"gpu(?=-node)"', "invalid perl operator"),  # lookahead
-    ('node=~"(?<!x)gpu"', "invalid perl operator"),  # lookbehind
-    ('node=~"a{1001}"', "invalid repetition size"),
-    ('node=~"(unclosed"', "missing )"),
-])
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('node=~"(gpu)-\\\\1"', "invalid escape sequence"),  # a backreference
+        ('node=~"gpu(?=-node)"', "invalid perl operator"),  # lookahead
+        ('node=~"(?<!x)gpu"', "invalid perl operator"),  # lookbehind
+        ('node=~"a{1001}"', "invalid repetition size"),
+        ('node=~"(unclosed"', "missing )"),
+    ],
+)
 def test_patterns_re2_cannot_compile_are_refused_naming_the_matcher(text, why):
     with pytest.raises(ValueError, match="invalid regular expression in matcher node=~") as err:
         Matcher.parse(text)
@@ -63,16 +69,30 @@ def test_patterns_re2_cannot_compile_are_refused_naming_the_matcher(text, why):
 def test_a_matcher_given_as_an_object_is_checked_too():
     """The API takes matchers as objects as well; they were never compiled until an incident came."""
     with pytest.raises(ValidationError, match="invalid regular expression in matcher node=~"):
-        Silence.model_validate(dict(matchers=[{"name": "node", "op": "=~", "value": "(a)\\1"}], starts_at=T0,
-                                    ends_at=T0 + 60, author="a", comment="c", created_at=T0))
+        Silence.model_validate(
+            dict(
+                matchers=[{"name": "node", "op": "=~", "value": "(a)\\1"}],
+                starts_at=T0,
+                ends_at=T0 + 60,
+                author="a",
+                comment="c",
+                created_at=T0,
+            )
+        )
 
 
 def test_bad_regex_in_the_notifier_config_names_file_line_and_matcher():
-    with pytest.raises(ConfigError, match=r"n\.yaml:5:18: route\.routes\[0\]\.matchers\[0\]: "
-                                          r".*invalid regular expression in matcher "
-                                          r"node=~\"x\(\?=y\)\": invalid perl operator"):
-        parse_config("route:\n  receiver: c\n  routes:\n    - receiver: c\n"
-                     "      matchers: ['node=~\"x(?=y)\"']\nreceivers: [{type: console, name: c}]\n", "n.yaml")
+    with pytest.raises(
+        ConfigError,
+        match=r"n\.yaml:5:18: route\.routes\[0\]\.matchers\[0\]: "
+        r".*invalid regular expression in matcher "
+        r"node=~\"x\(\?=y\)\": invalid perl operator",
+    ):
+        parse_config(
+            "route:\n  receiver: c\n  routes:\n    - receiver: c\n"
+            "      matchers: ['node=~\"x(?=y)\"']\nreceivers: [{type: console, name: c}]\n",
+            "n.yaml",
+        )
 
 
 def test_re2_semantics_fully_anchored_like_alertmanager():
@@ -115,8 +135,11 @@ def test_silence_bounds():
 def test_hostile_silences_at_the_limits_keep_matching_bounded():
     """MAX_SILENCES silences of MAX_MATCHERS hostile regexes, each built so that every matcher but the
     last matches (no short cut): one incident is still matched in well under a second."""
-    nf = Notifier(parse_config("grouping: {by: [incident], wait: 0s}\nroute: {receiver: c}\n"
-                               "receivers: [{type: console, name: c}]\n"))
+    nf = Notifier(
+        parse_config(
+            "grouping: {by: [incident], wait: 0s}\nroute: {receiver: c}\nreceivers: [{type: console, name: c}]\n"
+        )
+    )
     matchers = ['node=~"(.|.)*a"'] * (MAX_MATCHERS - 1) + [f'node=~"{EVIL}"']
     for i in range(MAX_SILENCES):
         s = silence(*matchers, id=f"sil-evil-{i}")
@@ -130,8 +153,9 @@ def test_hostile_silences_at_the_limits_keep_matching_bounded():
 
 
 def test_flush_in_time_slices_gives_the_same_notifications():
-    cfg = parse_config("grouping: {by: [incident], wait: 0s}\nroute: {receiver: c}\n"
-                       "receivers: [{type: console, name: c}]\n")
+    cfg = parse_config(
+        "grouping: {by: [incident], wait: 0s}\nroute: {receiver: c}\nreceivers: [{type: console, name: c}]\n"
+    )
     events = [incident_event(incident_id=f"inc-{i:04d}", node=f"gpu-node-{i}") for i in range(300)]
     whole, sliced = Notifier(cfg), Notifier(cfg)
     whole.ingest(events, T0)
@@ -162,8 +186,9 @@ def test_restore_skips_silence_records_beyond_the_bounds():
 
 def test_live_silences_are_capped_and_expired_ones_forgotten_oldest_first():
     cfg = parse_config("route: {receiver: c}\nreceivers: [{type: console, name: c}]\n")
-    items = {f"silence:sil-{i}": silence('node="a"', id=f"sil-{i}").model_dump(mode="json")
-             for i in range(MAX_SILENCES + 5)}
+    items = {
+        f"silence:sil-{i}": silence('node="a"', id=f"sil-{i}").model_dump(mode="json") for i in range(MAX_SILENCES + 5)
+    }
     nf = Notifier.restore(cfg, items, now=T0)
     assert nf.live_silences(T0) == MAX_SILENCES
     assert not nf.accepts_silence(silence('node="b"'), T0)

@@ -26,8 +26,15 @@ ENV = {"SLACK_TOKEN": TOKEN, "SLACK_HOOK": f"https://evil.example.org{HOOK_PATH}
 
 
 def slack_bot(base_url: str | None) -> SlackConfig:
-    return SlackConfig(type="slack", name="slack-oncall", token={"env": "SLACK_TOKEN"}, channel="#alerts",
-                       base_url=base_url, min_interval_s=0, timeout_s=2)
+    return SlackConfig(
+        type="slack",
+        name="slack-oncall",
+        token={"env": "SLACK_TOKEN"},
+        channel="#alerts",
+        base_url=base_url,
+        min_interval_s=0,
+        timeout_s=2,
+    )
 
 
 def pagerduty(url: str) -> PagerDutyConfig:
@@ -35,8 +42,11 @@ def pagerduty(url: str) -> PagerDutyConfig:
 
 
 def test_slack_base_url_elsewhere_is_refused_naming_receiver_and_host():
-    with pytest.raises(ConfigError, match=r"slack receiver 'slack-oncall': host 'evil\.example\.org' is not in "
-                                          r"notifier\.webhook_allowed_hosts"):
+    with pytest.raises(
+        ConfigError,
+        match=r"slack receiver 'slack-oncall': host 'evil\.example\.org' is not in "
+        r"notifier\.webhook_allowed_hosts",
+    ):
         SlackReceiver(slack_bot("https://evil.example.org/api/"), environ=ENV)
 
 
@@ -53,12 +63,16 @@ def test_pagerduty_url_elsewhere_is_refused_naming_receiver_and_host():
 
 
 async def test_service_hosts_are_allowed_by_default_over_https_only():
-    for r in (SlackReceiver(slack_bot(None), environ=ENV),
-              SlackReceiver(slack_bot("https://slack.com/api/"), environ=ENV),
-              SlackReceiver(SlackConfig(type="slack", name="h", webhook_url={"env": "H"}),
-                            environ={"H": f"https://hooks.slack.com{HOOK_PATH}"}),
-              PagerDutyReceiver(pagerduty("https://events.pagerduty.com/v2/enqueue"), environ=ENV),
-              PagerDutyReceiver(pagerduty("https://events.eu.pagerduty.com/v2/enqueue"), environ=ENV)):
+    for r in (
+        SlackReceiver(slack_bot(None), environ=ENV),
+        SlackReceiver(slack_bot("https://slack.com/api/"), environ=ENV),
+        SlackReceiver(
+            SlackConfig(type="slack", name="h", webhook_url={"env": "H"}),
+            environ={"H": f"https://hooks.slack.com{HOOK_PATH}"},
+        ),
+        PagerDutyReceiver(pagerduty("https://events.pagerduty.com/v2/enqueue"), environ=ENV),
+        PagerDutyReceiver(pagerduty("https://events.eu.pagerduty.com/v2/enqueue"), environ=ENV),
+    ):
         await r.close()
     with pytest.raises(ConfigError, match="over https only"):
         SlackReceiver(slack_bot("http://slack.com/api/"), environ=ENV)
@@ -84,7 +98,8 @@ async def test_the_settings_allow_list_is_used_for_every_receiver_kind():
     cfg = parse_config(
         "route: {receiver: s}\nreceivers:\n"
         "  - {type: slack, name: s, token: {env: SLACK_TOKEN}, channel: '#a', base_url: 'http://127.0.0.1:9/api/'}\n"
-        "  - {type: pagerduty, name: p, routing_key: {env: PD_KEY}, url: 'http://127.0.0.1:9/v2/enqueue'}\n")
+        "  - {type: pagerduty, name: p, routing_key: {env: PD_KEY}, url: 'http://127.0.0.1:9/v2/enqueue'}\n"
+    )
     with pytest.raises(ConfigError, match="receiver 's'.*'127.0.0.1'"):
         build_receiver(cfg.receivers[0], allowed_hosts=[], environ=ENV)
     with pytest.raises(ConfigError, match="receiver 'p'.*'127.0.0.1'"):

@@ -116,7 +116,8 @@ def test_config_validation():
         config("ftp://x")
     assert config("https://x").url == "https://x"
     assert PagerDutyConfig(type="pagerduty", name="a", routing_key={"env": "K"}).url.startswith(
-        "https://events.pagerduty.com/")
+        "https://events.pagerduty.com/"
+    )
     with pytest.raises(ConfigError, match="PD_KEY"):
         PagerDutyReceiver(config("https://events.pagerduty.com/v2/enqueue"), environ={})
 
@@ -150,13 +151,16 @@ async def test_400_is_not_retryable_and_carries_pagerduty_errors(pd, receiver, c
     assert "too-short" not in err.reason and "too-short" not in caplog.text
 
 
-@pytest.mark.parametrize(("fault", "retry_after"), [
-    (Fault(429, retry_after="7"), 7.0),
-    (Fault(429), None),
-    (Fault(500), None),
-    (Fault(502, body="bad gateway"), None),
-    (Fault(503, retry_after="2"), 2.0),
-])
+@pytest.mark.parametrize(
+    ("fault", "retry_after"),
+    [
+        (Fault(429, retry_after="7"), 7.0),
+        (Fault(429), None),
+        (Fault(500), None),
+        (Fault(502, body="bad gateway"), None),
+        (Fault(503, retry_after="2"), 2.0),
+    ],
+)
 async def test_throttling_and_server_errors_are_retryable(pd, receiver, fault, retry_after):
     pd.fail_next(fault)
     with pytest.raises(DeliveryError) as info:

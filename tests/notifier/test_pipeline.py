@@ -77,13 +77,14 @@ def test_update_is_rate_limited_by_group_interval_and_resolve_goes_where_the_pag
     nf.ingest([ev(2, severity="critical")], T0 + 60)  # joins the group
     assert sent(nf, T0 + 100) == []
     out = sent(nf, T0 + 31 + 300)
-    assert sorted((n.receiver, n.kind, len(n.incidents)) for n in out) == [("pager", "updated", 2),
-                                                                           ("slack", "updated", 2)]
+    assert sorted((n.receiver, n.kind, len(n.incidents)) for n in out) == [
+        ("pager", "updated", 2),
+        ("slack", "updated", 2),
+    ]
     nf.ingest([ev(1, "resolved", 2), ev(2, "resolved", 2)], T0 + 400)
     assert sent(nf, T0 + 430) == []  # a resolve waits the minimum flip time
     out = sent(nf, T0 + 461)
-    assert sorted((n.receiver, n.kind, n.sequence) for n in out) == [("pager", "resolved", 3),
-                                                                     ("slack", "resolved", 3)]
+    assert sorted((n.receiver, n.kind, n.sequence) for n in out) == [("pager", "resolved", 3), ("slack", "resolved", 3)]
 
 
 def test_an_incident_that_resolves_within_group_wait_never_pages():
@@ -112,6 +113,7 @@ inhibit_rules:
     equal: [endpoint]
 """)
     from tailhound.incident import Scope
+
     cause = ev(1, root_cause="network-path", scope=Scope(endpoint="api.example.com"))
     symptom = ev(2, root_cause="capacity", scope=Scope(node="n1", endpoint="api.example.com"))
     other = ev(3, root_cause="capacity", scope=Scope(node="n2", endpoint="other.example.com"))
@@ -126,8 +128,17 @@ inhibit_rules:
 
 def test_silence_suppresses_and_its_expiry_releases():
     nf = make()
-    nf.add_silence(Silence(id="sil-1", matchers=[Matcher.parse('node="gpu-node-3"')], starts_at=T0,
-                           ends_at=T0 + 3600, author="ana", comment="rack maintenance", created_at=T0))
+    nf.add_silence(
+        Silence(
+            id="sil-1",
+            matchers=[Matcher.parse('node="gpu-node-3"')],
+            starts_at=T0,
+            ends_at=T0 + 3600,
+            author="ana",
+            comment="rack maintenance",
+            created_at=T0,
+        )
+    )
     nf.ingest([ev(1)], T0)
     assert sent(nf, T0 + 31) == []
     assert nf.groups[ev(1).incident_id].suppressed.startswith("silenced by sil-1 (ana: rack maintenance)")
@@ -138,14 +149,17 @@ def test_silence_suppresses_and_its_expiry_releases():
 
 
 def test_maintenance_window_from_config_silences():
-    nf = make(CONFIG + """
+    nf = make(
+        CONFIG
+        + """
 maintenance:
   - matchers: ['node="gpu-node-3"']
     starts_at: 2026-09-21T00:00:00Z
     ends_at: 2026-09-23T00:00:00Z
     author: platform-team
     comment: driver upgrade
-""")
+"""
+    )
     nf.ingest([ev(1)], T0)  # T0 = 2026-09-21 14:13 UTC
     assert sent(nf, T0 + 31) == []
     assert "maintenance-1" in nf.groups[ev(1).incident_id].suppressed
@@ -211,8 +225,10 @@ def test_pending_notification_survives_restart():
 
 
 def test_updates_queued_for_a_down_receiver_are_coalesced():
-    nf = make("grouping: {by: [incident], wait: 0s, interval: 0s}\nroute: {receiver: r}\n"
-              "receivers: [{type: console, name: r}]\n")
+    nf = make(
+        "grouping: {by: [incident], wait: 0s, interval: 0s}\nroute: {receiver: r}\n"
+        "receivers: [{type: console, name: r}]\n"
+    )
     nf.ingest([ev(1)], T0)
     nf.flush(T0)
     for i in range(2, 10):
@@ -259,8 +275,12 @@ def test_flapping_group_that_settles_resolved_sends_the_resolve():
     while t < T0 + 3 * 3600:
         out += sent(nf, t)
         t += 10
-    assert [(n.kind, n.flapping) for n in out] == [("opened", False), ("resolved", False), ("updated", True),
-                                                     ("resolved", False)]
+    assert [(n.kind, n.flapping) for n in out] == [
+        ("opened", False),
+        ("resolved", False),
+        ("updated", True),
+        ("resolved", False),
+    ]
 
 
 def test_a_resolve_undone_within_the_minimum_flip_time_is_no_flip():

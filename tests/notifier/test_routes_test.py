@@ -86,7 +86,8 @@ def test_trace_records_the_path_and_lines(nested):
     ]
     inherited = trace(tree, dict(team="ml-platform", severity="warning", root_cause="capacity"))
     assert [p.describe() for p in inherited] == [
-        'route (line 1) > routes[0] {team="ml-platform"} (line 4) -> default (inherited)']
+        'route (line 1) > routes[0] {team="ml-platform"} (line 4) -> default (inherited)'
+    ]
     assert render_tree(tree) == [
         "route (line 1) -> default",
         '  routes[0] {team="ml-platform"} (line 4) -> default (inherited)',
@@ -97,13 +98,16 @@ def test_trace_records_the_path_and_lines(nested):
 
 
 # --- the command on the production example -------------------------------------------------------------------
-@pytest.mark.parametrize(("labels", "expected"), [
-    (["severity=critical", "transient=false"], "pagerduty, slack"),
-    (["severity=critical", "transient=true", "root_cause=ingress-saturation"], "slack"),
-    (["severity=warning", "root_cause=capacity"], "remediate, slack"),
-    (["severity=critical", "transient=false", "root_cause=capacity"], "pagerduty, remediate, slack"),
-    (['severity="warning"'], "slack"),
-])
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (["severity=critical", "transient=false"], "pagerduty, slack"),
+        (["severity=critical", "transient=true", "root_cause=ingress-saturation"], "slack"),
+        (["severity=warning", "root_cause=capacity"], "remediate, slack"),
+        (["severity=critical", "transient=false", "root_cause=capacity"], "pagerduty, remediate, slack"),
+        (['severity="warning"'], "slack"),
+    ],
+)
 def test_routes_test_on_the_production_example(labels, expected):
     out = routes("--config", str(PRODUCTION), *labels)
     assert out.exit_code == 0
@@ -128,8 +132,10 @@ def test_routes_test_as_json_and_yaml_for_scripts():
     [case] = json.loads(out.stdout)  # one document: the tree is left out
     assert case["labels"] == {"severity": "critical", "transient": "false"}
     assert case["receivers"] == ["pagerduty", "slack"]
-    assert [(r["route"], r["receiver"]) for r in case["routes"]] == [("route.routes[0]", "pagerduty"),
-                                                                      ("route.routes[2]", "slack")]
+    assert [(r["route"], r["receiver"]) for r in case["routes"]] == [
+        ("route.routes[0]", "pagerduty"),
+        ("route.routes[2]", "slack"),
+    ]
     as_yaml = yaml.safe_load(routes("--config", str(PRODUCTION), "severity=warning", "-o", "yaml").stdout)
     assert as_yaml[0]["receivers"] == ["slack"]
     with pytest.raises(TailhoundError, match="--output 'csv'"):
@@ -170,8 +176,9 @@ def test_unknown_labels_and_values_get_the_checkers_hints():
 def test_rules_option_makes_a_custom_label_known(tmp_path):
     with pytest.raises(TailhoundError, match="no incident carries the label 'owner'"):
         routes("--config", str(PRODUCTION), "owner=gpu-team")
-    (tmp_path / "r.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: hot\n"
-                                     "        labels: {owner: gpu-team}\n")
+    (tmp_path / "r.yaml").write_text(
+        "groups:\n  - name: g\n    rules:\n      - name: hot\n        labels: {owner: gpu-team}\n"
+    )
     assert routes("--config", str(PRODUCTION), "--rules", str(tmp_path), "owner=gpu-team").exit_code == 0
 
 
@@ -186,11 +193,20 @@ def test_default_config_is_the_setting_else_the_bundled_one(monkeypatch, nested)
 # --- incidents from a file ---------------------------------------------------------------------------------------
 def test_incident_file_routes_each_incident_once(tmp_path):
     critical = incident_event(incident_id="inc-00000000000000c1", severity="critical")
-    capacity = incident_event(incident_id="inc-00000000000000c2", root_cause="capacity", transient=True,
-                              scope=Scope(node="gpu-node-1", endpoint="api.example.com"))
-    resolved = incident_event(incident_id="inc-00000000000000c2", event="resolved", sequence=2,
-                              root_cause="capacity", transient=True,
-                              scope=Scope(node="gpu-node-1", endpoint="api.example.com"))
+    capacity = incident_event(
+        incident_id="inc-00000000000000c2",
+        root_cause="capacity",
+        transient=True,
+        scope=Scope(node="gpu-node-1", endpoint="api.example.com"),
+    )
+    resolved = incident_event(
+        incident_id="inc-00000000000000c2",
+        event="resolved",
+        sequence=2,
+        root_cause="capacity",
+        transient=True,
+        scope=Scope(node="gpu-node-1", endpoint="api.example.com"),
+    )
     jsonl = tmp_path / "incidents.jsonl"
     jsonl.write_text("".join(e.model_dump_json() + "\n" for e in (critical, capacity, resolved)))
     out = routes("--config", str(PRODUCTION), "--incident", str(jsonl))
@@ -199,13 +215,17 @@ def test_incident_file_routes_each_incident_once(tmp_path):
     heads = [line for line in lines if line.startswith("inc-")]
     assert [h.split(":")[0] for h in heads] == ["inc-00000000000000c1 #1 opened", "inc-00000000000000c2 #1 opened"]
     assert 'root_cause="gpu-thermal-throttle"' in heads[0] and 'team="ml-platform"' in heads[0]
-    assert [line for line in lines if "receivers:" in line] == ["  receivers: pagerduty, slack",
-                                                                "  receivers: remediate, slack"]
+    assert [line for line in lines if "receivers:" in line] == [
+        "  receivers: pagerduty, slack",
+        "  receivers: remediate, slack",
+    ]
     bad = routes("--config", str(PRODUCTION), "--incident", str(jsonl), "--verify-receivers", "pagerduty,slack")
     assert bad.exit_code == 1 and "for inc-00000000000000c2 #1 opened" in bad.stderr
     override = routes("--config", str(PRODUCTION), "--incident", str(jsonl), "severity=info", "transient=true")
     assert [line for line in override.stdout.splitlines() if "receivers:" in line] == [
-        "  receivers: slack", "  receivers: remediate, slack"]
+        "  receivers: slack",
+        "  receivers: remediate, slack",
+    ]
 
 
 def test_read_incidents_takes_json_a_list_or_lines(tmp_path):
@@ -228,8 +248,12 @@ def test_read_incidents_takes_json_a_list_or_lines(tmp_path):
 
 def test_exit_codes_of_routes_test():
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tailhound", "notifier", "routes", "test", "--config",
-                               str(PRODUCTION), *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "tailhound", "notifier", "routes", "test", "--config", str(PRODUCTION), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     differ = run("severity=critical", "transient=false", "--verify-receivers", "slack")
     assert differ.returncode == 1 and "receivers: pagerduty, slack" in differ.stdout

@@ -27,8 +27,10 @@ from .test_deliver import StubReceiver
 
 pytestmark = pytest.mark.broker
 
-CONFIG = "grouping: {by: [incident], wait: 0.5s, interval: 1s}\nflap: {min_flip_interval: 0.5s}\n" \
-         "route: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
+CONFIG = (
+    "grouping: {by: [incident], wait: 0.5s, interval: 1s}\nflap: {min_flip_interval: 0.5s}\n"
+    "route: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
+)
 
 
 async def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
@@ -77,14 +79,23 @@ async def test_pages_once_resolves_and_survives_a_restart(settings):
 async def test_silence_written_by_the_cli_suppresses_and_expiry_releases(settings):
     await ensure_topics(settings)
     now = time.time()
-    silence = Silence(matchers=[Matcher.parse('node="gpu-node-9"')], starts_at=now - 1, ends_at=now + 3600,
-                      author="ana", comment="maintenance", created_at=now)
+    silence = Silence(
+        matchers=[Matcher.parse('node="gpu-node-9"')],
+        starts_at=now - 1,
+        ends_at=now + 3600,
+        author="ana",
+        comment="maintenance",
+        created_at=now,
+    )
     await _write_state(settings, f"silence:{silence.id}", silence.model_dump(mode="json"))
     rcv = StubReceiver()
     run = Running(settings, rcv)
     try:
-        await publish(settings, incident_event(incident_id="inc-svc-2", node="gpu-node-9"),
-                      incident_event(incident_id="inc-svc-3", node="gpu-node-1"))
+        await publish(
+            settings,
+            incident_event(incident_id="inc-svc-2", node="gpu-node-9"),
+            incident_event(incident_id="inc-svc-3", node="gpu-node-1"),
+        )
         await wait_for(lambda: len(rcv.received) == 1, what="the unsilenced page")
         await asyncio.sleep(1.5)
         assert [r[1] for r in rcv.received] == ["inc-svc-3/r/1"]
@@ -101,19 +112,31 @@ async def test_sigkill_mid_incident_gives_one_page_and_one_resolve(settings, tmp
     await ensure_topics(settings)
     async with serve_pagerduty() as pd:
         cfg = tmp_path / "notifier.yaml"
-        cfg.write_text("grouping: {by: [incident], wait: 0.5s, interval: 1s}\nflap: {min_flip_interval: 0.5s}\n"
-                       "route: {receiver: pd}\n"
-                       f"receivers: [{{type: pagerduty, name: pd, routing_key: {{env: PD_KEY}}, url: '{pd.url}'}}]\n")
+        cfg.write_text(
+            "grouping: {by: [incident], wait: 0.5s, interval: 1s}\nflap: {min_flip_interval: 0.5s}\n"
+            "route: {receiver: pd}\n"
+            f"receivers: [{{type: pagerduty, name: pd, routing_key: {{env: PD_KEY}}, url: '{pd.url}'}}]\n"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-        env.update(TAILHOUND_BROKER=settings.broker, TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
-                   TAILHOUND_STREAMS__APP_ID=settings.streams.app_id, TAILHOUND_NOTIFIER__CONFIG=str(cfg),
-                   TAILHOUND_STREAMS__LOG_LEVEL="info", PD_KEY="R0UT1NGK3Y0123456789abcdefSECRET",
-                   TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS='["127.0.0.1"]')  # the local PagerDuty
+        env.update(
+            TAILHOUND_BROKER=settings.broker,
+            TAILHOUND_TOPIC_PREFIX=settings.topic_prefix,
+            TAILHOUND_STREAMS__APP_ID=settings.streams.app_id,
+            TAILHOUND_NOTIFIER__CONFIG=str(cfg),
+            TAILHOUND_STREAMS__LOG_LEVEL="info",
+            PD_KEY="R0UT1NGK3Y0123456789abcdefSECRET",
+            TAILHOUND_NOTIFIER__WEBHOOK_ALLOWED_HOSTS='["127.0.0.1"]',
+        )  # the local PagerDuty
         log = open(tmp_path / "notifier.log", "wb")  # noqa: SIM115 - closed below
 
         def start() -> subprocess.Popen:
-            return subprocess.Popen([sys.executable, "-m", "tailhound", "notifier", "run"], env=env,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                [sys.executable, "-m", "tailhound", "notifier", "run"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
         proc = start()
         try:
@@ -122,8 +145,9 @@ async def test_sigkill_mid_incident_gives_one_page_and_one_resolve(settings, tmp
             await asyncio.sleep(0.5)  # let it persist the delivery
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-            await publish(settings, incident_event(incident_id="inc-kill-1", event="resolved", sequence=2,
-                                                   severity="critical"))
+            await publish(
+                settings, incident_event(incident_id="inc-kill-1", event="resolved", sequence=2, severity="critical")
+            )
             proc = start()
             await wait_for(lambda: len(pd.accepted) == 2, timeout=90, what="the PagerDuty resolve after restart")
             await asyncio.sleep(2)
@@ -133,8 +157,9 @@ async def test_sigkill_mid_incident_gives_one_page_and_one_resolve(settings, tmp
                 proc.wait(20)
             log.close()
         actions = [(e["event_action"], e["dedup_key"]) for e in pd.accepted]
-        assert actions == [("trigger", "inc-kill-1"), ("resolve", "inc-kill-1")], \
-            (tmp_path / "notifier.log").read_text()[-3000:]
+        assert actions == [("trigger", "inc-kill-1"), ("resolve", "inc-kill-1")], (
+            tmp_path / "notifier.log"
+        ).read_text()[-3000:]
 
 
 async def test_http_api_silences_and_groups(settings):
@@ -142,8 +167,9 @@ async def test_http_api_silences_and_groups(settings):
 
     await ensure_topics(settings)
     token = "api-token-for-this-test-0123456789"
-    settings = settings.model_copy(update={"notifier": settings.notifier.model_copy(
-        update={"api_token": SecretStr(token)})})
+    settings = settings.model_copy(
+        update={"notifier": settings.notifier.model_copy(update={"api_token": SecretStr(token)})}
+    )
     rcv = StubReceiver()
     run = Running(settings, rcv)
     try:
@@ -160,8 +186,11 @@ async def test_http_api_silences_and_groups(settings):
                 sid = (await r.json())["id"]
             async with http.post(f"{base}/api/v1/silences", json={"matchers": ["x~y"], "author": "a"}) as r:
                 assert r.status == 400 and "matchers.0" in (await r.json())["error"]
-            await publish(settings, incident_event(incident_id="inc-api-1", node="gpu-node-8"),
-                          incident_event(incident_id="inc-api-2", node="gpu-node-1"))
+            await publish(
+                settings,
+                incident_event(incident_id="inc-api-1", node="gpu-node-8"),
+                incident_event(incident_id="inc-api-2", node="gpu-node-1"),
+            )
             await wait_for(lambda: len(rcv.received) == 1, what="the unsilenced page")
             async with http.get(f"{base}/api/v1/groups") as r:
                 groups = {g["group_id"]: g for g in await r.json()}

@@ -31,15 +31,23 @@ async def slack():
 
 
 def bot_config(fake: FakeSlack, **over: Any) -> SlackConfig:
-    data: dict[str, Any] = dict(type="slack", name="slack-oncall", token={"env": ENV_TOKEN}, channel="#alerts",
-                                base_url=fake.base_url, timeout_s=2, min_interval_s=0)
+    data: dict[str, Any] = dict(
+        type="slack",
+        name="slack-oncall",
+        token={"env": ENV_TOKEN},
+        channel="#alerts",
+        base_url=fake.base_url,
+        timeout_s=2,
+        min_interval_s=0,
+    )
     data.update(over)
     return SlackConfig(**data)
 
 
 def hook_config(**over: Any) -> SlackConfig:
-    data: dict[str, Any] = dict(type="slack", name="slack-hook", webhook_url={"env": ENV_HOOK}, timeout_s=2,
-                                min_interval_s=0)
+    data: dict[str, Any] = dict(
+        type="slack", name="slack-hook", webhook_url={"env": ENV_HOOK}, timeout_s=2, min_interval_s=0
+    )
     data.update(over)
     return SlackConfig(**data)
 
@@ -72,8 +80,12 @@ def all_text(blocks: list[dict[str, Any]]) -> str:
 def group(n: int, kind: str = "updated") -> list:
     """A lead incident plus n-1 related ones on other nodes."""
     lead = incident_event(event=kind, sequence=2, ts=T0 + 30)
-    related = [incident_event(incident_id=f"inc-rel-{i:04d}", node=f"gpu-node-{i + 10}", root_cause="nvlink-degraded",
-                              ts=T0 + 40 + i) for i in range(n - 1)]
+    related = [
+        incident_event(
+            incident_id=f"inc-rel-{i:04d}", node=f"gpu-node-{i + 10}", root_cause="nvlink-degraded", ts=T0 + 40 + i
+        )
+        for i in range(n - 1)
+    ]
     return [lead, *related]
 
 
@@ -101,19 +113,32 @@ async def test_opened_posts_one_message_with_the_incident(bot, slack):
     assert blocks[0]["type"] == "header" and n.title() in blocks[0]["text"]["text"]
     text = all_text(blocks)
     lead = n.lead
-    for expected in ("`gpu-thermal-throttle` (GPU thermal throttle)", "warning", lead.scope.describe(),
-                     "persistent", format_ts(lead.opened_at), escape(lead.evidence[0].describe()),
-                     escape(lead.evidence[1].describe()), "1. Check cooling and inlet temperature of the rack",
-                     "2. Drain the node if clocks stay low", n.links["runbook"], lead.incident_id,
-                     f"rule `{lead.rule}`", "notification #1"):
+    for expected in (
+        "`gpu-thermal-throttle` (GPU thermal throttle)",
+        "warning",
+        lead.scope.describe(),
+        "persistent",
+        format_ts(lead.opened_at),
+        escape(lead.evidence[0].describe()),
+        escape(lead.evidence[1].describe()),
+        "1. Check cooling and inlet temperature of the rack",
+        "2. Drain the node if clocks stay low",
+        n.links["runbook"],
+        lead.incident_id,
+        f"rule `{lead.rule}`",
+        "notification #1",
+    ):
         assert expected in text, expected
     assert "Related incidents" not in text
     assert not validate_blocks(blocks)
 
 
 async def test_critical_mentions_and_console_link(slack):
-    receiver = SlackReceiver(bot_config(slack, mention_on_critical="<!here>", console_url="https://console.example/x"),
-                             allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
+    receiver = SlackReceiver(
+        bot_config(slack, mention_on_critical="<!here>", console_url="https://console.example/x"),
+        allowed_hosts=LOOPBACK,
+        environ={ENV_TOKEN: TOKEN},
+    )
     try:
         n = notification("opened", incidents=[incident_event(severity="critical")])
         await receiver.send(n, None)
@@ -175,8 +200,7 @@ async def test_scripted_message_not_found_also_posts_fresh(bot, slack):
     receipt = await bot.send(notification("opened"), None)
     slack.fail_next("message_not_found", only="chat.update")
     new = await bot.send(notification("updated", sequence=2), receipt)
-    assert new != receipt and [r.api for r in slack.requests] == ["chat.postMessage", "chat.update",
-                                                                  "chat.postMessage"]
+    assert new != receipt and [r.api for r in slack.requests] == ["chat.postMessage", "chat.update", "chat.postMessage"]
 
 
 async def test_other_update_errors_are_raised(bot, slack):
@@ -227,8 +251,7 @@ async def test_messages_to_one_channel_arrive_min_interval_apart(slack):
         receipt = await receiver.send(notification("opened"), None)
         # an update (chat.update + thread reply) and a new group at the same time: three more messages
         other = notification("opened", incidents=[incident_event(incident_id="inc-other", node="gpu-node-9")])
-        await asyncio.gather(receiver.send(notification("updated", sequence=2), receipt),
-                             receiver.send(other, None))
+        await asyncio.gather(receiver.send(notification("updated", sequence=2), receipt), receiver.send(other, None))
     finally:
         await receiver.close()
     arrivals = [r.at for r in slack.requests]
@@ -313,8 +336,14 @@ async def test_connection_refused_is_retryable():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = SlackConfig(type="slack", name="s", token={"env": ENV_TOKEN}, channel="#alerts",
-                         base_url=f"http://127.0.0.1:{port}/api/", timeout_s=2)
+    config = SlackConfig(
+        type="slack",
+        name="s",
+        token={"env": ENV_TOKEN},
+        channel="#alerts",
+        base_url=f"http://127.0.0.1:{port}/api/",
+        timeout_s=2,
+    )
     receiver = SlackReceiver(config, allowed_hosts=LOOPBACK, environ={ENV_TOKEN: TOKEN})
     try:
         with pytest.raises(DeliveryError) as info:
@@ -362,8 +391,9 @@ async def test_the_fake_rejects_what_slack_rejects(bot, slack):
     from slack_sdk.web.async_client import AsyncWebClient
 
     client = AsyncWebClient(token=TOKEN, base_url=slack.base_url, retry_handlers=[])
-    response = await client.api_call("chat.postMessage", data={"channel": "C0123", "text": "hi",
-                                                               "blocks": '[{"type": "divider"}]'})
+    response = await client.api_call(
+        "chat.postMessage", data={"channel": "C0123", "text": "hi", "blocks": '[{"type": "divider"}]'}
+    )
     assert response["ok"] and slack.requests[-1].content_type == "application/x-www-form-urlencoded"
     with pytest.raises(DeliveryError) as info:
         await bot._call("chat.postMessage", "#alerts", text="x", blocks=long_section)
@@ -400,8 +430,12 @@ async def test_webhook_url_never_in_errors_reprs_or_logs(slack, caplog):
     errors: list[DeliveryError] = []
     try:
         await receiver.send(notification(), None)
-        for script in (dict(status=429, retry_after=1), dict(status=500), dict(error="invalid_token", status=403),
-                       dict(delay=0.5)):
+        for script in (
+            dict(status=429, retry_after=1),
+            dict(status=500),
+            dict(error="invalid_token", status=403),
+            dict(delay=0.5),
+        ):
             slack.fail_next(**script, only="webhook")
             with pytest.raises(DeliveryError) as info:
                 await receiver.send(notification(), None)
@@ -417,13 +451,16 @@ async def test_webhook_url_never_in_errors_reprs_or_logs(slack, caplog):
 # -- config ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("over, message", [
-    (dict(webhook_url={"env": ENV_HOOK}), "exactly one of `token`"),
-    (dict(token=None), "exactly one of `token`"),
-    (dict(channel=None), "`channel` is required"),
-    (dict(token="xoxb-inline-secret-123"), "never written inline"),
-    (dict(unknown=1), "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        (dict(webhook_url={"env": ENV_HOOK}), "exactly one of `token`"),
+        (dict(token=None), "exactly one of `token`"),
+        (dict(channel=None), "`channel` is required"),
+        (dict(token="xoxb-inline-secret-123"), "never written inline"),
+        (dict(unknown=1), "Extra inputs"),
+    ],
+)
 def test_config_errors(over, message):
     data: dict[str, Any] = dict(type="slack", name="s", token={"env": ENV_TOKEN}, channel="#alerts")
     data.update(over)

@@ -70,17 +70,20 @@ def test_sign_format_and_roundtrip():
     assert issubclass(SignatureError, TailhoundError)
 
 
-@pytest.mark.parametrize(("ts", "sig", "body", "secret", "now", "match"), [
-    ("1700000000", None, b"x", "k", 1700000000, "missing X-Tailhound-Signature"),
-    (None, "v1=00", b"x", "k", 1700000000, "missing X-Tailhound-Timestamp"),
-    ("17000O0000", "v1=00", b"x", "k", 1700000000, "malformed"),
-    ("1700000000", "sign(k)", b"y", "k", 1700000000, "does not match"),  # tampered body
-    ("1700000000", "sign(k)", b"x", "other", 1700000000, "does not match"),  # wrong secret
-    ("1700000000", "sign(k)", b"x", "k", 1700000301, "outside the 300s tolerance"),  # stale / replayed
-    ("1700000400", "sign(k)", b"x", "k", 1700000000, "outside"),  # from the future
-    ("1700000000", "v0=abc", b"x", "k", 1700000000, "no v1= signature"),
-    ("1700000000", ",".join(["v1=00"] * 9), b"x", "k", 1700000000, "at most"),
-])
+@pytest.mark.parametrize(
+    ("ts", "sig", "body", "secret", "now", "match"),
+    [
+        ("1700000000", None, b"x", "k", 1700000000, "missing X-Tailhound-Signature"),
+        (None, "v1=00", b"x", "k", 1700000000, "missing X-Tailhound-Timestamp"),
+        ("17000O0000", "v1=00", b"x", "k", 1700000000, "malformed"),
+        ("1700000000", "sign(k)", b"y", "k", 1700000000, "does not match"),  # tampered body
+        ("1700000000", "sign(k)", b"x", "other", 1700000000, "does not match"),  # wrong secret
+        ("1700000000", "sign(k)", b"x", "k", 1700000301, "outside the 300s tolerance"),  # stale / replayed
+        ("1700000400", "sign(k)", b"x", "k", 1700000000, "outside"),  # from the future
+        ("1700000000", "v0=abc", b"x", "k", 1700000000, "no v1= signature"),
+        ("1700000000", ",".join(["v1=00"] * 9), b"x", "k", 1700000000, "at most"),
+    ],
+)
 def test_verify_refuses(ts, sig, body, secret, now, match):
     if sig == "sign(k)":
         sig = sign("k", int(ts), b"x")
@@ -101,19 +104,22 @@ def test_verify_accepts_rotation_both_ways():
 
 
 # --- config and allow-list ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("host", "allowed", "ok"), [
-    ("hooks.example.com", ["hooks.example.com"], True),
-    ("HOOKS.example.com.", ["hooks.example.com"], True),
-    ("evil.com", ["hooks.example.com"], False),
-    ("hooks.example.com.evil.com", ["hooks.example.com"], False),
-    ("a.b.example.com", ["*.example.com"], True),
-    ("example.com", ["*.example.com"], False),
-    ("badexample.com", ["*.example.com"], False),
-    ("10.0.0.5", ["10.0.0.5"], True),
-    ("::1", ["[::1]"], True),
-    ("anything", [], False),
-    ("x", ["*."], False),
-])
+@pytest.mark.parametrize(
+    ("host", "allowed", "ok"),
+    [
+        ("hooks.example.com", ["hooks.example.com"], True),
+        ("HOOKS.example.com.", ["hooks.example.com"], True),
+        ("evil.com", ["hooks.example.com"], False),
+        ("hooks.example.com.evil.com", ["hooks.example.com"], False),
+        ("a.b.example.com", ["*.example.com"], True),
+        ("example.com", ["*.example.com"], False),
+        ("badexample.com", ["*.example.com"], False),
+        ("10.0.0.5", ["10.0.0.5"], True),
+        ("::1", ["[::1]"], True),
+        ("anything", [], False),
+        ("x", ["*."], False),
+    ],
+)
 def test_host_allowed(host, allowed, ok):
     assert host_allowed(host, allowed) is ok
 
@@ -149,14 +155,17 @@ def test_config_validation():
 
 
 # --- payload --------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("root_cause", "action"), [
-    ("capacity", "scale-out"),
-    ("gpu-thermal-throttle", "drain-node"),
-    ("nvlink-degraded", "drain-node"),
-    ("kv-cache-pressure", "reduce-batch"),
-    ("retry-storm", "shed-load"),
-    ("network-path", "investigate"),
-])
+@pytest.mark.parametrize(
+    ("root_cause", "action"),
+    [
+        ("capacity", "scale-out"),
+        ("gpu-thermal-throttle", "drain-node"),
+        ("nvlink-degraded", "drain-node"),
+        ("kv-cache-pressure", "reduce-batch"),
+        ("retry-storm", "shed-load"),
+        ("network-path", "investigate"),
+    ],
+)
 def test_requested_action_by_root_cause(root_cause, action):
     n = notification(incidents=[incident_event(root_cause=root_cause)])
     requested = build_payload(n)["requested_action"]
@@ -245,18 +254,21 @@ async def test_redelivery_keeps_the_idempotency_key_and_body(hook, receiver):
     assert hook.processed[-1] != n.idempotency_key
 
 
-@pytest.mark.parametrize(("fault", "retryable", "retry_after"), [
-    (Fault(400, body="bad payload " + "x" * 500), False, None),
-    (Fault(404), False, None),
-    (Fault(422), False, None),
-    (Fault(302), False, None),
-    (Fault(408), True, None),
-    (Fault(425), True, None),
-    (Fault(429, retry_after="12"), True, 12.0),
-    (Fault(500), True, None),
-    (Fault(502), True, None),
-    (Fault(503, retry_after="0"), True, 0.0),
-])
+@pytest.mark.parametrize(
+    ("fault", "retryable", "retry_after"),
+    [
+        (Fault(400, body="bad payload " + "x" * 500), False, None),
+        (Fault(404), False, None),
+        (Fault(422), False, None),
+        (Fault(302), False, None),
+        (Fault(408), True, None),
+        (Fault(425), True, None),
+        (Fault(429, retry_after="12"), True, 12.0),
+        (Fault(500), True, None),
+        (Fault(502), True, None),
+        (Fault(503, retry_after="0"), True, 0.0),
+    ],
+)
 async def test_status_outcomes(hook, receiver, fault, retryable, retry_after):
     hook.fail_next(fault)
     with pytest.raises(DeliveryError) as info:

@@ -58,8 +58,13 @@ class FakeRemediation:
         body = await request.read()
         headers = dict(request.headers)
         try:
-            verify(self.secret, request.headers.get(TIMESTAMP_HEADER), request.headers.get(SIGNATURE_HEADER), body,
-                   now=time.time() + self.clock_skew_s)
+            verify(
+                self.secret,
+                request.headers.get(TIMESTAMP_HEADER),
+                request.headers.get(SIGNATURE_HEADER),
+                body,
+                now=time.time() + self.clock_skew_s,
+            )
             error = None
         except SignatureError as exc:
             error = str(exc)

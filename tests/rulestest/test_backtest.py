@@ -68,15 +68,16 @@ def backtest(recording, truth):
 
 
 def tailhound(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tailhound", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "tailhound", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def test_per_rule_firing_and_when(backtest):
     per = {s.rule: s for s in backtest.per_rule}
     assert set(per) >= {"gpu-thermal-throttle", "kv-cache-pressure", "retry-storm"}
     assert per["gpu-thermal-throttle"].incidents == per["gpu-thermal-throttle"].as_root == 1
-    (opened, resolved), = per["gpu-thermal-throttle"].windows
+    ((opened, resolved),) = per["gpu-thermal-throttle"].windows
     assert 4 * 60 < opened <= 7 * 60 and resolved is not None and opened < resolved
     assert per["kv-cache-pressure"].incidents == 1
     assert per["retry-storm"].incidents == 0  # rules that never fired are listed too
@@ -97,12 +98,15 @@ def test_precision_recall_and_time_to_detect_against_the_truth(backtest):
 
 def test_wrong_labels_lower_precision_and_recall(backtest):
     """Scored against a truth that puts the KV fault on the other node and adds an NVLink fault."""
-    truth = TruthFile(grace=300, faults=[
-        FaultWindow(nodes=["gpu-node-2"], start="4m", end="10m", root_cause="gpu-thermal-throttle"),
-        FaultWindow(nodes=["gpu-node-2"], start="8m", end="14m", root_cause="kv-cache-pressure"),
-        FaultWindow(nodes=["gpu-node-1"], start="15m", end="17m", root_cause="nvlink-degraded"),
-        FaultWindow(name="no fault expected", start="5m", end="7m", root_cause=None),
-    ])
+    truth = TruthFile(
+        grace=300,
+        faults=[
+            FaultWindow(nodes=["gpu-node-2"], start="4m", end="10m", root_cause="gpu-thermal-throttle"),
+            FaultWindow(nodes=["gpu-node-2"], start="8m", end="14m", root_cause="kv-cache-pressure"),
+            FaultWindow(nodes=["gpu-node-1"], start="15m", end="17m", root_cause="nvlink-degraded"),
+            FaultWindow(name="no fault expected", start="5m", end="7m", root_cause=None),
+        ],
+    )
     t = score(backtest.current.incidents, truth, backtest.start_ts)
     by = {c.root_cause: c for c in t.causes}
     assert (by["kv-cache-pressure"].precision, by["kv-cache-pressure"].recall) == (0.0, 0.0)
@@ -119,11 +123,17 @@ def _modified_rules(dest: Path) -> Path:
     for p in RULES.glob("*.yaml"):
         shutil.copy(p, dest / p.name)
     engine = (dest / "engine.yaml").read_text(encoding="utf-8")
-    (dest / "engine.yaml").write_text(engine.replace("{signal: engine.kv_cache_usage, at_least: 0.95}",
-                                                     "{signal: engine.kv_cache_usage, at_least: 1.5}"))
+    (dest / "engine.yaml").write_text(
+        engine.replace(
+            "{signal: engine.kv_cache_usage, at_least: 0.95}", "{signal: engine.kv_cache_usage, at_least: 1.5}"
+        )
+    )
     gpu = (dest / "gpu.yaml").read_text(encoding="utf-8")
-    held = gpu.replace("        for: 1m\n        keep_firing_for: 1m\n        severity: critical\n",
-                       "        for: 4m\n        keep_firing_for: 1m\n        severity: critical\n", 1)
+    held = gpu.replace(
+        "        for: 1m\n        keep_firing_for: 1m\n        severity: critical\n",
+        "        for: 4m\n        keep_firing_for: 1m\n        severity: critical\n",
+        1,
+    )
     assert held != gpu
     (dest / "gpu.yaml").write_text(held, encoding="utf-8")
     return dest
@@ -134,7 +144,7 @@ def test_against_a_directory_gains_loses_and_moves_incidents(recording, tmp_path
     report = run_backtest([recording], modified, against=str(RULES), progress=False)
     d = report.diff
     assert [i.root_cause for i in d.lost] == ["kv-cache-pressure"] and d.gained == []
-    (old, new), = d.shifted
+    ((old, new),) = d.shifted
     assert old.root_cause == new.root_cause == "gpu-thermal-throttle"
     assert new.opened_at - old.opened_at == pytest.approx(180)  # held 3 minutes longer
     text = render_backtest_table(report)
@@ -153,15 +163,26 @@ def test_against_a_git_ref_reads_the_rules_tree_at_that_ref(recording, tmp_path)
     subprocess.run([*git, "commit", "-qm", "modified rules"], check=True)
     for p in RULES.glob("*.yaml"):  # the working tree: back to the pack
         shutil.copy(p, repo / "rules" / p.name)
-    proc = tailhound("rules", "backtest", str(recording), "--rules", str(repo / "rules"), "--against", "HEAD",
-                     "--format", "json", "--no-progress")
+    proc = tailhound(
+        "rules",
+        "backtest",
+        str(recording),
+        "--rules",
+        str(repo / "rules"),
+        "--against",
+        "HEAD",
+        "--format",
+        "json",
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr
     against = json.loads(proc.stdout)["against"]
     assert against["ref"] == "HEAD"
     assert [i["root_cause"] for i in against["gained"]] == ["kv-cache-pressure"]
     assert len(against["shifted"]) == 1 and against["lost"] == []
-    proc = tailhound("rules", "backtest", str(recording), "--rules", str(repo / "rules"), "--against", "no-such-ref",
-                     "--no-progress")
+    proc = tailhound(
+        "rules", "backtest", str(recording), "--rules", str(repo / "rules"), "--against", "no-such-ref", "--no-progress"
+    )
     assert proc.returncode == 2 and "no-such-ref" in proc.stderr
 
 
@@ -170,8 +191,9 @@ def test_cli_reads_a_gzip_recording_with_a_cut_off_last_line(recording, truth, t
     lines = data.count(b"\n")
     gz = tmp_path / "fleet.jsonl.gz"
     gz.write_bytes(gzip.compress(data[:-200]))  # the writer stopped mid-line
-    proc = tailhound("rules", "backtest", str(gz), "--rules", str(RULES), "--truth", str(truth), "-f", "json",
-                     "--no-progress")
+    proc = tailhound(
+        "rules", "backtest", str(gz), "--rules", str(RULES), "--truth", str(truth), "-f", "json", "--no-progress"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "warning:" in proc.stderr and f"{gz}:{lines}: the last line is cut off" in proc.stderr.replace("\n", "")
     out = json.loads(proc.stdout)
@@ -181,8 +203,16 @@ def test_cli_reads_a_gzip_recording_with_a_cut_off_last_line(recording, truth, t
 
 def test_the_table_for_people(backtest):
     text = render_backtest_table(backtest)
-    for needle in ("per rule", "gpu-thermal-throttle", "never fired", "precision", "100%", "detect p50",
-                   "incidents:", "opened  resolved"):
+    for needle in (
+        "per rule",
+        "gpu-thermal-throttle",
+        "never fired",
+        "precision",
+        "100%",
+        "detect p50",
+        "incidents:",
+        "opened  resolved",
+    ):
         assert needle in text
 
 

@@ -27,8 +27,9 @@ START = 1_767_225_600.0
 
 
 def tailhound(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tailhound", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "tailhound", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def write(tmp_path: Path, text: str, name: str = "t.yaml") -> Path:
@@ -78,10 +79,12 @@ def test_the_bundled_tests_run_without_files_and_against_another_rules_dir(tmp_p
     for p in RULES.glob("*.yaml"):  # the pack with the thermal rule slower to fire
         text = p.read_text(encoding="utf-8")
         if p.name == "gpu.yaml":
-            text = text.replace("        for: 1m\n        keep_firing_for: 1m\n        severity: critical\n"
-                                "        root_cause: gpu-thermal-throttle",
-                                "        for: 10m\n        keep_firing_for: 1m\n        severity: critical\n"
-                                "        root_cause: gpu-thermal-throttle")
+            text = text.replace(
+                "        for: 1m\n        keep_firing_for: 1m\n        severity: critical\n"
+                "        root_cause: gpu-thermal-throttle",
+                "        for: 10m\n        keep_firing_for: 1m\n        severity: critical\n"
+                "        root_cause: gpu-thermal-throttle",
+            )
             assert "for: 10m" in text
         (rules / p.name).write_text(text, encoding="utf-8")
     proc = tailhound("rules", "test", "--rules", str(rules), "--run", "gpu-thermal-throttle (with|seen)")
@@ -136,34 +139,84 @@ def test_a_passing_file_says_success(tmp_path):
     assert "SUCCESS (1 tests" in format_file_result(res)
 
 
-@pytest.mark.parametrize(("body", "line", "says"), [
-    ("tests:\n  - name: x\n    input_series: [\n", 4, "invalid YAML"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: a\n        values: 1\n        colour: red\n"
-     "    expect: [{eval_time: 1m, incidents: []}]\n", 6, "colour: Extra inputs"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: gpu.temperature{gpu=\"0\"}\n"
-     "        values: 1 2 stale\n    expect: [{eval_time: 1m, incidents: []}]\n", 5, "column 5"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: gpu.temprature{gpu=\"0\"}\n"
-     "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n", 4, "unknown signal 'gpu.temprature'"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: gpu.sm_clock_ratio{gpu=\"0\"}\n"
-     "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n", 4, "gpu.sm_clock / gpu.sm_clock_max"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: latency.ttft.p99\n"
-     "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n", 4, "window statistic of the histogram"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: gpu.temperature\n"
-     "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n", 4, "is per gpu"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: my_exporter_metric\n"
-     "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n", 4, "`source:`"),
-    ("tests:\n  - name: x\n    input_series:\n      - series: gpu.temperature{gpu=\"0\"}\n        source: vllm\n"
-     "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n", 5, "has no 'vllm' source"),
-    ("rule_files: [nowhere/]\ntests:\n  - name: x\n    input_series: [{series: a, values: 1}]\n"
-     "    expect: [{eval_time: 1m, incidents: []}]\n", 1, "no such file or directory"),
-    ("tests:\n  - name: x\n    input_series: [{series: a, values: 1}]\n"
-     "    expect: [{eval_time: 1m, incidents: [{root_cause: capacity, sevrity: critical}]}]\n", 4, "sevrity"),
-    ("tests:\n  - name: x\n    input_series: [{series: a, values: 1}]\n"
-     "    expect: [{eval_time: 1m, incidents: [{cause: gpu-thermal-throtle}]}]\n", 4, "Input should be"),
-    ("tests:\n  - name: x\n    input_series: [{series: net.time_wait, values: 1}]\n    expect:\n"
-     "      - eval_time: 1m\n        rule: ingress-saturatd\n        incidents: []\n", 6,
-     "no rule named 'ingress-saturatd' in the rule files (did you mean 'ingress-saturated'?)"),
-])
+@pytest.mark.parametrize(
+    ("body", "line", "says"),
+    [
+        ("tests:\n  - name: x\n    input_series: [\n", 4, "invalid YAML"),
+        (
+            "tests:\n  - name: x\n    input_series:\n      - series: a\n        values: 1\n        colour: red\n"
+            "    expect: [{eval_time: 1m, incidents: []}]\n",
+            6,
+            "colour: Extra inputs",
+        ),
+        (
+            'tests:\n  - name: x\n    input_series:\n      - series: gpu.temperature{gpu="0"}\n'
+            "        values: 1 2 stale\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            5,
+            "column 5",
+        ),
+        (
+            'tests:\n  - name: x\n    input_series:\n      - series: gpu.temprature{gpu="0"}\n'
+            "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            4,
+            "unknown signal 'gpu.temprature'",
+        ),
+        (
+            'tests:\n  - name: x\n    input_series:\n      - series: gpu.sm_clock_ratio{gpu="0"}\n'
+            "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            4,
+            "gpu.sm_clock / gpu.sm_clock_max",
+        ),
+        (
+            "tests:\n  - name: x\n    input_series:\n      - series: latency.ttft.p99\n"
+            "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            4,
+            "window statistic of the histogram",
+        ),
+        (
+            "tests:\n  - name: x\n    input_series:\n      - series: gpu.temperature\n"
+            "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            4,
+            "is per gpu",
+        ),
+        (
+            "tests:\n  - name: x\n    input_series:\n      - series: my_exporter_metric\n"
+            "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            4,
+            "`source:`",
+        ),
+        (
+            'tests:\n  - name: x\n    input_series:\n      - series: gpu.temperature{gpu="0"}\n        source: vllm\n'
+            "        values: 1\n    expect: [{eval_time: 1m, incidents: []}]\n",
+            5,
+            "has no 'vllm' source",
+        ),
+        (
+            "rule_files: [nowhere/]\ntests:\n  - name: x\n    input_series: [{series: a, values: 1}]\n"
+            "    expect: [{eval_time: 1m, incidents: []}]\n",
+            1,
+            "no such file or directory",
+        ),
+        (
+            "tests:\n  - name: x\n    input_series: [{series: a, values: 1}]\n"
+            "    expect: [{eval_time: 1m, incidents: [{root_cause: capacity, sevrity: critical}]}]\n",
+            4,
+            "sevrity",
+        ),
+        (
+            "tests:\n  - name: x\n    input_series: [{series: a, values: 1}]\n"
+            "    expect: [{eval_time: 1m, incidents: [{cause: gpu-thermal-throtle}]}]\n",
+            4,
+            "Input should be",
+        ),
+        (
+            "tests:\n  - name: x\n    input_series: [{series: net.time_wait, values: 1}]\n    expect:\n"
+            "      - eval_time: 1m\n        rule: ingress-saturatd\n        incidents: []\n",
+            6,
+            "no rule named 'ingress-saturatd' in the rule files (did you mean 'ingress-saturated'?)",
+        ),
+    ],
+)
 def test_errors_in_a_test_file_name_the_file_and_line(tmp_path, body, line, says):
     path = tmp_path / "bad.yaml"
     path.write_text(body, encoding="utf-8")
@@ -195,15 +248,20 @@ def _snapshots(series: list[SeriesInput], nodes: dict[str, NodeSetup] | None = N
 
 
 def test_canonical_signals_render_as_the_exporters_metric_in_its_unit():
-    r, snaps = _snapshots([
-        SeriesInput(series="gpu.util", values="0.9 0.5", node="n1", each={"gpu": ["0", "1"]}),
-        SeriesInput(series="gpu.temperature{gpu=\"1\"}", values="70 _", node="n1"),
-        SeriesInput(series="probe.http_connect_duration", values="0.002", node="n1"),
-    ])
+    r, snaps = _snapshots(
+        [
+            SeriesInput(series="gpu.util", values="0.9 0.5", node="n1", each={"gpu": ["0", "1"]}),
+            SeriesInput(series='gpu.temperature{gpu="1"}', values="70 _", node="n1"),
+            SeriesInput(series="probe.http_connect_duration", values="0.002", node="n1"),
+        ]
+    )
     dcgm = [s for s in snaps if s.source == "dcgm"]
     assert [s.ts for s in dcgm] == [START, START + 15]
     assert {(s.name, s.labels["gpu"], s.value) for s in dcgm[0].samples} == {
-        ("DCGM_FI_DEV_GPU_UTIL", "0", 90.0), ("DCGM_FI_DEV_GPU_UTIL", "1", 90.0), ("DCGM_FI_DEV_GPU_TEMP", "1", 70.0)}
+        ("DCGM_FI_DEV_GPU_UTIL", "0", 90.0),
+        ("DCGM_FI_DEV_GPU_UTIL", "1", 90.0),
+        ("DCGM_FI_DEV_GPU_TEMP", "1", 70.0),
+    }
     assert {s.name for s in dcgm[1].samples} == {"DCGM_FI_DEV_GPU_UTIL"}  # `_`: not in that scrape
     (probe,) = [s for s in snaps if s.source == "blackbox"]
     assert probe.samples[0].name == "probe_http_duration_seconds" and probe.samples[0].labels == {"phase": "connect"}
@@ -212,10 +270,12 @@ def test_canonical_signals_render_as_the_exporters_metric_in_its_unit():
 
 
 def test_counters_become_deltas_as_from_real_scrapes_and_rates_are_summed_up():
-    _, snaps = _snapshots([
-        SeriesInput(series="engine.preemptions", values="0 5 12 3", node="n1"),   # a restart at the end
-        SeriesInput(series="net.tcp_out_segs.rate", values="100x3", node="n1"),
-    ])
+    _, snaps = _snapshots(
+        [
+            SeriesInput(series="engine.preemptions", values="0 5 12 3", node="n1"),  # a restart at the end
+            SeriesInput(series="net.tcp_out_segs.rate", values="100x3", node="n1"),
+        ]
+    )
     vllm = [s for s in snaps if s.source == "vllm"]
     pre = [s.samples[0] for s in vllm]
     assert [p.delta for p in pre] == [None, 5.0, 7.0, 3.0] and pre[3].reset
@@ -227,8 +287,7 @@ def test_counters_become_deltas_as_from_real_scrapes_and_rates_are_summed_up():
 
 
 def test_histogram_shorthand_gives_exact_means_and_bucket_percentiles():
-    _, snaps = _snapshots([SeriesInput(series="latency.tpot", values="0.03x2 0.2", count="10 10 20 20",
-                                       node="n1")])
+    _, snaps = _snapshots([SeriesInput(series="latency.tpot", values="0.03x2 0.2", count="10 10 20 20", node="n1")])
     hists = [s.samples[0] for s in snaps]
     assert hists[0].name == "vllm:request_time_per_output_token_seconds" and hists[0].delta is None
     d = hists[3].delta
@@ -239,13 +298,16 @@ def test_histogram_shorthand_gives_exact_means_and_bucket_percentiles():
 
 
 def test_raw_exporter_metrics_with_their_source_and_raw_histogram_buckets():
-    _, snaps = _snapshots([
-        SeriesInput(series='DCGM_FI_DEV_GPU_TEMP{gpu="3"}', values="88", node="n1", source="dcgm"),
-        SeriesInput(series='vllm:time_to_first_token_seconds_bucket{le="0.5"}', values="0 6", node="n1"),
-        SeriesInput(series='vllm:time_to_first_token_seconds_bucket{le="+Inf"}', values="0 10", node="n1"),
-        SeriesInput(series="vllm:time_to_first_token_seconds_sum", values="0 4", node="n1"),
-        SeriesInput(series="vllm:time_to_first_token_seconds_count", values="0 10", node="n1"),
-    ], nodes={"n1": NodeSetup(model="m")})
+    _, snaps = _snapshots(
+        [
+            SeriesInput(series='DCGM_FI_DEV_GPU_TEMP{gpu="3"}', values="88", node="n1", source="dcgm"),
+            SeriesInput(series='vllm:time_to_first_token_seconds_bucket{le="0.5"}', values="0 6", node="n1"),
+            SeriesInput(series='vllm:time_to_first_token_seconds_bucket{le="+Inf"}', values="0 10", node="n1"),
+            SeriesInput(series="vllm:time_to_first_token_seconds_sum", values="0 4", node="n1"),
+            SeriesInput(series="vllm:time_to_first_token_seconds_count", values="0 10", node="n1"),
+        ],
+        nodes={"n1": NodeSetup(model="m")},
+    )
     (dcgm,) = [s for s in snaps if s.source == "dcgm"]
     assert dcgm.samples[0].name == "DCGM_FI_DEV_GPU_TEMP" and dcgm.samples[0].value == 88
     ttft = [s.samples[0] for s in snaps if s.source == "vllm"]
@@ -254,11 +316,15 @@ def test_raw_exporter_metrics_with_their_source_and_raw_histogram_buckets():
 
 
 def test_each_repeats_a_series_over_labels_and_nodes_and_tgi_nodes_speak_tgi():
-    r, snaps = _snapshots([
-        SeriesInput(series="engine.requests_waiting", values="3", node="x",
-                    each={"node": ["a", "b"]}),
-        SeriesInput(series="gpu.nvlink_up", values="1", node="a", each={"gpu": ["0", "1"], "link": ["0", "1", "2"]}),
-    ], nodes={"b": NodeSetup(engine="tgi", gpu_source="nvml")})
+    r, snaps = _snapshots(
+        [
+            SeriesInput(series="engine.requests_waiting", values="3", node="x", each={"node": ["a", "b"]}),
+            SeriesInput(
+                series="gpu.nvlink_up", values="1", node="a", each={"gpu": ["0", "1"], "link": ["0", "1", "2"]}
+            ),
+        ],
+        nodes={"b": NodeSetup(engine="tgi", gpu_source="nvml")},
+    )
     by = {(s.node, s.source): s for s in snaps}
     assert by[("a", "vllm")].samples[0].name == "vllm:num_requests_waiting"
     assert by[("b", "tgi")].samples[0].name == "tgi_queue_size"
@@ -268,7 +334,9 @@ def test_each_repeats_a_series_over_labels_and_nodes_and_tgi_nodes_speak_tgi():
 
 def test_series_are_read_as_written_not_as_yaml_numbers(tmp_path):
     """YAML 1.1 reads `0x10` as 16 and `1_0` as 10; a series means `0` repeated, and `1_0` is an error."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         tests:
           - name: x
             input_series:
@@ -276,7 +344,8 @@ def test_series_are_read_as_written_not_as_yaml_numbers(tmp_path):
                 values: 0x10
                 count: 1_0
             expect: [{eval_time: 1m, incidents: []}]
-    """)
+    """,
+    )
     tf, _ = load_test_file(path)
     assert tf.tests[0].input_series[0].values == "0x10"
     assert tf.tests[0].input_series[0].count == "1_0"

@@ -123,110 +123,234 @@ def _trace(name: str) -> str:
 
 
 F = FAULT_AT_MIN
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("healthy", "negative: healthy fleet with realistic noise", (), {"nodes": 4}),
-    Scenario("short-blip", "negative: one slow tick", (Fault(f"short-blip@{_at(F)}:node=gpu-node-1", None),)),
-    Scenario("warm-gpu", "negative: a GPU 6.5 C warmer than its peers, no clock drop",
-             (Fault(f"warm-gpu@{_at(F - 5)}:node=gpu-node-2", None),)),
-    Scenario("rolling-deploy", "negative: engines restart one by one (counters reset, scrape gaps)",
-             (Fault(f"rolling-deploy@{_at(F - 3)}+12m", None),), {"nodes": 4, "start_ts": DEPLOY_WINDOW_TS}),
-    Scenario("dcgm-default-thermal", "default dcgm-exporter counters",
-             (Fault(f"thermal-throttle@{_at(F)}+10m:node=gpu-node-2:gpus=3,5",
-                    Expect("gpu-thermal-throttle", "gpu-node-2", ("3", "5"))),),
-             {"dcgm_fields": "default"}),
-    # tail-latency-bandwidth-bound holds 1-5 minutes (shorter the further TPOT P95 is past 2x its baseline, which
-    # grows as the 5-minute window fills); until then nothing opens: the node got no more work (no capacity),
-    # and the residual node-slowdown waits for the better cause
-    Scenario("dcgm-default-membw", "default dcgm-exporter counters",
-             (Fault(f"memory-bandwidth-saturation@{_at(F)}+10m:node=gpu-node-1",
-                    Expect("gpu-memory-bandwidth", "gpu-node-1")),),
-             {"dcgm_fields": "default"}),
-    Scenario("surge-fleet", "fleet-wide traffic surge",
-             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),), {"nodes": 4}),
-    Scenario("network-path-fleet", "fleet-wide network path",
-             (Fault(f"network-path-degradation@{_at(F)}+10m:node=*", Expect("network-path", FLEET)),),
-             {"nodes": 4}),
-    Scenario("retry-storm-fleet", "retry storm (fleet-wide)",
-             (Fault(f"retry-storm@{_at(F)}+10m", Expect("retry-storm", FLEET)),),
-             {"nodes": 4}),
-    Scenario("retry-storm-node", "retry storm (one node's clients)",
-             (Fault(f"retry-storm@{_at(F)}+10m:node=gpu-node-1", Expect("retry-storm", "gpu-node-1")),)),
-    Scenario("tgi-thermal", "TGI fleet",
-             (Fault(f"thermal-throttle@{_at(F)}+10m:node=gpu-node-2:gpus=3,5",
-                    Expect("gpu-thermal-throttle", "gpu-node-2", ("3", "5"))),), {"engine": "tgi"}),
-    Scenario("slow-node", "a node slower than its peers at the same load, no hardware signature",
-             (Fault(f"slow-node@{_at(F)}+10m:node=gpu-node-2",
-                    Expect("node-degraded", "gpu-node-2")),),
-             {"nodes": 3}),
-    # minute 3: no rolling baseline yet (20 minutes), only the other engines of the model can tell
-    Scenario("slow-node-early", "a slow node before any baseline exists (peers only)",
-             (Fault("slow-node@3m+20m:node=gpu-node-2", Expect("node-degraded", "gpu-node-2")),),
-             {"nodes": 3}, minutes=30),
-    # TGI answers the surge's excess with 429: from aggregate counters a retry storm looks the same
-    Scenario("tgi-surge", "TGI fleet",
-             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),), {"engine": "tgi"}, ambiguous=True),
-    Scenario("tgi-healthy", "TGI fleet (negative)", (), {"engine": "tgi"}),
-    Scenario("two-faults", "two simultaneous faults on different nodes",
-             (Fault(f"thermal-throttle@{_at(F)}+10m:node=gpu-node-1:gpus=3,5",
-                    Expect("gpu-thermal-throttle", "gpu-node-1", ("3", "5"))),
-              Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2"))),
-             {"nodes": 3}),
-    # the 5-minute mean of generated tokens passes 1000 ~4.25 min in; the queue wait is then far past its 0.2 s
-    # bound (strong evidence), so the rule holds its `min_for` (30 s), not its `for` (3 minutes)
-    Scenario("long-prompt-hol", "long-prompt head-of-line blocking on one node",
-             (Fault(f"long-prompt-hol@{_at(F)}+10m:node=gpu-node-2",
-                    Expect("head-of-line-blocking", "gpu-node-2", max_delay_min=TARGET_MAX_PAGE_MIN)),)),
-    # --- issue 27: hardware errors, flapping, the batch knee, scale-out lag ---
-    # off-peak (like the rolling deploy): the other engines absorb the dead one's traffic; at peak the queue
-    # they build is a second, capacity incident (correlation does not yet fold it into the hardware error)
-    Scenario("gpu-xid-error", "a GPU's double-bit ECC error (XID 48, a remapped row) takes its engine down",
-             (Fault(f"gpu-xid-error@{_at(F)}+10m:node=gpu-node-2:gpus=4",
-                    Expect("gpu-hardware-error", "gpu-node-2", ("4",), max_delay_min=1)),),
-             {"nodes": 3, "dcgm_fields": "default", "start_ts": DEPLOY_WINDOW_TS}),
-    # SGLang: KV usage is sglang:token_usage, preemptions its retractions (no engine label: the instance)
-    Scenario("sglang-kv-pressure", "SGLang fleet",
-             (Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),),
-             {"engine": "sglang"}),
-    # --- engine-side causes of issue 27: long prompts, longer outputs, an unbalanced load balancer
-    Scenario("long-prompt-prefill", "long prompts prefilled in one piece (no chunked prefill) on one node",
-             (Fault(f"long-prompt-prefill@{_at(F)}+10m:node=gpu-node-2",
-                    Expect("head-of-line-blocking", "gpu-node-2")),)),
-    Scenario("generation-length-growth", "a canary build whose outputs are twice as long, same arrivals",
-             (Fault(f"generation-length-growth@{_at(F)}+10m:node=gpu-node-2",
-                    Expect("generation-length-growth", "gpu-node-2")),)),
-    # the balancer sends gpu-node-2 1.8x its share: it queues (its own view: capacity) while its peers idle
-    Scenario("load-imbalance", "one replica gets 1.8x its share, its peers idle (round-robin, stickiness)",
-             (Fault(f"load-imbalance@{_at(F)}+10m:node=gpu-node-2", Expect("load-imbalance", "gpu-node-2")),),
-             {"nodes": 3}),
-    # real request arrivals and token mixes (Azure LLM inference 2023), the busiest minute at 80 % of capacity
-    # (agents/simulator/trace.py): the conversation trace rises 60 % over minutes 22-37; the code trace, started
-    # at its minute 46 (it loops at 57.3), bursts from nothing to 8.8x, 11.7x and 6.6x its mean within 15 s at
-    # minutes 20.8, 25.5 and 34.8, after the rolling baselines have their 20 minutes
-    Scenario("trace-conv-healthy", "negative: healthy fleet under the Azure conversation trace", (),
-             {"nodes": 4, "load_trace": _trace("conv")}),
-    Scenario("trace-code-healthy", "negative: healthy fleet under the Azure code trace (on/off bursts)", (),
-             {"nodes": 4, "load_trace": _trace("code"), "load_trace_start_s": 46 * 60.0}),
-    # the GPUs' power limit cut to 500 W (of 700) at minute 20: under load the SM clock drops (clock-event reason
-    # sw_power_cap), temperatures stay normal; decode is memory-bound, so the engines lose a few percent only
-    Scenario("power-capped", "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
-             (Fault(f"power-cap@{_at(F - 5)}", None),), {"nodes": 4}),
-    # /health queues behind inference: under load it answers in ~2.5 s, then times out; the balancer removes
-    # the node for 45 s and re-adds it, every 2 minutes (agents/simulator/faults.py). The second drop of its
-    # traffic (~3.25 min in) is what tells flapping from one removal
-    Scenario("health-check-flap", "the load balancer keeps removing and re-adding a node (slow /health)",
-             (Fault(f"health-check-flap@{_at(F)}+10m:node=gpu-node-2",
-                    Expect("health-check-flapping", "gpu-node-2", max_delay_min=4)),),
-             {"nodes": 3}),
-    Scenario("health-check-one-removal", "negative: the balancer removes a node once and re-adds it",
-             (Fault(f"health-check-flap@{_at(F)}+2m:node=gpu-node-2", None),), {"nodes": 3}),
-    # a fleet-wide surge; a minute in, the autoscaler adds gpu-node-4, which loads its weights for 4 minutes
-    # (scraped, serving nothing: agents/simulator/scale_out.py): the capacity incident says the replica is not
-    # ready (scale-out-not-ready) and asks for a warm pool
-    Scenario("surge-scale-out", "an autoscaler adds a node mid-surge; it is not ready for 4 minutes",
-             (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),
-              Fault(f"scale-out@{_at(F + 1)}:node=gpu-node-4", None)),
-             {"nodes": 4}),
-)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("healthy", "negative: healthy fleet with realistic noise", (), {"nodes": 4}),
+        Scenario("short-blip", "negative: one slow tick", (Fault(f"short-blip@{_at(F)}:node=gpu-node-1", None),)),
+        Scenario(
+            "warm-gpu",
+            "negative: a GPU 6.5 C warmer than its peers, no clock drop",
+            (Fault(f"warm-gpu@{_at(F - 5)}:node=gpu-node-2", None),),
+        ),
+        Scenario(
+            "rolling-deploy",
+            "negative: engines restart one by one (counters reset, scrape gaps)",
+            (Fault(f"rolling-deploy@{_at(F - 3)}+12m", None),),
+            {"nodes": 4, "start_ts": DEPLOY_WINDOW_TS},
+        ),
+        Scenario(
+            "dcgm-default-thermal",
+            "default dcgm-exporter counters",
+            (
+                Fault(
+                    f"thermal-throttle@{_at(F)}+10m:node=gpu-node-2:gpus=3,5",
+                    Expect("gpu-thermal-throttle", "gpu-node-2", ("3", "5")),
+                ),
+            ),
+            {"dcgm_fields": "default"},
+        ),
+        # tail-latency-bandwidth-bound holds 1-5 minutes (shorter the further TPOT P95 is past 2x its baseline, which
+        # grows as the 5-minute window fills); until then nothing opens: the node got no more work (no capacity),
+        # and the residual node-slowdown waits for the better cause
+        Scenario(
+            "dcgm-default-membw",
+            "default dcgm-exporter counters",
+            (
+                Fault(
+                    f"memory-bandwidth-saturation@{_at(F)}+10m:node=gpu-node-1",
+                    Expect("gpu-memory-bandwidth", "gpu-node-1"),
+                ),
+            ),
+            {"dcgm_fields": "default"},
+        ),
+        Scenario(
+            "surge-fleet",
+            "fleet-wide traffic surge",
+            (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),),
+            {"nodes": 4},
+        ),
+        Scenario(
+            "network-path-fleet",
+            "fleet-wide network path",
+            (Fault(f"network-path-degradation@{_at(F)}+10m:node=*", Expect("network-path", FLEET)),),
+            {"nodes": 4},
+        ),
+        Scenario(
+            "retry-storm-fleet",
+            "retry storm (fleet-wide)",
+            (Fault(f"retry-storm@{_at(F)}+10m", Expect("retry-storm", FLEET)),),
+            {"nodes": 4},
+        ),
+        Scenario(
+            "retry-storm-node",
+            "retry storm (one node's clients)",
+            (Fault(f"retry-storm@{_at(F)}+10m:node=gpu-node-1", Expect("retry-storm", "gpu-node-1")),),
+        ),
+        Scenario(
+            "tgi-thermal",
+            "TGI fleet",
+            (
+                Fault(
+                    f"thermal-throttle@{_at(F)}+10m:node=gpu-node-2:gpus=3,5",
+                    Expect("gpu-thermal-throttle", "gpu-node-2", ("3", "5")),
+                ),
+            ),
+            {"engine": "tgi"},
+        ),
+        Scenario(
+            "slow-node",
+            "a node slower than its peers at the same load, no hardware signature",
+            (Fault(f"slow-node@{_at(F)}+10m:node=gpu-node-2", Expect("node-degraded", "gpu-node-2")),),
+            {"nodes": 3},
+        ),
+        # minute 3: no rolling baseline yet (20 minutes), only the other engines of the model can tell
+        Scenario(
+            "slow-node-early",
+            "a slow node before any baseline exists (peers only)",
+            (Fault("slow-node@3m+20m:node=gpu-node-2", Expect("node-degraded", "gpu-node-2")),),
+            {"nodes": 3},
+            minutes=30,
+        ),
+        # TGI answers the surge's excess with 429: from aggregate counters a retry storm looks the same
+        Scenario(
+            "tgi-surge",
+            "TGI fleet",
+            (Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),),
+            {"engine": "tgi"},
+            ambiguous=True,
+        ),
+        Scenario("tgi-healthy", "TGI fleet (negative)", (), {"engine": "tgi"}),
+        Scenario(
+            "two-faults",
+            "two simultaneous faults on different nodes",
+            (
+                Fault(
+                    f"thermal-throttle@{_at(F)}+10m:node=gpu-node-1:gpus=3,5",
+                    Expect("gpu-thermal-throttle", "gpu-node-1", ("3", "5")),
+                ),
+                Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),
+            ),
+            {"nodes": 3},
+        ),
+        # the 5-minute mean of generated tokens passes 1000 ~4.25 min in; the queue wait is then far past its 0.2 s
+        # bound (strong evidence), so the rule holds its `min_for` (30 s), not its `for` (3 minutes)
+        Scenario(
+            "long-prompt-hol",
+            "long-prompt head-of-line blocking on one node",
+            (
+                Fault(
+                    f"long-prompt-hol@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("head-of-line-blocking", "gpu-node-2", max_delay_min=TARGET_MAX_PAGE_MIN),
+                ),
+            ),
+        ),
+        # --- issue 27: hardware errors, flapping, the batch knee, scale-out lag ---
+        # off-peak (like the rolling deploy): the other engines absorb the dead one's traffic; at peak the queue
+        # they build is a second, capacity incident (correlation does not yet fold it into the hardware error)
+        Scenario(
+            "gpu-xid-error",
+            "a GPU's double-bit ECC error (XID 48, a remapped row) takes its engine down",
+            (
+                Fault(
+                    f"gpu-xid-error@{_at(F)}+10m:node=gpu-node-2:gpus=4",
+                    Expect("gpu-hardware-error", "gpu-node-2", ("4",), max_delay_min=1),
+                ),
+            ),
+            {"nodes": 3, "dcgm_fields": "default", "start_ts": DEPLOY_WINDOW_TS},
+        ),
+        # SGLang: KV usage is sglang:token_usage, preemptions its retractions (no engine label: the instance)
+        Scenario(
+            "sglang-kv-pressure",
+            "SGLang fleet",
+            (Fault(f"kv-cache-pressure@{_at(F)}+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),),
+            {"engine": "sglang"},
+        ),
+        # --- engine-side causes of issue 27: long prompts, longer outputs, an unbalanced load balancer
+        Scenario(
+            "long-prompt-prefill",
+            "long prompts prefilled in one piece (no chunked prefill) on one node",
+            (
+                Fault(
+                    f"long-prompt-prefill@{_at(F)}+10m:node=gpu-node-2", Expect("head-of-line-blocking", "gpu-node-2")
+                ),
+            ),
+        ),
+        Scenario(
+            "generation-length-growth",
+            "a canary build whose outputs are twice as long, same arrivals",
+            (
+                Fault(
+                    f"generation-length-growth@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("generation-length-growth", "gpu-node-2"),
+                ),
+            ),
+        ),
+        # the balancer sends gpu-node-2 1.8x its share: it queues (its own view: capacity) while its peers idle
+        Scenario(
+            "load-imbalance",
+            "one replica gets 1.8x its share, its peers idle (round-robin, stickiness)",
+            (Fault(f"load-imbalance@{_at(F)}+10m:node=gpu-node-2", Expect("load-imbalance", "gpu-node-2")),),
+            {"nodes": 3},
+        ),
+        # real request arrivals and token mixes (Azure LLM inference 2023), the busiest minute at 80 % of capacity
+        # (agents/simulator/trace.py): the conversation trace rises 60 % over minutes 22-37; the code trace, started
+        # at its minute 46 (it loops at 57.3), bursts from nothing to 8.8x, 11.7x and 6.6x its mean within 15 s at
+        # minutes 20.8, 25.5 and 34.8, after the rolling baselines have their 20 minutes
+        Scenario(
+            "trace-conv-healthy",
+            "negative: healthy fleet under the Azure conversation trace",
+            (),
+            {"nodes": 4, "load_trace": _trace("conv")},
+        ),
+        Scenario(
+            "trace-code-healthy",
+            "negative: healthy fleet under the Azure code trace (on/off bursts)",
+            (),
+            {"nodes": 4, "load_trace": _trace("code"), "load_trace_start_s": 46 * 60.0},
+        ),
+        # the GPUs' power limit cut to 500 W (of 700) at minute 20: under load the SM clock drops (clock-event reason
+        # sw_power_cap), temperatures stay normal; decode is memory-bound, so the engines lose a few percent only
+        Scenario(
+            "power-capped",
+            "negative: power-capped fleet near its daily peak (sw_power_cap, normal temperatures)",
+            (Fault(f"power-cap@{_at(F - 5)}", None),),
+            {"nodes": 4},
+        ),
+        # /health queues behind inference: under load it answers in ~2.5 s, then times out; the balancer removes
+        # the node for 45 s and re-adds it, every 2 minutes (agents/simulator/faults.py). The second drop of its
+        # traffic (~3.25 min in) is what tells flapping from one removal
+        Scenario(
+            "health-check-flap",
+            "the load balancer keeps removing and re-adding a node (slow /health)",
+            (
+                Fault(
+                    f"health-check-flap@{_at(F)}+10m:node=gpu-node-2",
+                    Expect("health-check-flapping", "gpu-node-2", max_delay_min=4),
+                ),
+            ),
+            {"nodes": 3},
+        ),
+        Scenario(
+            "health-check-one-removal",
+            "negative: the balancer removes a node once and re-adds it",
+            (Fault(f"health-check-flap@{_at(F)}+2m:node=gpu-node-2", None),),
+            {"nodes": 3},
+        ),
+        # a fleet-wide surge; a minute in, the autoscaler adds gpu-node-4, which loads its weights for 4 minutes
+        # (scraped, serving nothing: agents/simulator/scale_out.py): the capacity incident says the replica is not
+        # ready (scale-out-not-ready) and asks for a warm pool
+        Scenario(
+            "surge-scale-out",
+            "an autoscaler adds a node mid-surge; it is not ready for 4 minutes",
+            (
+                Fault(f"traffic-surge@{_at(F)}+10m", Expect("capacity", FLEET)),
+                Fault(f"scale-out@{_at(F + 1)}:node=gpu-node-4", None),
+            ),
+            {"nodes": 4},
+        ),
+    )
+}
 
 #: What today's rules and correlation get wrong, per scenario (issue 12). Each one makes the scenario's test
 #: xfail(strict): it turns into a loud XPASS failure once fixed, and then its line goes.
@@ -241,8 +365,10 @@ def missing_trace(scenario: Scenario) -> str | None:
     trace = scenario.config.get("load_trace")
     if trace is None or Path(trace).is_file():
         return None
-    return (f"{scenario.name}: needs the request trace {trace} (the public traces live in ../shared/data/traces "
-            "next to the checkout, see its README; TAILHOUND_TRACES_DIR points elsewhere)")
+    return (
+        f"{scenario.name}: needs the request trace {trace} (the public traces live in ../shared/data/traces "
+        "next to the checkout, see its README; TAILHOUND_TRACES_DIR points elsewhere)"
+    )
 
 
 def replay(scenario: Scenario, rules_dir: Path = RULES) -> tuple[list[IncidentEvent], float]:
@@ -332,8 +458,14 @@ class FaultScore:
     def met(self) -> bool:
         if self.expect is None:
             return not self.incidents
-        return (self.right and len(self.incidents) == 1 and self.first_right == 1 and not self.wrong
-                and self.detect_min is not None and self.detect_min <= self.expect.max_delay_min)
+        return (
+            self.right
+            and len(self.incidents) == 1
+            and self.first_right == 1
+            and not self.wrong
+            and self.detect_min is not None
+            and self.detect_min <= self.expect.max_delay_min
+        )
 
 
 @dataclass(frozen=True)
@@ -417,9 +549,17 @@ def score(scenario: Scenario, events: Sequence[IncidentEvent], start_ts: float) 
             wrong = tuple(i.describe() for i in incs)
         else:
             wrong = tuple(i.describe() for i in incs if exp.root_cause not in i.named(i.events[-1]))
-        out.append(FaultScore(
-            spec=case.spec, expect=exp, incidents=incs, right=exp is not None and any(i.matches(exp) for i in incs),
-            detect_min=detect_min, first_right=sum(i.first_right for i in incs), wrong=wrong))
+        out.append(
+            FaultScore(
+                spec=case.spec,
+                expect=exp,
+                incidents=incs,
+                right=exp is not None and any(i.matches(exp) for i in incs),
+                detect_min=detect_min,
+                first_right=sum(i.first_right for i in incs),
+                wrong=wrong,
+            )
+        )
     return ScenarioScore(scenario.name, tuple(out), tuple(spurious))
 
 
@@ -453,8 +593,9 @@ class Aggregate:
 
     @property
     def pages_in_time(self) -> bool:
-        return not self.pages_min or (self.median_page_min <= TARGET_MEDIAN_PAGE_MIN
-                                      and self.max_page_min <= TARGET_MAX_PAGE_MIN)
+        return not self.pages_min or (
+            self.median_page_min <= TARGET_MEDIAN_PAGE_MIN and self.max_page_min <= TARGET_MAX_PAGE_MIN
+        )
 
     @property
     def incidents_per_fault(self) -> float:
@@ -466,17 +607,24 @@ class Aggregate:
 
     @property
     def met(self) -> bool:
-        return (self.incidents_per_fault <= TARGET_INCIDENTS_PER_FAULT
-                and self.first_cause_right >= TARGET_FIRST_CAUSE_RIGHT and self.wrong == 0
-                and self.negative_incidents == 0 and self.right == self.faults and self.pages_in_time)
+        return (
+            self.incidents_per_fault <= TARGET_INCIDENTS_PER_FAULT
+            and self.first_cause_right >= TARGET_FIRST_CAUSE_RIGHT
+            and self.wrong == 0
+            and self.negative_incidents == 0
+            and self.right == self.faults
+            and self.pages_in_time
+        )
 
     def problems(self) -> list[str]:
         out = []
         if self.incidents_per_fault > TARGET_INCIDENTS_PER_FAULT:
             out.append(f"{self.incidents_per_fault:.2f} incidents per fault (target <= {TARGET_INCIDENTS_PER_FAULT})")
         if self.first_cause_right < TARGET_FIRST_CAUSE_RIGHT:
-            out.append(f"first cause right in {self.first_cause_right:.0%} of incidents "
-                       f"(target >= {TARGET_FIRST_CAUSE_RIGHT:.0%})")
+            out.append(
+                f"first cause right in {self.first_cause_right:.0%} of incidents "
+                f"(target >= {TARGET_FIRST_CAUSE_RIGHT:.0%})"
+            )
         if self.wrong:
             out.append(f"{self.wrong} incidents with a wrong cause (target 0)")
         if self.negative_incidents:
@@ -484,8 +632,10 @@ class Aggregate:
         if self.right < self.faults:
             out.append(f"right cause and place for {self.right} of {self.faults} faults")
         if not self.pages_in_time:
-            out.append(f"time to page: median {self.median_page_min:.2f} min, max {self.max_page_min:.2f} min "
-                       f"(targets <= {TARGET_MEDIAN_PAGE_MIN:g}, <= {TARGET_MAX_PAGE_MIN:g})")
+            out.append(
+                f"time to page: median {self.median_page_min:.2f} min, max {self.max_page_min:.2f} min "
+                f"(targets <= {TARGET_MEDIAN_PAGE_MIN:g}, <= {TARGET_MAX_PAGE_MIN:g})"
+            )
         return out
 
 
@@ -494,19 +644,25 @@ def aggregate(scores: Iterable[ScenarioScore]) -> Aggregate:
     pos = [f for s in scores for f in s.faults if f.expect is not None]
     all_incs = [i for s in scores for i in s.incidents]
     return Aggregate(
-        faults=len(pos), incidents=sum(len(f.incidents) for f in pos),
-        first_right=sum(i.first_right for i in all_incs), all_incidents=len(all_incs),
+        faults=len(pos),
+        incidents=sum(len(f.incidents) for f in pos),
+        first_right=sum(i.first_right for i in all_incs),
+        all_incidents=len(all_incs),
         wrong=sum(len(s.wrong) for s in scores),
         negative_incidents=sum(len(f.incidents) for s in scores for f in s.faults if f.expect is None)
         + sum(len(s.spurious) for s in scores if all(f.expect is None for f in s.faults)),
-        right=sum(f.right for f in pos), pages_min=tuple(f.detect_min for f in pos if f.detect_min is not None))
+        right=sum(f.right for f in pos),
+        pages_min=tuple(f.detect_min for f in pos if f.detect_min is not None),
+    )
 
 
 # --- the report table ------------------------------------------------------------------------------------------------
 def table(scores: Sequence[ScenarioScore], seconds: dict[str, float] | None = None) -> str:
     """The Markdown table BENCHMARKS.md quotes: one row per fault (a scenario without faults: one row)."""
-    head = ("| scenario | fault | expected | got (final cause @ place) | right cause & place | time to detect "
-            "| incidents / fault | first cause right | wrong causes | target |")
+    head = (
+        "| scenario | fault | expected | got (final cause @ place) | right cause & place | time to detect "
+        "| incidents / fault | first cause right | wrong causes | target |"
+    )
     lines = [head, "|" + "---|" * 10]
     for s in scores:
         rows = list(s.faults) or [None]
@@ -514,9 +670,11 @@ def table(scores: Sequence[ScenarioScore], seconds: dict[str, float] | None = No
             spurious = list(s.spurious) if k == len(rows) - 1 else []
             if f is None:
                 got = "; ".join(i.describe() for i in spurious) or "nothing"
-                lines.append(f"| {s.name} | - | nothing | {got} | - | - | {len(spurious)} | "
-                             f"{sum(i.first_right for i in spurious)}/{len(spurious)} | "
-                             f"{len(spurious)} | {'yes' if s.met else 'no'} |")
+                lines.append(
+                    f"| {s.name} | - | nothing | {got} | - | - | {len(spurious)} | "
+                    f"{sum(i.first_right for i in spurious)}/{len(spurious)} | "
+                    f"{len(spurious)} | {'yes' if s.met else 'no'} |"
+                )
                 continue
             incs = list(f.incidents) + spurious
             got = "; ".join(i.describe() for i in f.incidents) or "nothing"
@@ -526,21 +684,25 @@ def table(scores: Sequence[ScenarioScore], seconds: dict[str, float] | None = No
             right = "-" if f.expect is None else ("yes" if f.right else "no")
             ttd = "-" if f.detect_min is None else f"{f.detect_min:.2f} min"
             wrong = len(f.wrong) + len(spurious)
-            lines.append(f"| {s.name} | `{f.spec}` | {exp} | {got} | {right} | {ttd} | {len(f.incidents)} | "
-                         f"{sum(i.first_right for i in incs)}/{len(incs)} | {wrong} | "
-                         f"{'yes' if f.met and not spurious else 'no'} |")
+            lines.append(
+                f"| {s.name} | `{f.spec}` | {exp} | {got} | {right} | {ttd} | {len(f.incidents)} | "
+                f"{sum(i.first_right for i in incs)}/{len(incs)} | {wrong} | "
+                f"{'yes' if f.met and not spurious else 'no'} |"
+            )
     return "\n".join(lines)
 
 
 def summary(agg: Aggregate) -> str:
-    return "\n".join([
-        f"- faults with an expected incident: {agg.faults}; right cause and place: {agg.right}",
-        f"- incidents per fault: {agg.incidents_per_fault:.2f} (target <= {TARGET_INCIDENTS_PER_FAULT})",
-        f"- first event names the final cause: {agg.first_right}/{agg.all_incidents} incidents "
-        f"({agg.first_cause_right:.0%}, target >= {TARGET_FIRST_CAUSE_RIGHT:.0%})",
-        f"- incidents with a wrong cause (incl. spurious and negatives): {agg.wrong} (target 0)",
-        f"- incidents on the negatives: {agg.negative_incidents} (target 0)",
-        f"- time from fault onset to the first page: median {agg.median_page_min:.2f} min "
-        f"(target <= {TARGET_MEDIAN_PAGE_MIN:g}), p90 {agg.p90_page_min:.2f}, max {agg.max_page_min:.2f} "
-        f"(target <= {TARGET_MAX_PAGE_MIN:g}) over {len(agg.pages_min)} faults",
-    ])
+    return "\n".join(
+        [
+            f"- faults with an expected incident: {agg.faults}; right cause and place: {agg.right}",
+            f"- incidents per fault: {agg.incidents_per_fault:.2f} (target <= {TARGET_INCIDENTS_PER_FAULT})",
+            f"- first event names the final cause: {agg.first_right}/{agg.all_incidents} incidents "
+            f"({agg.first_cause_right:.0%}, target >= {TARGET_FIRST_CAUSE_RIGHT:.0%})",
+            f"- incidents with a wrong cause (incl. spurious and negatives): {agg.wrong} (target 0)",
+            f"- incidents on the negatives: {agg.negative_incidents} (target 0)",
+            f"- time from fault onset to the first page: median {agg.median_page_min:.2f} min "
+            f"(target <= {TARGET_MEDIAN_PAGE_MIN:g}), p90 {agg.p90_page_min:.2f}, max {agg.max_page_min:.2f} "
+            f"(target <= {TARGET_MAX_PAGE_MIN:g}) over {len(agg.pages_min)} faults",
+        ]
+    )

@@ -42,21 +42,33 @@ SCENARIOS = {
     "healthy": Scenario(None),
     "short-blip": Scenario(f"short-blip@{FAULT_AT_MIN}m"),
     "engine-restart": Scenario(f"engine-restart@{FAULT_AT_MIN}m:node=gpu-node-1"),
-    "thermal-throttle": Scenario(f"thermal-throttle@{FAULT_AT_MIN}m+10m:node=gpu-node-2:gpus=3,5",
-                                 "gpu-thermal-throttle", node="gpu-node-2", gpus=("3", "5")),
+    "thermal-throttle": Scenario(
+        f"thermal-throttle@{FAULT_AT_MIN}m+10m:node=gpu-node-2:gpus=3,5",
+        "gpu-thermal-throttle",
+        node="gpu-node-2",
+        gpus=("3", "5"),
+    ),
     # tail-latency-bandwidth-bound holds 1-5 min (the playbook's "for 5 minutes" at most, shorter the further
     # TPOT is past its bound); until it fires, nothing opens: the node did not get more work (no capacity),
     # and node-slowdown waits for the better cause
-    "memory-bandwidth": Scenario(f"memory-bandwidth-saturation@{FAULT_AT_MIN}m+10m:node=gpu-node-1",
-                                 "gpu-memory-bandwidth", max_delay_min=6.5),
+    "memory-bandwidth": Scenario(
+        f"memory-bandwidth-saturation@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "gpu-memory-bandwidth", max_delay_min=6.5
+    ),
     "kv-cache-pressure": Scenario(f"kv-cache-pressure@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "kv-cache-pressure"),
-    "traffic-surge": Scenario(f"traffic-surge@{FAULT_AT_MIN}m+10m", "capacity", also_nodes=("gpu-node-2",),
-                              max_delay_min=2.0, model_root_cause="capacity"),
-    "nvlink-degraded": Scenario(f"nvlink-degraded@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "nvlink-degraded",
-                                gpus=tuple(str(g) for g in range(8))),
+    "traffic-surge": Scenario(
+        f"traffic-surge@{FAULT_AT_MIN}m+10m",
+        "capacity",
+        also_nodes=("gpu-node-2",),
+        max_delay_min=2.0,
+        model_root_cause="capacity",
+    ),
+    "nvlink-degraded": Scenario(
+        f"nvlink-degraded@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "nvlink-degraded", gpus=tuple(str(g) for g in range(8))
+    ),
     "network-path": Scenario(f"network-path-degradation@{FAULT_AT_MIN}m+10m:node=gpu-node-1", "network-path"),
-    "ingress-overflow": Scenario(f"ingress-overflow@{FAULT_AT_MIN}m+10m:node=gpu-node-2", "ingress-saturation",
-                                 node="gpu-node-2"),
+    "ingress-overflow": Scenario(
+        f"ingress-overflow@{FAULT_AT_MIN}m+10m:node=gpu-node-2", "ingress-saturation", node="gpu-node-2"
+    ),
 }
 
 
@@ -82,8 +94,9 @@ def test_scenario(name):
     by_incident: dict[str, list[IncidentEvent]] = {}
     for e in events:
         by_incident.setdefault(e.incident_id, []).append(e)
-    assert len(by_incident) == 1, {i: [(e.event, e.root_cause, e.scope.describe()) for e in evs]
-                                   for i, evs in by_incident.items()}
+    assert len(by_incident) == 1, {
+        i: [(e.event, e.root_cause, e.scope.describe()) for e in evs] for i, evs in by_incident.items()
+    }
     (evs,) = by_incident.values()
     nodes = {sc.node, *sc.also_nodes}
     final = evs[-1]

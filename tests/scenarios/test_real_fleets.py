@@ -63,8 +63,16 @@ def test_every_fault_is_detected_somewhere():
         for f in result.faults:
             if f.expect is not None:
                 assert f.incidents, f"{name}: {f.spec} opened nothing"
-        if name in ("healthy", "warm-gpu", "rolling-deploy", "tgi-healthy", "trace-conv-healthy", "trace-code-healthy",
-                    "power-capped", "health-check-one-removal"):
+        if name in (
+            "healthy",
+            "warm-gpu",
+            "rolling-deploy",
+            "tgi-healthy",
+            "trace-conv-healthy",
+            "trace-code-healthy",
+            "power-capped",
+            "health-check-one-removal",
+        ):
             assert not result.incidents, (name, result.problems())
 
 

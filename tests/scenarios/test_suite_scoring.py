@@ -25,23 +25,47 @@ def ev(iid: str, seq: int, minute: float, cause: str, node: str | None = None, g
     scope = Scope(node=node, gpus=list(gpus), model=MODEL if node is None else None)
     if nodes:
         scope = scope.model_copy(update={"nodes": list(nodes)}) if "nodes" in Scope.model_fields else scope
-    return IncidentEvent(incident_id=iid, event="opened" if seq == 1 else "updated", sequence=seq,
-                         ts=T0 + minute * 60, root_cause=cause, severity="critical", opened_at=T0 + minute * 60,
-                         scope=scope, rule="r")
+    return IncidentEvent(
+        incident_id=iid,
+        event="opened" if seq == 1 else "updated",
+        sequence=seq,
+        ts=T0 + minute * 60,
+        root_cause=cause,
+        severity="critical",
+        opened_at=T0 + minute * 60,
+        scope=scope,
+        rule="r",
+    )
 
 
-THERMAL = Scenario("t", "x", (Fault("thermal-throttle@25m+10m:node=gpu-node-2:gpus=3,5",
-                                    Expect("gpu-thermal-throttle", "gpu-node-2", ("3", "5"))),))
+THERMAL = Scenario(
+    "t",
+    "x",
+    (
+        Fault(
+            "thermal-throttle@25m+10m:node=gpu-node-2:gpus=3,5",
+            Expect("gpu-thermal-throttle", "gpu-node-2", ("3", "5")),
+        ),
+    ),
+)
 SURGE = Scenario("s", "x", (Fault("traffic-surge@25m+10m", Expect("capacity", FLEET)),), {"nodes": 4})
-TWO = Scenario("two", "x", (
-    Fault("thermal-throttle@25m+10m:node=gpu-node-1", Expect("gpu-thermal-throttle", "gpu-node-1")),
-    Fault("kv-cache-pressure@25m+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2"))), {"nodes": 3})
+TWO = Scenario(
+    "two",
+    "x",
+    (
+        Fault("thermal-throttle@25m+10m:node=gpu-node-1", Expect("gpu-thermal-throttle", "gpu-node-1")),
+        Fault("kv-cache-pressure@25m+10m:node=gpu-node-2", Expect("kv-cache-pressure", "gpu-node-2")),
+    ),
+    {"nodes": 3},
+)
 BLIP = Scenario("b", "x", (Fault("short-blip@25m:node=gpu-node-1", None),))
 
 
 def test_one_right_incident_meets_the_target():
-    events = [ev("a", 1, 26.5, "gpu-thermal-throttle", "gpu-node-2", ("5",)),
-              ev("a", 2, 27, "gpu-thermal-throttle", "gpu-node-2", ("3", "5"))]
+    events = [
+        ev("a", 1, 26.5, "gpu-thermal-throttle", "gpu-node-2", ("5",)),
+        ev("a", 2, 27, "gpu-thermal-throttle", "gpu-node-2", ("3", "5")),
+    ]
     s = score(THERMAL, events, T0)
     (f,) = s.faults
     assert f.right and f.detect_min == 1.5 and len(f.incidents) == 1 and f.first_right == 1 and not f.wrong
@@ -56,9 +80,11 @@ def test_wrong_gpus_or_node_is_not_the_right_place():
 
 
 def test_first_cause_and_wrong_cause():
-    events = [ev("a", 1, 25.5, "capacity", "gpu-node-2"),
-              ev("a", 2, 27, "gpu-thermal-throttle", "gpu-node-2", ("3", "5")),
-              ev("b", 1, 26, "nvlink-degraded", "gpu-node-2", ("1",))]
+    events = [
+        ev("a", 1, 25.5, "capacity", "gpu-node-2"),
+        ev("a", 2, 27, "gpu-thermal-throttle", "gpu-node-2", ("3", "5")),
+        ev("b", 1, 26, "nvlink-degraded", "gpu-node-2", ("1",)),
+    ]
     s = score(THERMAL, events, T0)
     (f,) = s.faults
     assert f.right and len(f.incidents) == 2 and f.first_right == 1
@@ -72,15 +98,19 @@ def test_a_fleet_fault_counts_node_incidents_and_model_incidents():
     s = score(SURGE, per_node + model, T0)
     (f,) = s.faults
     assert len(f.incidents) == 5 and f.right and not s.met  # the model incident is right, 4 more are noise
-    rolled = [ev("m", 1, 25.5, "capacity", "gpu-node-1"),
-              ev("m", 2, 26, "capacity", nodes=("gpu-node-1", "gpu-node-2"))]
+    rolled = [
+        ev("m", 1, 25.5, "capacity", "gpu-node-1"),
+        ev("m", 2, 26, "capacity", nodes=("gpu-node-1", "gpu-node-2")),
+    ]
     s = score(SURGE, rolled, T0)
     assert len(s.faults[0].incidents) == 1 and s.met  # folded into one model-scope incident: 1
 
 
 def test_two_faults_each_claim_their_node():
-    events = [ev("a", 1, 26, "kv-cache-pressure", "gpu-node-2"),
-              ev("b", 1, 26.75, "gpu-thermal-throttle", "gpu-node-1")]
+    events = [
+        ev("a", 1, 26, "kv-cache-pressure", "gpu-node-2"),
+        ev("b", 1, 26.75, "gpu-thermal-throttle", "gpu-node-1"),
+    ]
     s = score(TWO, events, T0)
     assert [len(f.incidents) for f in s.faults] == [1, 1] and s.met
     s = score(TWO, events + [ev("c", 1, 27, "capacity")], T0)  # a model incident: claimed, but wrong for both
@@ -133,10 +163,15 @@ def test_an_ambiguous_scenario_counts_the_named_runner_up_and_nothing_else_does(
 
 def test_time_to_page_distribution_and_its_targets():
     # thermal paged 1.5 min in, kv 1 min, the surge 3 min: median 1.5, p90 (nearest rank) and max 3
-    fast = [score(THERMAL, [ev("a", 1, 26.5, "gpu-thermal-throttle", "gpu-node-2", ("3", "5"))], T0),
-            score(TWO, [ev("b", 1, 26, "kv-cache-pressure", "gpu-node-2"),
-                        ev("c", 1, 25.5, "gpu-thermal-throttle", "gpu-node-1")], T0),
-            score(SURGE, [ev("d", 1, 28, "capacity")], T0)]
+    fast = [
+        score(THERMAL, [ev("a", 1, 26.5, "gpu-thermal-throttle", "gpu-node-2", ("3", "5"))], T0),
+        score(
+            TWO,
+            [ev("b", 1, 26, "kv-cache-pressure", "gpu-node-2"), ev("c", 1, 25.5, "gpu-thermal-throttle", "gpu-node-1")],
+            T0,
+        ),
+        score(SURGE, [ev("d", 1, 28, "capacity")], T0),
+    ]
     agg = aggregate(fast)
     assert agg.pages_min == (1.5, 0.5, 1.0, 3.0)
     assert (agg.median_page_min, agg.p90_page_min, agg.max_page_min) == (1.25, 3.0, 3.0)

@@ -67,17 +67,29 @@ def test_tune_gc_freezes_what_exists_and_raises_the_young_threshold():
 
 def test_group_settings_reach_faust(tmp_path):
     """Standby replicas and the static member id (issue 16) are the Faust app's, and the consumer's."""
-    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=Path("rules"),
-                        streams={"data_dir": tmp_path, "standby_replicas": 2, "instance_id": "tailhound-worker-1"})
+    settings = Settings(
+        broker="kafka://127.0.0.1:1",
+        rules_dir=Path("rules"),
+        streams={"data_dir": tmp_path, "standby_replicas": 2, "instance_id": "tailhound-worker-1"},
+    )
     conf = create_app(settings, RULES).conf
     assert conf.table_standby_replicas == 2 and conf.consumer_group_instance_id == "tailhound-worker-1"
-    default = create_app(Settings(broker="kafka://127.0.0.1:1", rules_dir=Path("rules"),
-                                  streams={"data_dir": tmp_path}), RULES).conf
+    default = create_app(
+        Settings(broker="kafka://127.0.0.1:1", rules_dir=Path("rules"), streams={"data_dir": tmp_path}), RULES
+    ).conf
     assert default.table_standby_replicas == 1 and default.consumer_group_instance_id is None
 
 
-@pytest.mark.parametrize("bad", [{"instance_id": "worker 1"}, {"instance_id": "w/1"}, {"standby_replicas": -1},
-                                 {"rollup_max_delay_s": -1}, {"rollup_max_delay_s": 3600}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"instance_id": "worker 1"},
+        {"instance_id": "w/1"},
+        {"standby_replicas": -1},
+        {"rollup_max_delay_s": -1},
+        {"rollup_max_delay_s": 3600},
+    ],
+)
 def test_group_settings_are_validated(bad):
     with pytest.raises(ValueError):
         Settings(streams=bad)

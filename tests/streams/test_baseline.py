@@ -128,8 +128,9 @@ def test_store_evicts_least_recently_observed_series():
     store.observe("gpu.dram_bw_util", "0", T0, 0.5)
     assert ("latency.tpot.p95", "e1") in store and ("latency.tpot.p95", "e2") not in store
     assert len(store) == 2 and store.evicted == 1
-    assert store.state_bytes() == sum(store.get(*k).nbytes() for k in [("latency.tpot.p95", "e1"),
-                                                                      ("gpu.dram_bw_util", "0")])
+    assert store.state_bytes() == sum(
+        store.get(*k).nbytes() for k in [("latency.tpot.p95", "e1"), ("gpu.dram_bw_util", "0")]
+    )
     assert store.expected("latency.tpot.p95", "e1") is None
 
 

@@ -24,8 +24,11 @@ def test_bad_input_becomes_malformed_not_an_exception():
     for raw, stage, needle in [
         (b"", "decode", "empty"),
         (b"{nope", "validate", "invalid JSON"),
-        (b'{"ts": 1, "node": "n", "source": "dcgm", "samples": [{"kind": "gauge", "name": "x"}]}',
-         "validate", "samples.0.gauge.value"),
+        (
+            b'{"ts": 1, "node": "n", "source": "dcgm", "samples": [{"kind": "gauge", "name": "x"}]}',
+            "validate",
+            "samples.0.gauge.value",
+        ),
         (b"[]", "validate", "(message)"),
     ]:
         out = decode_snapshot(raw)
@@ -36,10 +39,16 @@ def test_bad_input_becomes_malformed_not_an_exception():
 
 def test_state_codec_writes_the_json_fausts_json_codec_reads_back_alike():
     register()
-    state = {"node": "gpu-node-1", "version": 3, "persisted_at": 1.7e9 + 0.1,
-             "history": {"gpu.temp|3": [[1.7e9, 88.25], [1.7e9 + 15, 1e-05]]},
-             "baselines": {"x": {"mean": 0.30000000000000004, "big": 1e300, "n": 12, "neg": -0.0}},
-             "odd": [float("inf"), -float("inf")], "latency": None, "flags": {"a": True}}
+    state = {
+        "node": "gpu-node-1",
+        "version": 3,
+        "persisted_at": 1.7e9 + 0.1,
+        "history": {"gpu.temp|3": [[1.7e9, 88.25], [1.7e9 + 15, 1e-05]]},
+        "baselines": {"x": {"mean": 0.30000000000000004, "big": 1e300, "n": 12, "neg": -0.0}},
+        "odd": [float("inf"), -float("inf")],
+        "latency": None,
+        "flags": {"a": True},
+    }
     ours, fausts = codecs.dumps(STATE_CODEC_NAME, state), codecs.dumps("json", state)
     assert codecs.loads("json", ours) == state == codecs.loads(STATE_CODEC_NAME, fausts)
     assert codecs.loads(STATE_CODEC_NAME, ours) == state

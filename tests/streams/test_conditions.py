@@ -58,8 +58,11 @@ def test_reduce_over_the_node_and_over_links_of_a_gpu():
 def test_compare_with_another_signal_and_with_counts():
     r = one("{signal: lb.health_timeout, below: {signal: health.p95, times: 1.5}}", scope="endpoint")
     assert holds(r.when, ctx(), "chat", "endpoint") is True
-    node = one("{signal: engine.requests_waiting, reduce: sum, "
-               "above: {signal: engine.requests_waiting, reduce: count, times: 2}}", scope="node")
+    node = one(
+        "{signal: engine.requests_waiting, reduce: sum, "
+        "above: {signal: engine.requests_waiting, reduce: count, times: 2}}",
+        scope="node",
+    )
     assert holds(node.when, ctx(), "", "node") is True  # 14 waiting > 2 x 2 engines
     assert entities_of(node.leaves(), ctx(), "node") == [""]
 
@@ -102,24 +105,29 @@ def test_peer_reference_compares_with_the_median_of_the_other_entities():
 
 
 def test_any_is_false_when_a_branch_is_false_and_the_others_lack_signals():
-    r = one("{any: [{signal: gpu.temperature, at_least: 85}, {signal: gpu.thermal_throttle_flag, at_least: 1}]}",
-            scope="gpu")
+    r = one(
+        "{any: [{signal: gpu.temperature, at_least: 85}, {signal: gpu.thermal_throttle_flag, at_least: 1}]}",
+        scope="gpu",
+    )
     c = EvalContext(now=T0, values={"gpu.temperature": {"0": 60.0}})
     assert holds(r.when, c, "0", "gpu") is False  # dcgm defaults report no clock reasons: still judged
     assert holds(r.when, EvalContext(now=T0, values={}), "0", "gpu") is None
 
 
-@pytest.mark.parametrize(("when", "scope", "needle"), [
-    ("{signal: gpu.dram_bw_util, above: 0.85}", "engine", "add `reduce:"),
-    ("{signal: engine.requests_waiting, above: {signal: gpu.nope}}", "engine", "unknown signal 'gpu.nope'"),
-    ("{signal: engine.requests_waiting, above: 1, above_baseline: 2}", "engine", "either `above` or"),
-    ("{signal: engine.requests_waiting, above: {baseline: 2, times: 3}}", "engine", "`times` go with"),
-    ("{signal: engine.requests_waiting}", "engine", "exactly one of"),
-    ("{signal: gpu.sm_clock, below: {peers: 0.8, baseline: 2}}", "gpu", "exactly one of `signal`, `baseline` or"),
-    ("{signal: gpu.sm_clock, reduce: max, below: {peers: 0.8}}", "engine", "cannot go with `reduce`"),
-    ("{signal: latency.ttft.p97, above: 1}", "engine", "unknown signal 'latency.ttft.p97'"),
-    ("{signal: engine.requests_waiting.rate, above: 1}", "engine", "unknown signal"),
-])
+@pytest.mark.parametrize(
+    ("when", "scope", "needle"),
+    [
+        ("{signal: gpu.dram_bw_util, above: 0.85}", "engine", "add `reduce:"),
+        ("{signal: engine.requests_waiting, above: {signal: gpu.nope}}", "engine", "unknown signal 'gpu.nope'"),
+        ("{signal: engine.requests_waiting, above: 1, above_baseline: 2}", "engine", "either `above` or"),
+        ("{signal: engine.requests_waiting, above: {baseline: 2, times: 3}}", "engine", "`times` go with"),
+        ("{signal: engine.requests_waiting}", "engine", "exactly one of"),
+        ("{signal: gpu.sm_clock, below: {peers: 0.8, baseline: 2}}", "gpu", "exactly one of `signal`, `baseline` or"),
+        ("{signal: gpu.sm_clock, reduce: max, below: {peers: 0.8}}", "engine", "cannot go with `reduce`"),
+        ("{signal: latency.ttft.p97, above: 1}", "engine", "unknown signal 'latency.ttft.p97'"),
+        ("{signal: engine.requests_waiting.rate, above: 1}", "engine", "unknown signal"),
+    ],
+)
 def test_rule_errors(when, scope, needle):
     with pytest.raises(RuleFileError) as exc:
         parse_rule_text(rule(when, scope), "x.yaml")
@@ -127,22 +135,40 @@ def test_rule_errors(when, scope, needle):
 
 
 def test_known_derived_names_parse():
-    for when in ("{signal: latency.ttft.p95, above: 1.5, min_observations: 20}",
-                 "{signal: engine.preemptions.rate, above: 0}",
-                 "{signal: engine.requests_waiting, growing_for: 5m, above: 0}"):
+    for when in (
+        "{signal: latency.ttft.p95, above: 1.5, min_observations: 20}",
+        "{signal: engine.preemptions.rate, above: 0}",
+        "{signal: engine.requests_waiting, growing_for: 5m, above: 0}",
+    ):
         assert one(when).leaves()
 
 
 def node_snapshot(ts: float, overflows: float, prev: float | None) -> Snapshot:
-    return Snapshot(ts=ts, node="gpu-node-1", source="node", interval_s=15, prev_ts=ts - 15 if prev else None,
-                    samples=[CounterSample(name="node_netstat_TcpExt_ListenOverflows", value=overflows,
-                                           delta=None if prev is None else overflows - prev)])
+    return Snapshot(
+        ts=ts,
+        node="gpu-node-1",
+        source="node",
+        interval_s=15,
+        prev_ts=ts - 15 if prev else None,
+        samples=[
+            CounterSample(
+                name="node_netstat_TcpExt_ListenOverflows",
+                value=overflows,
+                delta=None if prev is None else overflows - prev,
+            )
+        ],
+    )
 
 
 def test_counter_rates_and_cross_source_rules_through_evaluate():
-    [r] = parse_rule_text(rule("{all: [{signal: net.listen_overflows.rate, above: 1}, "
-                               "{signal: gpu.temperature, reduce: max, above: 80}]}", scope="node",
-                               extra="        for: 30s\n"), "x.yaml")
+    [r] = parse_rule_text(
+        rule(
+            "{all: [{signal: net.listen_overflows.rate, above: 1}, {signal: gpu.temperature, reduce: max, above: 80}]}",
+            scope="node",
+            extra="        for: 30s\n",
+        ),
+        "x.yaml",
+    )
     rules = RuleSet(rules=[r])
     state, events = None, []
     total = 0.0
@@ -165,24 +191,38 @@ def test_growing_queue_through_evaluate():
     state, events = None, []
     for i in range(20):
         waiting = 0.0 if i < 4 else float(i - 3)
-        snap = Snapshot(ts=T0 + 15 * i, node="n", source="vllm", interval_s=15,
-                        samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"},
-                                             value=waiting)])
+        snap = Snapshot(
+            ts=T0 + 15 * i,
+            node="n",
+            source="vllm",
+            interval_s=15,
+            samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"}, value=waiting)],
+        )
         state, ev = evaluate(state, snap, rules)
         events += [(i, e.event) for e in ev]
     assert events and events[0][1] == "opened" and 6 <= events[0][0] <= 9  # rose over >= 96 s of the 2m
 
 
 def test_rolling_baseline_learns_and_an_incident_does_not_raise_it():
-    [r] = parse_rule_text(rule("{all: [{signal: engine.requests_waiting, above_baseline: 3.0}, "
-                               "{signal: engine.requests_waiting, above: 5}]}", extra="        for: 1m\n"), "x.yaml")
+    [r] = parse_rule_text(
+        rule(
+            "{all: [{signal: engine.requests_waiting, above_baseline: 3.0}, "
+            "{signal: engine.requests_waiting, above: 5}]}",
+            extra="        for: 1m\n",
+        ),
+        "x.yaml",
+    )
     rules = RuleSet(rules=[r])
     state, events = None, []
     for i in range(160):  # 40 min: 30 quiet (waiting ~4), then a jump to 20
         waiting = 20.0 if i >= 120 else 4.0 + (i % 3)
-        snap = Snapshot(ts=T0 + 15 * i, node="n", source="vllm", interval_s=15,
-                        samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"},
-                                             value=waiting)])
+        snap = Snapshot(
+            ts=T0 + 15 * i,
+            node="n",
+            source="vllm",
+            interval_s=15,
+            samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"}, value=waiting)],
+        )
         state, ev = evaluate(state, snap, rules)
         events += [(i, e) for e in ev]
     assert [e.event for _, e in events] == ["opened"]
@@ -204,9 +244,16 @@ def test_sla_per_model_from_settings():
     rules = RuleSet(rules=[r])
 
     def snap(i: float, model: str) -> Snapshot:
-        return Snapshot(ts=T0 + 15 * i, node="n", source="vllm", interval_s=15, samples=[
-            GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0", "model_name": model}, value=3.0),
-            GaugeSample(name="vllm:num_requests_running", labels={"engine": "0", "model_name": model}, value=1.0)])
+        return Snapshot(
+            ts=T0 + 15 * i,
+            node="n",
+            source="vllm",
+            interval_s=15,
+            samples=[
+                GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0", "model_name": model}, value=3.0),
+                GaugeSample(name="vllm:num_requests_running", labels={"engine": "0", "model_name": model}, value=1.0),
+            ],
+        )
 
     sla = {"ttft_p99_sla_s": {"batch-*": 10.0, "*": 1.5}}
     for model, fires in (("chat-8b", True), ("batch-70b", False)):

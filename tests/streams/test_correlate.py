@@ -52,16 +52,17 @@ class Node:
         self.episodes: dict[str, Episode] = {}
         self.orphans: dict[str, float] = {}
 
-    def step(self, minute: float, firing: dict[str, Firing], pending: frozenset[str] = frozenset(),
-             observe=None):
+    def step(self, minute: float, firing: dict[str, Firing], pending: frozenset[str] = frozenset(), observe=None):
         return correlate(self.episodes, self.orphans, firing, self.rules, snap(minute), ["m"], pending, observe)
 
 
 def test_causes_of_one_domain_are_one_incident_and_path_causes_another():
     node = Node()
     out = node.step(30, {"hot": fire(29, "3"), "kv-full": fire(29, "e"), "lossy": fire(29, "")})
-    assert sorted((e.event, str(e.root_cause)) for e in out) == [("opened", "gpu-thermal-throttle"),
-                                                                 ("opened", "network-path")]
+    assert sorted((e.event, str(e.root_cause)) for e in out) == [
+        ("opened", "gpu-thermal-throttle"),
+        ("opened", "network-path"),
+    ]
     gpu = next(e for e in out if e.root_cause == RootCause.GPU_THERMAL_THROTTLE)
     assert gpu.labels["rules"] == "hot,kv-full" and gpu.scope.gpus == ["3"] and gpu.severity == "critical"
     assert gpu.actions == ["Check cooling on gpu-node-1 GPUs 3"]
@@ -107,12 +108,21 @@ def test_a_lone_symptom_opens_its_fallback_cause_after_its_grace_and_a_real_caus
 def test_candidates_rank_the_root_cause_first_with_evidence_for_and_against():
     node = Node()
     quiet = {"queue-long": [ev("engine.requests_waiting", 20, 50)]}
-    (opened,) = node.step(30, {"hot": fire(29, "3", evidence=[ev("gpu.temperature", 91, 85)]),
-                               "queue-full": fire(29, "e", evidence=[ev("engine.requests_waiting", 20, 10)])},
-                          pending=frozenset({"kv-full"}), observe=lambda rule, entities: quiet.get(rule, []))
+    (opened,) = node.step(
+        30,
+        {
+            "hot": fire(29, "3", evidence=[ev("gpu.temperature", 91, 85)]),
+            "queue-full": fire(29, "e", evidence=[ev("engine.requests_waiting", 20, 10)]),
+        },
+        pending=frozenset({"kv-full"}),
+        observe=lambda rule, entities: quiet.get(rule, []),
+    )
     causes = [c.root_cause for c in opened.candidates]
     assert causes[0] == RootCause.GPU_THERMAL_THROTTLE and set(causes) == {
-        RootCause.GPU_THERMAL_THROTTLE, RootCause.CAPACITY, RootCause.KV_CACHE_PRESSURE}
+        RootCause.GPU_THERMAL_THROTTLE,
+        RootCause.CAPACITY,
+        RootCause.KV_CACHE_PRESSURE,
+    }
     lead, *others = opened.candidates
     assert lead.score == 1.0 and lead.supports[0].evidence[0].value == 91 and not lead.unexplained
     capacity = next(c for c in others if c.root_cause == RootCause.CAPACITY)
@@ -139,25 +149,35 @@ def test_a_retry_storm_names_a_surge_as_runner_up_with_the_check_that_tells_them
 
 def test_a_retry_storm_alone_still_names_its_look_alike():
     """Its own evidence (rejections with more requests) is a rejecting surge's too."""
-    cands, diff = diagnose(RootCause.RETRY_STORM, domain_of, rank_of, {"rejecting": ["e"]}, {"rejecting": []},
-                           set(), ruleset().index)
+    cands, diff = diagnose(
+        RootCause.RETRY_STORM, domain_of, rank_of, {"rejecting": ["e"]}, {"rejecting": []}, set(), ruleset().index
+    )
     assert [c.root_cause for c in cands] == [RootCause.RETRY_STORM, RootCause.CAPACITY]
     assert cands[1].score == 0.0 and diff is not None and diff.runner_up == RootCause.CAPACITY
 
 
 def test_a_capacity_lead_names_a_retry_storm_only_when_its_rule_holds():
     rules = ruleset().index
-    cands, diff = diagnose(RootCause.CAPACITY, domain_of, rank_of, {"queue-full": ["e"]}, {"queue-full": []},
-                           set(), rules)
+    cands, diff = diagnose(
+        RootCause.CAPACITY, domain_of, rank_of, {"queue-full": ["e"]}, {"queue-full": []}, set(), rules
+    )
     assert [c.root_cause for c in cands] == [RootCause.CAPACITY] and diff is None
-    cands, diff = diagnose(RootCause.CAPACITY, domain_of, rank_of, {"queue-full": ["e"]}, {"queue-full": []},
-                           {"rejecting"}, rules)
+    cands, diff = diagnose(
+        RootCause.CAPACITY, domain_of, rank_of, {"queue-full": ["e"]}, {"queue-full": []}, {"rejecting"}, rules
+    )
     assert diff is not None and diff.runner_up == RootCause.RETRY_STORM
 
 
 def test_candidates_stay_in_the_incidents_domain():
-    cands, _ = diagnose(RootCause.KV_CACHE_PRESSURE, domain_of, rank_of, {"kv-full": ["e"]},
-                        {"kv-full": [], "lossy": []}, set(), ruleset().index)
+    cands, _ = diagnose(
+        RootCause.KV_CACHE_PRESSURE,
+        domain_of,
+        rank_of,
+        {"kv-full": ["e"]},
+        {"kv-full": [], "lossy": []},
+        set(),
+        ruleset().index,
+    )
     assert [c.root_cause for c in cands] == [RootCause.KV_CACHE_PRESSURE]
 
 
@@ -167,7 +187,8 @@ def test_through_the_processor_a_quiet_rule_of_a_candidate_shows_what_it_compare
 
     text = RULES.split("      - {name: kv-full")[0] + (
         "      - {name: slow-clock, scope: gpu, when: {signal: gpu.sm_clock, below: 1000},\n"
-        "         root_cause: gpu-thermal-throttle}\n")
+        "         root_cause: gpu-thermal-throttle}\n"
+    )
     processor, store = SnapshotProcessor(RuleSet(rules=parse_rule_text(text, "test.yaml"))), MemoryStateStore()
     events = []
     for k in range(3):
@@ -181,5 +202,6 @@ def test_through_the_processor_a_quiet_rule_of_a_candidate_shows_what_it_compare
     (quiet,) = lead.against
     assert quiet.rule == "slow-clock" and quiet.state == "quiet"
     assert [(e.signal, e.value, e.threshold, e.labels) for e in quiet.evidence] == [
-        ("gpu.sm_clock", 1500.0, 1000.0, {"gpu": "3"})]
+        ("gpu.sm_clock", 1500.0, 1000.0, {"gpu": "3"})
+    ]
     assert lead.score == 0.5  # one of its two rules holds

@@ -29,9 +29,11 @@ CATALOG = default_catalog()
 
 
 def rule(scope: str, when: str, severity: str = "critical", name: str = "r"):
-    text = (f"groups:\n  - name: g\n    rules:\n      - name: {name}\n        scope: {scope}\n"
-            f"        severity: {severity}\n        root_cause: capacity\n        when:\n"
-            + "".join(f"          {line}\n" for line in when.strip().splitlines()))
+    text = (
+        f"groups:\n  - name: g\n    rules:\n      - name: {name}\n        scope: {scope}\n"
+        f"        severity: {severity}\n        root_cause: capacity\n        when:\n"
+        + "".join(f"          {line}\n" for line in when.strip().splitlines())
+    )
     return parse_rule_text(text, "test.yaml")[0]
 
 
@@ -41,21 +43,25 @@ def check(scope: str, when: str, present: set[str], seen: set[str] = frozenset()
 
 # --- what a signal a rule names needs --------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("signal", "needed"), [
-    ("gpu.temperature", {"gpu.temperature"}),
-    ("gpu.sm_clock_ratio", {"gpu.sm_clock", "gpu.sm_clock_max"}),                 # derived ratio: both inputs
-    ("gpu.thermal_throttle_flag", {"gpu.clock_event_reasons"}),                   # flag: its bitmask
-    ("net.listen_overflows.rate", {"net.listen_overflows"}),                      # rate: the counter
-    ("latency.tpot.p95", {"latency.tpot"}),                                       # window statistic: the histogram
-    ("latency.ttft.window_count", {"latency.ttft"}),
-    ("engine.http_rejection_ratio", {"engine.http_rejections", "engine.http_requests"}),   # ratio of rates
-    ("engine.arrival_rate", {"latency.e2e", "engine.requests_running", "engine.requests_waiting"}),
-    ("sla.ttft_p99", set()),                                                      # from the settings
-    ("model.nodes_with_cause", set()),                                            # the model stage's own
-    ("model.engine_request_rate", {"latency.e2e"}),                               # peer gauge, computed
-    ("model.engine_tpot_mean", {"latency.tpot"}),
-    ("no.such_signal", {"no.such_signal"}),                                       # nothing can send it
-])
+
+@pytest.mark.parametrize(
+    ("signal", "needed"),
+    [
+        ("gpu.temperature", {"gpu.temperature"}),
+        ("gpu.sm_clock_ratio", {"gpu.sm_clock", "gpu.sm_clock_max"}),  # derived ratio: both inputs
+        ("gpu.thermal_throttle_flag", {"gpu.clock_event_reasons"}),  # flag: its bitmask
+        ("net.listen_overflows.rate", {"net.listen_overflows"}),  # rate: the counter
+        ("latency.tpot.p95", {"latency.tpot"}),  # window statistic: the histogram
+        ("latency.ttft.window_count", {"latency.ttft"}),
+        ("engine.http_rejection_ratio", {"engine.http_rejections", "engine.http_requests"}),  # ratio of rates
+        ("engine.arrival_rate", {"latency.e2e", "engine.requests_running", "engine.requests_waiting"}),
+        ("sla.ttft_p99", set()),  # from the settings
+        ("model.nodes_with_cause", set()),  # the model stage's own
+        ("model.engine_request_rate", {"latency.e2e"}),  # peer gauge, computed
+        ("model.engine_tpot_mean", {"latency.tpot"}),
+        ("no.such_signal", {"no.such_signal"}),  # nothing can send it
+    ],
+)
 def test_requirements(signal, needed):
     assert requirements(signal, CATALOG) == needed
 
@@ -66,41 +72,59 @@ def test_every_signal_the_default_pack_reads_comes_down_to_catalog_signals():
     for r in load_rules(default_rules_dir()).rules:
         for leaf in r.leaves():
             for name in leaf.signals():
-                assert all(CATALOG.spec(s) or s in CONFIGURED_SIGNALS for s in requirements(name, CATALOG)), (r.name,
-                                                                                                               name)
+                assert all(CATALOG.spec(s) or s in CONFIGURED_SIGNALS for s in requirements(name, CATALOG)), (
+                    r.name,
+                    name,
+                )
 
 
 # --- rules -------------------------------------------------------------------------------------------------------
 
+
 def test_all_needs_every_child_and_a_derived_signal_needs_both_inputs():
-    c = check("gpu", """
+    c = check(
+        "gpu",
+        """
 all:
   - {signal: gpu.temperature, at_least: 85}
   - {signal: gpu.sm_clock_ratio, below: 0.8}
-""", {"gpu.temperature", "gpu.sm_clock"}, {"dcgm"})
+""",
+        {"gpu.temperature", "gpu.sm_clock"},
+        {"dcgm"},
+    )
     assert (c.status, c.missing) == ("blind", ("gpu.sm_clock_max",))
     assert c.via == {"gpu.sm_clock_max": ("gpu.sm_clock_ratio",)}
     first = c.fixes["gpu.sm_clock_max"][0]
     assert first.source == "dcgm"  # the source already there comes first
     assert first.line == "DCGM_FI_DEV_MAX_SM_CLOCK, gauge, Maximum supported SM clock for the device (in MHz)."
     assert c.fixes["gpu.sm_clock_max"][1].action.startswith("enable the nvml collector in agent.yaml")
-    assert check("gpu", "{signal: gpu.sm_clock_ratio, below: 0.8}",
-                 {"gpu.sm_clock", "gpu.sm_clock_max"}).status == "ok"
+    assert check("gpu", "{signal: gpu.sm_clock_ratio, below: 0.8}", {"gpu.sm_clock", "gpu.sm_clock_max"}).status == "ok"
 
 
 def test_any_with_a_blind_branch_is_partial():
-    c = check("gpu", """
+    c = check(
+        "gpu",
+        """
 any:
   - {signal: gpu.temperature, at_least: 85}
   - {signal: gpu.thermal_throttle_flag, at_least: 1}
-""", {"gpu.temperature"})
-    assert (c.status, c.missing, c.via) == ("partial", ("gpu.clock_event_reasons",),
-                                            {"gpu.clock_event_reasons": ("gpu.thermal_throttle_flag",)})
-    blind = check("gpu", """
+""",
+        {"gpu.temperature"},
+    )
+    assert (c.status, c.missing, c.via) == (
+        "partial",
+        ("gpu.clock_event_reasons",),
+        {"gpu.clock_event_reasons": ("gpu.thermal_throttle_flag",)},
+    )
+    blind = check(
+        "gpu",
+        """
 any:
   - {signal: gpu.sm_clock_ratio, below: 0.8}
   - {signal: gpu.thermal_throttle_flag, at_least: 1}
-""", {"gpu.sm_clock"})
+""",
+        {"gpu.sm_clock"},
+    )
     assert blind.status == "blind"
     assert blind.alternatives == (("gpu.clock_event_reasons",), ("gpu.sm_clock_max",))
     assert problem_lines(blind)[-1] == "r (critical) blind: or it fires with gpu.sm_clock_max"
@@ -111,12 +135,16 @@ def test_not_needs_its_child_to_be_false():
     c = check("gpu", "not: {signal: gpu.sm_clock_ratio, below: 0.8}", {"gpu.sm_clock"})
     assert (c.status, c.missing) == ("blind", ("gpu.sm_clock_max",))
     # all(...) is false as soon as one child is: not(all(temperature, blind)) can hold
-    c = check("gpu", """
+    c = check(
+        "gpu",
+        """
 not:
   all:
     - {signal: gpu.temperature, at_least: 85}
     - {signal: gpu.sm_clock_ratio, below: 0.8}
-""", {"gpu.temperature", "gpu.sm_clock"})
+""",
+        {"gpu.temperature", "gpu.sm_clock"},
+    )
     assert (c.status, c.missing) == ("partial", ("gpu.sm_clock_max",))
 
 
@@ -135,13 +163,20 @@ def test_rates_histograms_refs_baselines_absence_and_computed_signals():
     assert c.via == {"latency.tpot": ("latency.tpot.p95", "latency.tpot.window_count")}
     c = check("endpoint", "{signal: lb.health_timeout, below: {signal: health.p95, times: 1.5}}", {"lb.health_timeout"})
     assert (c.status, c.missing) == ("blind", ("health.p95",))
-    assert check("node", "{signal: probe.http_connect_duration, above_baseline: 4.0}",
-                 {"probe.http_connect_duration"}).status == "ok"
+    assert (
+        check(
+            "node", "{signal: probe.http_connect_duration, above_baseline: 4.0}", {"probe.http_connect_duration"}
+        ).status
+        == "ok"
+    )
     assert check("gpu", "{signal: gpu.sm_clock, below: {peers: 0.8}}", {"gpu.sm_clock"}).status == "ok"
     assert check("gpu", "{absent: gpu.temperature, for: 2m}", set()).missing == ("gpu.temperature",)
     assert check("engine", "{signal: latency.ttft.p99, above: {signal: sla.ttft_p99}}", {"latency.ttft"}).status == "ok"
-    c = check("engine", "{signal: engine.arrival_rate, reduce: sum, above_baseline: 1.15}",
-              {"engine.requests_running", "engine.requests_waiting"})
+    c = check(
+        "engine",
+        "{signal: engine.arrival_rate, reduce: sum, above_baseline: 1.15}",
+        {"engine.requests_running", "engine.requests_waiting"},
+    )
     assert (c.missing, c.via) == (("latency.e2e",), {"latency.e2e": ("engine.arrival_rate",)})
 
 
@@ -163,17 +198,26 @@ def test_engine_fixes_name_the_versions_and_the_engines_that_lack_the_metric():
     c = check("engine", "{signal: engine.preemptions.rate, above: 0}", {"engine.requests_running"}, {"tgi"})
     texts = [(f.source, f.text, f.unavailable) for f in c.fixes["engine.preemptions"]]
     assert texts == [
-        ("vllm", "scrape vLLM's OpenAI server (http://<node>:8000/metrics) as job `vllm` in agent.yaml: it sends "
-                 "vllm:num_preemptions_total (vLLM V0 and V1)", False),
-        ("sglang", "start SGLang with --enable-metrics and scrape http://<node>:30000/metrics as job `sglang` in "
-                   "agent.yaml: it sends sglang:num_retracted_requests_total (recent SGLang releases; older ones "
-                   "only have the gauge sglang:num_retracted_reqs)", False),
+        (
+            "vllm",
+            "scrape vLLM's OpenAI server (http://<node>:8000/metrics) as job `vllm` in agent.yaml: it sends "
+            "vllm:num_preemptions_total (vLLM V0 and V1)",
+            False,
+        ),
+        (
+            "sglang",
+            "start SGLang with --enable-metrics and scrape http://<node>:30000/metrics as job `sglang` in "
+            "agent.yaml: it sends sglang:num_retracted_requests_total (recent SGLang releases; older ones "
+            "only have the gauge sglang:num_retracted_reqs)",
+            False,
+        ),
         ("tgi", "TGI sends nothing that carries engine.preemptions", True),
     ]
     assert problem_lines(c) == [
         "r (critical) blind: engine.preemptions missing (for engine.preemptions.rate): scrape vLLM's OpenAI "
         "server (http://<node>:8000/metrics) as job `vllm` in agent.yaml: it sends vllm:num_preemptions_total "
-        "(vLLM V0 and V1)"]
+        "(vLLM V0 and V1)"
+    ]
 
 
 def test_signals_of_metrics_by_name():
@@ -182,14 +226,19 @@ def test_signals_of_metrics_by_name():
 
 
 def test_summary_counts_blind_critical_rules():
-    rs = RuleSet(rules=[rule("gpu", "{signal: gpu.sm_clock_ratio, below: 0.8}", name="a"),
-                        rule("gpu", "{signal: gpu.temperature, above: 80}", severity="warning", name="b")])
+    rs = RuleSet(
+        rules=[
+            rule("gpu", "{signal: gpu.sm_clock_ratio, below: 0.8}", name="a"),
+            rule("gpu", "{signal: gpu.temperature, above: 80}", severity="warning", name="b"),
+        ]
+    )
     report = coverage(rs, {"gpu.temperature"}, CATALOG)
     assert summary(report) == "2 rules: 1 ok, 0 partial, 1 blind (1 critical)"
     assert report[0].to_dict()["fixes"]["gpu.sm_clock"][0]["source"] == "dcgm"
 
 
 # --- the default pack on dcgm-exporter defaults + vLLM + node_exporter + blackbox_exporter -----------------------
+
 
 def _names(fixture: str, job: str) -> set[str]:
     body = (FIXTURES / fixture).read_text(encoding="utf-8")

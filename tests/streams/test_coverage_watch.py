@@ -11,7 +11,9 @@ from tailhound.snapshot import GaugeSample, Snapshot
 from tailhound.streams.coverage_watch import CoverageWatch
 from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 
-RULES = RuleSet(rules=parse_rule_text("""
+RULES = RuleSet(
+    rules=parse_rule_text(
+        """
 groups:
   - name: g
     rules:
@@ -28,7 +30,10 @@ groups:
         severity: warning
         root_cause: gpu-thermal-throttle
         when: {signal: gpu.temperature, at_least: 85}
-""", "test.yaml"))
+""",
+        "test.yaml",
+    )
+)
 
 
 def dcgm(ts: float, *names: str, node: str = "gpu-node-1") -> Snapshot:
@@ -54,9 +59,12 @@ def test_blind_rules_are_reported_after_the_window_then_when_coverage_changes():
     assert warnings == [
         "rule hot-and-slow (critical) cannot fire with the signals received: gpu.sm_clock_max missing "
         "(for gpu.sm_clock_ratio): add this line to dcgm-exporter's counters file (-f / DCGM_EXPORTER_COLLECTORS): "
-        "DCGM_FI_DEV_MAX_SM_CLOCK, gauge, Maximum supported SM clock for the device (in MHz)."]
-    assert records[-1] == (logging.INFO, "rule coverage after 300 s of telemetry: 2 rules: 1 ok, 0 partial, 1 blind "
-                                         "(1 critical) (2 signals from dcgm)")
+        "DCGM_FI_DEV_MAX_SM_CLOCK, gauge, Maximum supported SM clock for the device (in MHz)."
+    ]
+    assert records[-1] == (
+        logging.INFO,
+        "rule coverage after 300 s of telemetry: 2 rules: 1 ok, 0 partial, 1 blind (1 critical) (2 signals from dcgm)",
+    )
     assert blind(watch, "hot-and-slow", "critical") == 1 and blind(watch, "hot", "warning") == 0
     assert watch.registry.get_sample_value("tailhound_signals_present") == 2
 

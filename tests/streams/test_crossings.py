@@ -33,13 +33,18 @@ groups:
 def running(ts: float, value: float | None, engines: tuple[str, ...] = ("0",)) -> Snapshot:
     if value is None:  # the engine is down: a failed scrape
         return Snapshot(ts=ts, node="n", source="vllm", interval_s=15, error="connection refused")
-    return Snapshot(ts=ts, node="n", source="vllm", interval_s=15,
-                    samples=[GaugeSample(name="vllm:num_requests_running", labels={"engine": e}, value=value)
-                             for e in engines])
+    return Snapshot(
+        ts=ts,
+        node="n",
+        source="vllm",
+        interval_s=15,
+        samples=[GaugeSample(name="vllm:num_requests_running", labels={"engine": e}, value=value) for e in engines],
+    )
 
 
-def drive(rules: RuleSet, values: list[float | None], state: NodeState | None = None
-          ) -> tuple[NodeState, list[tuple[int, object]]]:
+def drive(
+    rules: RuleSet, values: list[float | None], state: NodeState | None = None
+) -> tuple[NodeState, list[tuple[int, object]]]:
     events = []
     for i, v in enumerate(values):
         state, ev = evaluate(state, running(T0 + 15 * i, v), rules)
@@ -48,16 +53,21 @@ def drive(rules: RuleSet, values: list[float | None], state: NodeState | None = 
     return state, events
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ("{signal: engine.requests_running, crossed: {times: 3, within: 10m}}", "exactly one of"),
-    ("{signal: engine.requests_running, at_most: 0, growing_for: 1m, crossed: {times: 3, within: 10m}}",
-     "no growing_for"),
-    ("{signal: engine.requests_running, at_most: 0, crossed: {times: 0, within: 10m}}", "greater than or equal"),
-    ("{signal: engine.requests_running, at_most: 0, crossed: {times: 99, within: 10m}}", "less than or equal"),
-    ("{signal: engine.requests_running, at_most: 0, crossed: {times: 3, within: 2h}}", "less than or equal"),
-    ("{signal: engine.requests_running, at_most: 0, crossed: {times: 3}}", "within"),
-    ("{signal: engine.requests_running, at_most: 0, crossed: {times: 3, within: 1m, every: 2}}", "every"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ("{signal: engine.requests_running, crossed: {times: 3, within: 10m}}", "exactly one of"),
+        (
+            "{signal: engine.requests_running, at_most: 0, growing_for: 1m, crossed: {times: 3, within: 10m}}",
+            "no growing_for",
+        ),
+        ("{signal: engine.requests_running, at_most: 0, crossed: {times: 0, within: 10m}}", "greater than or equal"),
+        ("{signal: engine.requests_running, at_most: 0, crossed: {times: 99, within: 10m}}", "less than or equal"),
+        ("{signal: engine.requests_running, at_most: 0, crossed: {times: 3, within: 2h}}", "less than or equal"),
+        ("{signal: engine.requests_running, at_most: 0, crossed: {times: 3}}", "within"),
+        ("{signal: engine.requests_running, at_most: 0, crossed: {times: 3, within: 1m, every: 2}}", "every"),
+    ],
+)
 def test_bad_counters_are_refused_at_load(bad, msg):
     with pytest.raises(RuleFileError, match=msg):
         rules_of(bad)
@@ -119,8 +129,7 @@ def test_counters_of_a_removed_rule_are_forgotten_and_future_ones_healed():
 
 
 def test_described_in_rule_docs():
-    assert describe(rules_of(FLAP).rules[0].when) == \
-        "(engine.requests_running <= 0) changed >= 3 times in 600 s"
+    assert describe(rules_of(FLAP).rules[0].when) == "(engine.requests_running <= 0) changed >= 3 times in 600 s"
 
 
 def test_a_malformed_stored_counter_starts_again():

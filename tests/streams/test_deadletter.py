@@ -41,7 +41,7 @@ def test_a_small_message_is_kept_whole_with_its_size_and_digest():
 
 def test_utf8_text_is_cut_at_a_character_boundary():
     raw = ("é" * MAX_PAYLOAD_BYTES).encode()  # 2 bytes a character: the cut may fall inside one
-    d = letter(raw[:MAX_PAYLOAD_BYTES + 1])
+    d = letter(raw[: MAX_PAYLOAD_BYTES + 1])
     assert d.payload_truncated and d.payload_encoding == "utf-8" and set(d.payload) == {"é"}
     assert len(d.payload.encode()) in (MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES - 1)
     bad_tail = b"a" * (MAX_PAYLOAD_BYTES - 1) + b"\xff" + b"a" * 10  # not UTF-8 where it is cut: base64
@@ -88,10 +88,15 @@ async def test_dead_letters_are_produced_bounded_and_keyed_like_the_message():
         sent.append(kw)
 
     letters = DeadLetters(send, IntakeStats(), clock=lambda: 5.0)
-    assert await letters.publish(_Message(b"\xff" * 2_000_000, key=b"k" * 10_000), "r" * 5000, "limits",
-                                 "oversized")
+    assert await letters.publish(_Message(b"\xff" * 2_000_000, key=b"k" * 10_000), "r" * 5000, "limits", "oversized")
     (kw,) = sent
     assert kw["key"] == b"k" * MAX_KEY and len(kw["value"]) < PRODUCER_LIMIT / 10
     d = DeadLetter.model_validate_json(kw["value"])
-    assert (d.kind, d.stage, d.ts, d.partition, d.offset, d.payload_size) == ("oversized", "limits", 5.0, 1, 42,
-                                                                             2_000_000)
+    assert (d.kind, d.stage, d.ts, d.partition, d.offset, d.payload_size) == (
+        "oversized",
+        "limits",
+        5.0,
+        1,
+        42,
+        2_000_000,
+    )

@@ -11,15 +11,20 @@ NOW = 10_000.0
 
 def history(running: list[float], waiting: list[float], step: float = 15.0):
     """Points every `step` seconds ending at NOW, per signal."""
+
     def series(values: list[float]) -> list[tuple[float, float]]:
         return [(NOW - step * (len(values) - 1 - i), v) for i, v in enumerate(values)]
+
     data = {"engine.requests_running": series(running), "engine.requests_waiting": series(waiting)}
     return lambda signal, _engine: data.get(signal, [])
 
 
 def view(finished: float, running: float, waiting: float) -> dict:
-    return {"latency.e2e.window_count": {"0": finished}, "engine.requests_running": {"0": running},
-            "engine.requests_waiting": {"0": waiting}}
+    return {
+        "latency.e2e.window_count": {"0": finished},
+        "engine.requests_running": {"0": running},
+        "engine.requests_waiting": {"0": waiting},
+    }
 
 
 def test_steady_load_is_finished_per_second():
@@ -45,6 +50,8 @@ def test_no_demand_until_the_history_spans_most_of_the_window():
 
 
 def test_history_is_kept_only_when_a_rule_reads_demand():
-    assert history_windows({ARRIVAL_RATE, "gpu.util"}) == {"engine.requests_running": WINDOW_S * 1.1,
-                                                            "engine.requests_waiting": WINDOW_S * 1.1}
+    assert history_windows({ARRIVAL_RATE, "gpu.util"}) == {
+        "engine.requests_running": WINDOW_S * 1.1,
+        "engine.requests_waiting": WINDOW_S * 1.1,
+    }
     assert history_windows({"gpu.util"}) == {}

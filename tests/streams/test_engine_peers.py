@@ -28,17 +28,27 @@ LE = [0.02, 0.05, 0.1, 0.5]
 def _hist(name: str, count: float, mean: float) -> HistogramSample:
     counts = [0.0, count if mean <= 0.05 else 0.0, count, count]
     delta = HistogramDelta(counts=counts, count=count, sum=count * mean)
-    return HistogramSample(name=name, labels={"model_name": "llama"}, le=LE, counts=counts, count=count,
-                           sum=count * mean, delta=delta)
+    return HistogramSample(
+        name=name, labels={"model_name": "llama"}, le=LE, counts=counts, count=count, sum=count * mean, delta=delta
+    )
 
 
 def engine(node: str, ts: float, tpot: float = 0.04, requests: float = 30.0, itl_only: bool = False) -> Snapshot:
-    samples = [_hist("vllm:time_per_output_token_seconds", requests * 200, tpot * 0.9),
-               _hist("vllm:e2e_request_latency_seconds", requests, 8.0)]
+    samples = [
+        _hist("vllm:time_per_output_token_seconds", requests * 200, tpot * 0.9),
+        _hist("vllm:e2e_request_latency_seconds", requests, 8.0),
+    ]
     if not itl_only:  # V1 >= 0.11: the per-request histogram is preferred
         samples.append(_hist("vllm:request_time_per_output_token_seconds", requests, tpot))
-    return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, prev_ts=ts - 15,
-                    labels={"model_name": "llama", "engine": "0"}, samples=samples)
+    return Snapshot(
+        ts=ts,
+        node=node,
+        source="vllm",
+        interval_s=15,
+        prev_ts=ts - 15,
+        labels={"model_name": "llama", "engine": "0"},
+        samples=samples,
+    )
 
 
 def gauges(win: EnginePeerWindows, now: float, explained: frozenset[str] = frozenset()) -> dict[tuple[str, str], float]:

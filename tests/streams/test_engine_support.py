@@ -36,9 +36,19 @@ WORKER_SIGNALS = frozenset({"model.nodes_with_cause"})
 def fixture_signals() -> dict[str, frozenset[str]]:
     out = {}
     for engine, names in ENGINE_FIXTURES.items():
-        snaps = [SnapshotBuilder().build(ScrapeRecord(
-            ts=1_764_400_000, node="gpu-node-1", job=engine, body=(FIXTURES / n).read_text(encoding="utf-8"),
-            labels={"instance": "10.0.0.5:8000"}, interval_s=5)) for n in names]
+        snaps = [
+            SnapshotBuilder().build(
+                ScrapeRecord(
+                    ts=1_764_400_000,
+                    node="gpu-node-1",
+                    job=engine,
+                    body=(FIXTURES / n).read_text(encoding="utf-8"),
+                    labels={"instance": "10.0.0.5:8000"},
+                    interval_s=5,
+                )
+            )
+            for n in names
+        ]
         out[engine] = snapshot_signals(snaps) | WORKER_SIGNALS
     return out
 
@@ -51,22 +61,27 @@ def when(text: str):
     """A rule around one `when:` block (scope engine), parsed by the real loader."""
     [rule] = parse_rule_text(
         "groups:\n  - name: g\n    rules:\n      - name: r\n        scope: engine\n        symptom: true\n"
-        "        when:\n" + "".join(f"          {line}\n" for line in text.strip().splitlines()), "x.yaml")
+        "        when:\n" + "".join(f"          {line}\n" for line in text.strip().splitlines()),
+        "x.yaml",
+    )
     return rule
 
 
-@pytest.mark.parametrize(("signal", "bases"), [
-    ("latency.tpot.p95", {"latency.tpot"}),
-    ("latency.queue.mean", {"latency.queue"}),
-    ("engine.preemptions.rate", {"engine.preemptions"}),
-    ("engine.http_rejection_ratio", {"engine.http_rejections", "engine.http_requests"}),
-    ("engine.request_failure_ratio", {"engine.http_rejections", "engine.requests_received"}),
-    ("engine.kv_cache_reserved", {"engine.batch_max_tokens", "engine.batch_token_capacity"}),
-    ("engine.arrival_rate", {"latency.e2e", "engine.requests_running", "engine.requests_waiting"}),
-    ("gpu.thermal_throttle_flag", {"gpu.clock_event_reasons"}),
-    ("sla.ttft_p99", set()),
-    ("gpu.temperature", {"gpu.temperature"}),
-])
+@pytest.mark.parametrize(
+    ("signal", "bases"),
+    [
+        ("latency.tpot.p95", {"latency.tpot"}),
+        ("latency.queue.mean", {"latency.queue"}),
+        ("engine.preemptions.rate", {"engine.preemptions"}),
+        ("engine.http_rejection_ratio", {"engine.http_rejections", "engine.http_requests"}),
+        ("engine.request_failure_ratio", {"engine.http_rejections", "engine.requests_received"}),
+        ("engine.kv_cache_reserved", {"engine.batch_max_tokens", "engine.batch_token_capacity"}),
+        ("engine.arrival_rate", {"latency.e2e", "engine.requests_running", "engine.requests_waiting"}),
+        ("gpu.thermal_throttle_flag", {"gpu.clock_event_reasons"}),
+        ("sla.ttft_p99", set()),
+        ("gpu.temperature", {"gpu.temperature"}),
+    ],
+)
 def test_base_signals(signal, bases):
     assert base_signals(signal) == bases
 
@@ -115,14 +130,18 @@ def test_declared_engines_are_the_computed_ones(rule):
 # lead engineer owns rules/*.yaml: these are proposals, checked here so that they stay true).
 PROPOSALS = {
     # TTFT >= queue wait: a queue P99 over the TTFT SLA is a TTFT breach; TGI has a queue but no TTFT histogram
-    "tail-latency-breach": ("""
+    "tail-latency-breach": (
+        """
 any:
   - {signal: latency.ttft.p99, above: {signal: sla.ttft_p99}, min_observations: 20}
   - {signal: latency.queue.p99, above: {signal: sla.ttft_p99}, min_observations: 20}
-""", {"vllm", "tgi", "nim", "sglang"}),
+""",
+        {"vllm", "tgi", "nim", "sglang"},
+    ),
     # vLLM preempts; NIM has no preemption counter; TGI never preempts and has no usage gauge, but its reserved
     # token budget full while requests wait is the same admission stall
-    "kv-cache-pressure": ("""
+    "kv-cache-pressure": (
+        """
 any:
   - all:
       - {signal: engine.kv_cache_usage, at_least: 0.95}
@@ -132,18 +151,24 @@ any:
   - all:
       - {signal: engine.kv_cache_reserved, at_least: 0.95}
       - {signal: engine.requests_waiting, above: 0}
-""", {"vllm", "tgi", "nim", "sglang"}),
+""",
+        {"vllm", "tgi", "nim", "sglang"},
+    ),
     # reserved >= used, so reserved < 0.9 implies usage < 0.9 (TGI); NIM still lacks a queue-time histogram
-    "head-of-line-blocking": ("""
+    "head-of-line-blocking": (
+        """
 all:
   - {signal: latency.queue.mean, above: 0.2}
   - {signal: tokens.generation.mean, above: 1000}
   - any:
       - {signal: engine.kv_cache_usage, below: 0.9}
       - {signal: engine.kv_cache_reserved, below: 0.9}
-""", {"vllm", "tgi", "sglang"}),
+""",
+        {"vllm", "tgi", "sglang"},
+    ),
     # TGI: failures by reason over arrivals (engine.request_failure_ratio) instead of HTTP status classes
-    "retry-storm": ("""
+    "retry-storm": (
+        """
 all:
   - {signal: engine.http_rejections.rate, reduce: sum, above: 1}
   - any:
@@ -155,7 +180,9 @@ all:
       - {signal: engine.http_rejection_ratio, reduce: max, above: 0.3}
       - {signal: engine.request_failure_ratio, reduce: max, above: 0.3}
   - {signal: latency.e2e.p99, above: 12, min_observations: 20}
-""", {"vllm", "tgi"}),
+""",
+        {"vllm", "tgi"},
+    ),
 }
 
 
@@ -168,7 +195,8 @@ def test_proposed_rewrites_are_fed_by_more_engines(name):
 
 
 def test_rule_docs_show_declared_or_computed_engines():
-    declared = parse_rule_text("""\
+    declared = parse_rule_text(
+        """\
 groups:
   - name: g
     rules:
@@ -177,8 +205,12 @@ groups:
         engines: [vllm, nim]
         symptom: true
         when: {signal: latency.ttft.p99, above: 1}
-""", "x.yaml")[0]
+""",
+        "x.yaml",
+    )[0]
     assert engines_text(declared) == "engines: vllm, nim"
-    assert engines_text(when("{signal: latency.ttft.p99, above: 1}")) == \
-        "engines: vllm, nim, sglang (computed, not declared)"
+    assert (
+        engines_text(when("{signal: latency.ttft.p99, above: 1}"))
+        == "engines: vllm, nim, sglang (computed, not declared)"
+    )
     assert engines_text(when("{signal: gpu.dram_bw_util, reduce: max, above: 1}")).startswith("any engine")

@@ -52,8 +52,9 @@ def test_thermal_throttle_opens_after_one_minute_and_resolves():
 
 
 def test_second_gpu_joining_updates_the_incident():
-    snaps = [dcgm_snapshot(T0 + 15 * i, hot={3: (88, 1100)} if i < 12 else {3: (88, 1100), 5: (90, 1000)})
-             for i in range(20)]
+    snaps = [
+        dcgm_snapshot(T0 + 15 * i, hot={3: (88, 1100)} if i < 12 else {3: (88, 1100), 5: (90, 1000)}) for i in range(20)
+    ]
     _, events = run(snaps)
     assert [e.event for e in events] == ["opened", "updated"]
     assert events[1].scope.gpus == ["3", "5"] and events[1].sequence == 2
@@ -61,8 +62,10 @@ def test_second_gpu_joining_updates_the_incident():
 
 def test_hot_but_not_throttled_and_slow_for_another_reason_do_not_fire():
     # GPU 1 hot at full clock; GPU 2 cool and slow because of the power cap (0x4), not heat
-    snaps = [dcgm_snapshot(T0 + 15 * i, hot={1: (90.0, 1900.0), 2: (70.0, 1000.0)}, reasons={1: 0, 2: 0x4})
-             for i in range(20)]
+    snaps = [
+        dcgm_snapshot(T0 + 15 * i, hot={1: (90.0, 1900.0), 2: (70.0, 1000.0)}, reasons={1: 0, 2: 0x4})
+        for i in range(20)
+    ]
     assert run(snaps)[1] == []
 
 
@@ -104,13 +107,18 @@ def test_state_is_serialisable_and_small():
     assert type(state).model_validate_json(dumped).model_dump() == state.model_dump()
 
 
-@pytest.mark.parametrize(("template", "expected"), [
-    ("drain {node} GPUs {gpus}", "drain n1 GPUs 3,5"),
-    ("temp {gpu.temperature} C", "temp 91 C"),
-    ("unknown {nope} is n/a", "unknown n/a is n/a"),
-    ("TIME-WAIT ({net.time_wait} now), max {max(gpu.temperature)}", "TIME-WAIT (n/a now), max n/a"),
-])
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("drain {node} GPUs {gpus}", "drain n1 GPUs 3,5"),
+        ("temp {gpu.temperature} C", "temp 91 C"),
+        ("unknown {nope} is n/a", "unknown n/a is n/a"),
+        ("TIME-WAIT ({net.time_wait} now), max {max(gpu.temperature)}", "TIME-WAIT (n/a now), max n/a"),
+    ],
+)
 def test_render_action(template, expected):
-    evidence = [Evidence(signal="gpu.temperature", value=88, op=">="),
-                Evidence(signal="gpu.temperature", value=91, op=">=")]
+    evidence = [
+        Evidence(signal="gpu.temperature", value=88, op=">="),
+        Evidence(signal="gpu.temperature", value=91, op=">="),
+    ]
     assert render_action(template, Scope(node="n1", gpus=["3", "5"]), evidence) == expected

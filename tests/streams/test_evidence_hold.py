@@ -18,35 +18,57 @@ T0 = 1_767_225_600.0
 
 def ctx(values: dict[str, dict[str, float]], baselines: dict[str, float] | None = None) -> EvalContext:
     base = baselines or {}
-    return EvalContext(now=T0, values=values,
-                       baseline=lambda s, _e: (base[s], "rolling") if s in base else None)
+    return EvalContext(now=T0, values=values, baseline=lambda s, _e: (base[s], "rolling") if s in base else None)
 
 
 def leaf(**kw) -> SignalCondition:
     return SignalCondition.model_validate(kw)
 
 
-@pytest.mark.parametrize(("cond", "values", "baselines", "expected"), [
-    # 3x its baseline against a 2x bound: twice as far from normal as the bound
-    ({"signal": "latency.tpot.p95", "above_baseline": 2.0}, {"latency.tpot.p95": {"0": 0.3}},
-     {"latency.tpot.p95": 0.1}, 2.0),
-    # just past the bound
-    ({"signal": "latency.tpot.p95", "above_baseline": 2.0}, {"latency.tpot.p95": {"0": 0.201}},
-     {"latency.tpot.p95": 0.1}, 1.01),
-    # half the peers' clock against 0.8x of it: (1 - 0.5) / (1 - 0.8)
-    ({"signal": "gpu.sm_clock", "below": {"peers": 0.8}}, {"gpu.sm_clock": {"0": 1000, "1": 2000, "2": 2000}},
-     {}, 2.5),
-    # a guard that does not point away from normal says nothing about strength
-    ({"signal": "engine.arrival_rate", "reduce": "sum", "at_least": {"baseline": 0.7}},
-     {"engine.arrival_rate": {"0": 5.0}}, {"sum(engine.arrival_rate)": 5.0}, 1.0),
-    # a constant: the multiple of the bound
-    ({"signal": "latency.queue.mean", "above": 0.2}, {"latency.queue.mean": {"0": 0.6}}, {}, 3.0),
-    # `above: 0`: whether, not how far
-    ({"signal": "engine.preemptions.rate", "above": 0}, {"engine.preemptions.rate": {"0": 9.0}}, {}, 1.0),
-    # capped: a bound close to 1x reads a small change as a huge multiple
-    ({"signal": "latency.tpot.mean", "above_baseline": 1.1}, {"latency.tpot.mean": {"0": 0.5}},
-     {"latency.tpot.mean": 0.1}, 4.0),
-])
+@pytest.mark.parametrize(
+    ("cond", "values", "baselines", "expected"),
+    [
+        # 3x its baseline against a 2x bound: twice as far from normal as the bound
+        (
+            {"signal": "latency.tpot.p95", "above_baseline": 2.0},
+            {"latency.tpot.p95": {"0": 0.3}},
+            {"latency.tpot.p95": 0.1},
+            2.0,
+        ),
+        # just past the bound
+        (
+            {"signal": "latency.tpot.p95", "above_baseline": 2.0},
+            {"latency.tpot.p95": {"0": 0.201}},
+            {"latency.tpot.p95": 0.1},
+            1.01,
+        ),
+        # half the peers' clock against 0.8x of it: (1 - 0.5) / (1 - 0.8)
+        (
+            {"signal": "gpu.sm_clock", "below": {"peers": 0.8}},
+            {"gpu.sm_clock": {"0": 1000, "1": 2000, "2": 2000}},
+            {},
+            2.5,
+        ),
+        # a guard that does not point away from normal says nothing about strength
+        (
+            {"signal": "engine.arrival_rate", "reduce": "sum", "at_least": {"baseline": 0.7}},
+            {"engine.arrival_rate": {"0": 5.0}},
+            {"sum(engine.arrival_rate)": 5.0},
+            1.0,
+        ),
+        # a constant: the multiple of the bound
+        ({"signal": "latency.queue.mean", "above": 0.2}, {"latency.queue.mean": {"0": 0.6}}, {}, 3.0),
+        # `above: 0`: whether, not how far
+        ({"signal": "engine.preemptions.rate", "above": 0}, {"engine.preemptions.rate": {"0": 9.0}}, {}, 1.0),
+        # capped: a bound close to 1x reads a small change as a huge multiple
+        (
+            {"signal": "latency.tpot.mean", "above_baseline": 1.1},
+            {"latency.tpot.mean": {"0": 0.5}},
+            {"latency.tpot.mean": 0.1},
+            4.0,
+        ),
+    ],
+)
 def test_leaf_strength(cond, values, baselines, expected):
     assert strength(leaf(**cond), ctx(values, baselines), "0", "engine") == pytest.approx(expected, abs=0.01)
 
@@ -117,14 +139,20 @@ def test_min_for_cannot_exceed_for():
 
 
 def test_settle_wait_counts_from_when_a_cause_fired_not_since_plus_for():
-    rules = RuleSet(rules=parse_rule_text(RULE + """
+    rules = RuleSet(
+        rules=parse_rule_text(
+            RULE
+            + """
       - name: kv
         scope: engine
         when: {signal: engine.kv_cache_usage, at_least: 0.95}
         for: 1m
         severity: critical
         root_cause: kv-cache-pressure
-""", "t.yaml"))
+""",
+            "t.yaml",
+        )
+    )
     # hot-and-slow pending would rank better; kv fired 150 s ago (its `for` of 60 s after since would say 210 s)
     now = T0 + 1000.0
     fired = {"kv": Firing(entities=["0"], since=now - 400.0, fired=now - 150.0)}

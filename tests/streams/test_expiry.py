@@ -95,13 +95,17 @@ def test_only_nodes_of_the_partition_are_looked_at():
     assert not expiry.tick(1, T0)
     assert not expiry.tick(1, T0 + 30)
     assert expiry.tick(1, T0 + 60)  # every min(60 s, expiry / 4) of the partition's event time
-    states = [("a", {"partition": 1, "last_ts": {"dcgm": T0 - 2 * HOUR}}),
-              ("b", {"partition": 0, "last_ts": {"dcgm": T0 - 2 * HOUR}}),
-              ("c", {"partition": 1, "last_ts": {"dcgm": T0 - 2 * HOUR, "nvml": T0}}),
-              ("d", {"last_ts": {"dcgm": T0 - 2 * HOUR}}),  # stored before states named their partition
-              ("e", None)]
+    states = [
+        ("a", {"partition": 1, "last_ts": {"dcgm": T0 - 2 * HOUR}}),
+        ("b", {"partition": 0, "last_ts": {"dcgm": T0 - 2 * HOUR}}),
+        ("c", {"partition": 1, "last_ts": {"dcgm": T0 - 2 * HOUR, "nvml": T0}}),
+        ("d", {"last_ts": {"dcgm": T0 - 2 * HOUR}}),  # stored before states named their partition
+        ("e", None),
+    ]
     assert expiry.gone(1, states, partition_of=lambda node: 1 if node == "d" else 0) == [
-        ("a", T0 - 2 * HOUR), ("d", T0 - 2 * HOUR)]
+        ("a", T0 - 2 * HOUR),
+        ("d", T0 - 2 * HOUR),
+    ]
     assert expiry.gone(0, states) == []  # partition 0 has no clock yet: nothing is judged
     off = NodeExpiry(0)
     assert not any(off.tick(0, T0 + 60 * i) for i in range(10))

@@ -45,23 +45,45 @@ def test_one_pass_extraction_equals_extract_and_counter_rates(fleet_snapshots):
 
 
 def test_memoised_lookup_equals_the_mapping_walk(fleet_snapshots):
-    fresh = parse_catalog({"signals": {
-        "probe.connect": {"kind": "gauge", "unit": "s", "sources": {
-            "blackbox": {"metric": "probe_http_duration_seconds", "match": {"phase": "connect"}}}},
-        "probe.tls": {"kind": "gauge", "unit": "s", "sources": {
-            "blackbox": {"metric": "probe_http_duration_seconds", "match": {"phase": "tls"}}}},
-    }})
+    fresh = parse_catalog(
+        {
+            "signals": {
+                "probe.connect": {
+                    "kind": "gauge",
+                    "unit": "s",
+                    "sources": {"blackbox": {"metric": "probe_http_duration_seconds", "match": {"phase": "connect"}}},
+                },
+                "probe.tls": {
+                    "kind": "gauge",
+                    "unit": "s",
+                    "sources": {"blackbox": {"metric": "probe_http_duration_seconds", "match": {"phase": "tls"}}},
+                },
+            }
+        }
+    )
     for phase in ("connect", "tls", "resolve", None, "connect"):
         labels = {"phase": phase} if phase else {}
         found = fresh.lookup("blackbox", "probe_http_duration_seconds", labels)
-        walked = next(((spec, sm.scale) for spec, sm in fresh.by_metric[("blackbox", "probe_http_duration_seconds")]
-                       if sm.matches(labels)), None)
+        walked = next(
+            (
+                (spec, sm.scale)
+                for spec, sm in fresh.by_metric[("blackbox", "probe_http_duration_seconds")]
+                if sm.matches(labels)
+            ),
+            None,
+        )
         assert found == walked
     catalog = default_catalog()
     for snap in fleet_snapshots[:16]:
         for s in snap.samples:
-            walked = next(((spec, sm.scale) for spec, sm in catalog.by_metric.get((snap.source, s.name), ())
-                           if sm.matches(s.labels)), None)
+            walked = next(
+                (
+                    (spec, sm.scale)
+                    for spec, sm in catalog.by_metric.get((snap.source, s.name), ())
+                    if sm.matches(s.labels)
+                ),
+                None,
+            )
             assert catalog.lookup(snap.source, s.name, s.labels) == walked
 
 
@@ -89,8 +111,13 @@ def test_window_histogram_equals_the_interval_loop(whole):
         step_s = rng.choice([15.0, 15.0, 15.0, 45.0])
         increments = [rng.randint(0, 40) if whole or rng.random() < 0.8 else rng.random() * 40 for _ in le]
         counts = list(itertools.accumulate(float(x) for x in increments))
-        window.add(ts + step_s, ts, HistogramDelta(counts=counts, count=counts[-1] + rng.randint(0, 3),
-                                                   sum=rng.random() * 100), le, gap=step_s > 15)
+        window.add(
+            ts + step_s,
+            ts,
+            HistogramDelta(counts=counts, count=counts[-1] + rng.randint(0, 3), sum=rng.random() * 100),
+            le,
+            gap=step_s > 15,
+        )
         ts += step_s
         for now in (ts, ts - 20.0, ts + 70.0):
             assert window.histogram(now) == _reference_histogram(window, now)
@@ -216,8 +243,14 @@ def test_compiled_rules_answer_as_holds_and_entities_of(fleet_snapshots):
         latest.update(snapshot_values(snap, catalog).values, snap.ts, snap.interval_s)
         now = snap.ts + (0.0 if i % 3 else 100.0)
         for values, seen in ((latest.view(now), latest.last_seen()), (latest.current(now), latest.seen())):
-            ctx = EvalContext(now=now, values=values, last_seen=seen, catalog=catalog, baseline=_baseline,
-                              history=lambda s, e: history.get((s, e), []))
+            ctx = EvalContext(
+                now=now,
+                values=values,
+                last_seen=seen,
+                catalog=catalog,
+                baseline=_baseline,
+                history=lambda s, e: history.get((s, e), []),
+            )
             for plan in plans_for(ruleset, catalog):
                 entities = entities_of(plan.rule.leaves(), ctx, plan.scope)
                 assert plan.entities(ctx) == entities, plan.name

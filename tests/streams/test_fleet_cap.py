@@ -129,6 +129,7 @@ def test_the_nodes_kept_are_diagnosed_as_without_a_cap():
             for j in range(5 if i else 0):  # one-shot names between its snapshots, once it sent twice
                 _run(p, store, dcgm_snapshot(T0 + 15 * i + 1, f"fake-{i}-{j}"))
         return out, len(store)
+
     capped, held = run(4)
     assert capped == run(None)[0] and capped and held <= 4
 

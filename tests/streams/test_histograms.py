@@ -74,17 +74,31 @@ POSITIVE = ([0.1, 0.2, 1.0, INF], [50.0, 70.0, 110.0, 120.0])
 NEGATIVE = ([-0.2, -0.1, 0.3, INF], [10.0, 20.0, 20.0, 30.0])
 
 
-@pytest.mark.parametrize(("q", "positive", "negative"), [
-    (0.0, 0.0, -0.2), (0.2, 0.048, -0.2), (0.5, 0.15, -0.15), (0.8, 0.72, 0.3), (1.0, 1.0, 0.3),
-])
+@pytest.mark.parametrize(
+    ("q", "positive", "negative"),
+    [
+        (0.0, 0.0, -0.2),
+        (0.2, 0.048, -0.2),
+        (0.5, 0.15, -0.15),
+        (0.8, 0.72, 0.3),
+        (1.0, 1.0, 0.3),
+    ],
+)
 def test_prometheus_testhistogram(q, positive, negative):
     assert histogram_quantile(q, *POSITIVE, None) == pytest.approx(positive)
     assert histogram_quantile(q, *NEGATIVE, None) == pytest.approx(negative)
 
 
-@pytest.mark.parametrize(("q", "positive", "negative"), [
-    (0.0, 0.0, -0.25), (0.25, 0.055, -0.225), (0.5, 0.125, -0.2), (0.75, 0.45, -0.15), (1.0, 1.0, -0.1),
-])
+@pytest.mark.parametrize(
+    ("q", "positive", "negative"),
+    [
+        (0.0, 0.0, -0.25),
+        (0.25, 0.055, -0.225),
+        (0.5, 0.125, -0.2),
+        (0.75, 0.45, -0.15),
+        (1.0, 1.0, -0.1),
+    ],
+)
 def test_prometheus_testhistogram3(q, positive, negative):
     pos = ([0.0, 0.1, 0.2, 1.0], [0.0, 50.0, 70.0, 110.0], 110.0)
     neg = ([-0.25, -0.2, -0.1, 0.3], [0.0, 10.0, 20.0, 20.0], 20.0)
@@ -161,9 +175,11 @@ def test_merge_rebucketing_agrees_with_linear_interpolation():
 
 def test_merge_tgi_and_vllm_layouts_keeps_count_and_a_plausible_p50():
     tgi_le = tuple(0.001 * 1.5**i for i in range(35))
+
     # 100 observations uniform on (0.1, 0.25] in both layouts
     def uniform(le):
         return tuple(100.0 * min(1.0, max(0.0, (b - 0.1) / 0.15)) for b in le)
+
     vllm = Histogram(TTFT_BUCKETS, uniform(TTFT_BUCKETS), 100.0, 17.5)
     tgi = Histogram(tgi_le, uniform(tgi_le), 100.0, 17.5)
     m = merge([vllm, tgi])
@@ -263,13 +279,30 @@ def test_window_state_round_trips_through_json():
 # --- LatencyTracker on hand-made snapshots -------------------------------------------------------
 
 
-def vllm_ttft(ts: float, prev_ts: float | None, node: str, d: HistogramDelta, engine: str = "0",
-              model: str = MODEL, gap: bool = False, reset: bool = False) -> Snapshot:
+def vllm_ttft(
+    ts: float,
+    prev_ts: float | None,
+    node: str,
+    d: HistogramDelta,
+    engine: str = "0",
+    model: str = MODEL,
+    gap: bool = False,
+    reset: bool = False,
+) -> Snapshot:
     labels = {"model_name": model, "engine": engine}
-    sample = HistogramSample(name="vllm:time_to_first_token_seconds", labels=labels, le=list(LE),
-                             counts=list(d.counts), count=d.count, sum=d.sum, delta=d, reset=reset)
-    return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, labels=labels, samples=[sample],
-                    prev_ts=prev_ts, gap=gap)
+    sample = HistogramSample(
+        name="vllm:time_to_first_token_seconds",
+        labels=labels,
+        le=list(LE),
+        counts=list(d.counts),
+        count=d.count,
+        sum=d.sum,
+        delta=d,
+        reset=reset,
+    )
+    return Snapshot(
+        ts=ts, node=node, source="vllm", interval_s=15, labels=labels, samples=[sample], prev_ts=prev_ts, gap=gap
+    )
 
 
 def test_tracker_engine_model_and_fleet_scopes():
@@ -318,15 +351,37 @@ def test_tracker_keeps_gap_intervals_and_drops_stale_series():
 def test_tracker_maps_tgi_by_instance_and_merges_layouts_in_the_fleet():
     tgi_le = [0.9852612304687506, 1.477891845703126, 2.2168377685546886, 3.325256652832033]
     d = HistogramDelta(counts=[10.0, 20.0, 30.0, 40.0], count=40.0, sum=80.0)
-    sample = HistogramSample(name="tgi_request_duration", labels={}, le=tgi_le, counts=d.counts, count=40.0,
-                             sum=80.0, delta=d)
-    tgi = Snapshot(ts=T0 + 15, node="tgi-1", source="tgi", labels={"instance": "tgi-1:80", "model": "mistral"},
-                   samples=[sample], prev_ts=T0)
+    sample = HistogramSample(
+        name="tgi_request_duration", labels={}, le=tgi_le, counts=d.counts, count=40.0, sum=80.0, delta=d
+    )
+    tgi = Snapshot(
+        ts=T0 + 15,
+        node="tgi-1",
+        source="tgi",
+        labels={"instance": "tgi-1:80", "model": "mistral"},
+        samples=[sample],
+        prev_ts=T0,
+    )
     e2e_le = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0]
     d2 = HistogramDelta(counts=[0, 0, 0, 10.0, 20.0, 30.0, 40.0, 40.0], count=40.0, sum=60.0)
-    vllm = Snapshot(ts=T0 + 15, node="gpu-node-1", source="vllm", labels={"model_name": MODEL, "engine": "0"},
-                    prev_ts=T0, samples=[HistogramSample(name="vllm:e2e_request_latency_seconds", labels={},
-                                                         le=e2e_le, counts=d2.counts, count=40.0, sum=60.0, delta=d2)])
+    vllm = Snapshot(
+        ts=T0 + 15,
+        node="gpu-node-1",
+        source="vllm",
+        labels={"model_name": MODEL, "engine": "0"},
+        prev_ts=T0,
+        samples=[
+            HistogramSample(
+                name="vllm:e2e_request_latency_seconds",
+                labels={},
+                le=e2e_le,
+                counts=d2.counts,
+                count=40.0,
+                sum=60.0,
+                delta=d2,
+            )
+        ],
+    )
     tr = LatencyTracker()
     assert tr.observe(tgi) == 1 and tr.observe(vllm) == 1
     p = tr.percentiles(T0 + 15)

@@ -66,8 +66,7 @@ class Worker:
 
 
 def node_snapshot(ts: float, node: str = "gpu-node-1") -> Snapshot:
-    return Snapshot(ts=ts, node=node, source="node", interval_s=15,
-                    samples=[GaugeSample(name="node_load1", value=1.0)])
+    return Snapshot(ts=ts, node=node, source="node", interval_s=15, samples=[GaugeSample(name="node_load1", value=1.0)])
 
 
 # --- item 1: a clock from the future -----------------------------------------------------------------------
@@ -146,11 +145,19 @@ def test_a_state_poisoned_before_the_bound_is_healed_when_it_is_read():
 
 
 def test_heal_future_forgets_only_what_is_past_the_horizon():
-    state = NodeState(node="n", last_ts={"dcgm": T0, "nvml": T0 + TEN_YEARS}, persisted_at=T0 + TEN_YEARS,
-                      orphans={"resolved@gpu": T0 + TEN_YEARS, "rule-a": T0},
-                      history={"s|0": [[T0, 1.0], [T0 + TEN_YEARS, 2.0]], "s|1": [[T0 + TEN_YEARS, 1.0]]},
-                      rules={"r": {"pending": {"0": T0, "1": T0 + TEN_YEARS},
-                                   "firing": {"2": {"since": T0, "last_true": T0 + TEN_YEARS}}}})
+    state = NodeState(
+        node="n",
+        last_ts={"dcgm": T0, "nvml": T0 + TEN_YEARS},
+        persisted_at=T0 + TEN_YEARS,
+        orphans={"resolved@gpu": T0 + TEN_YEARS, "rule-a": T0},
+        history={"s|0": [[T0, 1.0], [T0 + TEN_YEARS, 2.0]], "s|1": [[T0 + TEN_YEARS, 1.0]]},
+        rules={
+            "r": {
+                "pending": {"0": T0, "1": T0 + TEN_YEARS},
+                "firing": {"2": {"since": T0, "last_true": T0 + TEN_YEARS}},
+            }
+        },
+    )
     assert heal_future(state, T0 + 300)
     assert state.last_ts == {"dcgm": T0} and state.persisted_at == 0.0 and state.orphans == {"rule-a": T0}
     assert state.history == {"s|0": [[T0, 1.0]]}
@@ -158,8 +165,11 @@ def test_heal_future_forgets_only_what_is_past_the_horizon():
     assert state.rules["r"].pending == {"0": T0, "1": T0}
     assert (state.rules["r"].firing["2"].since, state.rules["r"].firing["2"].last_true) == (T0, T0)
     assert not heal_future(state, T0 + 300)
-    alone = NodeState(node="n", last_ts={"nvml": T0 + TEN_YEARS},
-                      rules={"r": {"firing": {"2": {"since": T0, "last_true": T0 + TEN_YEARS}}}})
+    alone = NodeState(
+        node="n",
+        last_ts={"nvml": T0 + TEN_YEARS},
+        rules={"r": {"firing": {"2": {"since": T0, "last_true": T0 + TEN_YEARS}}}},
+    )
     assert heal_future(alone, T0 + 300) and alone.last_ts == {} and alone.rules == {}  # nothing sane: dropped
 
 
@@ -203,34 +213,66 @@ def _sample(**over) -> dict:
 
 
 def _hist(**delta) -> dict:
-    return {"kind": "histogram", "name": "h", "le": [0.1, 1.0], "counts": [1, 2], "count": 3, "sum": 1.5,
-            "delta": {"counts": [1, 1], "count": 1, "sum": 0.5, **delta}}
+    return {
+        "kind": "histogram",
+        "name": "h",
+        "le": [0.1, 1.0],
+        "counts": [1, 2],
+        "count": 3,
+        "sum": 1.5,
+        "delta": {"counts": [1, 1], "count": 1, "sum": 0.5, **delta},
+    }
 
 
-@pytest.mark.parametrize(("raw", "kind"), [
-    (_raw(interval_s=math.inf), "non_finite"),
-    (_raw(interval_s=math.nan), "non_finite"),
-    (_raw(interval_s=LIMITS.max_interval_s * 10), "out_of_range"),
-    (_raw(prev_ts=math.nan), "non_finite"),
-    (_raw(prev_ts=math.inf), "non_finite"),
-    (_raw(samples=[_hist(counts=[math.nan, 1])]), "non_finite"),
-    (_raw(samples=[_hist(counts=[-5, 1])]), "out_of_range"),
-    (_raw(samples=[{"kind": "counter", "name": "c", "value": 5, "delta": math.nan}]), "non_finite"),
-    (_raw(samples=[{"kind": "counter", "name": "c", "value": 5, "delta": -1}]), "out_of_range"),
-    (_raw(samples=[_sample(labels={f"l{i}": "v" for i in range(LIMITS.max_labels + 1)})]), "too_many_labels"),
-    (_raw(labels={f"l{i}": "v" for i in range(LIMITS.max_labels + 1)}), "too_many_labels"),
-    (_raw(samples=[_sample(labels={"l" * (LIMITS.max_label_name + 1): "v"})]), "label_too_long"),
-    (_raw(samples=[_sample(labels={"gpu": "v" * (LIMITS.max_label_value + 1)})]), "label_too_long"),
-    (json.dumps({"ts": T0, "node": "gpu-node-1", "source": "dcgm", "samples": [
-        {"kind": "gauge", "name": "g", "value": 1}] * (LIMITS.max_samples + 1)}, separators=(",", ":")).encode(),
-     "too_many_samples"),
-    (_raw(samples=[{"kind": "histogram", "name": "h", "le": list(range(1, LIMITS.max_buckets + 2)),
-                    "counts": [0] * (LIMITS.max_buckets + 1), "count": 0, "sum": 0}]), "too_many_buckets"),
-    (b"\xff\xfe\x00 binary", "not_utf8"),
-    (b"{not json", "bad_json"),
-    (b"", "empty"),
-    (_raw(ts="soon"), "invalid"),
-])
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [
+        (_raw(interval_s=math.inf), "non_finite"),
+        (_raw(interval_s=math.nan), "non_finite"),
+        (_raw(interval_s=LIMITS.max_interval_s * 10), "out_of_range"),
+        (_raw(prev_ts=math.nan), "non_finite"),
+        (_raw(prev_ts=math.inf), "non_finite"),
+        (_raw(samples=[_hist(counts=[math.nan, 1])]), "non_finite"),
+        (_raw(samples=[_hist(counts=[-5, 1])]), "out_of_range"),
+        (_raw(samples=[{"kind": "counter", "name": "c", "value": 5, "delta": math.nan}]), "non_finite"),
+        (_raw(samples=[{"kind": "counter", "name": "c", "value": 5, "delta": -1}]), "out_of_range"),
+        (_raw(samples=[_sample(labels={f"l{i}": "v" for i in range(LIMITS.max_labels + 1)})]), "too_many_labels"),
+        (_raw(labels={f"l{i}": "v" for i in range(LIMITS.max_labels + 1)}), "too_many_labels"),
+        (_raw(samples=[_sample(labels={"l" * (LIMITS.max_label_name + 1): "v"})]), "label_too_long"),
+        (_raw(samples=[_sample(labels={"gpu": "v" * (LIMITS.max_label_value + 1)})]), "label_too_long"),
+        (
+            json.dumps(
+                {
+                    "ts": T0,
+                    "node": "gpu-node-1",
+                    "source": "dcgm",
+                    "samples": [{"kind": "gauge", "name": "g", "value": 1}] * (LIMITS.max_samples + 1),
+                },
+                separators=(",", ":"),
+            ).encode(),
+            "too_many_samples",
+        ),
+        (
+            _raw(
+                samples=[
+                    {
+                        "kind": "histogram",
+                        "name": "h",
+                        "le": list(range(1, LIMITS.max_buckets + 2)),
+                        "counts": [0] * (LIMITS.max_buckets + 1),
+                        "count": 0,
+                        "sum": 0,
+                    }
+                ]
+            ),
+            "too_many_buckets",
+        ),
+        (b"\xff\xfe\x00 binary", "not_utf8"),
+        (b"{not json", "bad_json"),
+        (b"", "empty"),
+        (_raw(ts="soon"), "invalid"),
+    ],
+)
 def test_every_rejection_has_a_countable_kind(raw, kind):
     out = decode_snapshot(raw)
     assert isinstance(out, Malformed), raw[:80]
@@ -286,8 +328,11 @@ def test_a_bundle_is_admitted_as_its_snapshots_or_rejected_whole():
     from tailhound.snapshot import bundle_bytes
 
     def part(ts: float, node: str = "gpu-node-1") -> bytes:
-        return Snapshot(ts=ts, node=node, source="dcgm", samples=[GaugeSample(name="g", value=1.0)]
-                        ).model_dump_json(exclude_none=True).encode()
+        return (
+            Snapshot(ts=ts, node=node, source="dcgm", samples=[GaugeSample(name="g", value=1.0)])
+            .model_dump_json(exclude_none=True)
+            .encode()
+        )
 
     stats = IntakeStats()
     gate = Gate(stats=stats)
@@ -296,7 +341,8 @@ def test_a_bundle_is_admitted_as_its_snapshots_or_rejected_whole():
     assert [s.ts for s in gate.admit_all(part(T0), b"gpu-node-1", arrival=T0)] == [T0]  # version 1 as before
     wrong_key = gate.admit_all(bundle_bytes("gpu-node-1", [part(T0)]), b"gpu-node-2", arrival=T0)
     assert wrong_key.kind == "wrong_key"
-    ahead = gate.admit_all(bundle_bytes("gpu-node-1", [part(T0), part(T0 + 10 * 365 * 86400)]), b"gpu-node-1",
-                           arrival=T0)
+    ahead = gate.admit_all(
+        bundle_bytes("gpu-node-1", [part(T0), part(T0 + 10 * 365 * 86400)]), b"gpu-node-1", arrival=T0
+    )
     assert ahead.kind == "future_ts"
     assert stats.as_dict()["rejected"] == {"future_ts": 1, "wrong_key": 1}

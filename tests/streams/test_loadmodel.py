@@ -24,8 +24,9 @@ def ttft_windows(n: int, seed: int, ts0: float = 1.7e9):
         base = 0.05 + 0.0004 * prompt * (1 + running / 64)
         observed.append(base * (1 + rng.exponential(NOISE)))
         true_p95.append(base * (1 + NOISE * math.log(20)))
-        rows.append(WindowFeatures(prompt, gen, running, waiting, running / 10 * rng.uniform(0.8, 1.2),
-                                   ts=ts0 + 60 * i))
+        rows.append(
+            WindowFeatures(prompt, gen, running, waiting, running / 10 * rng.uniform(0.8, 1.2), ts=ts0 + 60 * i)
+        )
     return rows, observed, true_p95
 
 
@@ -75,17 +76,20 @@ def test_save_load_round_trip_gives_identical_predictions(ttft_model, tmp_path):
         assert loaded.predict(row) == ttft_model.predict(row)
 
 
-@pytest.mark.parametrize("tamper, message", [
-    (lambda a: a.update(version=2), "version 2 is newer"),
-    (lambda a: a.update(version="1"), "version '1' is not supported"),
-    (lambda a: a.update(format="pickle"), "not a load model artifact"),
-    (lambda a: a.update(backdoor="os.system"), "backdoor"),
-    (lambda a: a["coef"].__setitem__(0, a["coef"][0] * 2), "digest mismatch"),
-    (lambda a: a["coef"].__setitem__(0, "0.1"), "coef.0"),
-    (lambda a: a["coef"].pop(), "coefficients"),
-    (lambda a: a.update(features=list(reversed(a["features"]))), "features must be"),
-    (lambda a: a.update(floor=0.0), "floor"),
-])
+@pytest.mark.parametrize(
+    "tamper, message",
+    [
+        (lambda a: a.update(version=2), "version 2 is newer"),
+        (lambda a: a.update(version="1"), "version '1' is not supported"),
+        (lambda a: a.update(format="pickle"), "not a load model artifact"),
+        (lambda a: a.update(backdoor="os.system"), "backdoor"),
+        (lambda a: a["coef"].__setitem__(0, a["coef"][0] * 2), "digest mismatch"),
+        (lambda a: a["coef"].__setitem__(0, "0.1"), "coef.0"),
+        (lambda a: a["coef"].pop(), "coefficients"),
+        (lambda a: a.update(features=list(reversed(a["features"]))), "features must be"),
+        (lambda a: a.update(floor=0.0), "floor"),
+    ],
+)
 def test_tampered_or_unknown_artifacts_are_rejected_naming_the_file(ttft_model, tmp_path, tamper, message):
     path = tmp_path / "ttft-model.json"
     ttft_model.save(path)

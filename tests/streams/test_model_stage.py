@@ -15,18 +15,32 @@ T0 = 1_790_000_010.0
 LE = [0.1, 0.5, 1.0, 2.0]
 
 
-def engine_snapshot(node: str, ts: float, model: str = "llama", waiting: float = 1.0, slow: bool = False,
-                    tokens: float = 100.0) -> Snapshot:
+def engine_snapshot(
+    node: str, ts: float, model: str = "llama", waiting: float = 1.0, slow: bool = False, tokens: float = 100.0
+) -> Snapshot:
     counts = [0.0, 2.0, 6.0, 10.0] if slow else [6.0, 9.0, 10.0, 10.0]
     labels = {"engine": "0", "model_name": model}
-    return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, prev_ts=ts - 15, labels={"instance": node},
-                    samples=[
-        HistogramSample(name="vllm:time_to_first_token_seconds", labels=labels, le=LE, counts=counts, count=10,
-                        sum=12.0 if slow else 2.0,
-                        delta=HistogramDelta(counts=counts, count=10, sum=12.0 if slow else 2.0)),
-        CounterSample(name="vllm:generation_tokens_total", labels=labels, value=tokens, delta=tokens),
-        GaugeSample(name="vllm:num_requests_waiting", labels=labels, value=waiting),
-    ])
+    return Snapshot(
+        ts=ts,
+        node=node,
+        source="vllm",
+        interval_s=15,
+        prev_ts=ts - 15,
+        labels={"instance": node},
+        samples=[
+            HistogramSample(
+                name="vllm:time_to_first_token_seconds",
+                labels=labels,
+                le=LE,
+                counts=counts,
+                count=10,
+                sum=12.0 if slow else 2.0,
+                delta=HistogramDelta(counts=counts, count=10, sum=12.0 if slow else 2.0),
+            ),
+            CounterSample(name="vllm:generation_tokens_total", labels=labels, value=tokens, delta=tokens),
+            GaugeSample(name="vllm:num_requests_waiting", labels=labels, value=waiting),
+        ],
+    )
 
 
 def test_keys_are_the_models_served_and_the_fleet():
@@ -55,8 +69,11 @@ def test_a_bucket_closes_when_every_node_has_moved_past_it_and_adds_engines_up()
 
 
 def test_once_every_node_has_reported_the_result_does_not_depend_on_how_nodes_interleave():
-    snaps = [engine_snapshot(n, T0 + 15 * i, slow=(n == "n2" and i > 3), waiting=i) for i in range(12)
-             for n in ("n1", "n2", "n3")]
+    snaps = [
+        engine_snapshot(n, T0 + 15 * i, slow=(n == "n2" and i > 3), waiting=i)
+        for i in range(12)
+        for n in ("n1", "n2", "n3")
+    ]
     by_node = {n: [s for s in snaps if s.node == n] for n in ("n1", "n2", "n3")}
 
     def run(order: list[Snapshot]) -> list[str]:
@@ -134,11 +151,16 @@ def test_model_and_fleet_rules_open_incidents_scoped_to_the_model_and_the_fleet(
 
 
 def test_a_node_level_cause_keeps_the_model_rule_quiet():
-    rules = RuleSet(rules=parse_rule_text(RULES.replace(
-        "when: {signal: latency.ttft.p99, reduce: max, above: 1.0}",
-        "when: {all: [{signal: latency.ttft.p99, reduce: max, above: 1.0},"
-        " {signal: model.nodes_with_cause, below: 1}]}",
-    ), "t.yaml"))
+    rules = RuleSet(
+        rules=parse_rule_text(
+            RULES.replace(
+                "when: {signal: latency.ttft.p99, reduce: max, above: 1.0}",
+                "when: {all: [{signal: latency.ttft.p99, reduce: max, above: 1.0},"
+                " {signal: model.nodes_with_cause, below: 1}]}",
+            ),
+            "t.yaml",
+        )
+    )
     stage = ModelStage(split_rules(rules)[1])
     events = []
     for i in range(12):

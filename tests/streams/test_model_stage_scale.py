@@ -18,13 +18,23 @@ RULES = Path(__file__).resolve().parents[2] / "rules"
 def full_scan(agg: ModelAggregator, now: float | None) -> float:
     """The watermark by definition: the oldest latest time of the nodes that still count."""
     newest = max(agg.node_ts.values())
-    return min(ts for n, ts in agg.node_ts.items()
-               if newest - ts <= agg.idle_s or (now is not None and now - agg.seen_at.get(n, now) < IDLE_WALL_S))
+    return min(
+        ts
+        for n, ts in agg.node_ts.items()
+        if newest - ts <= agg.idle_s or (now is not None and now - agg.seen_at.get(n, now) < IDLE_WALL_S)
+    )
 
 
 def waiting(node: str, ts: float, value: float, model: str = "llama") -> Snapshot:
-    return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, prev_ts=ts - 15, labels={"model_name": model},
-                    samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"}, value=value)])
+    return Snapshot(
+        ts=ts,
+        node=node,
+        source="vllm",
+        interval_s=15,
+        prev_ts=ts - 15,
+        labels={"model_name": model},
+        samples=[GaugeSample(name="vllm:num_requests_waiting", labels={"engine": "0"}, value=value)],
+    )
 
 
 def test_the_watermark_is_the_full_scans_through_late_idle_returning_and_evicted_nodes():

@@ -54,6 +54,7 @@ def test_a_restart_before_every_snapshot_keeps_the_incident_lifecycle():
         raw = r.state if r.changed else raw
         events_fresh += r.events
     assert [(e.event, e.sequence) for e in events_cached] == [("opened", 1), ("resolved", 2)]
+
     # a restart before every snapshot keeps the lifecycle exact (decisions are always stored); only
     # what is written every minute (evidence of the last tick, windows, baselines) may lag
     def lifecycle(events):

@@ -42,8 +42,10 @@ def test_a_valid_pack_is_swapped_in_and_an_invalid_one_rejected(tmp_path):
     v0 = reloader.version
     assert v0.startswith("sha256:") and sample(reg, "tailhound_rules_info", version=v0) == 1.0
 
-    (tmp_path / "t.yaml").write_text(RULE.format(name="hot", limit=85, cause="gpu-thermal-throttle")
-                                     .replace("critical", "critcal") + "      - name: hot\n")
+    (tmp_path / "t.yaml").write_text(
+        RULE.format(name="hot", limit=85, cause="gpu-thermal-throttle").replace("critical", "critcal")
+        + "      - name: hot\n"
+    )
     bad = reloader.reload("test")
     assert not bad.ok and applied == [] and reloader.version == v0
     assert len(bad.problems) >= 2 and any("did you mean 'critical'?" in p for p in bad.problems)

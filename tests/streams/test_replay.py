@@ -54,15 +54,20 @@ def test_healthy_fleet_and_harmless_faults_open_nothing(tmp_path):
 def test_replay_cli(tmp_path):
     rec = record(tmp_path, 25, "thermal-throttle@5m+10m:node=gpu-node-1:gpus=2", nodes=1)
     out = tmp_path / "inc.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "replay", str(rec), "--rules", str(RULES),
-                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "replay", str(rec), "--rules", str(RULES), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     events = out.read_text().splitlines()
     assert f"{len(events)} incident events (1 opened)" in proc.stdout.replace("\n", " ")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"ts": 1, "node": "n", "job": "vllm", "body": ""}\nnot json\n')
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "replay", str(bad)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "replay", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and f"{bad}:2:" in proc.stderr
 
 
@@ -86,5 +91,7 @@ def test_a_line_from_a_clock_years_ahead_is_skipped_and_the_fault_still_found():
     result = replay_records(records(), load_rules(RULES))
     assert result.rejected == {"future_ts": 1} and result.redelivered == 0
     assert [(e.event, e.scope.node) for e in result.events if e.scope.node] == [
-        ("opened", "gpu-node-2"), ("resolved", "gpu-node-2")]
+        ("opened", "gpu-node-2"),
+        ("resolved", "gpu-node-2"),
+    ]
     assert all(e.ts < t0 + 3600 for e in result.events)

@@ -32,8 +32,14 @@ def records(storm_from: int, ticks: int, storm_rejected: float = 25.0, storm_ok:
         w.counter("http_requests_total", rej, {"handler": "/v1/chat/completions", "method": "POST", "status": "4xx"})
         w.histogram("vllm:e2e_request_latency_seconds", LE, counts, total, total * 3.0, labels)
         w.gauge("vllm:num_requests_waiting", 300.0 if storm else 1.0, labels)
-        yield ScrapeRecord(ts=T0 + 15 * i, node="gpu-node-1", job="vllm", body=w.text(), interval_s=15,
-                           labels={"instance": "10.0.0.5:8000"})
+        yield ScrapeRecord(
+            ts=T0 + 15 * i,
+            node="gpu-node-1",
+            job="vllm",
+            body=w.text(),
+            interval_s=15,
+            labels={"instance": "10.0.0.5:8000"},
+        )
 
 
 def test_retry_storm_opens_with_its_evidence():

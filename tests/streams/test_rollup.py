@@ -9,17 +9,44 @@ from tests.notifier.factories import T0, incident_event
 MODEL = "llama-3-70b"
 
 
-def node_event(node: str, event: str = "opened", sequence: int = 1, cause: str = "capacity", ts: float = T0,
-               opened_at: float = T0, **over) -> IncidentEvent:
-    return incident_event(incident_id=f"inc-{node}-{cause}", event=event, sequence=sequence, root_cause=cause,
-                          node=node, gpus=(), ts=ts, opened_at=opened_at, rule=f"{cause}-rule",
-                          labels={"rules": f"{cause}-rule"}, **over)
+def node_event(
+    node: str,
+    event: str = "opened",
+    sequence: int = 1,
+    cause: str = "capacity",
+    ts: float = T0,
+    opened_at: float = T0,
+    **over,
+) -> IncidentEvent:
+    return incident_event(
+        incident_id=f"inc-{node}-{cause}",
+        event=event,
+        sequence=sequence,
+        root_cause=cause,
+        node=node,
+        gpus=(),
+        ts=ts,
+        opened_at=opened_at,
+        rule=f"{cause}-rule",
+        labels={"rules": f"{cause}-rule"},
+        **over,
+    )
 
 
 def model_event(event: str = "opened", sequence: int = 1, cause: str = "capacity", ts: float = T0) -> IncidentEvent:
-    return incident_event(incident_id=f"inc-model-{cause}", event=event, sequence=sequence, root_cause=cause,
-                          node=None, gpus=(), ts=ts, scope=Scope(model=MODEL), rule="model-capacity-exhausted",
-                          labels={"rules": "model-capacity-exhausted"}, actions=["Scale out the model"])
+    return incident_event(
+        incident_id=f"inc-model-{cause}",
+        event=event,
+        sequence=sequence,
+        root_cause=cause,
+        node=None,
+        gpus=(),
+        ts=ts,
+        scope=Scope(model=MODEL),
+        rule="model-capacity-exhausted",
+        labels={"rules": "model-capacity-exhausted"},
+        actions=["Scale out the model"],
+    )
 
 
 def feed(events: list[IncidentEvent], state: RollupState | None = None) -> list[IncidentEvent]:
@@ -35,8 +62,14 @@ def test_a_lone_node_incident_passes_through_unchanged():
 
 
 def test_the_same_cause_on_several_nodes_is_one_model_incident_listing_them():
-    out = feed([node_event("n1"), node_event("n2", ts=T0 + 30, opened_at=T0 + 30), model_event(ts=T0 + 120),
-                node_event("n3", ts=T0 + 200, opened_at=T0 + 200)])
+    out = feed(
+        [
+            node_event("n1"),
+            node_event("n2", ts=T0 + 30, opened_at=T0 + 30),
+            model_event(ts=T0 + 120),
+            node_event("n3", ts=T0 + 200, opened_at=T0 + 200),
+        ]
+    )
     assert {e.incident_id for e in out} == {"inc-n1-capacity"}
     assert [e.event for e in out] == ["opened", "updated", "updated", "updated"]
     assert [e.sequence for e in out] == [1, 2, 3, 4]
@@ -59,8 +92,10 @@ def test_the_group_resolves_when_every_member_has():
 
 def test_different_causes_stay_different_incidents():
     out = feed([node_event("n1", cause="gpu-thermal-throttle"), node_event("n2", cause="kv-cache-pressure")])
-    assert [(e.incident_id, e.scope.node) for e in out] == [("inc-n1-gpu-thermal-throttle", "n1"),
-                                                             ("inc-n2-kv-cache-pressure", "n2")]
+    assert [(e.incident_id, e.scope.node) for e in out] == [
+        ("inc-n1-gpu-thermal-throttle", "n1"),
+        ("inc-n2-kv-cache-pressure", "n2"),
+    ]
 
 
 def test_path_causes_roll_up_fleet_wide_and_engine_causes_per_model():
@@ -114,8 +149,9 @@ def test_a_residual_cause_during_another_incident_of_its_model_is_muted():
     assert feed([node_event("n2", "resolved", 3, cause="node-degraded", ts=late + 300)], state) == []
     assert state.muted == {}
     # with no incident of another cause open on its model, the residual cause is its own incident
-    alone = feed([node_event("n5", cause="node-degraded", ts=late, opened_at=late,
-                             scope=Scope(node="n5", model="other-model"))])
+    alone = feed(
+        [node_event("n5", cause="node-degraded", ts=late, opened_at=late, scope=Scope(node="n5", model="other-model"))]
+    )
     assert [e.root_cause for e in alone] == ["node-degraded"]
 
 
@@ -123,9 +159,18 @@ def test_two_findings_of_one_nodes_fault_stay_that_nodes_incident():
     """node-slowdown (its own history) and node-slower-than-peers (the model stage) on the same node: one
     incident, still scoped to the node."""
     own = node_event("n2", cause="node-degraded")
-    peers = incident_event(incident_id="inc-peers", event="opened", sequence=1, root_cause="node-degraded",
-                           node="n2", gpus=(), ts=T0 + 60, opened_at=T0 + 60, rule="node-slower-than-peers",
-                           labels={"rules": "node-slower-than-peers"})
+    peers = incident_event(
+        incident_id="inc-peers",
+        event="opened",
+        sequence=1,
+        root_cause="node-degraded",
+        node="n2",
+        gpus=(),
+        ts=T0 + 60,
+        opened_at=T0 + 60,
+        rule="node-slower-than-peers",
+        labels={"rules": "node-slower-than-peers"},
+    )
     out = feed([own, peers])
     assert {e.incident_id for e in out} == {own.incident_id}
     last = out[-1]
@@ -151,7 +196,13 @@ def test_a_rolled_up_incident_keeps_its_leads_candidates_and_differential():
 
     diff = Differential(lead="retry-storm", runner_up="capacity", why="sums", check="per client IP")
     cands = [Candidate(root_cause="retry-storm", score=1.0), Candidate(root_cause="capacity", score=0.5)]
-    out = feed([node_event(n, cause="retry-storm", ts=T0 + k * 30, opened_at=T0 + k * 30, candidates=cands,
-                           differential=diff) for k, n in enumerate(("n1", "n2"))])
+    out = feed(
+        [
+            node_event(
+                n, cause="retry-storm", ts=T0 + k * 30, opened_at=T0 + k * 30, candidates=cands, differential=diff
+            )
+            for k, n in enumerate(("n1", "n2"))
+        ]
+    )
     last = out[-1]
     assert last.scope.nodes == ["n1", "n2"] and last.runner_up == "capacity" and last.candidates == cands

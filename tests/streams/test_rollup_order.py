@@ -54,12 +54,21 @@ def test_events_wait_for_every_partition_and_leave_in_event_time_order():
 def test_any_arrival_order_gives_the_same_rollup_output():
     """Two partitions, each in its own order; interleaved every way once both announced themselves (a
     partition's first marker, sent at its first snapshot, holds the roll-up back): the roll-up says the same."""
-    p0 = [("member", node_event("n1", ts=T0 + 30, opened_at=T0 + 30)), ("mark", ("node/0", T0 + 40)),
-          ("member", node_event("n1", "resolved", 2, ts=T0 + 400, opened_at=T0 + 30)), ("mark", ("node/0", T0 + 900))]
-    p1 = [("member", node_event("n2", ts=T0 + 15, opened_at=T0 + 15)), ("mark", ("node/1", T0 + 20)),
-          ("member", model_event(ts=T0 + 35)), ("mark", ("node/1", T0 + 60)),
-          ("member", node_event("n2", "resolved", 2, ts=T0 + 500, opened_at=T0 + 15)),
-          ("member", model_event("resolved", 2, ts=T0 + 500)), ("mark", ("node/1", T0 + 900))]
+    p0 = [
+        ("member", node_event("n1", ts=T0 + 30, opened_at=T0 + 30)),
+        ("mark", ("node/0", T0 + 40)),
+        ("member", node_event("n1", "resolved", 2, ts=T0 + 400, opened_at=T0 + 30)),
+        ("mark", ("node/0", T0 + 900)),
+    ]
+    p1 = [
+        ("member", node_event("n2", ts=T0 + 15, opened_at=T0 + 15)),
+        ("mark", ("node/1", T0 + 20)),
+        ("member", model_event(ts=T0 + 35)),
+        ("mark", ("node/1", T0 + 60)),
+        ("member", node_event("n2", "resolved", 2, ts=T0 + 500, opened_at=T0 + 15)),
+        ("member", model_event("resolved", 2, ts=T0 + 500)),
+        ("mark", ("node/1", T0 + 900)),
+    ]
     results = set()
     rng = random.Random(7)
     for _ in range(60):

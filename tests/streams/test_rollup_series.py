@@ -11,8 +11,16 @@ from tests.streams.test_rollup import node_event
 
 def waiting(node_value: float, start: float = T0, n: int = 10) -> EvidenceSeries:
     ts = [start + 15 * i for i in range(n)]
-    return EvidenceSeries(rule="capacity-rule", signal="sum(engine.requests_waiting)", op=">", threshold=2,
-                          focus=[""], ts=ts, values={"": [node_value + i for i in range(n)]}, pending_since=start)
+    return EvidenceSeries(
+        rule="capacity-rule",
+        signal="sum(engine.requests_waiting)",
+        op=">",
+        threshold=2,
+        focus=[""],
+        ts=ts,
+        values={"": [node_value + i for i in range(n)]},
+        pending_since=start,
+    )
 
 
 def with_series(ev, value: float, start: float = T0):
@@ -25,8 +33,9 @@ def test_a_group_shows_its_nodes_side_by_side_and_the_source_series():
     state = RollupState()
     out = []
     for i, node in enumerate(("n1", "n2", "n3")):
-        out += rollup(state, with_series(node_event(node, ts=T0 + 30 * i, opened_at=T0 + 30 * i), 10 * i,
-                                         start=T0 + 30 * i))
+        out += rollup(
+            state, with_series(node_event(node, ts=T0 + 30 * i, opened_at=T0 + 30 * i), 10 * i, start=T0 + 30 * i)
+        )
     first, *updates = out
     assert first.series[0].focus == ["n1"]  # alone: the member's own event, with its own series
     last = updates[-1]

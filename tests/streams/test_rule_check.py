@@ -66,23 +66,30 @@ def test_every_problem_of_the_file_at_its_line_and_column_with_a_hint(tmp_path):
 def test_all_files_and_rules_defined_in_two_files(tmp_path):
     one = tmp_path / "a.yaml"
     two = tmp_path / "b.yaml"
-    rule = ("groups:\n  - name: g\n    rules:\n      - name: same\n        scope: gpu\n"
-            "        when: {signal: gpu.temperature, above: 80}\n        for: 1h30m\n"
-            "        root_cause: gpu-thermal-throttle\n")
+    rule = (
+        "groups:\n  - name: g\n    rules:\n      - name: same\n        scope: gpu\n"
+        "        when: {signal: gpu.temperature, above: 80}\n        for: 1h30m\n"
+        "        root_cause: gpu-thermal-throttle\n"
+    )
     one.write_text(rule)
     two.write_text("# another team's file\n" + rule + "oops: 1\n")
     problems, count = check_paths([tmp_path])
     assert count == 2
-    assert texts(problems) == [f"{two}:5: rule 'same' is defined twice (also at {one}:4)",
-                               f"{two}:10:1: unknown key 'oops' in a rule file (valid keys here: groups)"]
+    assert texts(problems) == [
+        f"{two}:5: rule 'same' is defined twice (also at {one}:4)",
+        f"{two}:10:1: unknown key 'oops' in a rule file (valid keys here: groups)",
+    ]
 
 
 def test_conditions_deep_inside_name_their_path_and_nearest_key():
-    text = ("groups:\n  - name: g\n    rules:\n      - name: r\n        scope: engine\n        when:\n"
-            "          any:\n            - {signal: latency.ttft.p99, abve: 1}\n        symptom: true\n")
+    text = (
+        "groups:\n  - name: g\n    rules:\n      - name: r\n        scope: engine\n        when:\n"
+        "          any:\n            - {signal: latency.ttft.p99, abve: 1}\n        symptom: true\n"
+    )
     problems, _ = check_text(text, "r.yaml")
     assert [p.text() for p in problems] == [
-        "r.yaml:8:42: rule r: when.any[0]: unknown key 'abve' (did you mean 'above'?)"]
+        "r.yaml:8:42: rule r: when.any[0]: unknown key 'abve' (did you mean 'above'?)"
+    ]
 
 
 def test_yaml_syntax_errors_and_the_default_pack():
@@ -96,12 +103,14 @@ def test_github_annotations_escape_what_the_format_needs():
     p = Problem("rules/a,b.yaml", 3, 7, "bad: thing\nsecond line", "did you mean 'x'?")
     assert p.github("tailhound rules check") == (
         "::error file=rules/a%2Cb.yaml,line=3,col=7,title=tailhound rules check::"
-        "bad: thing%0Asecond line (did you mean 'x'?)")
+        "bad: thing%0Asecond line (did you mean 'x'?)"
+    )
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tailhound", "rules", "check", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "tailhound", "rules", "check", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_exit_codes_and_formats(tmp_path):

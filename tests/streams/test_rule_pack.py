@@ -12,8 +12,10 @@ from tailhound.streams.ruleset.pack import pack_version
 from tailhound.streams.ruleset.rulefile import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
-RULE = ("groups:\n  - name: g\n    rules:\n      - name: hot\n        scope: gpu\n"
-        "        when: {signal: gpu.temperature, above: 80}\n        root_cause: gpu-thermal-throttle\n")
+RULE = (
+    "groups:\n  - name: g\n    rules:\n      - name: hot\n        scope: gpu\n"
+    "        when: {signal: gpu.temperature, above: 80}\n        root_cause: gpu-thermal-throttle\n"
+)
 
 
 def test_a_plain_directory_is_versioned_by_content(tmp_path):
@@ -33,8 +35,9 @@ def test_a_plain_directory_is_versioned_by_content(tmp_path):
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_a_checkout_is_versioned_by_its_commit_and_marked_dirty_with_local_changes(tmp_path):
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     git("init", "-q")
     (tmp_path / "rules").mkdir()

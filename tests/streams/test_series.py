@@ -103,10 +103,12 @@ def test_the_wire_model_refuses_ragged_unbounded_or_non_finite_series():
 
     ok = dict(rule="r", signal="s", ts=[T0, T0 + 15], values={"0": [1.0, None]})
     assert EvidenceSeries(**ok).values == {"0": [1.0, None]}
-    for bad in ({"values": {"0": [1.0]}},  # not aligned with ts
-                {"values": {str(i): [1.0, 2.0] for i in range(MAX_SERIES_ENTITIES + 1)}},
-                {"values": {"0": [float("nan"), 1.0]}},
-                {"ts": [T0 + i for i in range(MAX_SERIES_POINTS + 1)], "values": {}}):
+    for bad in (
+        {"values": {"0": [1.0]}},  # not aligned with ts
+        {"values": {str(i): [1.0, 2.0] for i in range(MAX_SERIES_ENTITIES + 1)}},
+        {"values": {"0": [float("nan"), 1.0]}},
+        {"ts": [T0 + i for i in range(MAX_SERIES_POINTS + 1)], "values": {}},
+    ):
         with pytest.raises(ValidationError):
             EvidenceSeries(**{**ok, **bad})
     # a value that is not finite is recorded as no value

@@ -36,8 +36,7 @@ def fleet_snapshots():
     return [builder.build(r) for r in itertools.islice(iter_records(sim, minutes=10**6), 8 * 40)]
 
 
-def _run(processor: SnapshotProcessor, snapshots, store: MemoryStateStore | None = None
-         ) -> tuple[list[str], list[str]]:
+def _run(processor: SnapshotProcessor, snapshots, store: MemoryStateStore | None = None) -> tuple[list[str], list[str]]:
     """(every stored state as JSON, every event as JSON)."""
     store = MemoryStateStore() if store is None else store
     states, events = [], []

@@ -34,8 +34,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "agents" / "fixtures"
 
 
 def _snap(body: str, job: str = "dcgm"):
-    return SnapshotBuilder().build(ScrapeRecord(ts=1_764_400_000, node="gpu-node-1", job=job, body=body,
-                                                labels={"instance": "10.0.0.5:8000"}, interval_s=5))
+    return SnapshotBuilder().build(
+        ScrapeRecord(
+            ts=1_764_400_000, node="gpu-node-1", job=job, body=body, labels={"instance": "10.0.0.5:8000"}, interval_s=5
+        )
+    )
 
 
 def _fixture(name: str, job: str = "dcgm"):
@@ -64,17 +67,21 @@ def _whole_and_instances(instance_last: bool) -> str:
     base = 'gpu="0",UUID="GPU-265c9814-6156-355b-e589-ff2064894f16",device="nvidia0",modelName="NVIDIA A30"'
     inst = base + ',GPU_I_PROFILE="1g.6gb",GPU_I_ID="{i}"'
     lines = {
-        "DCGM_FI_PROF_DRAM_ACTIVE": ([f"{{{base}}} 0.810000"],
-                                     [f"{{{inst.format(i=3)}}} 0.120000", f"{{{inst.format(i=4)}}} 0.950000"]),
-        "DCGM_FI_DEV_FB_USED": ([f"{{{base}}} 20511"],
-                                [f"{{{inst.format(i=3)}}} 3744", f"{{{inst.format(i=4)}}} 5800"]),
+        "DCGM_FI_PROF_DRAM_ACTIVE": (
+            [f"{{{base}}} 0.810000"],
+            [f"{{{inst.format(i=3)}}} 0.120000", f"{{{inst.format(i=4)}}} 0.950000"],
+        ),
+        "DCGM_FI_DEV_FB_USED": (
+            [f"{{{base}}} 20511"],
+            [f"{{{inst.format(i=3)}}} 3744", f"{{{inst.format(i=4)}}} 5800"],
+        ),
         "DCGM_FI_DEV_GPU_TEMP": ([f"{{{base}}} 71"], [f"{{{inst.format(i=3)}}} 71", f"{{{inst.format(i=4)}}} 71"]),
         "DCGM_FI_DEV_GPU_UTIL": ([f"{{{base}}} 64"], [f"{{{inst.format(i=3)}}} 0"]),
     }
     out = []
     for metric, (whole, instances) in lines.items():
         out.append(f"# TYPE {metric} gauge")
-        for series in (whole + instances if instance_last else instances + whole):
+        for series in whole + instances if instance_last else instances + whole:
             out.append(metric + series)
     return "\n".join(out) + "\n"
 

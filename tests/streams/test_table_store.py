@@ -20,8 +20,9 @@ needs_rocksdict = pytest.mark.skipif(not table_store.rocksdb_available(), reason
 
 
 def _settings(tmp_path: Path, store: str) -> Settings:
-    return Settings(broker="kafka://127.0.0.1:1", rules_dir=Path("rules"),
-                    streams={"data_dir": tmp_path, "store": store})
+    return Settings(
+        broker="kafka://127.0.0.1:1", rules_dir=Path("rules"), streams={"data_dir": tmp_path, "store": store}
+    )
 
 
 def test_store_defaults_to_memory_and_takes_rocksdb_from_env(monkeypatch):
@@ -94,4 +95,5 @@ def test_the_processor_uses_a_stored_state_it_does_not_hold(store):
     later = Snapshot.model_validate({"node": "gpu-node-1", "source": "dcgm", "ts": 200.0, "samples": []})
     result = fresh.step(store["gpu-node-1"], later)
     assert not result.redelivered and fresh._states["gpu-node-1"].last_ts == {"dcgm": 200.0} | {
-        k: v for k, v in first.state["last_ts"].items() if k != "dcgm"}
+        k: v for k, v in first.state["last_ts"].items() if k != "dcgm"
+    }

@@ -29,8 +29,12 @@ EXPIRED = re.compile(r"(\d+) nodes expired \((\d+) incidents resolved\)")
 
 
 async def test_silent_nodes_are_expired_their_incidents_resolved_and_their_state_deleted(settings, tmp_path):
-    settings = settings.model_copy(update={"partitions": 1, "streams": settings.streams.model_copy(
-        update={"node_expiry_s": EXPIRY_S, "stats_interval_s": 0.5})})
+    settings = settings.model_copy(
+        update={
+            "partitions": 1,
+            "streams": settings.streams.model_copy(update={"node_expiry_s": EXPIRY_S, "stats_interval_s": 0.5}),
+        }
+    )
     await ensure_topics(settings)
     worker = WorkerProcess(settings, tmp_path / "worker.log")
     worker.start()
@@ -39,9 +43,11 @@ async def test_silent_nodes_are_expired_their_incidents_resolved_and_their_state
         producer = make_producer(settings)
         await producer.start()
         try:
+
             async def send(snap) -> None:
-                await producer.send_and_wait(settings.telemetry_topic, key=snap.key(),
-                                             value=snap.model_dump_json().encode())
+                await producer.send_and_wait(
+                    settings.telemetry_topic, key=snap.key(), value=snap.model_dump_json().encode()
+                )
 
             for i in range(80):  # 20 minutes: gpu-node-2 opens an incident and goes silent at 5 min
                 ts = base + 15 * i

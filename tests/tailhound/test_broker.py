@@ -54,13 +54,15 @@ def test_stop_on_error_inside_the_block():
 def test_broker_dies_with_a_killed_parent(tmp_path):
     """SIGKILL of the owning process (no cleanup code runs) still takes the broker down."""
     script = tmp_path / "owner.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys, time
         from tailhound.broker import EmbeddedBroker
         b = EmbeddedBroker().start()
         print(b.pid, flush=True)
         time.sleep(60)
-    """))
+    """)
+    )
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         child = int(owner.stdout.readline())

@@ -40,12 +40,15 @@ def test_limits_per_signal_and_model_pattern_in_file_order(tmp_path):
     assert set(CAPACITY_SIGNALS) <= set(SLA_SIGNALS)  # per engine, by the engine's model, like sla.ttft_p99
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    (GOOD.replace("safe_request_rate: 3,", "safe_request_rate: 0,"), ":6:"),
-    (GOOD.replace("max_num_seqs: 32", "max_num_seqs: 32, burst: 5"), ":6:"),
-    (GOOD.replace("models:\n", "models: {}\nx:\n"), "capacity.yaml"),
-    (GOOD.replace("9.5", ".nan"), ":5:"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (GOOD.replace("safe_request_rate: 3,", "safe_request_rate: 0,"), ":6:"),
+        (GOOD.replace("max_num_seqs: 32", "max_num_seqs: 32, burst: 5"), ":6:"),
+        (GOOD.replace("models:\n", "models: {}\nx:\n"), "capacity.yaml"),
+        (GOOD.replace("9.5", ".nan"), ":5:"),
+    ],
+)
 def test_a_bad_file_is_refused_naming_its_line(tmp_path, text, says):
     path = tmp_path / "capacity.yaml"
     path.write_text(text)
@@ -58,8 +61,9 @@ def test_without_a_capacity_file_the_rule_reading_it_is_blind_and_doctor_says_ho
     assert set(CAPACITY_SIGNALS) == CONFIGURED_SIGNALS and not CONFIGURED_SIGNALS & set(COMPUTED_SIGNALS)
     rules = load_rules(ROOT / "rules")
     observed = Observed()
-    observed.add("vllm", "n1", ["vllm:num_requests_waiting", "vllm:num_requests_running",
-                                "vllm:e2e_request_latency_seconds"])
+    observed.add(
+        "vllm", "n1", ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:e2e_request_latency_seconds"]
+    )
 
     def coverage_of(report):
         return next(c for c in report.rules if c.rule == "load-above-tested-capacity")

@@ -54,8 +54,14 @@ def test_scale_and_match_are_shown():
 
 def test_groups_follow_the_signal_prefixes():
     groups = {g.title: [s.name for s in specs] for g, specs in group_signals(default_catalog())}
-    assert list(groups) == ["GPU", "MIG instances", "Inference engine", "Node network", "Network probes",
-                            "Streaming probe"]
+    assert list(groups) == [
+        "GPU",
+        "MIG instances",
+        "Inference engine",
+        "Node network",
+        "Network probes",
+        "Streaming probe",
+    ]
     assert all(n.startswith("gpu.") for n in groups["GPU"])
     assert groups["MIG instances"] == ["mig.dram_bw_util", "mig.memory_used", "mig.memory_total"]
     assert "latency.ttft" in groups["Inference engine"] and "tokens.prompt" in groups["Inference engine"]
@@ -70,9 +76,18 @@ def test_intro_explains_sources_kinds_and_quirks():
 
 
 def test_a_new_signal_lands_in_other_with_its_own_source_column():
-    catalog = parse_catalog({"signals": {"queue.depth": {
-        "unit": "", "kind": "gauge", "description": "A | pipe.",
-        "sources": {"mybroker": {"metric": "depth", "scale": 2, "match": {"q": "a"}}}}}})
+    catalog = parse_catalog(
+        {
+            "signals": {
+                "queue.depth": {
+                    "unit": "",
+                    "kind": "gauge",
+                    "description": "A | pipe.",
+                    "sources": {"mybroker": {"metric": "depth", "scale": 2, "match": {"q": "a"}}},
+                }
+            }
+        }
+    )
     text = render_markdown(catalog)
     assert "### Other" in text
     assert '| `queue.depth` | gauge | — | node | A \\| pipe. | `depth{q="a"}` ×2 |' in text

@@ -28,25 +28,41 @@ def test_the_packaged_default_counters_are_the_exporters_file():
 
 def test_default_fields():
     fields = default_fields()
-    assert {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-            "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_DEC_UTIL"} <= fields
+    assert {
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_DEV_DEC_UTIL",
+    } <= fields
     # off in the file (commented out), a label, or not there at all
-    assert not fields & {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_DEV_MAX_SM_CLOCK",
-                         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_PROF_NVLINK_TX_BYTES"}
+    assert not fields & {
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DRIVER_VERSION",
+        "DCGM_FI_DEV_MAX_SM_CLOCK",
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    }
     # the enabled gauge line wins over the commented-out counter line of the same field
     assert default_counters()["DCGM_FI_PROF_PCIE_TX_BYTES"].kind == "gauge"
 
 
 def test_parse_counters_reads_dcgm_exporters_format():
-    parsed = parse_counters("# Format\nDCGM_FI_DEV_DEC_UTIL ,     gauge, Decoder utilization (in %).\n"
-                            "# DCGM_FI_DEV_RETIRED_SBE,     counter, Total number of retired pages.\nnot a line\n")
+    parsed = parse_counters(
+        "# Format\nDCGM_FI_DEV_DEC_UTIL ,     gauge, Decoder utilization (in %).\n"
+        "# DCGM_FI_DEV_RETIRED_SBE,     counter, Total number of retired pages.\nnot a line\n"
+    )
     assert parsed["DCGM_FI_DEV_DEC_UTIL"].line == "DCGM_FI_DEV_DEC_UTIL, gauge, Decoder utilization (in %)."
     assert parsed["DCGM_FI_DEV_RETIRED_SBE"].enabled is False and len(parsed) == 2
 
 
 def test_every_dcgm_field_the_catalog_maps_has_a_counters_line():
-    fields = {m.metric for spec in CATALOG.signals.values() for m in spec.sources.get("dcgm", ())
-              if m.metric.startswith("DCGM_FI_")}
+    fields = {
+        m.metric
+        for spec in CATALOG.signals.values()
+        for m in spec.sources.get("dcgm", ())
+        if m.metric.startswith("DCGM_FI_")
+    }
     assert fields - known_counters().keys() == set()
     for field in fields:
         line = counter_line(field)

@@ -20,20 +20,30 @@ GOOD = {
     "settings": "broker: kafka://127.0.0.1:9092\nstreams: {commit_interval_s: 1s}\n",
     "rules": (ROOT / "rules" / "network.yaml").read_text(encoding="utf-8"),
     "capacity": "generated_at: 1\nsource: t\nmodels: {'*': {safe_request_rate: 2, queue_scale_out: 1, "
-                "max_num_seqs: 8}}\n",
+    "max_num_seqs: 8}}\n",
 }
 BAD = {
-    "agent": ("node: n1\npublish: {lingr_ms: 5}\n", ":2:11: publish: unknown key 'lingr_ms' (did you mean "
-                                                     "'linger_ms'?)"),
-    "notifier": ("route: {receiver: console, group_wiat: 30s}\nreceivers: [{type: console, name: console}]\n",
-                 ":1:28: route: unknown key 'group_wiat' (did you mean 'group_wait'?)"),
+    "agent": (
+        "node: n1\npublish: {lingr_ms: 5}\n",
+        ":2:11: publish: unknown key 'lingr_ms' (did you mean 'linger_ms'?)",
+    ),
+    "notifier": (
+        "route: {receiver: console, group_wiat: 30s}\nreceivers: [{type: console, name: console}]\n",
+        ":1:28: route: unknown key 'group_wiat' (did you mean 'group_wait'?)",
+    ),
     "ingest": ("listen: 127.0.0.1:0\npoll_s: soon\n", ":2:9: poll_s: invalid duration 'soon'"),
-    "settings": ("broker: kafka://127.0.0.1:9092\nstreams:\n  app_idd: x\n",
-                 ":3:3: streams: unknown key 'app_idd' (did you mean 'app_id'?)"),
-    "rules": ("groups:\n  - name: g\n    rules:\n      - name: x\n        scope: gpu\n",
-              ":4:9: rule x: missing key 'when'"),
-    "capacity": ("generated_at: 1\nsource: t\nmodels: {'*': {safe_request_rate: 2, queue_scale_out: 1, "
-                 "max_num_seq: 8}}\n", "did you mean 'max_num_seqs'?"),
+    "settings": (
+        "broker: kafka://127.0.0.1:9092\nstreams:\n  app_idd: x\n",
+        ":3:3: streams: unknown key 'app_idd' (did you mean 'app_id'?)",
+    ),
+    "rules": (
+        "groups:\n  - name: g\n    rules:\n      - name: x\n        scope: gpu\n",
+        ":4:9: rule x: missing key 'when'",
+    ),
+    "capacity": (
+        "generated_at: 1\nsource: t\nmodels: {'*': {safe_request_rate: 2, queue_scale_out: 1, max_num_seq: 8}}\n",
+        "did you mean 'max_num_seqs'?",
+    ),
 }
 
 
@@ -72,8 +82,10 @@ def test_a_file_of_no_known_kind_asks_for_kind(tmp_path):
     f = tmp_path / "x.yaml"
     f.write_text("something: else\n")
     checked = check_file(f)
-    assert checked.kind is None and "give --kind agent|notifier|ingest|settings|rules|capacity" in \
-        checked.problems[0].message
+    assert (
+        checked.kind is None
+        and "give --kind agent|notifier|ingest|settings|rules|capacity" in checked.problems[0].message
+    )
     assert runner.invoke(app, ["check", "--kind", "nope", str(f)]).exit_code != 0
 
 

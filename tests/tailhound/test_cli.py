@@ -30,8 +30,9 @@ def test_rules_check_ok_and_error_names_file_and_line(tmp_path):
     ok = runner.invoke(app, ["rules", "check", str(ROOT / "rules")])
     assert ok.exit_code == 0 and "rules OK" in ok.output
     (tmp_path / "bad.yaml").write_text("groups:\n  - name: g\n    rules:\n      - name: x\n        scope: gpu\n")
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "rules", "check", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "rules", "check", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1
     assert f"{tmp_path / 'bad.yaml'}:4:9: rule x: missing key 'when'" in proc.stdout
     assert "1 problems in 1 files" in proc.stderr
@@ -39,8 +40,9 @@ def test_rules_check_ok_and_error_names_file_and_line(tmp_path):
 
 def test_simulate_without_broker_says_how_to_configure_one():
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")}
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "simulate"], capture_output=True, text=True,
-                          timeout=60, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "simulate"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert proc.returncode == 2
     assert "TAILHOUND_BROKER=kafka://host:9092" in proc.stderr
 
@@ -52,8 +54,24 @@ def test_version():
 
 def test_simulate_records_a_tgi_fleet_on_default_dcgm_counters(tmp_path):
     out = tmp_path / "tgi.jsonl"
-    result = runner.invoke(app, ["simulate", "--record", str(out), "--minutes", "1", "--nodes", "1",
-                                 "--engine", "tgi", "--dcgm-fields", "default", "--noise", "realistic"])
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--record",
+            str(out),
+            "--minutes",
+            "1",
+            "--nodes",
+            "1",
+            "--engine",
+            "tgi",
+            "--dcgm-fields",
+            "default",
+            "--noise",
+            "realistic",
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert '"job":"tgi"' in text and "tgi_queue_size" in text and "vllm:" not in text

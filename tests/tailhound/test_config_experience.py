@@ -50,8 +50,19 @@ def _error(fn, *args) -> ConfigFileError:
     return exc.value
 
 
-@pytest.mark.parametrize("text,seconds", [(90, 90.0), ("90", 90.0), ("1.5", 1.5), ("500ms", 0.5),
-                                          ("10s", 10.0), ("5m", 300.0), ("1h30m", 5400.0), ("1d", 86400.0)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        (90, 90.0),
+        ("90", 90.0),
+        ("1.5", 1.5),
+        ("500ms", 0.5),
+        ("10s", 10.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("1d", 86400.0),
+    ],
+)
 def test_one_parser_takes_seconds_and_prometheus_durations(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -63,25 +74,32 @@ def test_a_bad_duration_says_the_accepted_forms(bad):
 
 
 def test_every_file_kind_takes_5m_in_its_seconds_fields(tmp_path, monkeypatch):
-    agent = parse_agent_config("scrape: [{job: vllm, url: 'http://127.0.0.1:8000/metrics', interval_s: 1m, "
-                               "timeout_s: 1500ms}]\npublish: {request_timeout_s: 2m, linger_ms: 1s}\n")
+    agent = parse_agent_config(
+        "scrape: [{job: vllm, url: 'http://127.0.0.1:8000/metrics', interval_s: 1m, "
+        "timeout_s: 1500ms}]\npublish: {request_timeout_s: 2m, linger_ms: 1s}\n"
+    )
     assert (agent.scrape[0].interval_s, agent.scrape[0].timeout_s) == (60.0, 1.5)
     assert (agent.publish.request_timeout_s, agent.publish.linger_ms) == (120.0, 1000)
-    notifier = parse_config("receivers: [{type: slack, name: s, channel: '#x', token: {env: T}, timeout_s: 5m,"
-                            " min_interval_s: 2s}]\nroute: {receiver: s}\n")
+    notifier = parse_config(
+        "receivers: [{type: slack, name: s, channel: '#x', token: {env: T}, timeout_s: 5m,"
+        " min_interval_s: 2s}]\nroute: {receiver: s}\n"
+    )
     assert (notifier.receivers[0].timeout_s, notifier.receivers[0].min_interval_s) == (300.0, 2.0)
     ingest = parse_ingest_config("poll_s: 500ms\nremote_write: {retry_after_s: 1m, grouping: {settle_s: 10s}}\n")
     assert (ingest.poll_s, ingest.remote_write.retry_after_s, ingest.remote_write.grouping.settle_s) == (0.5, 60, 10)
     settings = tmp_path / "settings.yaml"
-    settings.write_text("streams:\n  node_expiry_s: 1h30m\n  ttft_p99_sla_s: {'*': 1500ms}\n"
-                        "notifier: {tick_s: 200ms}\n")
+    settings.write_text(
+        "streams:\n  node_expiry_s: 1h30m\n  ttft_p99_sla_s: {'*': 1500ms}\nnotifier: {tick_s: 200ms}\n"
+    )
     monkeypatch.setenv("TAILHOUND_STREAMS__COMMIT_INTERVAL_S", "2s")
     s = load_settings(settings)
     assert (s.streams.node_expiry_s, s.streams.ttft_p99_sla_s, s.notifier.tick_s) == (5400.0, {"*": 1.5}, 0.2)
     assert s.streams.commit_interval_s == 2.0
     cap = tmp_path / "capacity.yaml"
-    cap.write_text("generated_at: 1\nsource: test\nmodels:\n  '*': {safe_request_rate: 2, queue_scale_out: 1, "
-                   "max_num_seqs: 8, ttft_knee_s: 800ms}\n")
+    cap.write_text(
+        "generated_at: 1\nsource: test\nmodels:\n  '*': {safe_request_rate: 2, queue_scale_out: 1, "
+        "max_num_seqs: 8, ttft_knee_s: 800ms}\n"
+    )
     assert load_capacity_file(cap).models["*"].ttft_knee_s == 0.8
 
 
@@ -100,16 +118,27 @@ def test_an_alertmanager_route_block_from_its_docs_loads():
     assert config.route.routes[1].continue_ is True
 
 
-@pytest.mark.parametrize("change,message", [
-    (("  - receiver: 'frontend-pager'\n", "  - receiver: 'frontend-pager'\n    group_wait: 10s\n"),
-     "n.yaml:16:5: route.routes[1]: group_wait: groups are formed before routing"),
-    (("    matchers:\n    - team", "    match: {team: frontend}\n    matchers:\n    - team"),
-     "n.yaml:16:5: route.routes[1]: match: deprecated in Alertmanager and not read here: use `matchers:"),
-    (("  routes:\n", "  mute_time_intervals: [nights]\n  routes:\n"),
-     "n.yaml:1:1: route: mute_time_intervals: time intervals are not supported: declare a `maintenance:` window"),
-    (("receivers:\n", "grouping: {wait: 1m}\nreceivers:\n"),
-     "route.group_wait and grouping.wait are the same setting: write one of them"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            ("  - receiver: 'frontend-pager'\n", "  - receiver: 'frontend-pager'\n    group_wait: 10s\n"),
+            "n.yaml:16:5: route.routes[1]: group_wait: groups are formed before routing",
+        ),
+        (
+            ("    matchers:\n    - team", "    match: {team: frontend}\n    matchers:\n    - team"),
+            "n.yaml:16:5: route.routes[1]: match: deprecated in Alertmanager and not read here: use `matchers:",
+        ),
+        (
+            ("  routes:\n", "  mute_time_intervals: [nights]\n  routes:\n"),
+            "n.yaml:1:1: route: mute_time_intervals: time intervals are not supported: declare a `maintenance:` window",
+        ),
+        (
+            ("receivers:\n", "grouping: {wait: 1m}\nreceivers:\n"),
+            "route.group_wait and grouping.wait are the same setting: write one of them",
+        ),
+    ],
+)
 def test_alertmanager_keys_that_mean_something_else_say_what_to_use(change, message):
     err = _error(parse_config, ALERTMANAGER_ROUTE.replace(*change), "n.yaml")
     assert message in str(err)
@@ -125,11 +154,14 @@ def test_unknown_keys_have_file_line_column_and_a_suggestion():
     assert str(err).startswith("a.yaml:3:3: publish: unknown key 'lingr_ms' (did you mean 'linger_ms'?) (and 1 more")
 
 
-@pytest.mark.parametrize("load,text", [
-    (parse_agent_config, "publish: {compression: lz4x}\nlisten: [1]\n"),
-    (parse_ingest_config, "poll_s: abc\nmax_concurrent_requests: many\n"),
-    (parse_config, "receivers: [{type: slakc, name: s}]\ngrouping: {by: 3}\n"),
-])
+@pytest.mark.parametrize(
+    "load,text",
+    [
+        (parse_agent_config, "publish: {compression: lz4x}\nlisten: [1]\n"),
+        (parse_ingest_config, "poll_s: abc\nmax_concurrent_requests: many\n"),
+        (parse_config, "receivers: [{type: slakc, name: s}]\ngrouping: {by: 3}\n"),
+    ],
+)
 def test_no_pydantic_internals_in_any_message(load, text):
     err = _error(load, text)
     for shown in [str(err), *(p.text() for p in err.problems)]:

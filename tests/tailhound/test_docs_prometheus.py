@@ -43,8 +43,9 @@ def uncomment_top_level(block: str) -> str:
 def test_the_ingest_yaml_examples_load():
     examples = ingest_examples()
     assert len(examples) == 2, "a remote-write and a federation example"
-    remote, federation = (parse_ingest_config(b, origin=f"docs/prometheus.md example {i}")
-                          for i, b in enumerate(examples))
+    remote, federation = (
+        parse_ingest_config(b, origin=f"docs/prometheus.md example {i}") for i, b in enumerate(examples)
+    )
     assert remote.listen and remote.federation is None and remote.auth.bearer_token_file is not None
     assert remote.remote_write.grouping.sources["dcgm-exporter"] == "dcgm"
     assert federation.federation is not None and federation.federation.grouping.close_on_newer
@@ -72,8 +73,9 @@ def test_the_printed_remote_write_block_is_what_tailhound_prints():
 
 def _families() -> dict[str, str]:
     m = IngestMetrics()
-    m.watch(lambda: {"x": 1}, lambda: {k: 0.0 for k in ("pending_samples", "open_scrapes", "sources",
-                                                          "dead_letter_queue")})
+    m.watch(
+        lambda: {"x": 1}, lambda: {k: 0.0 for k in ("pending_samples", "open_scrapes", "sources", "dead_letter_queue")}
+    )
     return {f.name: f.type for f in m.registry.collect()}
 
 
@@ -86,8 +88,11 @@ def test_the_metrics_table_is_the_ingest_registry():
     gauge_names = set(re.findall(r'"(\w+)":', gauges))
     families = _families()
     assert {f"tailhound_ingest_{g}" for g in gauge_names} <= set(families)
-    documented = {name + ("_total" if kind == "counter" else "") for name, kind in families.items()
-                  if name.startswith("tailhound_ingest_")}  # process_* and python_*: docs/operations.md
+    documented = {
+        name + ("_total" if kind == "counter" else "")
+        for name, kind in families.items()
+        if name.startswith("tailhound_ingest_")
+    }  # process_* and python_*: docs/operations.md
     table = set(re.findall(r"^\| `(tailhound_ingest_\w+)(?:\{[^`]*\})?` \|", text(), flags=re.M))
     assert table == documented, f"undocumented: {documented - table}; not metrics: {table - documented}"
 

@@ -57,12 +57,21 @@ def only_default_counters(text: str) -> str:
 def fixture_recording(path: Path) -> Path:
     """Real fixtures: dcgm-exporter (two generations, default counters only), vLLM V1, node_exporter, blackbox."""
     ts = 1_764_400_000.0
-    records = [ScrapeRecord(ts=ts, node=f"gpu-node-{i}", job="dcgm", interval_s=15,
-                            body=only_default_counters((FIXTURES / fx).read_text(encoding="utf-8")))
-               for i, fx in enumerate(("dcgm_exporter.prom", "dcgm_exporter_3x.prom"))]
+    records = [
+        ScrapeRecord(
+            ts=ts,
+            node=f"gpu-node-{i}",
+            job="dcgm",
+            interval_s=15,
+            body=only_default_counters((FIXTURES / fx).read_text(encoding="utf-8")),
+        )
+        for i, fx in enumerate(("dcgm_exporter.prom", "dcgm_exporter_3x.prom"))
+    ]
     others = (("vllm_v1.prom", "vllm"), ("node_exporter.prom", "node"), ("blackbox.prom", "blackbox"))
-    records += [ScrapeRecord(ts=ts, node="gpu-node-0", job=job, interval_s=15, body=(FIXTURES / fx).read_text())
-                for fx, job in others]
+    records += [
+        ScrapeRecord(ts=ts, node="gpu-node-0", job=job, interval_s=15, body=(FIXTURES / fx).read_text())
+        for fx, job in others
+    ]
     records.append(ScrapeRecord(ts=ts + 15, node="gpu-node-0", job="vllm", error="timed out"))
     with path.open("w", encoding="utf-8") as fh:
         write_records(fh, records)
@@ -86,21 +95,28 @@ def test_doctor_on_a_recording_names_the_blind_rule_and_the_exact_counters_line(
     result = CliRunner().invoke(app, ["doctor", str(recording), "--rules", str(thermal_rules)])
     assert result.exit_code == 1, result.output  # a critical rule is blind
     out = result.output
-    assert out.startswith("sources: blackbox (1 node(s), 3 mapped metrics), dcgm (2 node(s), 7 mapped metrics), "
-                          "node (1 node(s), 6 mapped metrics), "
-                          "vllm (1 node(s), 6 mapped metrics, 1 failed collections)")
+    assert out.startswith(
+        "sources: blackbox (1 node(s), 3 mapped metrics), dcgm (2 node(s), 7 mapped metrics), "
+        "node (1 node(s), 6 mapped metrics), "
+        "vllm (1 node(s), 6 mapped metrics, 1 failed collections)"
+    )
     assert re.search(r"^hot-and-slow\s+critical\s+blind\s+gpu-thermal-throttle\s+gpu.sm_clock_max$", out, re.M)
     assert re.search(r"^queue\s+warning\s+ok\s+symptom\s+-$", out, re.M)
     # what to do, per source, in agent.yaml terms: the rule's signal first, then what the sending exporters leave
     # out by default (dcgm-exporter's counters file, node_exporter's netstat fields)
-    todo = out[out.index("to do, per source (the agent's path"):]
-    assert todo.splitlines()[1].startswith("dcgm-exporter (sending): gpu.sm_clock_max (for hot-and-slow); also "
-                                           "gpu.clock_event_reasons, ")
+    todo = out[out.index("to do, per source (the agent's path") :]
+    assert todo.splitlines()[1].startswith(
+        "dcgm-exporter (sending): gpu.sm_clock_max (for hot-and-slow); also gpu.clock_event_reasons, "
+    )
     assert todo.splitlines()[1].endswith("(no rule reads them yet); or from the nvml collector")
-    assert ("    add to dcgm-exporter's counters file (-f / DCGM_EXPORTER_COLLECTORS):\n"
-            "        DCGM_FI_DEV_MAX_SM_CLOCK, gauge, Maximum supported SM clock for the device (in MHz).\n") in todo
-    assert ("node_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
-            "    add to node_exporter's command line:\n") in todo
+    assert (
+        "    add to dcgm-exporter's counters file (-f / DCGM_EXPORTER_COLLECTORS):\n"
+        "        DCGM_FI_DEV_MAX_SM_CLOCK, gauge, Maximum supported SM clock for the device (in MHz).\n"
+    ) in todo
+    assert (
+        "node_exporter (sending): net.tcp_attempt_fails, net.tcp_estab_resets (no rule reads them yet)\n"
+        "    add to node_exporter's command line:\n"
+    ) in todo
     assert "prometheus.yml" not in out and out.count("\n") < 45
     assert out.endswith("2 rules: 1 ok, 0 partial, 1 blind (1 critical)\n")
 
@@ -138,8 +154,12 @@ def test_doctor_as_installed_exits_1_on_a_blind_critical_rule(recording, thermal
     import sys
 
     exe = Path(sys.executable).with_name("tailhound")
-    r = subprocess.run([str(exe), "doctor", str(recording), "--rules", str(thermal_rules), "--format", "json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(exe), "doctor", str(recording), "--rules", str(thermal_rules), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, r.stderr
     assert json.loads(r.stdout)["blind_critical"] == ["hot-and-slow"]
 
@@ -155,10 +175,13 @@ def test_a_recording_is_read_once_per_source_and_minute(tmp_path):
 
 # --- live targets ------------------------------------------------------------------------------------------------
 
+
 def test_parse_target_and_guess_job():
     assert parse_target("dcgm=http://10.0.0.5:9400/metrics") == ("dcgm", "http://10.0.0.5:9400/metrics")
     assert parse_target("http://x:9115/probe?target=http://y/health&module=http_2xx") == (
-        None, "http://x:9115/probe?target=http://y/health&module=http_2xx")
+        None,
+        "http://x:9115/probe?target=http://y/health&module=http_2xx",
+    )
     with pytest.raises(TailhoundError, match="expected"):
         parse_target("10.0.0.5:9400")
     cat = default_catalog()
@@ -171,13 +194,17 @@ async def test_doctor_scrapes_live_targets_once(thermal_rules):
     dcgm_text = (FIXTURES / "dcgm_exporter.prom").read_text(encoding="utf-8")
     vllm_text = (FIXTURES / "vllm_v1.prom").read_text(encoding="utf-8")
     cat = default_catalog()
-    async with (serve_metrics(lambda: dcgm_text) as dcgm_url, serve_metrics(lambda: vllm_text) as vllm_url,
-                serve_metrics(lambda: "# TYPE foo gauge\nfoo 1\n") as other_url):
+    async with (
+        serve_metrics(lambda: dcgm_text) as dcgm_url,
+        serve_metrics(lambda: vllm_text) as vllm_url,
+        serve_metrics(lambda: "# TYPE foo gauge\nfoo 1\n") as other_url,
+    ):
         seen = await collect_targets([dcgm_url, f"vllm={vllm_url}"], 5.0, cat)
         assert set(seen.metrics) == {"dcgm", "vllm"}  # dcgm told from its metric names
         report = diagnose(load_rules(thermal_rules), seen)
         assert report.exit_code == 1 and "\ndcgm-exporter (sending): gpu.sm_clock_max (for hot-and-slow)" in (
-            render_table(report))
+            render_table(report)
+        )
         with pytest.raises(TailhoundError, match="HTTP 404"):
             await collect_targets([f"dcgm={dcgm_url}/nothing"], 5.0, cat)
         with pytest.raises(TailhoundError, match="cannot tell which source this is; name it: --target JOB="):
@@ -188,9 +215,14 @@ async def test_doctor_scrapes_live_targets_once(thermal_rules):
 
 # --- the worker --------------------------------------------------------------------------------------------------
 
+
 def test_the_worker_app_exports_rule_coverage(tmp_path):
-    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=Path("rules"), streams={"data_dir": tmp_path},
-                        notifier={"enabled": False})
+    settings = Settings(
+        broker="kafka://127.0.0.1:1",
+        rules_dir=Path("rules"),
+        streams={"data_dir": tmp_path},
+        notifier={"enabled": False},
+    )
     faust_app = create_worker_app(settings, load_rules(default_rules_dir()))
     registry = metrics_registry(faust_app)
     assert registry.get_sample_value("tailhound_signals_present") == 0  # nothing judged before telemetry

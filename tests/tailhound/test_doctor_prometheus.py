@@ -34,8 +34,10 @@ SCRAPES = [
     (None, {"job": "vllm", "instance": "10.0.0.8:8000", "node": "gpu-node-3"}, T0 + 300),  # down: `up 0`
     ("# TYPE foo gauge\nfoo 1\n", {"job": "kubernetes-pods", "instance": "10.0.9.9:80"}, T0),  # no source
 ]
-HINT = ("hint: job 'dcgm-exporter' carries dcgm metrics: map it: sources: {dcgm-exporter: dcgm} "
-        "(doctor: --job-source dcgm-exporter=dcgm)")
+HINT = (
+    "hint: job 'dcgm-exporter' carries dcgm metrics: map it: sources: {dcgm-exporter: dcgm} "
+    "(doctor: --job-source dcgm-exporter=dcgm)"
+)
 
 
 @pytest.fixture
@@ -73,15 +75,22 @@ async def test_the_doctor_reads_a_prometheus_and_says_how_to_map_a_misnamed_job(
         result = await doctor("--prometheus", url, "--rules", str(thermal_rules))
         assert result.exit_code == 1, result.output  # the critical rule is blind: dcgm's metrics are unmapped
         out = result.output
-        assert out.startswith("sources: dcgm-exporter (1 node(s), 0 mapped metrics), "
-                              "vllm (2 node(s), 6 mapped metrics, 1 failed collections)\n" + HINT + "\n")
-        assert re.search(r"^hot-and-slow\s+critical\s+blind\s+gpu-thermal-throttle\s+gpu.sm_clock, "
-                         r"gpu.sm_clock_max, gpu.temperature$", out, re.M)
+        assert out.startswith(
+            "sources: dcgm-exporter (1 node(s), 0 mapped metrics), "
+            "vllm (2 node(s), 6 mapped metrics, 1 failed collections)\n" + HINT + "\n"
+        )
+        assert re.search(
+            r"^hot-and-slow\s+critical\s+blind\s+gpu-thermal-throttle\s+gpu.sm_clock, "
+            r"gpu.sm_clock_max, gpu.temperature$",
+            out,
+            re.M,
+        )
         assert re.search(r"^queue\s+warning\s+ok\s+symptom\s+-$", out, re.M)
         assert "kubernetes-pods" not in out  # `up` only of the jobs that are sources
 
-        mapped = await doctor("--prometheus", url, "--rules", str(thermal_rules), "--job-source",
-                              "dcgm-exporter=dcgm", "--format", "json")
+        mapped = await doctor(
+            "--prometheus", url, "--rules", str(thermal_rules), "--job-source", "dcgm-exporter=dcgm", "--format", "json"
+        )
         data = json.loads(mapped.output)
         assert data["job_hints"] == [] and data["notes"] == []
         assert data["sources"]["dcgm"] == {"nodes": [NODE], "mapped_metrics": 2, "failed_collections": 0}
@@ -90,19 +99,23 @@ async def test_the_doctor_reads_a_prometheus_and_says_how_to_map_a_misnamed_job(
         assert blind["missing"] == ["gpu.sm_clock_max"]  # the one the page really lacks
 
         unmapped = json.loads((await doctor("--prometheus", url, "--format", "json")).output)
-        assert unmapped["job_hints"] == [{"job": "dcgm-exporter", "source": "dcgm", "fix": HINT[len("hint: "):]}]
+        assert unmapped["job_hints"] == [{"job": "dcgm-exporter", "source": "dcgm", "fix": HINT[len("hint: ") :]}]
     # every selector the ingest derives, names from every job (the doctor looks for misnamed jobs)
     assert all('job=~"' not in s for s in requests[0][:-1]) and requests[0][-1].startswith("up{job=~")
 
 
 async def test_node_labels_and_series_left_out_are_noted():
     async with fake_prometheus() as (url, _):
-        seen = await observe_prometheus(url, job_sources={"dcgm-exporter": "dcgm"}, node_labels=["Hostname"],
-                                        timeout_s=5)
+        seen = await observe_prometheus(
+            url, job_sources={"dcgm-exporter": "dcgm"}, node_labels=["Hostname"], timeout_s=5
+        )
     assert seen.nodes == {"dcgm": {NODE}}  # dcgm-exporter's pages carry Hostname; vLLM's do not
     assert seen.hints == {} and len(seen.notes) == 1
-    assert re.fullmatch(r"\d+ series left out: a series without any of the node labels \('Hostname',\) "
-                        r'\(e\.g\. \{__name__="up",.*\}\)', seen.notes[0])
+    assert re.fullmatch(
+        r"\d+ series left out: a series without any of the node labels \('Hostname',\) "
+        r'\(e\.g\. \{__name__="up",.*\}\)',
+        seen.notes[0],
+    )
 
 
 async def test_a_failed_pull_is_an_error_naming_why():
@@ -145,9 +158,11 @@ async def test_on_the_prometheus_path_the_fixes_are_in_prometheus_yml_terms_and_
         result = await doctor("--prometheus", url)
         data = json.loads((await doctor("--prometheus", url, "--format", "json")).output)
     out = result.output
-    todo = out[out.index("to do, per source (the Prometheus path: prometheus.yml, ingest.yaml and the exporters):"):]
-    assert ("    scrape dcgm-exporter (<node>:9400, /metrics) in prometheus.yml as job `dcgm` (a job of another "
-            "name: map it in ingest.yaml, remote_write.grouping.sources: {<job>: dcgm})") in todo
+    todo = out[out.index("to do, per source (the Prometheus path: prometheus.yml, ingest.yaml and the exporters):") :]
+    assert (
+        "    scrape dcgm-exporter (<node>:9400, /metrics) in prometheus.yml as job `dcgm` (a job of another "
+        "name: map it in ingest.yaml, remote_write.grouping.sources: {<job>: dcgm})"
+    ) in todo
     assert "\nvLLM (sending): " in todo and "\ndcgm-exporter: " in todo
     heads = [line for line in todo.splitlines()[1:] if line and not line.startswith(" ")][:-1]
     assert len(heads) == len({h.split(":")[0] for h in heads}) == len(data["to_do"])  # one group per source

@@ -25,8 +25,12 @@ def test_every_example_loads_as_shipped(bare_env):
     from tailhound.ingest.config import load_ingest_config
     from tailhound.notifier.config import load_config
 
-    loaders = {"agent": load_agent_config, "ingest": lambda p: load_ingest_config(p).receiver_config(),
-               "notifier": load_config, "notifier-production": load_config}
+    loaders = {
+        "agent": load_agent_config,
+        "ingest": lambda p: load_ingest_config(p).receiver_config(),
+        "notifier": load_config,
+        "notifier-production": load_config,
+    }
     assert set(loaders) == set(EXAMPLES), "a new example needs its loader here"
     for name, load in loaders.items():
         assert load(example_path(name)) is not None, name

@@ -31,8 +31,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 #: the applications floor, by folder: one package per process or command group
-APP_PACKAGES = ("tailhound.cli", "tailhound.worker", "tailhound.demo", "tailhound.doctor", "tailhound.rulestest",
-                "tailhound.capacity")
+APP_PACKAGES = (
+    "tailhound.cli",
+    "tailhound.worker",
+    "tailhound.demo",
+    "tailhound.doctor",
+    "tailhound.rulestest",
+    "tailhound.capacity",
+)
 ALLOWED = {
     "core": {"core"},
     "agents": {"core", "agents"},
@@ -107,8 +113,13 @@ GRAPH = {m: imports(m, p) for m, p in MODULES.items()}
 
 
 def test_the_namespace_is_tailhound_only():
-    assert set(PACKAGE_DIRS) >= {"tailhound", "tailhound.agents", "tailhound.streams", "tailhound.notifier",
-                                 "tailhound.ingest"}
+    assert set(PACKAGE_DIRS) >= {
+        "tailhound",
+        "tailhound.agents",
+        "tailhound.streams",
+        "tailhound.notifier",
+        "tailhound.ingest",
+    }
     assert all(p == "tailhound" or p.startswith("tailhound.") for p in PACKAGE_DIRS)
     for pkg in ("agents", "streams", "notifier", "ingest"):
         assert not (ROOT / "tailhound" / pkg).exists(), f"tailhound/{pkg} would shadow the mapped {pkg}/ folder"

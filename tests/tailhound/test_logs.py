@@ -24,8 +24,13 @@ def restore_root():
     root.setLevel(level)
 
 
-def _record(name: str = "tailhound.agent", msg: str = "hello %s", args: tuple = ("world",),
-            level: int = logging.INFO, **extra: object) -> logging.LogRecord:
+def _record(
+    name: str = "tailhound.agent",
+    msg: str = "hello %s",
+    args: tuple = ("world",),
+    level: int = logging.INFO,
+    **extra: object,
+) -> logging.LogRecord:
     rec = logging.getLogger(name).makeRecord(name, level, __file__, 1, msg, args, None, extra=extra or None)
     rec.created = 1796160000.25
     return rec
@@ -33,8 +38,10 @@ def _record(name: str = "tailhound.agent", msg: str = "hello %s", args: tuple = 
 
 def test_logfmt_lines_quote_what_needs_quoting_and_carry_the_extra_fields():
     line = LogfmtFormatter().format(_record(listen="127.0.0.1:9464", note='say "hi"', n=3))
-    assert line == ('ts=2026-12-01T21:20:00.250Z level=info logger=tailhound.agent msg="hello world" '
-                    'listen=127.0.0.1:9464 note="say \\"hi\\"" n=3')
+    assert line == (
+        'ts=2026-12-01T21:20:00.250Z level=info logger=tailhound.agent msg="hello world" '
+        'listen=127.0.0.1:9464 note="say \\"hi\\"" n=3'
+    )
 
 
 def test_json_lines_are_one_object_with_the_same_fields():
@@ -43,6 +50,7 @@ def test_json_lines_are_one_object_with_the_same_fields():
     except ValueError:
         rec = _record(level=logging.ERROR, listen="0.0.0.0:9097")
         import sys
+
         rec.exc_info = sys.exc_info()
     out = json.loads(JsonFormatter().format(rec))
     assert out["ts"] == "2026-12-01T21:20:00.250Z" and out["level"] == "error" and out["msg"] == "hello world"
@@ -57,8 +65,7 @@ def test_a_reconnect_storm_is_one_line_then_one_summary_per_window():
     passed = []
     for i in range(238 * 12):  # 12 s of the storm, at 238 a second
         now[0] = i / 238
-        rec = _record("aiokafka.conn", "Unable connect to node with id %s: %s", (1, "refused"),
-                      level=logging.ERROR)
+        rec = _record("aiokafka.conn", "Unable connect to node with id %s: %s", (1, "refused"), level=logging.ERROR)
         if f.filter(rec):
             passed.append(rec)
     assert len(passed) == 2

@@ -50,8 +50,10 @@ def test_an_incident_panel_piped_keeps_ids_whole_and_is_not_padded_to_the_pipe_w
 
 
 def _incidents():
-    return [incident_event(incident_id=LONG_ID, ts=T0 + 60, sequence=2, event="updated"),
-            incident_event(incident_id="inc-2", node="gpu-node-5", event="resolved", sequence=3, ts=T0 + 120)]
+    return [
+        incident_event(incident_id=LONG_ID, ts=T0 + 60, sequence=2, event="updated"),
+        incident_event(incident_id="inc-2", node="gpu-node-5", event="resolved", sequence=3, ts=T0 + 120),
+    ]
 
 
 def test_incidents_listing_as_json_yaml_and_wide(capsys):
@@ -70,8 +72,14 @@ def test_incidents_listing_as_json_yaml_and_wide(capsys):
 
 
 def test_silence_listing_as_json_and_wide(capsys):
-    s = Silence(matchers=[Matcher.parse('node="gpu-node-7"')], starts_at=T0, ends_at=T0 + 3600, author="ana",
-                comment="CHG-1", created_at=T0)
+    s = Silence(
+        matchers=[Matcher.parse('node="gpu-node-7"')],
+        starts_at=T0,
+        ends_at=T0 + 3600,
+        author="ana",
+        comment="CHG-1",
+        created_at=T0,
+    )
     console, buf = _piped()
     print_listing(silence_listing_of([s], now=T0 + 10), "json", console)
     rows = json.loads(capsys.readouterr().out)
@@ -104,8 +112,17 @@ def test_every_command_takes_h_as_help():
 
 def test_the_long_running_commands_take_log_level_and_log_format():
     runner = CliRunner()
-    for path in (["worker"], ["agent"], ["ingest"], ["notifier", "run"], ["demo"], ["broker"], ["record"], ["replay"],
-                 ["simulate"]):
+    for path in (
+        ["worker"],
+        ["agent"],
+        ["ingest"],
+        ["notifier", "run"],
+        ["demo"],
+        ["broker"],
+        ["record"],
+        ["replay"],
+        ["simulate"],
+    ):
         out = runner.invoke(app, [*path, "--help"], catch_exceptions=False, env={"COLUMNS": "200"}).output
         assert "--log-level" in out and "--log-format" in out, path
 

@@ -120,8 +120,12 @@ def installed(tmp_path_factory) -> dict:
 
 
 def _tailhound(installed: dict, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return _run([str(installed["venv"] / "bin" / "tailhound"), *args], cwd=installed["empty"],
-                env=installed["env"], timeout=timeout)
+    return _run(
+        [str(installed["venv"] / "bin" / "tailhound"), *args],
+        cwd=installed["empty"],
+        env=installed["env"],
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -129,19 +133,29 @@ def test_the_wheel_holds_only_tailhound(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"tailhound", "tailhound-0.1.0.dist-info"}
-    for needed in ("tailhound/rules/gpu.yaml", "tailhound/rules/engine.yaml", "tailhound/examples/notifier.yaml",
-                   "tailhound/examples/agent.yaml", "tailhound/catalog/signals.yaml",
-                   "tailhound/agents/__init__.py", "tailhound/streams/app.py", "tailhound/notifier/service.py",
-                   "tailhound-0.1.0.dist-info/licenses/LICENSE"):
+    for needed in (
+        "tailhound/rules/gpu.yaml",
+        "tailhound/rules/engine.yaml",
+        "tailhound/examples/notifier.yaml",
+        "tailhound/examples/agent.yaml",
+        "tailhound/catalog/signals.yaml",
+        "tailhound/agents/__init__.py",
+        "tailhound/streams/app.py",
+        "tailhound/notifier/service.py",
+        "tailhound-0.1.0.dist-info/licenses/LICENSE",
+    ):
         assert needed in names, needed
 
 
 @pytest.mark.slow
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
-    code = "import tailhound, tailhound.agents, tailhound.resources as r; print(tailhound.__file__); " \
-           "print(tailhound.agents.__file__); print(r.default_rules_dir())"
-    out = _run([str(installed["venv"] / "bin" / "python"), "-c", code], cwd=installed["empty"],
-               env=installed["env"]).stdout.splitlines()
+    code = (
+        "import tailhound, tailhound.agents, tailhound.resources as r; print(tailhound.__file__); "
+        "print(tailhound.agents.__file__); print(r.default_rules_dir())"
+    )
+    out = _run(
+        [str(installed["venv"] / "bin" / "python"), "-c", code], cwd=installed["empty"], env=installed["env"]
+    ).stdout.splitlines()
     site = str(next((installed["venv"] / "lib").glob("python3*/site-packages")))
     assert all(line.startswith(site) for line in out), out
     assert str(ROOT) not in "\n".join(out)
@@ -150,22 +164,35 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
 @pytest.mark.slow
 def test_rules_check_docs_and_examples_from_an_empty_directory(installed):
     checked = _tailhound(installed, "rules", "check")
-    assert checked.stdout == "" and re.search(r"\d+ rules OK in .*site-packages/tailhound/rules", checked.stderr), \
+    assert checked.stdout == "" and re.search(r"\d+ rules OK in .*site-packages/tailhound/rules", checked.stderr), (
         checked.stderr
+    )
     assert "console" in _tailhound(installed, "example", "notifier").stdout
     assert "nvml:" in _tailhound(installed, "example", "agent").stdout
     assert _tailhound(installed, "catalog").stdout.startswith("# Signal catalog")
     assert _tailhound(installed, "rules", "doc").stdout.startswith("# Root causes")
     _tailhound(installed, "schema", "--out", "generated/schemas")
     assert sorted(p.name for p in (installed["empty"] / "generated" / "schemas").iterdir()) == [
-        "deadletter.schema.json", "incident-event.schema.json", "snapshot-bundle.schema.json", "snapshot.schema.json"]
+        "deadletter.schema.json",
+        "incident-event.schema.json",
+        "snapshot-bundle.schema.json",
+        "snapshot.schema.json",
+    ]
     assert not (installed["empty"] / "docs").exists(), "nothing is written where the user did not say"
 
 
 @pytest.mark.slow
 def test_simulate_record_and_replay_from_an_empty_directory(installed):
-    _tailhound(installed, "simulate", "--record", "fleet.jsonl", "--minutes", "35",
-               "--fault", "thermal-throttle@20m+12m:node=gpu-node-2:gpus=3,5")
+    _tailhound(
+        installed,
+        "simulate",
+        "--record",
+        "fleet.jsonl",
+        "--minutes",
+        "35",
+        "--fault",
+        "thermal-throttle@20m+12m:node=gpu-node-2:gpus=3,5",
+    )
     out = _tailhound(installed, "replay", "fleet.jsonl", "--out", "events.jsonl").stdout
     assert re.search(r"replayed \d+ records .* incident events \([1-9]\d* opened\)", out), out
     assert "gpu-thermal-throttle" in (installed["empty"] / "events.jsonl").read_text()
@@ -174,8 +201,17 @@ def test_simulate_record_and_replay_from_an_empty_directory(installed):
 @pytest.mark.slow
 @pytest.mark.broker
 def test_short_demo_from_an_empty_directory(installed):
-    out = _tailhound(installed, "demo", "--minutes", "25", "--speed", "120",
-                     "--fault", "thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5", timeout=240).stdout
+    out = _tailhound(
+        installed,
+        "demo",
+        "--minutes",
+        "25",
+        "--speed",
+        "120",
+        "--fault",
+        "thermal-throttle@8m+10m:node=gpu-node-2:gpus=3,5",
+        timeout=240,
+    ).stdout
     assert "incidents opened" in out and "gpu-thermal-throttle" in out
 
 
@@ -189,8 +225,15 @@ def test_worker_starts_from_an_empty_directory(installed, tmp_path):
     log = tmp_path / "worker.log"
     env = dict(installed["env"], TAILHOUND_STREAMS__LOG_LEVEL="info")
     with open(log, "w") as fh:
-        proc = subprocess.Popen([str(installed["venv"] / "bin" / "tailhound"), "worker"], cwd=cwd, env=env,
-                                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(installed["venv"] / "bin" / "tailhound"), "worker"],
+            cwd=cwd,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and proc.poll() is None and "[^Worker]: Ready" not in log.read_text():

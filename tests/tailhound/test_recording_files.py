@@ -57,8 +57,9 @@ def test_agent_record_writes_gzip_for_a_gz_name(tmp_path):
 def test_replay_of_nothing_exits_non_zero_and_says_so(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "tailhound", "replay", str(empty)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailhound", "replay", str(empty)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"read no records from {empty}" in proc.stderr
 

@@ -62,8 +62,13 @@ def test_the_notifier_metrics_count_deliveries_by_outcome():
     stats.bump(stats.failed, "pagerduty")
     stats.bump(stats.dead, "pagerduty")
     stats.lags.append(0.5)
-    service = SimpleNamespace(_deliverer=SimpleNamespace(stats=stats), receivers={"slack": 1, "pagerduty": 2},
-                              active=True, notifier=SimpleNamespace(groups={"g": 1}), ingested=7)
+    service = SimpleNamespace(
+        _deliverer=SimpleNamespace(stats=stats),
+        receivers={"slack": 1, "pagerduty": 2},
+        active=True,
+        notifier=SimpleNamespace(groups={"g": 1}),
+        ingested=7,
+    )
     reg = CollectorRegistry()
     reg.register(NotifierCollector(service))
     v = reg.get_sample_value
@@ -80,8 +85,9 @@ def test_readiness_means_started_recovered_and_not_rebalancing():
 
     completed = asyncio.Event()
     recovery = SimpleNamespace(completed=completed, in_recovery=True)
-    app = SimpleNamespace(started=False, should_stop=False, rebalancing=False,
-                          tables=SimpleNamespace(recovery=recovery))
+    app = SimpleNamespace(
+        started=False, should_stop=False, rebalancing=False, tables=SimpleNamespace(recovery=recovery)
+    )
     assert readiness(app) == (False, "starting")
     app.started = True
     assert readiness(app) == (False, "recovering tables from their changelogs")

@@ -9,8 +9,12 @@ from tailhound.settings import Settings, bootstrap_servers, load_settings
 def test_defaults():
     s = load_settings()
     assert s.broker is None
-    assert s.topics == ["tailhound.telemetry", "tailhound.incidents", "tailhound.deadletter",
-                        "tailhound.notifier-state"]
+    assert s.topics == [
+        "tailhound.telemetry",
+        "tailhound.incidents",
+        "tailhound.deadletter",
+        "tailhound.notifier-state",
+    ]
     assert s.rules_dir.is_dir()
 
 
@@ -32,13 +36,16 @@ def test_config_file_from_env(tmp_path, monkeypatch):
     assert load_settings().topic_prefix == "x."
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("partitions: 0\n", "partitions"),
-    ("no_such_setting: 1\n", "no_such_setting"),
-    ("broker: http://x:1\n", "broker"),
-    ("streams: [1, 2\n", "c.yaml:"),
-    ("- a list\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("partitions: 0\n", "partitions"),
+        ("no_such_setting: 1\n", "no_such_setting"),
+        ("broker: http://x:1\n", "broker"),
+        ("streams: [1, 2\n", "c.yaml:"),
+        ("- a list\n", "mapping"),
+    ],
+)
 def test_bad_settings_file_fails_with_a_precise_message(tmp_path, text, needle):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
@@ -71,8 +78,10 @@ def test_worker_child_env_round_trips_every_streams_setting(tmp_path, monkeypatc
     from tailhound.settings import Settings, load_settings
     from tailhound.worker.process import WorkerProcess
 
-    s = Settings(broker="kafka://127.0.0.1:9", streams={"ttft_p99_sla_s": {"batch-*": 10.0, "*": 1.5},
-                                                        "load_models": [tmp_path / "m.json"]})
+    s = Settings(
+        broker="kafka://127.0.0.1:9",
+        streams={"ttft_p99_sla_s": {"batch-*": 10.0, "*": 1.5}, "load_models": [tmp_path / "m.json"]},
+    )
     captured = {}
     monkeypatch.setattr("subprocess.Popen", lambda *a, **kw: captured.update(kw) or type("P", (), {"pid": 1})())
     WorkerProcess(s, tmp_path / "w.log").start()

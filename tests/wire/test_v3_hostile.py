@@ -21,11 +21,27 @@ T0 = 1.7e9
 
 
 def good() -> Snapshot:
-    hist = HistogramSample(name="h_seconds", labels={"model_name": "m"}, le=[0.1, 1.0], counts=[1.0, 3.0], count=4.0,
-                           sum=2.5, delta=HistogramDelta(counts=[1.0, 2.0], count=2.0, sum=1.0))
-    return Snapshot(ts=T0, node="gpu-node-1", source="vllm", interval_s=15.0, prev_ts=T0 - 15, samples=[
-        GaugeSample(name="g", labels={"gpu": "0"}, value=1.5),
-        CounterSample(name="c_total", labels={"gpu": "0"}, value=5.0, delta=1.0), hist])
+    hist = HistogramSample(
+        name="h_seconds",
+        labels={"model_name": "m"},
+        le=[0.1, 1.0],
+        counts=[1.0, 3.0],
+        count=4.0,
+        sum=2.5,
+        delta=HistogramDelta(counts=[1.0, 2.0], count=2.0, sum=1.0),
+    )
+    return Snapshot(
+        ts=T0,
+        node="gpu-node-1",
+        source="vllm",
+        interval_s=15.0,
+        prev_ts=T0 - 15,
+        samples=[
+            GaugeSample(name="g", labels={"gpu": "0"}, value=1.5),
+            CounterSample(name="c_total", labels={"gpu": "0"}, value=5.0, delta=1.0),
+            hist,
+        ],
+    )
 
 
 def raw(node: str = "gpu-node-1", parts: list | None = None, version: int = 3, **changes) -> bytes:
@@ -58,10 +74,14 @@ CASES = [
     (raw(deltas=[math.inf]), "non_finite"),
     (raw(labels={f"l{i}": "v" for i in range(LIMITS.max_labels + 1)}), "too_many_labels"),
     (raw(sets=[list(range(2 * LIMITS.max_labels + 2))]), "too_many_labels"),
-    (raw(strings=["g", "gpu", "0", "c_total", "h_seconds", "model_name", "v" * (LIMITS.max_label_value + 1)]),
-     "label_too_long"),
-    (raw(strings=["g", "l" * (LIMITS.max_label_name + 1), "0", "c_total", "h_seconds", "model_name", "m"]),
-     "label_too_long"),
+    (
+        raw(strings=["g", "gpu", "0", "c_total", "h_seconds", "model_name", "v" * (LIMITS.max_label_value + 1)]),
+        "label_too_long",
+    ),
+    (
+        raw(strings=["g", "l" * (LIMITS.max_label_name + 1), "0", "c_total", "h_seconds", "model_name", "m"]),
+        "label_too_long",
+    ),
     (raw(kinds=b"\x00" * N, names=[0] * N, labelsets=[0] * N, values=[1.0] * N), "too_many_samples"),
     (raw(layouts=[list(range(1, LIMITS.max_buckets + 2))]), "too_many_buckets"),
     (raw(hists=_hist(counts=[0] * (LIMITS.max_buckets + 1))), "too_many_buckets"),

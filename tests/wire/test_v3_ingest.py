@@ -24,8 +24,9 @@ async def test_the_ingest_publishes_version_3_that_reads_back_as_its_snapshots(s
     try:
         async with aiohttp.ClientSession() as session:
             for entry in CAPTURE["requests"]:
-                status, _h, _t = await post(session, service.port, (FIXTURES / entry["file"]).read_bytes(),
-                                            entry["headers"])
+                status, _h, _t = await post(
+                    session, service.port, (FIXTURES / entry["file"]).read_bytes(), entry["headers"]
+                )
                 assert status == 204
     finally:
         await service.stop()
@@ -33,7 +34,9 @@ async def test_the_ingest_publishes_version_3_that_reads_back_as_its_snapshots(s
     records = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= len(expected), timeout=30)
     assert all(is_v3(r.value) for r in records)
     cache = LayoutCache()
-    got = [Snapshot.model_validate_json(snapshot_json(p)) for r in records for p in decode_message(r.value,
-                                                                                                   layouts=cache)]
-    assert sorted(got, key=lambda s: (s.node, s.source, s.ts)) == sorted(expected, key=lambda s: (s.node, s.source,
-                                                                                                 s.ts))
+    got = [
+        Snapshot.model_validate_json(snapshot_json(p)) for r in records for p in decode_message(r.value, layouts=cache)
+    ]
+    assert sorted(got, key=lambda s: (s.node, s.source, s.ts)) == sorted(
+        expected, key=lambda s: (s.node, s.source, s.ts)
+    )

@@ -17,11 +17,30 @@ T0 = 1.7e9
 
 
 def snap(i: int, node: str = "gpu-node-1", gpus: int = 2) -> Snapshot:
-    hist = HistogramSample(name="h_seconds", labels={"model_name": "m"}, le=[0.1, 1.0], counts=[i, 2.0 * i],
-                           count=3.0 * i, sum=0.5 * i, delta=HistogramDelta(counts=[1.0, 2.0], count=3.0, sum=0.5))
-    return Snapshot(ts=T0 + 15 * i, node=node, source="vllm", interval_s=15.0, labels={"engine": "0"}, samples=[
-        *(GaugeSample(name="g", labels={"gpu": str(g), "UUID": f"GPU-{g:04d}"}, value=i + g / 10) for g in range(gpus)),
-        CounterSample(name="c_total", labels={"gpu": "0"}, value=10.0 * i, delta=10.0, reset=i == 3), hist])
+    hist = HistogramSample(
+        name="h_seconds",
+        labels={"model_name": "m"},
+        le=[0.1, 1.0],
+        counts=[i, 2.0 * i],
+        count=3.0 * i,
+        sum=0.5 * i,
+        delta=HistogramDelta(counts=[1.0, 2.0], count=3.0, sum=0.5),
+    )
+    return Snapshot(
+        ts=T0 + 15 * i,
+        node=node,
+        source="vllm",
+        interval_s=15.0,
+        labels={"engine": "0"},
+        samples=[
+            *(
+                GaugeSample(name="g", labels={"gpu": str(g), "UUID": f"GPU-{g:04d}"}, value=i + g / 10)
+                for g in range(gpus)
+            ),
+            CounterSample(name="c_total", labels={"gpu": "0"}, value=10.0 * i, delta=10.0, reset=i == 3),
+            hist,
+        ],
+    )
 
 
 def parts_of(raw: bytes):

@@ -21,9 +21,16 @@ from tests.agents.test_sender import FakeProducer
 
 
 def snap(i: int, node: str = "n1", source: str = "nvml") -> Snapshot:
-    return Snapshot(ts=1000.0 + i, node=node, source=source, interval_s=1.0, samples=[
-        GaugeSample(name="g", labels={"gpu": "0"}, value=float(i) + 0.5),
-        CounterSample(name="c_total", labels={"gpu": "0"}, value=10.0 * i, delta=10.0 if i else None)])
+    return Snapshot(
+        ts=1000.0 + i,
+        node=node,
+        source=source,
+        interval_s=1.0,
+        samples=[
+            GaugeSample(name="g", labels={"gpu": "0"}, value=float(i) + 0.5),
+            CounterSample(name="c_total", labels={"gpu": "0"}, value=10.0 * i, delta=10.0 if i else None),
+        ],
+    )
 
 
 def test_the_encoder_of_each_version():
@@ -42,8 +49,9 @@ def test_agent_config_takes_wire_3_and_refuses_other_versions():
 @pytest.mark.parametrize("bundle", [False, True])
 async def test_the_sender_publishes_version_3_that_the_worker_reads(bundle):
     producer = FakeProducer()
-    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=20, producer=producer, bundle=bundle,
-                            wire=3)
+    sender = SnapshotSender(
+        Settings(), Outbox(), AgentMetrics(), linger_ms=20, producer=producer, bundle=bundle, wire=3
+    )
     await sender.start()
     await asyncio.sleep(0)
     try:

@@ -41,13 +41,32 @@ def test_every_simulated_snapshot_reads_back_equal():
 
 
 def test_odd_values_read_back_as_the_same_floats():
-    hist = HistogramSample(name="h", labels={"a": "1"}, le=[0.5, 1.0], counts=[0.5, 2.0], count=2.5, sum=-0.0,
-                           delta=HistogramDelta(counts=[0.0, 3.0], count=3.0, sum=1e-300), reset=True)
-    snap = Snapshot(ts=1.7e9 + 0.125, node="n-1", source="vllm", interval_s=0.5, labels={"model_name": "m"},
-                    prev_ts=1.7e9, gap=True, samples=[
-                        GaugeSample(name="g", value=-0.0), GaugeSample(name="big", value=2.0**60 + 0.0),
-                        CounterSample(name="c", labels={"a": "1"}, value=9007199254740993.0, delta=None, reset=True),
-                        CounterSample(name="c2", value=1.5, delta=0.0), hist])
+    hist = HistogramSample(
+        name="h",
+        labels={"a": "1"},
+        le=[0.5, 1.0],
+        counts=[0.5, 2.0],
+        count=2.5,
+        sum=-0.0,
+        delta=HistogramDelta(counts=[0.0, 3.0], count=3.0, sum=1e-300),
+        reset=True,
+    )
+    snap = Snapshot(
+        ts=1.7e9 + 0.125,
+        node="n-1",
+        source="vllm",
+        interval_s=0.5,
+        labels={"model_name": "m"},
+        prev_ts=1.7e9,
+        gap=True,
+        samples=[
+            GaugeSample(name="g", value=-0.0),
+            GaugeSample(name="big", value=2.0**60 + 0.0),
+            CounterSample(name="c", labels={"a": "1"}, value=9007199254740993.0, delta=None, reset=True),
+            CounterSample(name="c2", value=1.5, delta=0.0),
+            hist,
+        ],
+    )
     [back] = decode_v3(encode_message(snap))
     again = Snapshot.model_validate_json(snapshot_json(back))
     assert again == snap
@@ -56,8 +75,10 @@ def test_odd_values_read_back_as_the_same_floats():
 
 
 def test_an_error_snapshot_and_one_without_samples_read_back():
-    for snap in (Snapshot(ts=1.7e9, node="n", source="dcgm", error="connect refused", gap=True),
-                 Snapshot(ts=1.7e9, node="n", source="node")):
+    for snap in (
+        Snapshot(ts=1.7e9, node="n", source="dcgm", error="connect refused", gap=True),
+        Snapshot(ts=1.7e9, node="n", source="node"),
+    ):
         [back] = decode_v3(encode_message(snap))
         assert Snapshot.model_validate_json(snapshot_json(back)) == snap
 

@@ -34,10 +34,20 @@ receivers: [{type: console, name: slack}]
 
 def temperature_series() -> EvidenceSeries:
     ts = [T0 - 150.0 + 15.0 * i for i in range(10)]
-    return EvidenceSeries(rule="gpu-thermal-throttle", signal="gpu.temperature", unit="C", op=">=", threshold=85.0,
-                          for_s=60, per="gpu", focus=["2"], ts=ts,
-                          values={"2": [80.0 + i for i in range(10)], "3": [62.0] * 10},
-                          baseline={"2": [63.0] * 10}, pending_since=T0 - 60)
+    return EvidenceSeries(
+        rule="gpu-thermal-throttle",
+        signal="gpu.temperature",
+        unit="C",
+        op=">=",
+        threshold=85.0,
+        for_s=60,
+        per="gpu",
+        focus=["2"],
+        ts=ts,
+        values={"2": [80.0 + i for i in range(10)], "3": [62.0] * 10},
+        baseline={"2": [63.0] * 10},
+        pending_since=T0 - 60,
+    )
 
 
 def populated_notifier() -> Notifier:
@@ -46,17 +56,39 @@ def populated_notifier() -> Notifier:
     nf.ingest([incident_event(incident_id=OLD, node="gpu-node-9", root_cause="network-path", ts=T0 - 4000)], T0 - 4000)
     nf.flush(T0 - 4000)
     nf.delivered(OLD, "slack", 1, {}, T0 - 3999)
-    nf.ingest([incident_event(incident_id=OLD, event="resolved", sequence=2, node="gpu-node-9",
-                              root_cause="network-path", ts=T0 - 3900)], T0 - 3900)
+    nf.ingest(
+        [
+            incident_event(
+                incident_id=OLD,
+                event="resolved",
+                sequence=2,
+                node="gpu-node-9",
+                root_cause="network-path",
+                ts=T0 - 3900,
+            )
+        ],
+        T0 - 3900,
+    )
     nf.flush(T0 - 3900)
     nf.delivered(OLD, "slack", 2, {}, T0 - 3899)
     nf.flush(T0 - 3000)
     assert OLD in nf.recent and OLD not in nf.groups
     # open: a thermal throttle with charts, its page failing; a KV-cache incident delivered
     nf.ingest([incident_event(incident_id=THERMAL, severity="critical", series=[temperature_series()])], T0)
-    nf.ingest([incident_event(incident_id=KV, root_cause="kv-cache-pressure", node="gpu-node-1", ts=T0 + 10,
-                              summary="KV cache 97% on gpu-node-1", opened_at=T0 + 10,
-                              scope=Scope(node="gpu-node-1", engine="vllm-0", model="llama-3-8b"))], T0 + 10)
+    nf.ingest(
+        [
+            incident_event(
+                incident_id=KV,
+                root_cause="kv-cache-pressure",
+                node="gpu-node-1",
+                ts=T0 + 10,
+                summary="KV cache 97% on gpu-node-1",
+                opened_at=T0 + 10,
+                scope=Scope(node="gpu-node-1", engine="vllm-0", model="llama-3-8b"),
+            )
+        ],
+        T0 + 10,
+    )
     nf.flush(T0 + 10)
     nf.failed(THERMAL, "slack", 1, DeliveryError("HTTP 503 from hooks.slack.com", retryable=True), T0 + 11, 30.0)
     nf.delivered(KV, "slack", 1, {}, T0 + 12)
@@ -80,8 +112,9 @@ class FakeService:
 
 
 @asynccontextmanager
-async def api(access: ApiAccess | None = None, *, console: bool = True, service: FakeService | None = None
-              ) -> AsyncIterator[tuple[FakeService, str]]:
+async def api(
+    access: ApiAccess | None = None, *, console: bool = True, service: FakeService | None = None
+) -> AsyncIterator[tuple[FakeService, str]]:
     service = service if service is not None else FakeService()
     runner = await serve(service, "127.0.0.1:0", access, console=console)
     try:
@@ -90,11 +123,20 @@ async def api(access: ApiAccess | None = None, *, console: bool = True, service:
         await runner.cleanup()
 
 
-async def fetch(base: str, path: str, *, method: str = "GET", headers: dict[str, str] | None = None,
-                cookies: dict[str, str] | None = None, **kw: Any) -> tuple[int, dict[str, str], Any]:
+async def fetch(
+    base: str,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    cookies: dict[str, str] | None = None,
+    **kw: Any,
+) -> tuple[int, dict[str, str], Any]:
     """(status, headers, JSON body or text) without following redirects."""
-    async with aiohttp.ClientSession(cookies=cookies) as http, \
-            http.request(method, f"{base}{path}", headers=headers or {}, allow_redirects=False, **kw) as r:
+    async with (
+        aiohttp.ClientSession(cookies=cookies) as http,
+        http.request(method, f"{base}{path}", headers=headers or {}, allow_redirects=False, **kw) as r,
+    ):
         text = await r.text()
         body: Any = text
         if r.content_type == "application/json":

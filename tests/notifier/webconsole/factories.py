@@ -32,10 +32,19 @@ def thermal_series(**changes: object) -> EvidenceSeries:
     """gpu.temperature of the 8 GPUs of gpu-node-2: GPUs 3 and 5 climb past 85 C; 60 points, 15 s apart."""
     gpus = [*HOT, *(str(g) for g in range(8) if str(g) not in HOT)]
     fields: dict[str, object] = dict(
-        rule="gpu-thermal-throttle", signal="gpu.temperature", unit="C", op=">=", threshold=85.0, for_s=FOR_S,
-        per="gpu", focus=list(HOT), ts=[T0 + i * STEP for i in range(POINTS)],
+        rule="gpu-thermal-throttle",
+        signal="gpu.temperature",
+        unit="C",
+        op=">=",
+        threshold=85.0,
+        for_s=FOR_S,
+        per="gpu",
+        focus=list(HOT),
+        ts=[T0 + i * STEP for i in range(POINTS)],
         values={g: [_temperature(g, i) for i in range(POINTS)] for g in gpus},
-        baseline={g: [63.0] * POINTS for g in HOT}, pending_since=PENDING)
+        baseline={g: [63.0] * POINTS for g in HOT},
+        pending_since=PENDING,
+    )
     fields.update(changes)
     return EvidenceSeries.model_validate(fields)
 
@@ -51,33 +60,66 @@ def clock_series() -> EvidenceSeries:
     """gpu.sm_clock against the peer median (no fixed threshold)."""
     gpus = [*HOT, *(str(g) for g in range(8) if str(g) not in HOT)]
     return EvidenceSeries(
-        rule="gpu-thermal-throttle", signal="gpu.sm_clock", unit="MHz", op="<", threshold=None, for_s=FOR_S,
-        per="gpu", focus=list(HOT), ts=[T0 + i * STEP for i in range(POINTS)],
+        rule="gpu-thermal-throttle",
+        signal="gpu.sm_clock",
+        unit="MHz",
+        op="<",
+        threshold=None,
+        for_s=FOR_S,
+        per="gpu",
+        focus=list(HOT),
+        ts=[T0 + i * STEP for i in range(POINTS)],
         values={g: [_clock(g, i) for i in range(POINTS)] for g in gpus},
-        baseline={g: [1965.0 * 0.8] * POINTS for g in HOT}, pending_since=PENDING)
+        baseline={g: [1965.0 * 0.8] * POINTS for g in HOT},
+        pending_since=PENDING,
+    )
 
 
-def thermal_events(incident: str = "inc-0123456789abcdef", node: str = "gpu-node-2",
-                   summary: str = "GPUs 3, 5 on gpu-node-2 thermal throttling", resolved: bool = True,
-                   series: list[EvidenceSeries] | None = None) -> list[IncidentEvent]:
+def thermal_events(
+    incident: str = "inc-0123456789abcdef",
+    node: str = "gpu-node-2",
+    summary: str = "GPUs 3, 5 on gpu-node-2 thermal throttling",
+    resolved: bool = True,
+    series: list[EvidenceSeries] | None = None,
+) -> list[IncidentEvent]:
     """opened, updated and (when `resolved`) resolved events of one thermal incident."""
     series = [thermal_series(), clock_series()] if series is None else series
     opened = PENDING + FOR_S + STEP
     base = dict(
-        incident_id=incident, root_cause="gpu-thermal-throttle", severity="critical", opened_at=opened,
-        scope=Scope(node=node, gpus=list(HOT), model="llama-3-70b"), summary=summary,
-        evidence=[Evidence(signal="gpu.temperature", value=90.0, op=">=", threshold=85.0, unit="C", window_s=75.0,
-                           labels={"gpu": "3"}),
-                  Evidence(signal="gpu.sm_clock", value=1100.0, op="<", baseline=1572.0, unit="MHz",
-                           labels={"gpu": "3"})],
+        incident_id=incident,
+        root_cause="gpu-thermal-throttle",
+        severity="critical",
+        opened_at=opened,
+        scope=Scope(node=node, gpus=list(HOT), model="llama-3-70b"),
+        summary=summary,
+        evidence=[
+            Evidence(
+                signal="gpu.temperature",
+                value=90.0,
+                op=">=",
+                threshold=85.0,
+                unit="C",
+                window_s=75.0,
+                labels={"gpu": "3"},
+            ),
+            Evidence(signal="gpu.sm_clock", value=1100.0, op="<", baseline=1572.0, unit="MHz", labels={"gpu": "3"}),
+        ],
         actions=["Check airflow and inlet temperature of gpu-node-2.", "Drain gpu-node-2 until GPUs 3, 5 cool."],
-        rule="gpu-thermal-throttle", labels={"team": "ml-platform"}, rule_origin="rules/gpu.yaml:6",
-        rules_version="git:abc1234")
-    events = [IncidentEvent(event="opened", sequence=1, ts=opened, series=series, **base),
-              IncidentEvent(event="updated", sequence=2, ts=opened + 120, series=series, **base)]
+        rule="gpu-thermal-throttle",
+        labels={"team": "ml-platform"},
+        rule_origin="rules/gpu.yaml:6",
+        rules_version="git:abc1234",
+    )
+    events = [
+        IncidentEvent(event="opened", sequence=1, ts=opened, series=series, **base),
+        IncidentEvent(event="updated", sequence=2, ts=opened + 120, series=series, **base),
+    ]
     if resolved:
-        events.append(IncidentEvent(event="resolved", sequence=3, ts=T0 + 52 * STEP, resolved_at=T0 + 52 * STEP,
-                                    series=series, **base))
+        events.append(
+            IncidentEvent(
+                event="resolved", sequence=3, ts=T0 + 52 * STEP, resolved_at=T0 + 52 * STEP, series=series, **base
+            )
+        )
     return events
 
 
@@ -86,10 +128,25 @@ def thermal_view(**kwargs: object) -> IncidentView:
     view = views_from_events(thermal_events(**kwargs))[0]  # type: ignore[arg-type]
     opened = view.event.opened_at
     view.deliveries = [
-        DeliveryRow(receiver="pagerduty-oncall", sequence=1, kind="opened", created_at=opened + 1, at=opened + 2,
-                    outcome="delivered", attempts=1),
-        DeliveryRow(receiver="slack-gpu", sequence=3, kind="resolved", created_at=opened + 600, at=None,
-                    outcome="retrying", attempts=3, error="HTTP 503 from hooks.slack.com"),
+        DeliveryRow(
+            receiver="pagerduty-oncall",
+            sequence=1,
+            kind="opened",
+            created_at=opened + 1,
+            at=opened + 2,
+            outcome="delivered",
+            attempts=1,
+        ),
+        DeliveryRow(
+            receiver="slack-gpu",
+            sequence=3,
+            kind="resolved",
+            created_at=opened + 600,
+            at=None,
+            outcome="retrying",
+            attempts=3,
+            error="HTTP 503 from hooks.slack.com",
+        ),
     ]
     return view
 
@@ -97,7 +154,16 @@ def thermal_view(**kwargs: object) -> IncidentView:
 def kv_view() -> IncidentView:
     """A second, open incident of another cause and severity, without chart data."""
     ev = IncidentEvent(
-        incident_id="inc-fedcba9876543210", event="opened", sequence=1, ts=T0 + 900, root_cause="kv-cache-pressure",
-        severity="warning", opened_at=T0 + 900, scope=Scope(node="gpu-node-1", engine="vllm-0", model="llama-3-8b"),
-        summary="KV cache 97% on gpu-node-1 engine vllm-0", rule="kv-cache-pressure", transient=True)
+        incident_id="inc-fedcba9876543210",
+        event="opened",
+        sequence=1,
+        ts=T0 + 900,
+        root_cause="kv-cache-pressure",
+        severity="warning",
+        opened_at=T0 + 900,
+        scope=Scope(node="gpu-node-1", engine="vllm-0", model="llama-3-8b"),
+        summary="KV cache 97% on gpu-node-1 engine vllm-0",
+        rule="kv-cache-pressure",
+        transient=True,
+    )
     return views_from_events([ev])[0]

@@ -11,8 +11,11 @@ from html.parser import HTMLParser
 
 VOID = {"meta", "link", "input", "br", "hr", "img", "col", "area", "base", "wbr", "source"}
 #: a reference that would make a browser fetch something from elsewhere
-EXTERNAL = re.compile(r"""(?:src|href|action|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|"""
-                      r"""@import""", re.I)
+EXTERNAL = re.compile(
+    r"""(?:src|href|action|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|"""
+    r"""@import""",
+    re.I,
+)
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 

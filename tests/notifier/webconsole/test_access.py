@@ -50,8 +50,9 @@ async def test_login_sets_a_read_only_session_cookie():
         status, _, body = await fetch(base, "/api/v1/silences", method="POST", json=SILENCE, cookies=jar)
         assert status == 401 and service.written == []
         assert (await fetch(base, "/api/v1/silences/sil-x", method="DELETE", cookies=jar))[0] == 401
-        status, _, created = await fetch(base, "/api/v1/silences", method="POST", json=SILENCE, cookies=jar,
-                                         headers=bearer())
+        status, _, created = await fetch(
+            base, "/api/v1/silences", method="POST", json=SILENCE, cookies=jar, headers=bearer()
+        )
         assert status == 201 and [s.id for s in service.written] == [created["id"]]
 
 
@@ -117,11 +118,14 @@ async def test_login_without_a_configured_token_is_impossible():
         assert status == 403 and "Set-Cookie" not in headers and "No API token is configured" in page
 
 
-@pytest.mark.parametrize(("data", "status"), [
-    ("token=" + "x" * (MAX_LOGIN_BODY_BYTES + 1), 413),
-    (b"token=\xff\xfe", 400),
-    ("&".join(f"f{i}=1" for i in range(20)), 400),
-])
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        ("token=" + "x" * (MAX_LOGIN_BODY_BYTES + 1), 413),
+        (b"token=\xff\xfe", 400),
+        ("&".join(f"f{i}=1" for i in range(20)), 400),
+    ],
+)
 async def test_the_login_body_is_bounded(data, status):
     access = off_loopback()
     async with api(access) as (_, base):

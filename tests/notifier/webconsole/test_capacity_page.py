@@ -13,18 +13,25 @@ from tests.notifier.webconsole.markup import parse_page
 
 from .api_helpers import NOW, FakeService, api, fetch
 
-PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJ"
-                       "RU5ErkJggg==")
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
 
 
 def write_file(tmp_path, plots: list[str]) -> object:
     (tmp_path / "plots").mkdir()
     (tmp_path / "plots" / "m-ttft.png").write_bytes(PNG)
     (tmp_path.parent / "outside.png").write_bytes(PNG)
-    cf = CapacityFile(generated_at=NOW - 3600, source="loadtest:result.json",
-                      models={"meta-llama/*": CapacityThresholds(safe_request_rate=9.5, queue_scale_out=4,
-                                                                 max_num_seqs=96, ttft_knee_s=0.8)},
-                      plots={"meta-llama/*": plots})
+    cf = CapacityFile(
+        generated_at=NOW - 3600,
+        source="loadtest:result.json",
+        models={
+            "meta-llama/*": CapacityThresholds(
+                safe_request_rate=9.5, queue_scale_out=4, max_num_seqs=96, ttft_knee_s=0.8
+            )
+        },
+        plots={"meta-llama/*": plots},
+    )
     path = tmp_path / "capacity.yaml"
     path.write_text(__import__("yaml").safe_dump(cf.model_dump(mode="json")))
     return path

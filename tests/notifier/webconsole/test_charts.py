@@ -96,9 +96,11 @@ def test_gpu_5_of_the_thermal_series_has_its_gap():
 
 
 def test_empty_series_is_a_no_data_placeholder():
-    for svg in (timeline_svg(thermal_series(ts=[], values={}, baseline={}), thermal_view().marks),
-                timeline_svg(thermal_series(values={"3": [None] * 60, "5": [None] * 60}, baseline={}), []),
-                peer_svg(thermal_series(ts=[], values={}, baseline={}))):
+    for svg in (
+        timeline_svg(thermal_series(ts=[], values={}, baseline={}), thermal_view().marks),
+        timeline_svg(thermal_series(values={"3": [None] * 60, "5": [None] * 60}, baseline={}), []),
+        peer_svg(thermal_series(ts=[], values={}, baseline={})),
+    ):
         root = parse_svg(svg)
         assert root.attrib["role"] == "img" and "no data" in root.attrib["aria-label"]
         assert any("no data for gpu.temperature" in t for t in texts(root))
@@ -118,16 +120,21 @@ def test_a_single_point_and_constant_values_draw_without_nan():
     _inside(root, 720, 220)
 
 
-@pytest.mark.parametrize("values", [
-    [1e308, -1e308, 5.0] * 20,
-    [1e-12, 3e-12, 2e-12] * 20,
-    [float("nan"), float("inf"), float("-inf")] * 19 + [4.0, 5.0, 6.0],
-    [0.0] * 60,
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1e308, -1e308, 5.0] * 20,
+        [1e-12, 3e-12, 2e-12] * 20,
+        [float("nan"), float("inf"), float("-inf")] * 19 + [4.0, 5.0, 6.0],
+        [0.0] * 60,
+    ],
+)
 def test_huge_tiny_and_non_finite_values_stay_in_the_drawing(values):
     series = unchecked_series(values={"3": values, "5": list(reversed(values))}, baseline={}, threshold=1e309)
-    for svg in (timeline_svg(series, [Mark(float("inf"), "updated", 2), Mark(T0 + 100, "opened", 1)]),
-                peer_svg(series)):
+    for svg in (
+        timeline_svg(series, [Mark(float("inf"), "updated", 2), Mark(T0 + 100, "opened", 1)]),
+        peer_svg(series),
+    ):
         root = parse_svg(svg)
         _inside(root, 720, int(float(root.attrib["viewBox"].split()[3])))
         assert not re.search(r'="-?(?:nan|inf)', svg.lower())
@@ -145,9 +152,14 @@ def test_unsorted_times_and_ragged_value_lists():
 
 
 def test_hostile_names_are_escaped():
-    series = thermal_series(signal=HOSTILE, unit=HOSTILE, focus=[HOSTILE],
-                            values={HOSTILE: [90.0] * 60, "0": [60.0] * 60, "1\x00\x1b": [61.0] * 60},
-                            baseline={HOSTILE: [63.0] * 60}, per="engine")
+    series = thermal_series(
+        signal=HOSTILE,
+        unit=HOSTILE,
+        focus=[HOSTILE],
+        values={HOSTILE: [90.0] * 60, "0": [60.0] * 60, "1\x00\x1b": [61.0] * 60},
+        baseline={HOSTILE: [63.0] * 60},
+        per="engine",
+    )
     for svg in (timeline_svg(series, thermal_view().marks), peer_svg(series)):
         assert "<script" not in svg and "\x00" not in svg and "\x1b" not in svg
         root = parse_svg(svg)

@@ -13,16 +13,32 @@ HOSTILE = '<script>alert("x")</script>'
 
 def ambiguous_view(check: str = "Compare the 429 rate per client IP at the ingress."):
     view = thermal_view()
-    quiet = RuleFinding(rule="queue-wait-scale-out", state="quiet",
-                        evidence=[Evidence(signal="gpu.dram_bw_util", value=0.56, op=">", threshold=0.75)])
-    view.event = view.event.model_copy(update={
-        "event": "updated", "root_cause": "retry-storm",
-        "candidates": [Candidate(root_cause="retry-storm", score=1.0,
-                                 supports=[RuleFinding(rule="retry-storm", state="firing")]),
-                       Candidate(root_cause="capacity", score=0.57, unexplained=["retry-storm"], against=[quiet],
-                                 supports=[RuleFinding(rule="capacity-exhausted", state="firing")])],
-        "differential": Differential(lead="retry-storm", runner_up="capacity", why="Counters export the sum.",
-                                     check=check)})
+    quiet = RuleFinding(
+        rule="queue-wait-scale-out",
+        state="quiet",
+        evidence=[Evidence(signal="gpu.dram_bw_util", value=0.56, op=">", threshold=0.75)],
+    )
+    view.event = view.event.model_copy(
+        update={
+            "event": "updated",
+            "root_cause": "retry-storm",
+            "candidates": [
+                Candidate(
+                    root_cause="retry-storm", score=1.0, supports=[RuleFinding(rule="retry-storm", state="firing")]
+                ),
+                Candidate(
+                    root_cause="capacity",
+                    score=0.57,
+                    unexplained=["retry-storm"],
+                    against=[quiet],
+                    supports=[RuleFinding(rule="capacity-exhausted", state="firing")],
+                ),
+            ],
+            "differential": Differential(
+                lead="retry-storm", runner_up="capacity", why="Counters export the sum.", check=check
+            ),
+        }
+    )
     return view
 
 

@@ -16,12 +16,20 @@ HOSTILE = '<script>alert("x")</script>'
 
 
 def _silences() -> list[dict]:
-    base = dict(starts_at=NOW - 600, ends_at=NOW + 6600, author="ana", comment="fans", created_at=NOW - 600,
-                expired_at=None, source="cli")
+    base = dict(
+        starts_at=NOW - 600,
+        ends_at=NOW + 6600,
+        author="ana",
+        comment="fans",
+        created_at=NOW - 600,
+        expired_at=None,
+        source="cli",
+    )
     return [
         dict(base, id="sil-expired", matchers=['model="x"'], state="expired", expired_at=NOW - 60),
-        dict(base, id="sil-active", matchers=['node="gpu-node-2"', 'root_cause="gpu-thermal-throttle"'],
-             state="active"),
+        dict(
+            base, id="sil-active", matchers=['node="gpu-node-2"', 'root_cause="gpu-thermal-throttle"'], state="active"
+        ),
         dict(base, id="sil-pending", matchers=['node="gpu-node-3"'], state="pending", starts_at=NOW + 60),
         dict(base, id="maint-1", matchers=['node=~"gpu-node-[45]"'], state="active", source="config"),
     ]
@@ -33,9 +41,15 @@ def test_index_lists_open_incidents_first_with_their_attributes():
     assert [r.attrs["data-incident"] for r in rows] == ["inc-fedcba9876543210", "inc-0123456789abcdef"]
     kv, thermal = rows
     assert (kv.attrs["data-state"], kv.attrs["data-cause"], kv.attrs["data-severity"]) == (
-        "open", "kv-cache-pressure", "warning")
+        "open",
+        "kv-cache-pressure",
+        "warning",
+    )
     assert (thermal.attrs["data-state"], thermal.attrs["data-cause"], thermal.attrs["data-severity"]) == (
-        "resolved", "gpu-thermal-throttle", "critical")
+        "resolved",
+        "gpu-thermal-throttle",
+        "critical",
+    )
     text = page.text(thermal)
     assert "GPU thermal throttle" in text and "node gpu-node-2 / GPUs 3, 5 / model llama-3-70b" in text
     assert "persistent" in text and "6m 45s" in text and "2024-06-01 00:06:15 UTC" in text
@@ -55,7 +69,7 @@ def test_index_has_filters_and_a_script_and_lists_everything_without_it():
     values = {e.attrs["value"] for e in page.elements if e.tag == "option"}
     assert {"gpu-thermal-throttle", "kv-cache-pressure", "critical", "warning", "info"} <= values
     assert not any("hidden" in r.attrs for r in page.by_testid("incident-row"))
-    assert "<script>" in page.html and 'row.dataset.state' in page.html
+    assert "<script>" in page.html and "row.dataset.state" in page.html
 
 
 def test_index_links_live_pages_or_report_anchors():
@@ -78,10 +92,22 @@ def test_incident_page_head_evidence_charts_actions():
     art = page.one("incident")
     assert art.attrs["id"] == art.attrs["data-incident"] == "inc-0123456789abcdef"
     text = page.text(art)
-    for expected in ("GPU thermal throttle", "critical", "resolved", "persistent",
-                     "GPUs 3, 5 on gpu-node-2 thermal throttling", "node gpu-node-2 / GPUs 3, 5 / model llama-3-70b",
-                     "2024-06-01 00:06:15 UTC", "2024-06-01 00:13:00 UTC", "6m 45s", "event #3",
-                     "gpu-thermal-throttle", "rules/gpu.yaml:6", "git:abc1234", "team=ml-platform"):
+    for expected in (
+        "GPU thermal throttle",
+        "critical",
+        "resolved",
+        "persistent",
+        "GPUs 3, 5 on gpu-node-2 thermal throttling",
+        "node gpu-node-2 / GPUs 3, 5 / model llama-3-70b",
+        "2024-06-01 00:06:15 UTC",
+        "2024-06-01 00:13:00 UTC",
+        "6m 45s",
+        "event #3",
+        "gpu-thermal-throttle",
+        "rules/gpu.yaml:6",
+        "git:abc1234",
+        "team=ml-platform",
+    ):
         assert expected in text, expected
     evidence = page.text(page.one("evidence"))
     assert "gpu.temperature{gpu=3} = 90 C (>= 85 C) for 75s" in evidence
@@ -99,7 +125,9 @@ def test_incident_page_notifications_and_why_held_back():
     page = parse_page(incident_page(view, NOW, live=True))
     rows = page.by_testid("notification-row")
     assert [(r.attrs["data-receiver"], r.attrs["data-outcome"]) for r in rows] == [
-        ("pagerduty-oncall", "delivered"), ("slack-gpu", "retrying")]
+        ("pagerduty-oncall", "delivered"),
+        ("slack-gpu", "retrying"),
+    ]
     assert "HTTP 503 from hooks.slack.com" in page.text(rows[1]) and "#3" in page.text(rows[1])
     assert "—" in page.text(rows[1])  # not delivered yet
     assert "silenced by sil-1" in page.text(page.one("suppressed"))
@@ -141,10 +169,14 @@ def test_incident_without_series_or_notifications():
 
 def test_hostile_incident_text_is_escaped_everywhere():
     view = thermal_view(incident=HOSTILE, node=HOSTILE, summary=HOSTILE)
-    view.event = view.event.model_copy(update={"actions": [HOSTILE + " `rm -rf <x>`"], "labels": {HOSTILE: HOSTILE},
-                                               "rule_origin": HOSTILE})
-    for html in (incident_page(view, NOW, live=True), index_page([view], NOW, live=True),
-                 index_page([view], NOW, live=False)):
+    view.event = view.event.model_copy(
+        update={"actions": [HOSTILE + " `rm -rf <x>`"], "labels": {HOSTILE: HOSTILE}, "rule_origin": HOSTILE}
+    )
+    for html in (
+        incident_page(view, NOW, live=True),
+        index_page([view], NOW, live=True),
+        index_page([view], NOW, live=False),
+    ):
         assert "<script>alert" not in html
         page = parse_page(html)
         assert any(r.attrs.get("data-incident") == HOSTILE for r in page.elements)
@@ -161,7 +193,7 @@ def test_silences_page_rows_and_expire_buttons():
     assert [r.attrs["data-silence"] for r in rows] == ["sil-active", "maint-1", "sil-pending", "sil-expired"]
     expire = {b.attrs["data-silence"] for b in page.by_testid("silence-expire")}
     assert expire == {"sil-active", "sil-pending"}  # not the config's window, not the expired one
-    assert 'node=&quot;gpu-node-2&quot;' in page.html and "maintenance window" in page.html
+    assert "node=&quot;gpu-node-2&quot;" in page.html and "maintenance window" in page.html
     assert "2024-06-01 02:50:00 UTC" in page.text(rows[0]) and "(in 1h 50m)" in page.text(rows[0])
     nav = [e.attrs["href"] for e in page.elements if e.tag == "a"]
     assert nav == ["/console", "/console/silences", "/console/capacity"]
@@ -179,16 +211,28 @@ def test_silences_form_hooks_prefill_and_script():
     for hook in ("silence-error", "silence-preview", "silence-status"):
         assert "hidden" in page.one(hook).attrs
     assert page.by_testid("silence-row") == [] and "No silences." in page.html
-    script = page.html[page.html.index("<script>"):]
-    for needed in ("sessionStorage", "Authorization", "Bearer ", "/api/v1/silences/preview?", '"POST"', '"DELETE"',
-                   "fetch(", "textContent", "data.error"):
+    script = page.html[page.html.index("<script>") :]
+    for needed in (
+        "sessionStorage",
+        "Authorization",
+        "Bearer ",
+        "/api/v1/silences/preview?",
+        '"POST"',
+        '"DELETE"',
+        "fetch(",
+        "textContent",
+        "data.error",
+    ):
         assert needed in script, needed
     assert "innerHTML" not in script and "<script>alert" not in page.html
 
 
 def test_silences_page_survives_odd_entries():
-    odd = [{"id": HOSTILE, "matchers": "not a list", "state": "active", "starts_at": "soon", "ends_at": None},
-           {}, {"id": "x", "matchers": [HOSTILE], "ends_at": 1e308, "state": "pending", "comment": HOSTILE}]
+    odd = [
+        {"id": HOSTILE, "matchers": "not a list", "state": "active", "starts_at": "soon", "ends_at": None},
+        {},
+        {"id": "x", "matchers": [HOSTILE], "ends_at": 1e308, "state": "pending", "comment": HOSTILE},
+    ]
     html = silences_page(odd, NOW)
     assert "<script>alert" not in html
     assert len(parse_page(html).by_testid("silence-row")) == 3

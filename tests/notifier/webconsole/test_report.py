@@ -22,7 +22,9 @@ def test_report_links_every_incident_to_its_section_with_charts():
     assert len(page.by_testid("timeline-chart")) == 2 and len(page.by_testid("peer-chart")) == 2
     assert "No chart data" in page.text(sections["inc-fedcba9876543210"])
     assert [r.attrs["data-incident"] for r in page.by_testid("incident-row")] == [
-        "inc-fedcba9876543210", "inc-0123456789abcdef"]
+        "inc-fedcba9876543210",
+        "inc-0123456789abcdef",
+    ]
     assert "replay of fleet.jsonl" in page.text(page.one("report-title"))
     assert "2024-06-01 01:00:00 UTC" in html  # ages as of the end of the recording
 

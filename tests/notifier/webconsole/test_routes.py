@@ -26,22 +26,35 @@ async def test_the_list_has_open_and_recent_incidents_open_first_without_chart_d
     assert thermal["severity"] == "critical"
     assert thermal["group_id"] == THERMAL and thermal["scope"]["node"] == "gpu-node-3"
     assert old["resolved_at"] == T0 - 3900 and old["group_id"] == OLD
-    assert {"id", "cause", "severity", "scope", "summary", "opened_at", "resolved_at", "transient", "state",
-            "group_id"} <= set(thermal)
+    assert {
+        "id",
+        "cause",
+        "severity",
+        "scope",
+        "summary",
+        "opened_at",
+        "resolved_at",
+        "transient",
+        "state",
+        "group_id",
+    } <= set(thermal)
     assert "series" not in thermal and "evidence" not in thermal
     assert headers["X-Content-Type-Options"] == "nosniff"
 
 
-@pytest.mark.parametrize(("query", "ids"), [
-    ("?state=open", [KV, THERMAL]),
-    ("?state=resolved", [OLD]),
-    ("?state=all&cause=network-path", [OLD]),
-    ("?severity=critical", [THERMAL]),
-    ("?q=kv%20CACHE", [KV]),
-    ("?q=gpu-node-9", [OLD]),  # the scope
-    ("?limit=1", [KV]),
-    ("?limit=100000", [KV, THERMAL, OLD]),  # capped, not refused
-])
+@pytest.mark.parametrize(
+    ("query", "ids"),
+    [
+        ("?state=open", [KV, THERMAL]),
+        ("?state=resolved", [OLD]),
+        ("?state=all&cause=network-path", [OLD]),
+        ("?severity=critical", [THERMAL]),
+        ("?q=kv%20CACHE", [KV]),
+        ("?q=gpu-node-9", [OLD]),  # the scope
+        ("?limit=1", [KV]),
+        ("?limit=100000", [KV, THERMAL, OLD]),  # capped, not refused
+    ],
+)
 async def test_the_list_filters(query, ids):
     async with api() as (_, base):
         status, headers, body = await fetch(base, "/api/v1/incidents" + query)
@@ -64,8 +77,17 @@ async def test_an_open_incident_in_full_with_series_marks_and_deliveries():
     assert body["incident"]["series"][0]["signal"] == "gpu.temperature"
     assert body["marks"] == [{"ts": T0, "kind": "opened", "sequence": 1}]
     (row,) = body["deliveries"]
-    assert row == {"receiver": "slack", "sequence": 1, "kind": "opened", "created_at": T0 + 10, "at": None,
-                   "outcome": "retrying", "attempts": 1, "error": "HTTP 503 from hooks.slack.com", "flapping": False}
+    assert row == {
+        "receiver": "slack",
+        "sequence": 1,
+        "kind": "opened",
+        "created_at": T0 + 10,
+        "at": None,
+        "outcome": "retrying",
+        "attempts": 1,
+        "error": "HTTP 503 from hooks.slack.com",
+        "flapping": False,
+    }
     assert body["group"]["live"] is True and body["group"]["incidents"] == [THERMAL]
 
 
@@ -75,7 +97,9 @@ async def test_a_recent_incident_in_full():
     assert status == 200 and body["state"] == "resolved" and body["group"]["live"] is False
     assert [m["kind"] for m in body["marks"]] == ["opened", "resolved"]
     assert [(d["kind"], d["outcome"]) for d in body["deliveries"]] == [
-        ("opened", "delivered"), ("resolved", "delivered")]
+        ("opened", "delivered"),
+        ("resolved", "delivered"),
+    ]
 
 
 async def test_an_unknown_incident_is_404():
@@ -87,23 +111,40 @@ async def test_an_unknown_incident_is_404():
 # --- GET /api/v1/silences/preview -------------------------------------------------------------------------------
 async def test_the_preview_lists_what_a_silence_would_match_now():
     async with api() as (_, base):
-        status, _, body = await fetch(base, '/api/v1/silences/preview?matcher=root_cause%3D~"gpu-.*|network-path"'
-                                            '&matcher=severity!%3D"info"')
+        status, _, body = await fetch(
+            base, '/api/v1/silences/preview?matcher=root_cause%3D~"gpu-.*|network-path"&matcher=severity!%3D"info"'
+        )
     assert status == 200 and body["errors"] == [] and body["total"] == 2
     assert body["matches"] == [
-        {"incident_id": THERMAL, "summary": incident_event().summary, "root_cause": "gpu-thermal-throttle",
-         "severity": "critical", "state": "open", "group_id": THERMAL},
-        {"incident_id": OLD, "summary": incident_event(node="gpu-node-9").summary, "root_cause": "network-path",
-         "severity": "warning", "state": "resolved", "group_id": OLD}]
+        {
+            "incident_id": THERMAL,
+            "summary": incident_event().summary,
+            "root_cause": "gpu-thermal-throttle",
+            "severity": "critical",
+            "state": "open",
+            "group_id": THERMAL,
+        },
+        {
+            "incident_id": OLD,
+            "summary": incident_event(node="gpu-node-9").summary,
+            "root_cause": "network-path",
+            "severity": "warning",
+            "state": "resolved",
+            "group_id": OLD,
+        },
+    ]
 
 
-@pytest.mark.parametrize(("matchers", "says"), [
-    ([], "at least one matcher"),
-    (['node="a"'] * 17, "at most 16 matchers"),
-    (["node"], "invalid matcher 'node'"),
-    (['node=~"(a)\\\\1"'], "invalid regular expression"),
-    (['node="' + "x" * 1000 + '"'] * 5, "characters together"),
-])
+@pytest.mark.parametrize(
+    ("matchers", "says"),
+    [
+        ([], "at least one matcher"),
+        (['node="a"'] * 17, "at most 16 matchers"),
+        (["node"], "invalid matcher 'node'"),
+        (['node=~"(a)\\\\1"'], "invalid regular expression"),
+        (['node="' + "x" * 1000 + '"'] * 5, "characters together"),
+    ],
+)
 def test_preview_errors_are_listed_with_no_matches(matchers, says):
     out = preview(populated_notifier(), matchers, NOW)
     assert out["matches"] == [] and out["total"] == 0
@@ -131,8 +172,16 @@ def assert_console_headers(headers: dict[str, str]) -> None:
     assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
 
 
-@pytest.mark.parametrize("path", ["/console", f"/console/incidents/{THERMAL}", f"/console/incidents/{OLD}",
-                                  "/console/silences", '/console/silences?matcher=node%3D"gpu-node-3"'])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console",
+        f"/console/incidents/{THERMAL}",
+        f"/console/incidents/{OLD}",
+        "/console/silences",
+        '/console/silences?matcher=node%3D"gpu-node-3"',
+    ],
+)
 async def test_console_pages_are_html_with_the_security_headers(path):
     async with api() as (_, base):
         status, headers, body = await fetch(base, path)

@@ -17,16 +17,22 @@ def test_views_of_live_and_recent_groups_open_first_newest_first():
     nf = populated_notifier()
     views = views_from_groups([*nf.groups.values(), *nf.recent.values()])
     assert [(v.incident_id, v.open, v.group_id) for v in views] == [
-        (KV, True, KV), (THERMAL, True, THERMAL), (OLD, False, OLD)]
+        (KV, True, KV),
+        (THERMAL, True, THERMAL),
+        (OLD, False, OLD),
+    ]
     thermal = views[1]
     assert thermal.event.series == [temperature_series()]
     assert thermal.marks == [Mark(T0, "opened", 1)]
     assert [(d.receiver, d.kind, d.outcome, d.attempts, d.error) for d in thermal.deliveries] == [
-        ("slack", "opened", "retrying", 1, "HTTP 503 from hooks.slack.com")]
+        ("slack", "opened", "retrying", 1, "HTTP 503 from hooks.slack.com")
+    ]
     old = views[2]
     assert [m.kind for m in old.marks] == ["opened", "resolved"]
     assert [(d.sequence, d.kind, d.outcome, d.at) for d in old.deliveries] == [
-        (1, "opened", "delivered", T0 - 3999), (2, "resolved", "delivered", T0 - 3899)]
+        (1, "opened", "delivered", T0 - 3999),
+        (2, "resolved", "delivered", T0 - 3899),
+    ]
 
 
 def test_pending_notifications_without_a_record_still_show():
@@ -37,7 +43,8 @@ def test_pending_notifications_without_a_record_still_show():
     del record["marks"]
     (view,) = views_from_groups([GroupState.model_validate(record)])
     assert [(d.sequence, d.outcome, d.attempts, d.error, d.at) for d in view.deliveries] == [
-        (1, "retrying", 1, "HTTP 503 from hooks.slack.com", None)]
+        (1, "retrying", 1, "HTTP 503 from hooks.slack.com", None)
+    ]
     assert view.marks == [Mark(T0, "opened", 1)]  # no recorded marks: the latest event is one
 
 
@@ -51,10 +58,22 @@ def test_an_incident_in_a_live_and_a_recent_group_shows_once_as_the_live_one():
 
 
 def test_why_a_group_was_held_back_is_shown():
-    nf = Notifier(parse_config("grouping: {by: [incident], wait: 0s}\nroute: {receiver: r}\n"
-                               "receivers: [{type: console, name: r}]\n"))
-    nf.add_silence(Silence(id="sil-1", matchers=['node="gpu-node-3"'], starts_at=T0 - 1, ends_at=T0 + 3600,
-                           author="ana", comment="rack maintenance", created_at=T0 - 1))
+    nf = Notifier(
+        parse_config(
+            "grouping: {by: [incident], wait: 0s}\nroute: {receiver: r}\nreceivers: [{type: console, name: r}]\n"
+        )
+    )
+    nf.add_silence(
+        Silence(
+            id="sil-1",
+            matchers=['node="gpu-node-3"'],
+            starts_at=T0 - 1,
+            ends_at=T0 + 3600,
+            author="ana",
+            comment="rack maintenance",
+            created_at=T0 - 1,
+        )
+    )
     nf.ingest([incident_event()], T0)
     nf.flush(T0)
     (view,) = views_from_groups(nf.groups.values())
@@ -74,8 +93,13 @@ def test_resolved_incidents_are_ordered_by_their_resolution():
 def test_ages_read_in_the_fleets_time_when_its_clock_is_another():
     def group(created_at: float, opened_at: float) -> GroupState:
         ev = incident_event(incident_id=f"inc-{int(created_at)}", opened_at=opened_at, ts=opened_at)
-        return GroupState(group_id=ev.incident_id, group_key="k", incidents={ev.incident_id: ev},
-                          created_at=created_at, status_since=created_at)
+        return GroupState(
+            group_id=ev.incident_id,
+            group_key="k",
+            incidents={ev.incident_id: ev},
+            created_at=created_at,
+            status_since=created_at,
+        )
 
     live = [group(T0 + 5, T0), group(T0 + 900, T0 + 898)]  # taken in seconds after they opened
     assert event_clock_offset(live) == 0.0

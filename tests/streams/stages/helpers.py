@@ -12,8 +12,9 @@ from tailhound.streams.stages import Step
 T0 = 1_767_225_600.0
 
 
-def ruleset(when: str, name: str = "r", scope: str = "engine", extra: str = "", root_cause: str = "capacity"
-            ) -> RuleSet:
+def ruleset(
+    when: str, name: str = "r", scope: str = "engine", extra: str = "", root_cause: str = "capacity"
+) -> RuleSet:
     """One rule (`extra`: more YAML lines of the rule, indented by 8)."""
     text = f"""\
 groups:
@@ -27,8 +28,15 @@ groups:
     return RuleSet(rules=parse_rule_text(text, "x.yaml"))
 
 
-def vllm(ts: float, waiting: float, engine: str = "0", model: str | None = None, node: str = "n",
-         labels: dict[str, str] | None = None, running: float | None = None) -> Snapshot:
+def vllm(
+    ts: float,
+    waiting: float,
+    engine: str = "0",
+    model: str | None = None,
+    node: str = "n",
+    labels: dict[str, str] | None = None,
+    running: float | None = None,
+) -> Snapshot:
     """A vLLM snapshot of one engine's queue (and running batch)."""
     sample_labels = {"engine": engine, **({"model_name": model} if model else {})}
     samples = [GaugeSample(name="vllm:num_requests_waiting", labels=sample_labels, value=waiting)]
@@ -37,11 +45,24 @@ def vllm(ts: float, waiting: float, engine: str = "0", model: str | None = None,
     return Snapshot(ts=ts, node=node, source="vllm", interval_s=15, labels=labels or {}, samples=samples)
 
 
-def step_for(snapshot: Snapshot, rules: RuleSet, state: NodeState | None = None, latest: LatestValues | None = None,
-             stale_after_s: float = 120.0, **kw) -> Step:
+def step_for(
+    snapshot: Snapshot,
+    rules: RuleSet,
+    state: NodeState | None = None,
+    latest: LatestValues | None = None,
+    stale_after_s: float = 120.0,
+    **kw,
+) -> Step:
     """The step of `snapshot`, as :func:`tailhound.streams.evaluator.evaluate` builds it before its stages run."""
     state = state if state is not None else NodeState(node=snapshot.node)
     latest = latest if latest is not None else LatestValues()
     state._latest = latest
-    return Step(state=state, snapshot=snapshot, rules=rules, catalog=default_catalog(), latest=latest,
-                stale_after_s=stale_after_s, **kw)
+    return Step(
+        state=state,
+        snapshot=snapshot,
+        rules=rules,
+        catalog=default_catalog(),
+        latest=latest,
+        stale_after_s=stale_after_s,
+        **kw,
+    )

@@ -21,8 +21,12 @@ def windowed(rules, state, ts, fresh, view=None):
 def test_history_is_kept_for_trend_signals_only_and_trimmed_to_the_window():
     state = NodeState(node="n")
     for i in range(20):  # 5 minutes at 15 s against a 2-minute trend: kept back to 1.5 windows (3 min)
-        windowed(GROWING, state, T0 + 15 * i, {"engine.requests_waiting": {"0": float(i)},
-                                                "engine.requests_running": {"0": 1.0}})
+        windowed(
+            GROWING,
+            state,
+            T0 + 15 * i,
+            {"engine.requests_waiting": {"0": float(i)}, "engine.requests_running": {"0": 1.0}},
+        )
     points = state.history["engine.requests_waiting|0"]
     assert list(state.history) == ["engine.requests_waiting|0"]
     assert points[-1] == [T0 + 15 * 19, 19.0] and points[0][0] >= T0 + 15 * 19 - 180
