@@ -21,12 +21,12 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo-installed
 	$(BIN)/tailhound demo
 
-# mypy first (seconds), then the suite on TEST_WORKERS pytest-xdist workers: more than the cores, as many tests
+# ruff and mypy first (seconds), then the suite on TEST_WORKERS pytest-xdist workers: more than the cores, as many tests
 # wait on subprocesses (brokers, workers, Prometheus). Each module runs whole on one worker, modules with slow
 # tests first, and tests marked xdist_group(name) together (tests/conftest.py). TEST_WORKERS=0: one process.
 # Tests marked `timing` (a wall-clock bound) run afterwards, alone, so the parallel part cannot slow them.
 TEST_WORKERS ?= 4
-test: $(VENV)/.dev-installed system-deps typecheck
+test: $(VENV)/.dev-installed system-deps lint typecheck
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not timing"
 	$(BIN)/python -m pytest -m timing
 
@@ -60,8 +60,10 @@ system-deps:
 	  || echo "could not install $(DEBIAN_PACKAGES): the tests that need them will say so"; \
 	else echo "not root on Debian: tests that need$$missing will skip (apt-get install $(DEBIAN_PACKAGES))"; fi
 
+# ruff's lint and its formatter (the tree is formatted: .git-blame-ignore-revs names that commit)
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # Benchmarks (a few minutes); results and method in BENCHMARKS.md. `make bench ARGS=--quick` for a smoke run.
 bench: $(VENV)/.dev-installed
