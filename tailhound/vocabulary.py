@@ -34,7 +34,7 @@ class RootCause(StrEnum):
 
 
 class Severity(StrEnum):
-    """Ordered: info < warning < critical (:meth:`rank`, :func:`highest_severity`)."""
+    """How urgent an incident is, in order: info < warning < critical."""
 
     INFO = "info"
     WARNING = "warning"

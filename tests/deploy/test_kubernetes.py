@@ -235,7 +235,7 @@ def _probe_port(c: dict, probe: dict) -> int:
 def test_worker_serves_its_endpoint_on_the_named_port_and_is_probed_there(applied):
     """TAILHOUND_STREAMS__WEB_LISTEN binds the pod's interfaces on the port named `metrics`; liveness (and
     startup) on /-/healthy, readiness on /-/ready (tailhound/worker/web.py), all through that name."""
-    from tailhound.worker.compose import web as worker_web
+    from tailhound.worker import web as worker_web
 
     sts = one(applied, "StatefulSet", "tailhound-worker")
     (c,) = sts["spec"]["template"]["spec"]["containers"]

@@ -69,6 +69,8 @@ SKIP: dict[tuple[str, str], str] = {
         "tailhound silence add -m 'root_cause=\"network-path\"'",
     ): "a fixed end date; a silence may end at most 30 days ahead of the day the test runs",
     ("docs/notifier.md", "tailhound incidents show inc-"): "the id of an incident from a running fleet",
+    ("docs/notifier.md", "tailhound explain inc-"): "the id of an incident from a running fleet",
+    ("docs/notifier.md", "tailhound explain --file events.jsonl"): "a replay's events file",
     ("docs/notifier.md", "tailhound notifier routes test --config notifier.yaml --incident"): "an incidents file",
 }
 

@@ -17,7 +17,7 @@ from tailhound.notifier.api import ApiAccess
 from tailhound.streams import reload as reload_module
 from tailhound.streams.reload import RuleReloader
 from tailhound.streams.ruleset.rulefile import load_rules
-from tailhound.worker.compose import web as worker_web
+from tailhound.worker import web as worker_web
 from tests.deploy.test_observability import RULE
 from tests.hostile.yaml_attacks import alias_rule_file, nested_flow
 

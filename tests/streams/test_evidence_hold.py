@@ -8,9 +8,9 @@ import pytest
 from tailhound.errors import RuleFileError
 from tailhound.streams.correlate import Firing, _wait_for_better
 from tailhound.streams.evaluator import evaluate
-from tailhound.streams.ruleset import RuleSet, parse_rule_text
 from tailhound.streams.ruleset.condition_eval import EvalContext, required_hold, strength
 from tailhound.streams.ruleset.conditions import AllOf, AnyOf, SignalCondition
+from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 from tests.factories import dcgm_snapshot
 
 T0 = 1_767_225_600.0
