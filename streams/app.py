@@ -2,8 +2,8 @@
 incidents and dead letters out.
 
 Where things are:
-- telemetry enters in :func:`create_app`'s ``evaluate`` agent (topic ``<prefix>telemetry``, key = node,
-  value decoded by :mod:`tailhound.streams.codec` in the agent);
+- telemetry enters in :func:`create_app`'s ``evaluate`` agent (topic ``<prefix>telemetry``, key = node), which
+  hands each message to :class:`tailhound.streams.node_stage.NodeStage` (admission, the step, forwards, expiry);
 - rules fire in :func:`tailhound.streams.evaluator.evaluate` (pure, state per node in the ``node-state`` table,
   changelogged so a restarted worker resumes where it stopped), called through
   :class:`tailhound.streams.processor.SnapshotProcessor`, the same step offline replay
@@ -32,7 +32,6 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import faust
@@ -46,20 +45,19 @@ from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
 from . import codec
-from .fleet_cap import MODEL, NODE
+from .fleet_cap import MODEL
 from .intake import (
-    EVALUATE_FAILED,
     MODEL_STAGE_FAILED,
     DeadLetters,
     Gate,
     IntakeStats,
     NodeExpiry,
-    Rejection,
     TimeBounds,
 )
 from .model_stage import ModelStage, split_rules
+from .node_stage import CAUSES_HEADER, NodeStage
 from .pipeline_metrics import PipelineMetrics
-from .processor import AHEAD_OF_SOURCE, SnapshotProcessor, Unprocessable, load_models
+from .processor import SnapshotProcessor, load_models
 from .rollup.agent import ProgressMarks, add_rollup, send_tick
 from .rollup.order import TICK_KEY, EventOrder
 from .ruleset.rulefile import RuleSet
@@ -69,8 +67,6 @@ log = logging.getLogger(__name__)
 STATE_TABLE = "node-state"
 MODEL_STATE_TABLE = "model-state"
 ROLLUP_STATE_TABLE = "rollup-state"
-#: header on model-topic messages: root causes open on the snapshot's node (model-stage correlation)
-CAUSES_HEADER = "tailhound-node-causes"
 
 
 def create_app(
@@ -194,130 +190,33 @@ def create_app(
     async def dead_letter(message: Any, reason: str, stage: str, kind: str) -> None:
         await letters.publish(message, reason, stage, kind)
 
-    async def expire_nodes(partition: int) -> None:
-        """Nodes of `partition` silent for node_expiry_s: their incidents resolve ("node gone") and their state
-        is deleted (in this partition's changelog: we are processing a message of it). Resolve first, then
-        delete: a crash in between resolves again after the restart, with the same sequence numbers."""
-        now = expiry.clock(partition)
-        if now is None:
-            return
-        stored = list(state.items())
-        if processor.recent.cap:  # nodes restored from the changelog count for the cap before they send again
-            processor.adopt(expiry.gone(partition, stored, partition_of, cutoff=float("inf")), partition)
-        for node, seen in expiry.gone(partition, stored, partition_of):
-            events = processor.expire(node, state.get(node), now, expiry_s)
-            if events is None:
-                continue  # it sent something the stored state does not show yet
-            await stage(events)
-            del state[node]
-            stats.nodes_expired += 1
-            stats.incidents_gone += len(events)
-            log.info(
-                "node %s expired: no telemetry for %.0f s of event time (streams.node_expiry_s %g s); "
-                "%d open incidents resolved",
-                node,
-                now - seen,
-                expiry_s,
-                len(events),
-            )
-
-    async def evict_node(node: str, now: float) -> None:
-        """`node` is over streams.max_nodes (the least recently seen of the partition being processed): its
-        incidents resolve ("node gone") and its table entry is deleted, a tombstone in this partition's
-        changelog, so a restart does not bring it back (tailhound.streams.fleet_cap)."""
-        events = processor.evict(node, state.get(node), now)
-        await stage(events)
-        if node in state:
-            del state[node]
-        stats.incidents_gone += len(events)
-        stats.evictions.evicted(NODE, node, s.max_nodes)
-
     def partition_of(node: str) -> int:
         """The partition a node's telemetry goes to with Kafka's default partitioner (what the agents use);
         for states stored before they named their partition."""
         return partitioner(node.encode(), all_partitions, all_partitions)
 
+    node_stage = NodeStage(
+        processor=processor,
+        state=state,
+        gate=gate,
+        bounds=bounds,
+        letters=letters,
+        stats=stats,
+        expiry=expiry,
+        marks=marks,
+        model_stage=model_stage,
+        forward=model_topic.send,
+        stage=stage,
+        partition_of=partition_of,
+        max_nodes=s.max_nodes,
+        metrics=metrics,
+        on_snapshot=on_snapshot,
+    )
+
     @app.agent(telemetry, name="evaluate")
     async def evaluate_agent(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            message = event.message
-            arrival = time.time()
-            started = time.perf_counter()
-            # decoded within the limits, keyed by its node, dated near its arrival (no single message moves
-            # a node's clock), else rejected (and counted) with the reason; one snapshot, or a bundle's (version 2)
-            values = gate.admit_all(message.value, message.key, arrival, _sent_at(message))
-            if isinstance(values, Rejection):
-                await dead_letter(message, values.reason, values.stage, values.kind)
-                continue
-            for value in values:  # a bundle's snapshots in order, as if they had come one by one
-                if on_snapshot is not None:
-                    on_snapshot(value)
-                for gone in processor.admit(value.node, message.partition):  # over streams.max_nodes
-                    await evict_node(gone, value.ts)
-                try:
-                    result = processor.step(
-                        state.get(value.node),
-                        value,
-                        horizon=bounds.horizon(arrival),
-                        partition=message.partition,
-                        arrival=arrival,
-                    )
-                except Unprocessable as exc:  # a bound of the node's state: the snapshot is a dead letter
-                    stats.reject(exc.kind)
-                    await dead_letter(message, str(exc), "evaluate", exc.kind)
-                    continue
-                except Exception as exc:  # one bad snapshot must not stop the worker
-                    log.exception("evaluation failed for %s", value.node)
-                    stats.reject(EVALUATE_FAILED)
-                    await dead_letter(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
-                    continue
-                for lone in result.discarded:  # held apart, and the source went on without them
-                    stats.reject(AHEAD_OF_SOURCE)
-                    await dead_letter(
-                        _held_message(message, lone),
-                        f"event time {lone.ts:.0f} was ahead of its "
-                        f"source {lone.source!r} on {lone.node!r} and the next snapshot did not "
-                        "confirm it (settings streams.max_source_jump_s)",
-                        "time",
-                        AHEAD_OF_SOURCE,
-                    )
-                if result.held:
-                    stats.held += 1
-                    continue  # evaluated once the next snapshots of its source confirm it
-                if result.redelivered:
-                    stats.redelivered += 1
-                else:
-                    stats.accepted += 1
-                if result.changed:
-                    state[value.node] = result.state
-                await stage(result.events)
-                if model_stage.enabled:
-                    keys = model_stage.keys(value)
-                    if keys:  # engine snapshots also feed the model stage, with the node's open causes
-                        causes = ",".join(processor.open_causes(value.node)).encode()
-                        forwarded = codec.part_bytes(message.value, values, value)
-                        for key in keys:
-                            try:
-                                await model_topic.send(
-                                    key=key.encode(), value=forwarded, headers={CAUSES_HEADER: causes}
-                                )
-                                await marks.forwarded(key, value.ts)
-                            except Exception as exc:  # the node stage goes on without it
-                                stats.forward_failed += 1
-                                log.error(
-                                    "could not forward %s[%s]@%s to the model stage: %r",
-                                    message.topic,
-                                    message.partition,
-                                    message.offset,
-                                    exc,
-                                )
-                if not result.redelivered:  # the partition's watermark, for the roll-up's event-time order
-                    await marks.node(message.partition, value.node, value.source, value.ts)
-                if expiry.tick(message.partition, value.ts):
-                    await expire_nodes(message.partition)
-                if metrics is not None:
-                    metrics.snapshot(value.source, time.perf_counter() - started)
-                    started = time.perf_counter()
+            await node_stage.handle(event.message)
 
     if s.stats_interval_s:
         logged: dict[str, Any] = {}
@@ -423,24 +322,6 @@ def intake_stats(app: faust.App) -> IntakeStats:
     """What the app's telemetry agent let in and rejected, by reason (:class:`IntakeStats`; the worker exports
     it as Prometheus counters with :class:`tailhound.streams.intake.StatsCollector`)."""
     return _STATS[app]
-
-
-def _held_message(message: Any, snapshot: Snapshot) -> Any:
-    """What a dead letter of a discarded held snapshot names: its own bytes, on the message's topic and partition
-    (its offset is committed already)."""
-    return SimpleNamespace(
-        topic=message.topic,
-        partition=message.partition,
-        offset=None,
-        key=snapshot.key(),
-        value=codec.snapshot_json(snapshot),
-    )
-
-
-def _sent_at(message: Any) -> float | None:
-    """The Kafka message timestamp in unix seconds (Faust gives seconds), None when there is none."""
-    ts = getattr(message, "timestamp", None)
-    return float(ts) if isinstance(ts, int | float) and ts > 0 else None
 
 
 def _causes(headers: Any) -> tuple[str, ...]:
