@@ -54,7 +54,7 @@ def test_a_load_test_against_the_fake_engine_finds_its_knees_and_writes_the_thre
                 "--steps",
                 "9",
                 "--step-s",
-                "2.5",
+                "4",
                 "--arrivals",
                 "constant",
                 "--prompt-tokens",
