@@ -37,7 +37,7 @@ from pathlib import Path
 from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
-from tailhound.agents.wire import encode_snapshot
+from tailhound.agents.wire import encoder
 from tailhound.recording import ScrapeRecord
 
 RULES = Path(__file__).with_name("peer_rules.yml")
@@ -179,16 +179,20 @@ async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
     return [sums[n] for n in names]
 
 
+#: the telemetry wire version and layout interval the run encodes with (``--wire``, ``--layout-every``)
+WIRE = {"version": 1, "layout_every_s": 0.0}
+
+
 def snapshot_messages(rounds: list[list[ScrapeRecord]]) -> list[tuple[bytes, bytes]]:
-    builder = SnapshotBuilder()
-    return [(s.key(), encode_snapshot(s)) for b in rounds for s in map(builder.build, b)]
+    builder, encode = SnapshotBuilder(), encoder(**WIRE)
+    return [(s.key(), encode(s)) for b in rounds for s in map(builder.build, b)]
 
 
 def run_agent(rounds: list[list[ScrapeRecord]]) -> dict:
-    """The agent's snapshot pipeline and JSON encoding over every round but the first (not timed)."""
-    builder = SnapshotBuilder()
+    """The agent's snapshot pipeline and encoding over every round but the first (not timed)."""
+    builder, encode_snapshot = SnapshotBuilder(), encoder(**WIRE)
     for rec in rounds[0]:
-        builder.build(rec)
+        encode_snapshot(builder.build(rec))
     t0 = time.process_time()
     for batch in rounds[1:]:
         for rec in batch:
@@ -315,5 +319,8 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--interval", type=float, default=2.0, help="Prometheus' scrape interval in the run (s)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--wire", type=int, default=1, choices=(1, 3), help="telemetry wire version the agent side sends")
+    ap.add_argument("--layout-every", type=float, default=0.0, help="v3 layout references: full layout every N s")
     a = ap.parse_args()
+    WIRE.update(version=a.wire, layout_every_s=a.layout_every)
     print(report(asyncio.run(run(a.nodes, a.rounds, a.interval, reps=a.reps))))
