@@ -65,7 +65,8 @@ def notifier_run(config: ConfigOpt = None, log_level: LogLevelOpt = None, log_fo
     """Run the notifier alone (the streams worker also runs it unless notifier.enabled is false)."""
     from tailhound.kafka import ensure_topics
 
-    from .service import NotifierService, build_receivers, notifier_config
+    from .receiver_set import build_receivers, notifier_config
+    from .service import NotifierService
 
     settings = _settings(config)
     setup_logging(
@@ -288,7 +289,7 @@ async def _write_state(settings: Settings, key: str, value: dict) -> None:
 
 
 def _state(settings: Settings) -> dict:
-    from .service import read_state
+    from .state_topic import read_state
 
     items, _ = asyncio.run(read_state(settings))
     return items
@@ -385,7 +386,7 @@ def silence_expire(
 def _incident_events(settings: Settings) -> dict[str, list]:
     from tailhound.incident import IncidentEvent
 
-    from .service import read_topic
+    from .state_topic import read_topic
 
     by_id: dict[str, list] = {}
     for raw in asyncio.run(read_topic(settings, settings.incidents_topic)):

@@ -17,8 +17,9 @@ from tailhound.kafka import ensure_topics
 from tailhound.notifier.cli import _write_state
 from tailhound.notifier.config import parse_config
 from tailhound.notifier.matchers import Matcher
-from tailhound.notifier.service import NotifierService, read_state
+from tailhound.notifier.service import NotifierService
 from tailhound.notifier.state import Silence
+from tailhound.notifier.state_topic import read_state
 from tests.kafka_helpers import publish_incidents as publish
 
 from .factories import incident_event
