@@ -4,12 +4,14 @@ rebuilds from, what the CLI lists) and any topic's values (the CLI's incident li
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tailhound.incident import IncidentEvent
 from tailhound.kafka import make_consumer
 from tailhound.settings import Settings
 
@@ -74,3 +76,19 @@ async def read_topic(settings: Settings, topic: str, timeout_s: float = 30.0) ->
         return out
     finally:
         await consumer.stop()
+
+
+def incident_events(settings: Settings) -> dict[str, list]:
+    """The incidents topic's events by incident, each list once per sequence number and in order."""
+    by_id: dict[str, list] = {}
+    for raw in asyncio.run(read_topic(settings, settings.incidents_topic)):
+        try:
+            ev = IncidentEvent.model_validate_json(raw)
+        except ValueError:
+            continue
+        events = by_id.setdefault(ev.incident_id, [])
+        if all(e.sequence != ev.sequence for e in events):
+            events.append(ev)
+    for events in by_id.values():
+        events.sort(key=lambda e: e.sequence)
+    return by_id
