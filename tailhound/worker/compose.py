@@ -24,7 +24,7 @@ from tailhound.notifier.service import NotifierService
 from tailhound.settings import Settings
 from tailhound.streams.app import create_app, intake_stats, make_worker, rule_swapper
 from tailhound.streams.coverage_watch import WINDOW_S, CoverageWatch
-from tailhound.streams.intake import StatsCollector
+from tailhound.streams.intake_stats import StatsCollector
 from tailhound.streams.reload import RuleReloader
 from tailhound.streams.ruleset.rulefile import RuleSet
 from tailhound.worker import web as worker_web

@@ -80,7 +80,7 @@ def _registries(tmp: Path) -> list[CollectorRegistry]:
     from tailhound.notifier.service import NotifierService
     from tailhound.settings import Settings
     from tailhound.streams.coverage_watch import CoverageWatch
-    from tailhound.streams.intake import IntakeStats, StatsCollector
+    from tailhound.streams.intake_stats import IntakeStats, StatsCollector
     from tailhound.streams.pipeline_metrics import PipelineMetrics
     from tailhound.streams.reload import RuleReloader
     from tailhound.streams.ruleset.rulefile import load_rules
