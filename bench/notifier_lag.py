@@ -3,7 +3,7 @@
 Method: the harness (this process) runs the bundled broker, a loopback receiver and a producer; the
 notifier runs as its own process (``python -m bench.notifier_lag child``): the real
 :class:`tailhound.notifier.service.NotifierService` with the receivers
-:func:`tailhound.notifier.service.build_receivers`
+:func:`tailhound.notifier.receiver_set.build_receivers`
 builds from a notifier config, at the default settings (``notifier.tick_s`` 0.2, log level warning) and
 the default config except ``grouping.wait: 0s`` and ``flap.min_flip_interval: 0s``, the two deliberate
 holds (a new group waits ``wait``, 30 s by default, to gather a burst; a resolve waits
@@ -111,7 +111,8 @@ async def child_main(
 ) -> None:
     import tailhound.notifier.service
     from tailhound.notifier.config import load_config
-    from tailhound.notifier.service import NotifierService, build_receivers
+    from tailhound.notifier.receiver_set import build_receivers
+    from tailhound.notifier.service import NotifierService
 
     commits: list[float] = []
     shipped_make_consumer = tailhound.notifier.service.make_consumer

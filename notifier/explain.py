@@ -50,9 +50,9 @@ def events_from_file(path: Path) -> list[IncidentEvent]:
 
 def topic_events(settings: Settings) -> list[IncidentEvent]:
     """Every incident event still on the incidents topic (what ``tailhound incidents list`` reads)."""
-    from .cli import _incident_events
+    from .state_topic import incident_events
 
-    return [e for events in _incident_events(settings).values() for e in events]
+    return [e for events in incident_events(settings).values() for e in events]
 
 
 def _json_or_none(line: str) -> object:

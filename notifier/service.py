@@ -1,14 +1,9 @@
 """The notifier service: the Kafka side of :class:`tailhound.notifier.pipeline.Notifier`.
 
-- **In:** incident events from the incidents topic (one partition), read by a consumer group, so of
-  several notifier instances exactly one is active and the others stand by.
-- **State:** every change of a group or silence is written to the compacted ``notifier-state`` topic
-  (key ``group:<id>`` / ``silence:<id>``; ``recent:<id>`` for the console's history of groups the pipeline is
-  done with) *before* the incident offsets are committed. An instance that
-  gets the partition (a restart, a failover) first reads that topic to its end, so it knows what was
-  delivered, what is pending and which silences exist: no duplicate page, and the resolve still goes
-  out. Silences created by `tailhound silence add` are written to the same topic; the service tails it.
-- **Out:** receivers (:mod:`tailhound.notifier.deliver`), and the dead-letter topic for notifications given up on.
+Incident events come in through a consumer group (of several instances one is active, the others stand
+by); every change of a group or silence goes to the compacted ``notifier-state`` topic before the incident
+offsets are committed, so an instance that takes over rebuilds from it (no duplicate page, the resolve still
+goes out) and picks up the silences the CLI writes there. Out: receivers, and dead letters.
 """
 
 from __future__ import annotations
@@ -28,21 +23,20 @@ from pydantic import ValidationError
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import make_consumer, make_producer
-from tailhound.resources import default_notifier_config
 from tailhound.settings import STATIC_REBALANCE_TIMEOUT_S, Settings
 
-from .config import NotifierConfig, Route, load_config
+from .config import NotifierConfig
 from .deliver import Deliverer
 from .history import mirror
 from .limits import FLUSH_SLICE_S, MAX_SILENCES, STATE_RECORDS_PER_TICK
 from .metrics import DisabledReceiversCollector, NotifierCollector
 from .model import Notification
 from .pipeline import Notifier, Outcome
+from .receiver_set import reroute
 from .receivers import Receiver
 from .receivers.alertmanager import resume_receivers, stand_by_receivers
-from .receivers.console import ConsoleConfig, ConsoleReceiver
-from .receivers.registry import build_receiver, missing_secrets
 from .state import Silence
+from .state_topic import read_state
 
 log = logging.getLogger(__name__)
 
@@ -50,125 +44,6 @@ log = logging.getLogger(__name__)
 STATE_TAIL_WAIT_S = 0.5
 
 FETCH_WAIT_MS = 100
-
-
-def notifier_config(settings: Settings) -> NotifierConfig:
-    """The configured notifier file, else the bundled example (console only, the built-in defaults)."""
-    return load_config(settings.notifier.config or default_notifier_config())
-
-
-#: the receiver added for the routes of disabled receivers when the top-level route's receiver is disabled too
-FALLBACK_CONSOLE = "console"
-
-
-class Receivers(dict[str, Receiver]):
-    """The receivers :func:`build_receivers` built, by name; `disabled`: those it did not build because a
-    secret is missing (name -> why, never the value); `fallback`: the receiver their routes go to."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.disabled: dict[str, str] = {}
-        self.fallback: str | None = None
-
-
-def build_receivers(settings: Settings, config: NotifierConfig, **console: Any) -> Receivers:
-    """Every configured receiver, secrets resolved.
-
-    A receiver whose secret is missing (env variable unset or empty, file unreadable or empty) is
-    *disabled*, so a deployment that has not created its Secret yet starts (instead of crash-looping) and
-    still notifies somewhere: logged now as a warning naming the receiver and the variable or file, exported as
-    ``tailhound_notifier_receiver_disabled{receiver}`` by the service, and every route naming it delivers to
-    the top-level route's receiver instead, or to a console receiver when that one is disabled too
-    (:func:`reroute`). ``tailhound notifier check --secrets`` still reports the missing secret as a problem.
-    A webhook host that is not allowed, or any other config error, still stops the start with a
-    ConfigError naming the receiver."""
-    out = Receivers()
-    for rc in config.receivers:
-        missing = missing_secrets(rc)
-        if missing:
-            out.disabled[rc.name] = "; ".join(missing)
-            continue
-        extra = console if rc.type == "console" else {}
-        out[rc.name] = build_receiver(rc, allowed_hosts=settings.notifier.webhook_allowed_hosts, **extra)
-    if out.disabled:
-        out.fallback = _fallback(config, out, console)
-        for name, why in out.disabled.items():
-            log.warning(
-                "notifier: receiver %r is DISABLED: %s. Its routes deliver to %r until the secret is "
-                "provided and the worker restarted (`tailhound notifier check --secrets` lists what is "
-                "missing)",
-                name,
-                why,
-                out.fallback,
-            )
-    return out
-
-
-def _fallback(config: NotifierConfig, built: Receivers, console: dict[str, Any]) -> str:
-    """The top-level route's receiver if it was built, else a configured console receiver, else a new one."""
-    top = config.route.receiver
-    if top in built:
-        return top
-    for rc in config.receivers:
-        if rc.type == "console" and rc.name in built:
-            return rc.name
-    names = {rc.name for rc in config.receivers}
-    name = FALLBACK_CONSOLE if FALLBACK_CONSOLE not in names else f"{FALLBACK_CONSOLE}-fallback"
-    built[name] = ConsoleReceiver(ConsoleConfig(type="console", name=name), **console)
-    return name
-
-
-def reroute(config: NotifierConfig, disabled: set[str] | dict[str, str], fallback: str) -> NotifierConfig:
-    """`config` with every route that names a disabled receiver naming `fallback` instead (added as a
-    console receiver when the config has no receiver of that name)."""
-
-    def walk(route: Route) -> Route:
-        receiver = fallback if route.receiver in disabled else route.receiver
-        return route.model_copy(update={"receiver": receiver, "routes": [walk(r) for r in route.routes]})
-
-    receivers = list(config.receivers)
-    if fallback not in {rc.name for rc in receivers}:
-        receivers.append(ConsoleConfig(type="console", name=fallback))
-    return config.model_copy(update={"route": walk(config.route), "receivers": receivers})
-
-
-async def read_state(settings: Settings, consumer: AIOKafkaConsumer | None = None) -> tuple[dict[str, Any], dict]:
-    """Every key of the state topic with its latest value (None = deleted), and the end offsets read to."""
-    own = consumer is None
-    consumer = consumer or make_consumer(settings, group_id=None)
-    if own:
-        await consumer.start()
-    try:
-        topic = settings.notifier_state_topic
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer.topics()
-            parts = consumer.partitions_for_topic(topic) or {0}
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        items: dict[str, Any] = {}
-        deadline = time.monotonic() + 60
-        while await _behind(consumer, tps, ends):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic} did not reach its end in 60 s")
-            batch = await consumer.getmany(*tps, timeout_ms=500)
-            for records in batch.values():
-                for rec in records:
-                    key = rec.key.decode() if rec.key else ""
-                    items[key] = json.loads(rec.value) if rec.value else None
-        return items, ends
-    finally:
-        if own:
-            await consumer.stop()
-
-
-async def _behind(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: dict) -> bool:
-    for tp in tps:
-        if await consumer.position(tp) < ends[tp]:
-            return True
-    return False
 
 
 class _Takeover(ConsumerRebalanceListener):
@@ -466,26 +341,3 @@ class NotifierService:
         except ValidationError as exc:
             log.warning("notifier: skipping a bad incident event at offset %s: %s", rec.offset, exc.errors()[0]["msg"])
             return None
-
-
-async def read_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[bytes]:
-    """Every value of `topic` from the beginning to its current end."""
-    consumer = make_consumer(settings, group_id=None)
-    await consumer.start()
-    try:
-        await consumer.topics()
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        if not tps:
-            return []
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        out: list[bytes] = []
-        deadline = time.monotonic() + timeout_s
-        while await _behind(consumer, tps, ends) and time.monotonic() < deadline:
-            for records in (await consumer.getmany(*tps, timeout_ms=500)).values():
-                out.extend(r.value for r in records if r.value)
-        return out
-    finally:
-        await consumer.stop()

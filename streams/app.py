@@ -320,7 +320,7 @@ def rule_swapper(app: faust.App) -> Callable[[RuleSet], None]:
 
 def intake_stats(app: faust.App) -> IntakeStats:
     """What the app's telemetry agent let in and rejected, by reason (:class:`IntakeStats`; the worker exports
-    it as Prometheus counters with :class:`tailhound.streams.intake.StatsCollector`)."""
+    it as Prometheus counters with :class:`tailhound.streams.intake_stats.StatsCollector`)."""
     return _STATS[app]
 
 

@@ -6,7 +6,7 @@ pending on the node, and the known look-alike of the root cause (:data:`DIFFEREN
 how well it explains everything that fires, times how much of its own evidence holds:
 
 - *coverage*: the share of the incident's firing rules it explains: its own rules, every symptom (latency,
-  queues), and the causes ranked after it in :data:`~tailhound.streams.correlate.CAUSAL_RANK` (thermal
+  queues), and the causes ranked after it in :data:`~tailhound.streams.causal_rank.CAUSAL_RANK` (thermal
   throttling explains the queue that a capacity rule sees, not the other way round);
 - *support*: of its rules that can judge the node now, the share that fire (1) or are pending (0.5);
   the others are quiet, and what they compared is the evidence against it.

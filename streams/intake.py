@@ -1,30 +1,9 @@
-"""What the worker lets in, and when it forgets a node: event time bounded by arrival time, rejections
-counted by reason, nodes that went silent expired.
-
-- **Event time vs arrival** (:class:`TimeBounds`). A snapshot's ``ts`` is its producer's clock. One dated
-  10 years ahead would become its source's newest time on the node (every real snapshot after it looks
-  like a redelivery and is dropped) and the node's clock (entities of other sources look stale and their
-  incidents resolve "in the future"). So a snapshot more than ``streams.max_future_skew_s`` (300 s) ahead
-  of its arrival, the wall clock when the worker takes it, is rejected with the reason (dead letter):
-  no single message can move a node's clock by more than that. ``streams.max_age_s`` (off by default:
-  the simulator, the demo and ``tailhound agent --from-recording`` publish past event time on purpose)
-  rejects snapshots older than that before the time they were sent (the Kafka message timestamp; the
-  arrival when there is none or it is later), so a backlog waiting in Kafka is not rejected for the wait.
-- **Offline** (:class:`Progression`): a recording has no arrival time. Replay bounds each line against
-  the recording's own progression instead: a line more than the skew ahead of the median time of the
-  lines before it is rejected unless the lines after it agree with it (a lone spike, or a source far ahead
-  of the others, is rejected), so a recording that jumps forward (a pause) or back (files replayed one
-  after another) is replayed whole.
-- **Counts** (:class:`IntakeStats`): every rejection by reason, redeliveries dropped, dead letters that
-  could not be produced, nodes expired; the worker logs them and exports them as Prometheus counters
-  (:class:`StatsCollector`).
-- **Expiry** (:class:`NodeExpiry`): a node not seen for ``streams.node_expiry_s`` of event time (its
-  partition's event time: that of its latest accepted snapshot) is expired; its open incidents
-  resolve with a "node gone" event and its state is deleted, so a fleet that churns does not grow the
-  worker's memory. The worker looks for such nodes while it processes a message of their partition (a
-  Faust table is written in the context of a message of the key's partition), at most every
-  :attr:`NodeExpiry.check_every_s` of that partition's event time. A partition that receives nothing at
-  all keeps its nodes until it receives something again (a churning fleet sends to every partition).
+"""What the worker lets in, and when it forgets a node. A snapshot's ``ts`` is its producer's clock, so no
+message may move a node's clock far: :class:`TimeBounds` rejects one too far ahead of its arrival (or, when
+asked, too old), :class:`Progression` does the same offline against a recording's own progression; every
+rejection becomes a dead letter with its reason (:class:`DeadLetters`) and is counted (:mod:`.intake_stats`).
+:class:`NodeExpiry` expires a node silent for ``streams.node_expiry_s`` of its partition's event time, so a
+fleet that churns does not grow the worker's memory.
 """
 
 from __future__ import annotations
@@ -32,20 +11,17 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
 
 from tailhound.deadletter import MAX_KEY, DeadLetter
 from tailhound.snapshot import LIMITS, Snapshot, entity_problem
 from tailhound.wire.v3_decode import LayoutCache
 
 from .codec import Malformed, Parts, decode_message, decode_snapshot
-from .fleet_cap import MODEL, MODEL_NODE, NODE, EvictionLog
+from .intake_stats import IntakeStats
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -272,101 +248,6 @@ class Progression:
             if rejection is None:
                 before.append(ts)
             yield item, rejection
-
-
-class IntakeStats:
-    """What the worker let in and what it did not, since it started (per process)."""
-
-    def __init__(self) -> None:
-        #: valid snapshots evaluated
-        self.accepted = 0
-        #: reason -> messages rejected (dead-lettered): codec.rejection_kind's, FUTURE_TS, TOO_OLD, ...
-        self.rejected: Counter[str] = Counter()
-        #: valid snapshots not newer than what their source on the node already sent (a redelivery after a
-        #: restart or rebalance, at least once): dropped
-        self.redelivered = 0
-        #: snapshots held apart (far ahead of their source; evaluated when the next ones confirm them)
-        self.held = 0
-        #: dead letters that could not be produced (logged; the message is skipped)
-        self.deadletter_failed = 0
-        #: engine snapshots that could not be forwarded to the model stage (logged)
-        self.forward_failed = 0
-        #: nodes expired after node_expiry_s without telemetry, and their incidents resolved for it
-        self.nodes_expired = 0
-        self.incidents_gone = 0
-        #: nodes and models evicted over the fleet-state caps, by kind (tailhound.streams.fleet_cap; logged there)
-        self.evictions = EvictionLog()
-
-    def reject(self, kind: str) -> None:
-        self.rejected[kind] += 1
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "accepted": self.accepted,
-            "rejected": dict(sorted(self.rejected.items())),
-            "redelivered": self.redelivered,
-            "held": self.held,
-            "deadletter_failed": self.deadletter_failed,
-            "forward_failed": self.forward_failed,
-            "nodes_expired": self.nodes_expired,
-            "incidents_gone": self.incidents_gone,
-            "evicted": dict(sorted(self.evictions.total.items())),
-        }
-
-    def describe(self) -> str:
-        rejected = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected.items())) or "none"
-        return (
-            f"intake: {self.accepted} accepted, {self.redelivered} redelivered (dropped), rejected: "
-            f"{rejected}; {self.deadletter_failed} dead letters failed, {self.forward_failed} forwards "
-            f"failed; {self.nodes_expired} nodes expired ({self.incidents_gone} incidents resolved)"
-        )
-
-
-class StatsCollector(Collector):
-    """:class:`IntakeStats` as Prometheus counters, for the worker's metrics registry."""
-
-    def __init__(self, stats: IntakeStats) -> None:
-        self.stats = stats
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        s = self.stats
-        yield CounterMetricFamily(
-            "tailhound_telemetry_accepted", "Valid telemetry snapshots evaluated.", value=s.accepted
-        )
-        rejected = CounterMetricFamily(
-            "tailhound_telemetry_rejected", "Telemetry messages rejected (dead letters), by reason.", labels=["reason"]
-        )
-        for reason, n in sorted(s.rejected.items()):
-            rejected.add_metric([reason], n)
-        yield rejected
-        yield CounterMetricFamily(
-            "tailhound_telemetry_redelivered",
-            "Snapshots not newer than their source's last one on the node (redeliveries), dropped.",
-            value=s.redelivered,
-        )
-        yield CounterMetricFamily(
-            "tailhound_telemetry_held",
-            "Snapshots held apart, far ahead of their source, until its next ones confirmed them.",
-            value=s.held,
-        )
-        yield CounterMetricFamily(
-            "tailhound_deadletter_failed", "Dead letters that could not be produced.", value=s.deadletter_failed
-        )
-        yield CounterMetricFamily(
-            "tailhound_nodes_expired",
-            "Nodes expired after streams.node_expiry_s without telemetry.",
-            value=s.nodes_expired,
-        )
-        evicted = CounterMetricFamily(
-            "tailhound_state_evicted",
-            "Names evicted over the fleet-state caps "
-            "(streams.max_nodes, streams.max_models), the least recently seen first, "
-            "by kind.",
-            labels=["kind"],
-        )
-        for kind in (NODE, MODEL, MODEL_NODE):
-            evicted.add_metric([kind], s.evictions.total[kind])
-        yield evicted
 
 
 def last_seen(raw: dict[str, Any]) -> float:

@@ -14,7 +14,7 @@ from tailhound.incident import Evidence
 from tailhound.snapshot import Snapshot
 
 from .baseline import RollingBaseline
-from .correlate import Episode
+from .episode import Episode
 from .latency import LatencyTracker
 from .nodesignals import LatestValues
 from .series import SeriesTrace

@@ -34,11 +34,11 @@ from tailhound.catalog import Catalog, default_catalog
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import LIMITS, Snapshot
 
-from .correlate import resolve_gone
 from .evaluator import NodeState, evaluate, heal_future, source_key
 from .fleet_cap import RecentNames
 from .loadmodel import LoadModel
 from .nodesignals import LatestValues
+from .resolutions import resolve_gone
 from .ruleset.rulefile import RuleSet
 from .ruleset.signal_reads import window_stats_read
 

@@ -74,3 +74,8 @@ def entity_label(per: str, entity: str, max_chars: int = 28) -> str:
     """What an entity is called on a chart: ``GPU 3``, ``engine 0``, else the entity itself (shortened)."""
     text = {"gpu": f"GPU {entity}", "engine": f"engine {entity}"}.get(per, entity)
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def badge(cls: str, text: str) -> str:
+    """A small labelled pill (severity, state, kind), styled by its class."""
+    return f'<span class="badge {safe_text(cls)}">{safe_text(text)}</span>'

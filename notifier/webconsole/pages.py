@@ -1,17 +1,9 @@
-"""The console's HTML pages (pure: views in, one ``<!doctype html>`` string out): the incident list, the
-incident page and the silences page, each a complete document with its CSS and script inline and nothing
-fetched (no CDN, font or image), so the same markup serves the notifier's console and the offline replay
-report (:mod:`.report`).
+"""The console's HTML pages (pure: views in, one ``<!doctype html>`` string out): the incident list and the
+incident page, and the :func:`layout` every page shares: a complete document with its CSS and script inline,
+nothing fetched, so the same markup serves the live console and the offline replay report (:mod:`.report`).
 
-``live`` says which: live pages link to ``{base}/incidents/{id}`` and ``{base}/silences`` and offer to
-silence an incident; the report (``live=False``) links to ``#<id>`` anchors in the same file. Times are
-UTC. Everything that comes from outside (summaries, scope, labels, evidence, silences) is escaped.
-
-The tests and the browser tests find elements by ``data-testid``: ``incident-filters`` (with ``filter-text``,
-``filter-state``, ``filter-cause``, ``filter-severity``), ``incident-count``, ``incident-table``,
-``incident-row``, ``incident``, ``evidence``, ``series``, ``actions``, ``notifications``, ``notification-row``,
-``suppressed``, ``silence-incident``, ``differential``, ``candidates``, ``candidate``, and the silences page's
-hooks (:func:`silences_page`).
+``live`` pages link to ``{base}/incidents/{id}`` and offer to silence an incident; the report links to
+``#<id>`` anchors in its own file. Everything from outside is escaped. Tests find elements by ``data-testid``.
 """
 
 from __future__ import annotations
@@ -20,9 +12,9 @@ import re
 from urllib.parse import quote, urlencode
 
 from tailhound.incident import IncidentEvent, RuleFinding
-from tailhound.notifier.webconsole.assets import FILTER_SCRIPT, SILENCES_SCRIPT, STYLE
+from tailhound.notifier.webconsole.assets import FILTER_SCRIPT, STYLE
 from tailhound.notifier.webconsole.charts import peer_svg, timeline_svg
-from tailhound.notifier.webconsole.formatting import format_span, format_time, format_value, safe_text
+from tailhound.notifier.webconsole.formatting import badge, format_span, format_time, format_value, safe_text
 from tailhound.notifier.webconsole.view import IncidentView
 from tailhound.vocabulary import ROOT_CAUSES, Severity
 
@@ -52,65 +44,6 @@ def incident_page(view: IncidentView, now: float, *, live: bool, base: str = "/c
         body += f'<p class="small"><a href="{safe_text(base or "/")}">&larr; all incidents</a></p>'
     body += incident_detail(view, now, live=live, base=base, heading=1)
     return layout(cause_title(view), body, now=now, live=live, base=base, current="incidents")
-
-
-def silences_page(
-    silences: list[dict], now: float, *, base: str = "/console", api: str = "", prefill: list[str] | None = None
-) -> str:
-    """The silences as the API lists them (expire buttons on active and pending CLI/API silences) and a form
-    that previews and creates one (hooks ``silence-form``, ``silence-matchers``, ``silence-duration``,
-    ``silence-author``, ``silence-comment``, ``silence-token``, ``silence-preview-button``, ``silence-create-button``,
-    ``silence-preview``, ``silence-error``, ``silence-status``, ``silence-table``, ``silence-row``,
-    ``silence-expire``). `api` is the API's base URL (empty: the page's own origin); `prefill` fills the
-    matchers box (e.g. from ``?matcher=`` of the incident page's "Silence this incident" link)."""
-    matchers = "\n".join(prefill or [])
-    form = (
-        f'<section class="card"><h2>New silence</h2>'
-        f'<form class="form-grid" data-testid="silence-form" data-api="{safe_text(api)}" autocomplete="off">'
-        '<label for="silence-matchers">Matchers</label>'
-        '<textarea id="silence-matchers" name="matchers" rows="4" required data-testid="silence-matchers" '
-        f'placeholder="node=&quot;gpu-node-2&quot;">{safe_text(matchers)}</textarea>'
-        '<span class="hint muted small">One per line, as Alertmanager writes them: <code>node="gpu-node-2"</code>, '
-        '<code>root_cause=~"gpu-.*"</code>, <code>severity!="info"</code>. An incident is silenced when every '
-        "matcher matches.</span>"
-        '<label for="silence-duration">Duration</label><input id="silence-duration" name="duration" value="2h" '
-        'required size="8" data-testid="silence-duration">'
-        '<label for="silence-author">Author</label><input id="silence-author" name="author" required '
-        'data-testid="silence-author">'
-        '<label for="silence-comment">Comment</label><input id="silence-comment" name="comment" required '
-        'data-testid="silence-comment" placeholder="why, and a ticket">'
-        '<label for="silence-token">API token</label><input id="silence-token" name="token" type="password" '
-        'data-testid="silence-token" placeholder="optional">'
-        '<span class="hint muted small">Sent as <code>Authorization: Bearer</code> with each call; kept in this '
-        "browser tab only (sessionStorage).</span>"
-        '<span></span><div class="actions-row">'
-        '<button type="button" data-testid="silence-preview-button">Preview</button>'
-        '<button type="submit" class="primary" data-testid="silence-create-button">Create</button></div></form>'
-        '<noscript><p class="notice">Creating and expiring silences needs JavaScript here; '
-        "<code>tailhound silence add</code> does it from a terminal.</p></noscript>"
-        '<div class="error" role="alert" data-testid="silence-error" hidden></div>'
-        '<div class="notice" role="status" data-testid="silence-status" hidden></div>'
-        '<div class="preview" data-testid="silence-preview" aria-live="polite" hidden></div></section>'
-    )
-    order = {"active": 0, "pending": 1}
-    ordered = sorted(silences, key=lambda s: (order.get(str(s.get("state")), 2), _number(s.get("starts_at")) or 0))
-    rows = "".join(_silence_row(s, now) for s in ordered) or (
-        '<tr><td colspan="8" class="muted">No silences.</td></tr>'
-    )
-    table = (
-        '<h2>Silences</h2><table data-testid="silence-table"><thead><tr><th>State</th><th>Matchers</th>'
-        "<th>Starts</th><th>Ends</th><th>Author</th><th>Comment</th><th>Created</th><th></th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-    )
-    return layout(
-        "Silences",
-        "<h1>Silences</h1>" + form + table,
-        now=now,
-        live=True,
-        base=base,
-        current="silences",
-        script=SILENCES_SCRIPT,
-    )
 
 
 # --- building blocks (the report uses them too) --------------------------------------------------------------------
@@ -223,8 +156,8 @@ def incident_detail(view: IncidentView, now: float, *, live: bool, base: str = "
         )
     head = (
         f'<header class="incident-head"><{h}>{safe_text(cause_title(view))}</{h}><div class="badges">'
-        f"{_badge('sev-' + ev.severity, ev.severity)}{_badge('state-' + state, state)}"
-        f"{_badge('kind-tag', 'transient' if ev.transient else 'persistent')}</div>"
+        f"{badge('sev-' + ev.severity, ev.severity)}{badge('state-' + state, state)}"
+        f"{badge('kind-tag', 'transient' if ev.transient else 'persistent')}</div>"
         f'<p class="summary">{safe_text(ev.summary)}</p><dl class="facts">'
         + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
         + f"</dl>{silence}</header>"
@@ -299,10 +232,6 @@ def silence_matchers(view: IncidentView) -> list[str]:
 
 
 # --- internals -----------------------------------------------------------------------------------------------------
-def _badge(cls: str, text: str) -> str:
-    return f'<span class="badge {safe_text(cls)}">{safe_text(text)}</span>'
-
-
 def _quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -310,10 +239,6 @@ def _quoted(value: str) -> str:
 def _code_spans(text: str) -> str:
     """`text` escaped, with `backquoted` spans as code (the rules write commands that way)."""
     return _CODE.sub(r"<code>\1</code>", safe_text(text))
-
-
-def _number(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _ended(view: IncidentView) -> float:
@@ -329,9 +254,9 @@ def _incident_row(view: IncidentView, now: float, *, live: bool, base: str) -> s
         f'data-cause="{safe_text(ev.root_cause)}" data-severity="{safe_text(ev.severity)}">'
         f'<td><a href="{safe_text(incident_href(view, live=live, base=base))}">{safe_text(cause_title(view))}</a>'
         f'<div class="muted small">{safe_text(ev.summary)}</div></td>'
-        f"<td>{_badge('sev-' + ev.severity, ev.severity)}</td><td>{safe_text(ev.scope.describe())}</td>"
+        f"<td>{badge('sev-' + ev.severity, ev.severity)}</td><td>{safe_text(ev.scope.describe())}</td>"
         f'<td class="nowrap">{format_span(view.age_s(now))}</td>'
-        f"<td>{'transient' if ev.transient else 'persistent'}</td><td>{_badge('state-' + state, state)}</td>"
+        f"<td>{'transient' if ev.transient else 'persistent'}</td><td>{badge('state-' + state, state)}</td>"
         f'<td class="nowrap small">{format_time(ev.opened_at)}</td></tr>'
     )
 
@@ -369,9 +294,9 @@ def _notifications(view: IncidentView, *, live: bool) -> str:
     rows = "".join(
         f'<tr data-testid="notification-row" data-receiver="{safe_text(d.receiver)}" '
         f'data-outcome="{safe_text(d.outcome)}"><td>{safe_text(d.receiver)}</td><td>{safe_text(d.kind)}'
-        f"{' ' + _badge('kind-tag', 'flapping') if d.flapping else ''}</td><td>#{d.sequence}</td>"
+        f"{' ' + badge('kind-tag', 'flapping') if d.flapping else ''}</td><td>#{d.sequence}</td>"
         f'<td class="nowrap small">{format_time(d.created_at)}</td><td class="nowrap small">{format_time(d.at)}</td>'
-        f"<td>{_badge('outcome-' + d.outcome, d.outcome)}</td><td>{d.attempts}</td>"
+        f"<td>{badge('outcome-' + d.outcome, d.outcome)}</td><td>{d.attempts}</td>"
         f'<td class="small">{safe_text(d.error or "")}</td></tr>'
         for d in view.deliveries
     )
@@ -379,29 +304,4 @@ def _notifications(view: IncidentView, *, live: bool) -> str:
         out + '<table data-testid="notifications"><thead><tr><th>Receiver</th><th>Kind</th><th>Sequence</th>'
         "<th>Created</th><th>Delivered</th><th>Outcome</th><th>Attempts</th><th>Error</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
-    )
-
-
-def _silence_row(s: dict, now: float) -> str:
-    sid, state, source = str(s.get("id", "")), str(s.get("state", "")), str(s.get("source", "cli"))
-    matchers = s.get("matchers") if isinstance(s.get("matchers"), list) else []
-    ends = _number(s.get("ends_at"))
-    left = f' <span class="muted small">(in {format_span(ends - now)})</span>' if ends and state != "expired" else ""
-    if state in ("active", "pending") and source == "cli":
-        action = (
-            f'<button type="button" class="danger" data-testid="silence-expire" data-silence="{safe_text(sid)}">'
-            "Expire</button>"
-        )
-    elif source != "cli":
-        action = _badge("kind-tag", "config") + ' <span class="muted small">maintenance window</span>'
-    else:
-        action = ""
-    return (
-        f'<tr data-testid="silence-row" data-silence="{safe_text(sid)}" data-state="{safe_text(state)}">'
-        f"<td>{_badge('state-' + state, state)}</td>"
-        f'<td class="matchers">{"<br>".join(f"<code>{safe_text(m)}</code>" for m in matchers)}</td>'
-        f'<td class="nowrap small">{format_time(_number(s.get("starts_at")))}</td>'
-        f'<td class="nowrap small">{format_time(ends)}{left}</td><td>{safe_text(s.get("author", ""))}</td>'
-        f"<td>{safe_text(s.get('comment', ''))}</td>"
-        f'<td class="nowrap small">{format_time(_number(s.get("created_at")))}</td><td>{action}</td></tr>'
     )

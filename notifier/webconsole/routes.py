@@ -19,8 +19,8 @@ JSON, always on:
 
 HTML (setting ``notifier.console``): ``GET /console`` (the incident list), ``GET /console/incidents/{id}``,
 ``GET /console/silences`` (``?matcher=`` repeated: the new silence's matchers, prefilled), ``GET /`` (a
-redirect to ``/console``), and the login (:mod:`.access`). The pages are rendered by :mod:`.pages` off the
-event loop. Every response of the API carries :data:`SECURITY_HEADERS`.
+redirect to ``/console``), and the login (:mod:`.access`). The pages are rendered by :mod:`.pages` and
+:mod:`.silences_page` off the event loop. Every response of the API carries :data:`SECURITY_HEADERS`.
 """
 
 from __future__ import annotations
@@ -305,12 +305,12 @@ def add_console_routes(app: web.Application, source: ConsoleSource) -> None:
         return await _render(pages.incident_page, found[0], now, live=True, base=CONSOLE_PATH)
 
     async def silences(request: web.Request) -> web.Response:
-        from . import pages
+        from .silences_page import silences_page
 
         now = source.clock()
         prefill = [m for m in request.query.getall("matcher", []) if len(m) <= MAX_TEXT_CHARS][:MAX_MATCHERS]
         return await _render(
-            pages.silences_page,
+            silences_page,
             silence_listing(source.notifier, now, include_all=True),
             now,
             base=CONSOLE_PATH,

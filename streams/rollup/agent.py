@@ -21,7 +21,8 @@ import faust
 
 from tailhound.incident import IncidentEvent
 
-from ..intake import NOT_AN_INCIDENT, IntakeStats
+from ..intake import NOT_AN_INCIDENT
+from ..intake_stats import IntakeStats
 from ..model_stage import BUCKET_S, ModelStage
 from ..pipeline_metrics import PipelineMetrics
 from ..processor import SnapshotProcessor

@@ -13,7 +13,7 @@ model. This stage reads those incidents in order and publishes the ones people s
   the model (or the fleet) with the list of nodes (``scope.nodes``), its evidence merged; a node that
   joins later updates it the same way;
 - the group resolves when every member has; its root cause is the best-ranked cause among its open
-  members (``correlate.CAUSAL_RANK``), its severity the highest.
+  members (``causal_rank.CAUSAL_RANK``), its severity the highest.
 
 Different causes stay different incidents (thermal on one node, KV cache on another: two groups). A
 residual cause (``node-degraded``: slower at the usual load, nothing specific found) that opens while its
@@ -32,7 +32,8 @@ from pydantic import BaseModel, Field
 from tailhound.incident import EvidenceSeries, IncidentEvent, Scope
 from tailhound.vocabulary import ROOT_CAUSES, RootCause, highest_severity
 
-from ..correlate import MAX_EVIDENCE, PATH_CAUSES, RESIDUAL_CAUSES, rank_of
+from ..causal_rank import PATH_CAUSES, RESIDUAL_CAUSES, rank_of
+from ..episode import MAX_EVIDENCE
 from .series import Headline, group_series, keep_headline
 
 #: a node incident joins an open group of its cause if it opens at most this long after the group did

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tailhound.vocabulary import ROOT_CAUSES
 
-from ..correlate import CAUSAL_RANK, domain_of
+from ..causal_rank import CAUSAL_RANK, domain_of
 from .conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
 from .rulefile import Rule, RuleSet
 

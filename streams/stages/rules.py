@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tailhound.catalog import Catalog
 
-from ..correlate import Firing
+from ..episode import Firing
 from ..evidence import rule_evidence
 from ..node_state import FiringEntity, RuleState
 from ..ruleset.condition_eval import EvalContext, required_hold

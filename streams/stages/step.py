@@ -9,7 +9,7 @@ from tailhound.catalog import Catalog
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
-from ..correlate import Firing
+from ..episode import Firing
 from ..loadmodel import LoadModel
 from ..node_state import NodeState
 from ..nodesignals import CurrentValues, LatestValues

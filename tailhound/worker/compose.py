@@ -19,11 +19,12 @@ from prometheus_client import CollectorRegistry
 from tailhound.capacity_file import CAPACITY_SIGNALS
 from tailhound.errors import ConfigError
 from tailhound.notifier.api import ApiAccess
-from tailhound.notifier.service import NotifierService, build_receivers, notifier_config
+from tailhound.notifier.receiver_set import build_receivers, notifier_config
+from tailhound.notifier.service import NotifierService
 from tailhound.settings import Settings
 from tailhound.streams.app import create_app, intake_stats, make_worker, rule_swapper
 from tailhound.streams.coverage_watch import WINDOW_S, CoverageWatch
-from tailhound.streams.intake import StatsCollector
+from tailhound.streams.intake_stats import StatsCollector
 from tailhound.streams.reload import RuleReloader
 from tailhound.streams.ruleset.rulefile import RuleSet
 from tailhound.worker import web as worker_web
@@ -48,7 +49,7 @@ _ENDPOINT_TASKS: weakref.WeakKeyDictionary[faust.App, asyncio.Future] = weakref.
 def add_notifier(app: faust.App, settings: Settings) -> None:
     """Run the notifier next to the agents; its config and receivers are checked now, so a bad routing file
     or a webhook host off the allow-list stops the worker at start with a message naming it (a receiver whose
-    secret is missing is disabled with a warning, see :func:`tailhound.notifier.service.build_receivers`)."""
+    secret is missing is disabled with a warning, see :func:`tailhound.notifier.receiver_set.build_receivers`)."""
     config = notifier_config(settings)
     receivers = build_receivers(settings, config)
 

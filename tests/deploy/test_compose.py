@@ -15,7 +15,7 @@ import yaml
 
 from tailhound.errors import ConfigError
 from tailhound.notifier.config import load_config
-from tailhound.notifier.service import build_receivers
+from tailhound.notifier.receiver_set import build_receivers
 from tailhound.settings import bootstrap_servers, load_settings
 
 from .helpers import (

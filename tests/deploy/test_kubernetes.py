@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tailhound.notifier.config import parse_config
-from tailhound.notifier.service import build_receivers
+from tailhound.notifier.receiver_set import build_receivers
 from tailhound.settings import load_settings
 
 from .helpers import (
@@ -625,7 +625,7 @@ async def test_without_the_secret_the_worker_starts_with_receivers_disabled(appl
         monkeypatch.delenv(name, raising=False)
     settings = load_settings()
     cfg = parse_config(cm["data"][path.name])
-    caplog.set_level("WARNING", logger="tailhound.notifier.service")
+    caplog.set_level("WARNING", logger="tailhound.notifier.receiver_set")
     receivers = build_receivers(settings, cfg)
     registry = CollectorRegistry()
     service = NotifierService(settings, cfg, receivers, registry=registry)

@@ -76,10 +76,11 @@ def _registries(tmp: Path) -> list[CollectorRegistry]:
     coverage, reloads, consumer lag and readiness, the notifier inside it) and the agent's."""
     from tailhound.agents.metrics import AgentMetrics
     from tailhound.notifier.config import parse_config
-    from tailhound.notifier.service import NotifierService, build_receivers
+    from tailhound.notifier.receiver_set import build_receivers
+    from tailhound.notifier.service import NotifierService
     from tailhound.settings import Settings
     from tailhound.streams.coverage_watch import CoverageWatch
-    from tailhound.streams.intake import IntakeStats, StatsCollector
+    from tailhound.streams.intake_stats import IntakeStats, StatsCollector
     from tailhound.streams.pipeline_metrics import PipelineMetrics
     from tailhound.streams.reload import RuleReloader
     from tailhound.streams.ruleset.rulefile import load_rules

@@ -23,7 +23,7 @@ from collections import Counter
 import pytest
 
 from tailhound.notifier.config import parse_config
-from tailhound.notifier.service import build_receivers
+from tailhound.notifier.receiver_set import build_receivers
 from tests.faults.conftest import scale
 from tests.kafka_helpers import publish_incidents
 from tests.notifier.factories import incident_event

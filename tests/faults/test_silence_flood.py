@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 
 from tailhound.notifier.limits import MAX_SILENCES, MAX_TEXT_BYTES
-from tailhound.notifier.service import read_state
+from tailhound.notifier.state_topic import read_state
 from tests.faults.conftest import LONG, scale
 from tests.notifier.service_helpers import rss_mb, running_service, with_notifier
 from tests.notifier.test_deliver import StubReceiver

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tailhound.cli import app
 from tailhound.errors import TailhoundError
 from tailhound.kafka import ensure_topics
-from tailhound.notifier.service import read_state
+from tailhound.notifier.state_topic import read_state
 
 from .factories import incident_event
 from .test_service import publish

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from tailhound.errors import ConfigFileError
 from tailhound.notifier.config import RECEIVER_ERROR, NotifierConfig, load_config, parse_config
 from tailhound.notifier.config_check import check_file, is_error
-from tailhound.notifier.service import notifier_config
+from tailhound.notifier.receiver_set import notifier_config
 from tailhound.settings import Settings
 
 BROKEN = """\

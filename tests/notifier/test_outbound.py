@@ -9,11 +9,11 @@ from aiohttp import web
 
 from tailhound.errors import ConfigError, DeliveryError
 from tailhound.notifier.config import parse_config
+from tailhound.notifier.receiver_set import build_receivers
 from tailhound.notifier.receivers.outbound import DEFAULT_HOSTS, url_problem
 from tailhound.notifier.receivers.pagerduty import PagerDutyConfig, PagerDutyReceiver
 from tailhound.notifier.receivers.registry import build_receiver
 from tailhound.notifier.receivers.slack import SlackConfig, SlackReceiver
-from tailhound.notifier.service import build_receivers
 from tailhound.settings import Settings
 
 from .factories import notification

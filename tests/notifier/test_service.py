@@ -14,11 +14,12 @@ import pytest
 from pydantic import SecretStr
 
 from tailhound.kafka import ensure_topics
-from tailhound.notifier.cli import _write_state
+from tailhound.notifier.cli.common import write_state
 from tailhound.notifier.config import parse_config
 from tailhound.notifier.matchers import Matcher
-from tailhound.notifier.service import NotifierService, read_state
+from tailhound.notifier.service import NotifierService
 from tailhound.notifier.state import Silence
+from tailhound.notifier.state_topic import read_state
 from tests.kafka_helpers import publish_incidents as publish
 
 from .factories import incident_event
@@ -87,7 +88,7 @@ async def test_silence_written_by_the_cli_suppresses_and_expiry_releases(setting
         comment="maintenance",
         created_at=now,
     )
-    await _write_state(settings, f"silence:{silence.id}", silence.model_dump(mode="json"))
+    await write_state(settings, f"silence:{silence.id}", silence.model_dump(mode="json"))
     rcv = StubReceiver()
     run = Running(settings, rcv)
     try:
@@ -100,7 +101,7 @@ async def test_silence_written_by_the_cli_suppresses_and_expiry_releases(setting
         await asyncio.sleep(1.5)
         assert [r[1] for r in rcv.received] == ["inc-svc-3/r/1"]
         silence.expired_at = time.time()
-        await _write_state(settings, f"silence:{silence.id}", silence.model_dump(mode="json"))
+        await write_state(settings, f"silence:{silence.id}", silence.model_dump(mode="json"))
         await wait_for(lambda: len(rcv.received) == 2, timeout=40, what="the page after the silence expired")
         assert rcv.received[1][1] == "inc-svc-2/r/1"
     finally:

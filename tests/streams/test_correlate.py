@@ -6,7 +6,9 @@ from __future__ import annotations
 from tailhound.incident import Evidence
 from tailhound.snapshot import Snapshot
 from tailhound.streams.candidates import DIFFERENTIALS, diagnose
-from tailhound.streams.correlate import CAUSAL_RANK, Episode, Firing, correlate, domain_of, rank_of
+from tailhound.streams.causal_rank import CAUSAL_RANK, domain_of, rank_of
+from tailhound.streams.correlate import correlate
+from tailhound.streams.episode import Episode, Firing
 from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 from tailhound.vocabulary import RootCause
 

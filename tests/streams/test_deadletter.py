@@ -67,7 +67,8 @@ class _Message:
 
 
 async def test_a_dead_letter_that_cannot_be_produced_is_counted_and_processing_goes_on(caplog):
-    from tailhound.streams.intake import DeadLetters, IntakeStats
+    from tailhound.streams.intake import DeadLetters
+    from tailhound.streams.intake_stats import IntakeStats
 
     async def broken(**_kw):
         raise RuntimeError("MessageSizeTooLargeError")
@@ -80,7 +81,8 @@ async def test_a_dead_letter_that_cannot_be_produced_is_counted_and_processing_g
 
 
 async def test_dead_letters_are_produced_bounded_and_keyed_like_the_message():
-    from tailhound.streams.intake import DeadLetters, IntakeStats
+    from tailhound.streams.intake import DeadLetters
+    from tailhound.streams.intake_stats import IntakeStats
 
     sent = []
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tailhound.errors import RuleFileError
-from tailhound.streams.correlate import Firing, _wait_for_better
+from tailhound.streams.correlate import _wait_for_better
+from tailhound.streams.episode import Firing
 from tailhound.streams.evaluator import evaluate
 from tailhound.streams.ruleset.condition_eval import EvalContext, required_hold, strength
 from tailhound.streams.ruleset.conditions import AllOf, AnyOf, SignalCondition

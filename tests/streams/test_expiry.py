@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tailhound.agents.simulator.recording import snapshot_to_record
-from tailhound.streams.correlate import NODE_GONE, RESOLUTION_LABEL
 from tailhound.streams.intake import NodeExpiry
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.replay import replay_records
+from tailhound.streams.resolutions import NODE_GONE, RESOLUTION_LABEL
 from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 

@@ -25,12 +25,11 @@ from tailhound.streams.intake import (
     TOO_OLD,
     WRONG_KEY,
     Gate,
-    IntakeStats,
     Progression,
     Rejection,
-    StatsCollector,
     TimeBounds,
 )
+from tailhound.streams.intake_stats import IntakeStats, StatsCollector
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot

@@ -6,7 +6,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tailhound.streams import codec
-from tailhound.streams.intake import DeadLetters, Gate, IntakeStats, NodeExpiry, TimeBounds
+from tailhound.streams.intake import DeadLetters, Gate, NodeExpiry, TimeBounds
+from tailhound.streams.intake_stats import IntakeStats
 from tailhound.streams.model_stage import ModelStage, split_rules
 from tailhound.streams.node_stage import NodeStage
 from tailhound.streams.processor import SnapshotProcessor

@@ -8,9 +8,9 @@ import os
 
 from prometheus_client import CollectorRegistry
 
-from tailhound.streams.correlate import RESOLUTION_LABEL, RULE_REMOVED
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.reload import RuleReloader
+from tailhound.streams.resolutions import RESOLUTION_LABEL, RULE_REMOVED
 from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from tailhound.cli import app
 from tailhound.console import render_incident
 from tailhound.errors import TailhoundError
-from tailhound.notifier.cli import incident_listing_of, silence_listing_of
+from tailhound.notifier.cli.incidents_list import incident_listing_of
+from tailhound.notifier.cli.silence_list import silence_listing_of
 from tailhound.notifier.matchers import Matcher
 from tailhound.notifier.state import Silence
 from tailhound.output import PIPE_WIDTH, Listing, make_console, print_listing

@@ -13,7 +13,8 @@ import pytest
 
 from tailhound.snapshot import LIMITS, CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
 from tailhound.streams.codec import Malformed, decode_message
-from tailhound.streams.intake import Gate, IntakeStats
+from tailhound.streams.intake import Gate
+from tailhound.streams.intake_stats import IntakeStats
 from tailhound.wire import Refused, decode_v3, encode_message, snapshot_json
 from tailhound.wire.v3 import Hist, HistDelta, Message, to_part
 

@@ -8,7 +8,8 @@ import msgspec
 from tailhound.agents.wire import encoder
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
 from tailhound.streams.codec import decode_message
-from tailhound.streams.intake import Gate, IntakeStats
+from tailhound.streams.intake import Gate
+from tailhound.streams.intake_stats import IntakeStats
 from tailhound.wire import Refused, decode_v3, encode_message, snapshot_json
 from tailhound.wire.v3 import LayoutMemory, Message
 from tailhound.wire.v3_decode import LayoutCache

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from tailhound.incident import MAX_SERIES_ENTITIES
-from tailhound.notifier.webconsole.charts import MARK_COLOURS, peer_svg, timeline_svg
+from tailhound.notifier.webconsole.chart_frame import MARK_COLOURS
+from tailhound.notifier.webconsole.charts import peer_svg, timeline_svg
 from tailhound.notifier.webconsole.formatting import format_span, format_value
 from tailhound.notifier.webconsole.view import Mark
 from tests.notifier.webconsole.factories import (

@@ -7,7 +7,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from tailhound.incident import Scope
 from tailhound.notifier.matchers import Matcher, incident_labels, matches_all
-from tailhound.notifier.webconsole.pages import incident_page, index_page, silence_matchers, silences_page
+from tailhound.notifier.webconsole.pages import incident_page, index_page, silence_matchers
+from tailhound.notifier.webconsole.silences_page import silences_page
 from tests.notifier.webconsole.factories import T0, kv_view, thermal_view
 from tests.notifier.webconsole.markup import parse_page
 
