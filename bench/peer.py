@@ -9,7 +9,7 @@ GPUs, node_exporter and blackbox pages, every page new each round) goes two ways
   15 s, so that a run takes seconds); every range, ``for`` and subquery step of the rule file is scaled by
   ``interval_s / 15``, so each window holds the samples it holds at 15 s. Measured: Prometheus' CPU time
   (utime + stime of its process, all threads, from /proc) over the scrapes after ``warm`` rounds.
-- **tailhound**: the agent's snapshots of the same records (:class:`~tailhound.agents.pipeline.SnapshotBuilder`,
+- **tailhound**: the agent's snapshots of the same records (:class:`~tailhound.agents.snapshot_builder.SnapshotBuilder`,
   encoded as the agent's sender encodes them: :func:`~tailhound.agents.wire.encode_snapshot`) produced to
   the bundled broker and consumed by the real worker (default rules) in a child process:
   :func:`bench.streams_throughput.measure`, the worker's CPU over all but the first round. The **broker**'s
@@ -34,9 +34,9 @@ import time
 import uuid
 from pathlib import Path
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.agents.wire import encode_snapshot
 from tailhound.recording import ScrapeRecord
 

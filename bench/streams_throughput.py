@@ -59,9 +59,9 @@ import time
 import uuid
 from pathlib import Path
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.broker import EmbeddedBroker, _die_with_parent
 from tailhound.kafka import ensure_topics, group_lag, make_producer
 from tailhound.settings import Settings

@@ -36,10 +36,10 @@ import msgspec
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from tailhound.agents.buffer import Message
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.sender import bundle_batch, use_lz4_level
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.agents.wire import encode_snapshot
 from tailhound.snapshot import Snapshot
 from tailhound.streams.codec import decode_message
