@@ -200,8 +200,9 @@ def run_agent(rounds: list[list[ScrapeRecord]]) -> dict:
 
 async def run_worker(rounds: list[list[ScrapeRecord]], workdir: Path) -> tuple[dict, dict]:
     """The worker (default rules) on the fleet's snapshots through the bundled broker: (worker, broker)."""
-    from bench.streams_throughput import RULES as PACK
-    from bench.streams_throughput import measure, produce
+    from bench.fleet_telemetry import RULES as PACK
+    from bench.fleet_telemetry import produce
+    from bench.streams_throughput import measure
     from tailhound.broker import EmbeddedBroker
     from tailhound.kafka import ensure_topics
     from tailhound.settings import Settings

@@ -1,6 +1,6 @@
 """Telemetry wire formats side by side: bytes per node per 15 s after compression, encode and decode per snapshot.
 
-Input: a simulated fleet (:func:`bench.streams_throughput.fleet_messages`' simulator: vLLM, dcgm-exporter for
+Input: a simulated fleet (:func:`bench.fleet_telemetry.fleet_messages`' simulator: vLLM, dcgm-exporter for
 8 GPUs, node_exporter, blackbox per node, collected every 15 s), the snapshots the agent's pipeline builds.
 Formats, all from the same snapshots:
 
