@@ -1,6 +1,6 @@
 """What runs inside locust: the child process of ``tailhound loadtest`` that sends the load.
 
-``python -m tailhound.capacity.locust_driver '<json plan>'`` (see :func:`tailhound.capacity.loadtest.driver_plan`
+``python -m tailhound.capacity.locust_driver '<json plan>'`` (see :func:`tailhound.capacity.load_plan.driver_plan`
 for the keys). Locust imports gevent, which monkey-patches the interpreter (sockets, time, threading,
 queue become cooperative), so it runs here and never in the asyncio process that started it. The API key
 comes from the environment (``TAILHOUND_LOADTEST_API_KEY``), never from the plan.
