@@ -2,7 +2,7 @@
 
 Where a metric enters tailhound: each collector's ``collect()`` returns scrape records (exposition
 text, or a native collector's values: :mod:`tailhound.agents.collected`);
-:class:`tailhound.agents.pipeline.SnapshotBuilder`
+:class:`tailhound.agents.snapshot_builder.SnapshotBuilder`
 turns every record into one snapshot; the sink (:class:`tailhound.agents.sender.SnapshotSender` for ``tailhound
 agent``) publishes it. ``tailhound record`` writes the records to a recording instead (native values
 rendered as text there), and :func:`replay` feeds a recording through the same builder, so record ->
@@ -26,7 +26,7 @@ from tailhound.agents.collected import CollectedRecord
 from tailhound.agents.collectors import Collector, CollectorUnavailable, local_node
 from tailhound.agents.config import AgentConfig
 from tailhound.agents.metrics import AgentMetrics
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import Snapshot
 

@@ -21,9 +21,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.snapshot import Snapshot
 from tailhound.streams.model_stage import ModelStage, split_rules
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor

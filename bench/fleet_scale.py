@@ -25,9 +25,9 @@ from pathlib import Path
 
 from faust.serializers import codecs
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.streams.codec import STATE_CODEC_NAME, decode_snapshot, register
 from tailhound.streams.model_stage import ModelStage, split_rules
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor

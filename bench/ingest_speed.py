@@ -3,7 +3,7 @@
 Input: `nodes` simulated nodes (vLLM, dcgm-exporter, node_exporter and blackbox pages, as the simulator renders
 them) over `rounds` collection rounds. The same scrapes go three ways, side by side in one process:
 
-- **agent**: each record through the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` (parse the
+- **agent**: each record through the agent's :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder` (parse the
   page, deltas, snapshot): the baseline;
 - **remote write**: each round as the remote-write request a Prometheus that scraped those pages sends (every
   series with its target labels; encoded beforehand, as Prometheus' work) through
@@ -26,9 +26,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.ingest.federation import FederationConfig, FederationPuller
 from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
 from tests.ingest.prometheus_view import HEADERS, PrometheusView, federate_page, ticks

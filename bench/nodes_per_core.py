@@ -36,7 +36,8 @@ from tailhound.broker import EmbeddedBroker
 from tailhound.kafka import ensure_topics
 from tailhound.settings import Settings
 
-from .streams_throughput import LABELS, NODES, RULES, bundled, fleet_messages, measure, produce
+from .fleet_telemetry import NODES, RULES, bundled, fleet_messages, produce
+from .streams_throughput import LABELS, measure
 
 #: snapshots a node publishes per 15 s: vllm, dcgm, node, blackbox; with NVML at 1 s 15 more
 PER_TICK = {False: 4, True: 19}

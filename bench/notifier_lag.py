@@ -1,34 +1,17 @@
 """Notifier detection-to-delivery lag: incident event on the incidents topic -> request at a receiver.
 
-Method: the harness (this process) runs the bundled broker, a loopback receiver and a producer; the
-notifier runs as its own process (``python -m bench.notifier_lag child``): the real
-:class:`tailhound.notifier.service.NotifierService` with the receivers
-:func:`tailhound.notifier.receiver_set.build_receivers`
-builds from a notifier config, at the default settings (``notifier.tick_s`` 0.2, log level warning) and
-the default config except ``grouping.wait: 0s`` and ``flap.min_flip_interval: 0s``, the two deliberate
-holds (a new group waits ``wait``, 30 s by default, to gather a burst; a resolve waits
-``min_flip_interval``, 60 s by default, so a quick re-fire does not page twice), which this benchmark
-leaves out. Once the child has taken over the incidents partition, the harness produces `n` incidents
-(distinct ids, one group each) ``spacing_s`` apart and each one's resolve ``resolve_after_s`` after its
-opening, with the producer settings the streams worker's Faust producer has (linger 0, acks all).
+The harness (this process) runs the bundled broker, a loopback receiver and a producer (:mod:`.notifier_harness`);
+the real notifier service runs as its own process (:mod:`.notifier_child`) at the default settings and config,
+except the two deliberate holds (``grouping.wait``, ``flap.min_flip_interval``: 0 s), which this benchmark
+leaves out. Once the child holds the incidents partition the harness produces `n` incidents ``spacing_s`` apart,
+each resolved ``resolve_after_s`` later, with the streams worker's producer settings (linger 0, acks all).
 
-Lag = arrival at the receiver (``time.time()`` when the request handler starts) minus the Kafka record
-timestamp of the incident event (CreateTime, set by the producer client at ``send``; read back from the
-topic afterwards). Receivers: the signed remediation webhook (``tests/notifier/webhook_server.py``,
-signatures verified) and Slack in bot mode against the fake Slack Web API
-(``tests/notifier/slack_server.py``; ``chat.postMessage`` for the page, ``chat.update`` for the resolve;
-``min_interval_s: 0``, because Slack's default pacing of one message per second per channel would make
-the lag of a 20-per-second stream the queue length, by design). Each pass uses fresh topics and a fresh
-consumer group; runs are repeated `reps` times and the per-run percentiles and their medians reported.
-
-For the breakdown the child observes without changing anything: the notification's ``ts`` is the
-service's clock right after the poll that brought the event (so record -> ``ts`` is fetch + decode),
-a receiver wrapper notes when the deliverer hands it the notification (so ``ts`` -> hand-over is
-ingest, flush, state persist, offset commit and the deliverer's scheduling), and hand-over -> arrival
-is the receiver's HTTP request; ``NotifierService._persist`` and the incidents consumer's ``commit``
-are wrapped to time the state writes and offset commits. The ``webhook-fetch-wait-100`` variant is a
-what-if, not the shipped service: the same, with the incidents consumer's ``fetch_max_wait_ms`` set to
-100 (aiokafka's default is 500; the bundled broker answers an empty fetch only after about half of it).
+Lag = arrival at the receiver minus the Kafka record timestamp of the incident event. The breakdown: record ->
+the notification's ``ts`` (fetch + decode), ``ts`` -> hand-over to the receiver (ingest, flush, state persist,
+offset commit, scheduling), hand-over -> arrival (the receiver's HTTP request). Receivers: the signed webhook
+and Slack in bot mode (``min_interval_s: 0``: Slack's pacing would make the lag the queue length, by design);
+``webhook-fetch-wait-100`` is a what-if (the incidents consumer's ``fetch_max_wait_ms`` at 100, not 500). Each
+pass uses fresh topics and a fresh group; runs are repeated `reps` times, their percentiles' medians reported.
 """
 
 from __future__ import annotations
@@ -36,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import signal
 import statistics
@@ -45,15 +27,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from tailhound.broker import EmbeddedBroker, _die_with_parent
-from tailhound.kafka import ensure_topics, make_consumer, make_producer
+from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
+
+from .notifier_child import SECRET_ENV, TOKEN_ENV, WEBHOOK_SECRET, config_yaml
+from .notifier_harness import bench_events, record_times, serve_receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_P99_S = 0.5
@@ -68,215 +50,7 @@ LABELS = {
     "slack": "Slack bot (fake Web API)",
     "webhook-fetch-wait-100": "what-if: webhook, incidents consumer `fetch_max_wait_ms=100`",
 }
-SECRET_ENV, TOKEN_ENV = "BENCH_WEBHOOK_SECRET", "BENCH_SLACK_TOKEN"
-WEBHOOK_SECRET = "bench-webhook-signing-secret-0123456789"
 KINDS = ("opened", "resolved")
-
-
-def config_yaml(receiver: str, url: str) -> str:
-    """The notifier config: defaults, except the two holds this benchmark leaves out."""
-    head = "grouping: {by: [incident], wait: 0s}\nflap: {min_flip_interval: 0s}\n"
-    if receiver == "webhook":
-        rc = f"{{type: webhook, name: webhook, url: '{url}', secret: {{env: {SECRET_ENV}}}}}"
-    else:
-        rc = (
-            f"{{type: slack, name: slack, token: {{env: {TOKEN_ENV}}}, channel: '#alerts', base_url: '{url}', "
-            "min_interval_s: 0}"
-        )
-    return head + f"route: {{receiver: {receiver}}}\nreceivers: [{rc}]\n"
-
-
-# --- child: the notifier service, observed -------------------------------------------------------------------------
-class TimedReceiver:
-    """Delegates to the real receiver; notes when each notification is handed over and when send returns."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.sends: list[list[Any]] = []
-
-    async def send(self, notification: Any, receipt: Any) -> Any:
-        t0 = time.time()
-        try:
-            return await self.inner.send(notification, receipt)
-        finally:
-            self.sends.append([notification.group_id, notification.kind, t0, time.time()])
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-async def child_main(
-    settings_json: str, config_path: str, ready_path: str, result_path: str, fetch_max_wait_ms: str = ""
-) -> None:
-    import tailhound.notifier.service
-    from tailhound.notifier.config import load_config
-    from tailhound.notifier.receiver_set import build_receivers
-    from tailhound.notifier.service import NotifierService
-
-    commits: list[float] = []
-    shipped_make_consumer = tailhound.notifier.service.make_consumer
-
-    def observed_consumer(settings: Settings, *topics: str, **kwargs: Any) -> Any:
-        """The service's consumers as shipped; the group consumer's commit is timed (and, for the
-        what-if variant only, its fetch_max_wait_ms set)."""
-        if kwargs.get("group_id") is not None and fetch_max_wait_ms:
-            kwargs["fetch_max_wait_ms"] = int(fetch_max_wait_ms)
-        consumer = shipped_make_consumer(settings, *topics, **kwargs)
-        if kwargs.get("group_id") is not None:
-            commit = consumer.commit
-
-            async def timed_commit(*args: Any, **kw: Any) -> None:
-                t0 = time.perf_counter()
-                await commit(*args, **kw)
-                commits.append(time.perf_counter() - t0)
-
-            consumer.commit = timed_commit
-        return consumer
-
-    tailhound.notifier.service.make_consumer = observed_consumer  # type: ignore[assignment]
-
-    settings = Settings(**json.loads(settings_json))
-    logging.basicConfig(
-        level=settings.streams.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    config = load_config(config_path)
-    receivers = {name: TimedReceiver(r) for name, r in build_receivers(settings, config).items()}
-    service = NotifierService(settings, config, receivers)  # type: ignore[arg-type]
-    persists: list[float] = []
-    persist = service._persist
-
-    async def timed_persist() -> None:
-        t0 = time.perf_counter()
-        await persist()
-        persists.append(time.perf_counter() - t0)
-
-    service._persist = timed_persist  # type: ignore[method-assign]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    task = asyncio.create_task(service.run(stop))
-    while not service.active and not task.done():
-        await asyncio.sleep(0.02)
-    Path(ready_path).write_text("ready")
-    await task
-    result = {
-        "created": [[n.group_id, n.kind, n.ts] for n in service.created],
-        "sends": [s for r in receivers.values() for s in r.sends],
-        "persist_s": persists,
-        "commit_s": commits,
-        "ingested": service.ingested,
-        "tick_s": settings.notifier.tick_s,
-    }
-    tmp = Path(result_path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.rename(result_path)
-
-
-# --- parent: receivers on loopback ---------------------------------------------------------------------------------
-@contextlib.asynccontextmanager
-async def serve_receiver(receiver: str) -> AsyncIterator[tuple[str, Callable[[], list[tuple[str, str, float]]]]]:
-    """A loopback receiver; yields (url for the config, arrivals()) where arrivals() lists
-    (group_id, kind, time.time() on arrival) of the requests that carry a page or a resolve."""
-    if receiver == "slack":
-        from tests.notifier.slack_server import serve_slack
-
-        offset = time.time() - time.monotonic()  # FakeSlack stamps arrivals with time.monotonic()
-        async with serve_slack() as fake:
-
-            def slack_arrivals() -> list[tuple[str, str, float]]:
-                out = []
-                for r in list(fake.requests):
-                    text = str(r.body.get("text") or "")
-                    if r.api == "chat.postMessage" and not r.body.get("thread_ts") and text.startswith("[FIRING]"):
-                        out.append((_summary_id(text), "opened", r.at + offset))
-                    elif r.api == "chat.update" and text.startswith("[RESOLVED]"):
-                        out.append((_summary_id(text), "resolved", r.at + offset))
-                return out
-
-            yield fake.base_url, slack_arrivals
-        return
-    from tests.notifier.webhook_server import FakeRemediation
-
-    fake = FakeRemediation(WEBHOOK_SECRET)
-    arrivals: list[tuple[str, str, float]] = []
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        at = time.time()
-        response = await fake.handle(request)
-        delivery = fake.deliveries[-1]
-        if delivery.error is None:
-            doc = delivery.json
-            arrivals.append((doc["group_id"], doc["kind"], at))
-        return response
-
-    app = web.Application()
-    app.router.add_post("/hooks/tailhound", handle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/hooks/tailhound", lambda: list(arrivals)
-    finally:
-        await runner.cleanup()
-
-
-def _summary_id(text: str) -> str:
-    """The incident id the bench put into the summary (``... bench inc-bench-...``)."""
-    return next((w for w in text.split() if w.startswith("inc-bench-")), "")
-
-
-def bench_events(n: int, spacing_s: float, resolve_after_s: float, t0: float, run: str) -> list[tuple[float, Any]]:
-    """(offset, IncidentEvent): `n` openings `spacing_s` apart, each resolved `resolve_after_s` later."""
-    from tests.notifier.factories import incident_event
-
-    out = []
-    for i in range(n):
-        iid = f"inc-bench-{run}-{i:04d}"
-        at = i * spacing_s
-        summary = f"GPU 2 throttles for heat; bench {iid}"
-        common = dict(incident_id=iid, node=f"gpu-node-{i % 16 + 1}", summary=summary, opened_at=t0 + at)
-        out.append((at, incident_event(ts=t0 + at, **common)))
-        out.append(
-            (
-                at + resolve_after_s,
-                incident_event(
-                    event="resolved",
-                    sequence=2,
-                    ts=t0 + at + resolve_after_s,
-                    resolved_at=t0 + at + resolve_after_s,
-                    **common,
-                ),
-            )
-        )
-    out.sort(key=lambda item: item[0])
-    return out
-
-
-async def record_times(settings: Settings) -> dict[tuple[str, str], tuple[float, int]]:
-    """(incident_id, event) -> (record timestamp in s, timestamp type) of every incident event on the topic."""
-    consumer = make_consumer(settings, settings.incidents_topic, group_id=None)
-    await consumer.start()
-    out: dict[tuple[str, str], tuple[float, int]] = {}
-    try:
-        from aiokafka import TopicPartition
-
-        tp = TopicPartition(settings.incidents_topic, 0)
-        end = (await consumer.end_offsets([tp]))[tp]
-        deadline = time.monotonic() + 30
-        while await consumer.position(tp) < end and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for rec in records:
-                    doc = json.loads(rec.value)
-                    out[(doc["incident_id"], doc["event"])] = (rec.timestamp / 1000, rec.timestamp_type)
-    finally:
-        await consumer.stop()
-    return out
 
 
 async def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
@@ -316,8 +90,7 @@ async def one_pass(
                 [
                     sys.executable,
                     "-m",
-                    "bench.notifier_lag",
-                    "child",
+                    "bench.notifier_child",
                     settings.model_dump_json(),
                     str(cfg),
                     str(ready),
@@ -555,8 +328,5 @@ def target_met(result: dict) -> bool | None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["child"]:
-        asyncio.run(child_main(*sys.argv[2:7]))
-    else:
-        with contextlib.suppress(KeyboardInterrupt):
-            print(report(asyncio.run(run(n=int(sys.argv[1]) if len(sys.argv) > 1 else 200))))
+    with contextlib.suppress(KeyboardInterrupt):
+        print(report(asyncio.run(run(n=int(sys.argv[1]) if len(sys.argv) > 1 else 200))))

@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailhound.agents.collectors.nvml import NvmlCollector, NvmlConfig
 from tailhound.agents.exposition import _parse_label_text, parse_exposition, to_samples
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.render import render_samples
 from tailhound.agents.simulator import FleetSimulator, SimConfig
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 from tests.agents.fake_pynvml import FakeNvml
 

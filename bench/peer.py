@@ -9,7 +9,7 @@ GPUs, node_exporter and blackbox pages, every page new each round) goes two ways
   15 s, so that a run takes seconds); every range, ``for`` and subquery step of the rule file is scaled by
   ``interval_s / 15``, so each window holds the samples it holds at 15 s. Measured: Prometheus' CPU time
   (utime + stime of its process, all threads, from /proc) over the scrapes after ``warm`` rounds.
-- **tailhound**: the agent's snapshots of the same records (:class:`~tailhound.agents.pipeline.SnapshotBuilder`,
+- **tailhound**: the agent's snapshots of the same records (:class:`~tailhound.agents.snapshot_builder.SnapshotBuilder`,
   encoded as the agent's sender encodes them: :func:`~tailhound.agents.wire.encode_snapshot`) produced to
   the bundled broker and consumed by the real worker (default rules) in a child process:
   :func:`bench.streams_throughput.measure`, the worker's CPU over all but the first round. The **broker**'s
@@ -34,9 +34,9 @@ import time
 import uuid
 from pathlib import Path
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.agents.wire import encoder
 from tailhound.recording import ScrapeRecord
 
@@ -204,8 +204,9 @@ def run_agent(rounds: list[list[ScrapeRecord]]) -> dict:
 
 async def run_worker(rounds: list[list[ScrapeRecord]], workdir: Path) -> tuple[dict, dict]:
     """The worker (default rules) on the fleet's snapshots through the bundled broker: (worker, broker)."""
-    from bench.streams_throughput import RULES as PACK
-    from bench.streams_throughput import measure, produce
+    from bench.fleet_telemetry import RULES as PACK
+    from bench.fleet_telemetry import produce
+    from bench.streams_throughput import measure
     from tailhound.broker import EmbeddedBroker
     from tailhound.kafka import ensure_topics
     from tailhound.settings import Settings

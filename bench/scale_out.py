@@ -1,7 +1,7 @@
 """Scale out (issue 16): the real worker with 1, 2 and 3 processes in one consumer group, same input, same
 partitions.
 
-Method: a simulated fleet (:func:`bench.streams_throughput.fleet_messages`: vLLM + dcgm-exporter + node_exporter
+Method: a simulated fleet (:func:`bench.fleet_telemetry.fleet_messages`: vLLM + dcgm-exporter + node_exporter
 + blackbox at 15 s, a thermal fault) is cut into `n` telemetry messages. For each worker count, in fresh topics
 with `partitions` partitions: the workers (``python -m tailhound worker``, default rules, notifier off, each its
 own data directory) start and are awaited until every one answers ``/-/ready``; then the messages are produced
@@ -35,7 +35,7 @@ from tailhound.kafka import ensure_topics, group_lag
 from tailhound.settings import Settings
 from tailhound.worker.process import WorkerProcess
 
-from .streams_throughput import RULES, fleet_messages, produce
+from .fleet_telemetry import RULES, fleet_messages, produce
 
 NODES = 24
 CLK_TCK = 100.0

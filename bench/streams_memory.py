@@ -28,9 +28,9 @@ import json
 import tracemalloc
 from collections.abc import Callable
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.streams.baseline import _warm_template, bench_memory
 from tailhound.streams.latency_window import LatencyWindow
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor

@@ -1,52 +1,24 @@
-"""Streams throughput: the same telemetry messages consumed four ways, side by side in one run.
+"""Streams throughput: the same telemetry messages consumed several ways, side by side in one run.
 
-Input: a simulated fleet (8 nodes x vllm + dcgm + node + blackbox, one thermal-throttle fault) rendered
-as a scrape recording and turned into snapshots by the agent's own pipeline (``SnapshotBuilder``, so
-counters and histograms carry their deltas), encoded as the agent's sender does
-(``model_dump_json(exclude_none=True)``, key = node, lz4) and produced once to the telemetry topic of
-the bundled broker (unique topic prefix, the default partition count). The topic holds ``warmup``
-snapshots (one fleet tick) followed by the ``n`` measured ones. Each measurement is a child process
-with its own consumer group that reads the topic from the start:
+The fleet's messages (:mod:`bench.fleet_telemetry`) are produced once to the bundled broker; each Kafka variant
+is a child process with its own consumer group (:mod:`bench.streams_child`) reading the topic from the start:
 
-- ``aiokafka``: a plain aiokafka consumer that only counts messages (the upper bound);
-- ``faust``: a trivial Faust agent (``stream.events()``, raw values, only counts) on an app with the
-  settings :func:`tailhound.streams.app.create_app` gives (copied from the real app's ``conf``, checked equal);
-- ``faust-json``: the same trivial agent with Faust's default value codec (``json``): ``async for value
-  in stream`` gets each message decoded, as a Faust agent written without thought for speed does
-  (the ~4-5k events/s the project's guide quotes for "a trivial Faust agent");
-- ``tailhound``: the real worker: ``create_app(settings, load_rules("rules"))`` run by
-  ``tailhound.streams.app.make_worker`` as ``tailhound worker`` runs it (the trivial app runs under the same). It is
-  observed, not changed: ``tailhound.streams.app.SnapshotProcessor`` is replaced by a subclass whose ``step`` calls
-  the original and then counts (one integer add);
-- ``wiring``: the real worker with ``SnapshotProcessor.step`` replaced by one that only counts (no rule
-  runs, nothing is stored): decode, table read, model-topic forwarding and the model stage still run.
-  What the worker around the rules costs: no rule engine inside this wiring can be faster;
-- ``step``: no Kafka: ``SnapshotProcessor.step`` over the decoded snapshots in a loop, in this process.
+- ``aiokafka``: a plain consumer that only counts (a loose upper bound: a few fetch rounds);
+- ``faust`` / ``faust-json``: a trivial Faust agent with the real app's settings, raw or JSON-decoded values;
+- ``tailhound``: the real worker as ``tailhound worker`` runs it, observed (its step counts after it returns);
+- ``wiring``: the same worker with the step replaced by a counter: what the worker around the rules costs;
+- ``step``: no Kafka, ``SnapshotProcessor.step`` over the decoded snapshots in this process.
 
-Every Kafka variant counts the same way: the clock starts when message number ``warmup`` is handled
-(so group join, partition assignment, table recovery and first-message costs are outside the window)
-and stops at message ``warmup + n``; throughput is ``n`` over that time, CPU is the child's
-utime+stime over it. (a) only counts, so its window is a few fetch rounds (up to 1 MB per partition
-each) after the first fetch: a loose upper bound, not a steady-state rate. After each run the group's
-committed lag must reach 0 (``group_lag``), which checks that every message was consumed and
-committed; then the child is stopped (SIGTERM, bounded waits, SIGKILL as a last resort). Variants are
-interleaved ``reps`` times; medians are reported.
-
-Telemetry shapes (``--bundle``, ``--nvml``): the node's snapshots of a tick as one bundle message (telemetry
-version 2, as an agent with ``publish.bundle`` sends them), and every node running the NVML collector at 1 s;
-counts and rates stay in snapshots. ``BENCH_STREAMS_APP=FILE`` runs FILE as ``tailhound.streams.app`` in the
-Kafka children (a proposed change of that module, measured before it is applied).
-
-Where a child's time goes: ``BENCH_STREAMS_PROFILE=DIR python -m bench.streams_throughput 4096 --reps 1
---variants faust,tailhound`` writes one report per run over the same window (:class:`Profile`).
+The window runs from message ``warmup`` to ``warmup + n`` (group join and recovery outside it); rate and CPU
+are over that window, the group's lag must reach 0 afterwards. Variants are interleaved ``reps`` times; medians
+are reported. ``--bundle`` / ``--nvml`` change the telemetry's shape; ``BENCH_STREAMS_APP=FILE`` runs FILE as
+``tailhound.streams.app`` in the children; ``BENCH_STREAMS_PROFILE=DIR`` writes where a child's time goes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import importlib
 import itertools
 import json
 import os
@@ -59,20 +31,17 @@ import time
 import uuid
 from pathlib import Path
 
-from tailhound.agents.pipeline import SnapshotBuilder
-from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from tailhound.agents.simulator.recording import iter_records
 from tailhound.broker import EmbeddedBroker, _die_with_parent
-from tailhound.kafka import ensure_topics, group_lag, make_producer
+from tailhound.kafka import ensure_topics, group_lag
 from tailhound.settings import Settings
 from tailhound.streams.codec import decode_message
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset.rulefile import load_rules
 
-ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "rules"
-NODES = 8
-FAULTS = ("thermal-throttle@10m+10m",)  # the first node, GPUs 3 and 5
+from .child_profile import PROFILE_ENV, PROFILE_MODE_ENV
+from .fleet_telemetry import NODES, ROOT, RULES, bundled, fleet_messages, produce, snapshots_in
+from .streams_child import timing
+
 VARIANTS = ("aiokafka", "faust", "faust-json", "tailhound", "wiring", "step")
 LABELS = {
     "aiokafka": "(a) plain aiokafka consumer, counts only (upper bound)",
@@ -83,362 +52,9 @@ LABELS = {
     "step": "(d) SnapshotProcessor.step only, no Kafka (decoded snapshots)",
     "decode": "(d') codec decode only, no Kafka (reference)",
 }
-#: The faust.App settings create_app sets; the trivial app copies their values from the real app.
-FAUST_KEYS = (
-    "broker",
-    "store",
-    "datadir",
-    "autodiscover",
-    "web_enabled",
-    "topic_partitions",
-    "topic_replication_factor",
-    "topic_allow_declare",
-    "table_standby_replicas",
-    "broker_commit_interval",
-    "broker_session_timeout",
-    "broker_heartbeat_interval",
-    "broker_rebalance_timeout",
-    "consumer_auto_offset_reset",
-    "consumer_group_instance_id",
-    "recovery_consistency_check",
-)
 
 
-# --- input -----------------------------------------------------------------------------------------
-def fleet_messages(count: int, nodes: int = NODES, nvml: bool = False) -> list[tuple[bytes, bytes]]:
-    """`count` (key, value) telemetry messages of a simulated fleet, tick by tick, as the agent sends them,
-    one snapshot each. With `nvml`, every node also runs the NVML collector at 1 s (an 8-GPU H200's records,
-    :data:`NVML_RECORDING`, replayed in a loop as each node's): 15 NVML snapshots per 15 s tick."""
-    sim = FleetSimulator(SimConfig(nodes=nodes), [FaultSpec.parse(f) for f in FAULTS])
-    builder = SnapshotBuilder()
-    records = iter_records(sim, minutes=10**6)
-    if nvml:
-        records = with_nvml(records)
-    records = itertools.islice(records, count)
-    return [(s.key(), s.model_dump_json(exclude_none=True).encode()) for s in map(builder.build, records)]
-
-
-#: a real 8-GPU H200's NVML collections at 1 s (the agent's own collector, recorded)
-NVML_RECORDING = ROOT / "tests" / "agents" / "fixtures" / "h200_nvml_recording.jsonl"
-
-
-def with_nvml(records):  # an iterator of ScrapeRecord in, the same out
-    """`records` (a fleet's, tick by tick) with each node's NVML collections at 1 s added: at each tick's
-    second 0 after the node's other sources (what one tick of the agent publishes), then one a second."""
-    from tailhound.recording import ScrapeRecord
-
-    bodies = [ScrapeRecord.model_validate_json(line).body for line in NVML_RECORDING.read_text().splitlines()]
-    turn = itertools.count()
-    tick: list = []
-    for rec in itertools.chain(records, [None]):
-        if tick and (rec is None or rec.ts != tick[0].ts):
-            t0, nodes = tick[0].ts, list(dict.fromkeys(r.node for r in tick))
-            for second in range(15):
-                for node in nodes:
-                    if second == 0:
-                        yield from (r for r in tick if r.node == node)
-                    yield ScrapeRecord(
-                        ts=t0 + second, node=node, job="nvml", interval_s=1.0, body=bodies[next(turn) % len(bodies)]
-                    )
-            tick = []
-        if rec is not None:
-            tick.append(rec)
-
-
-def bundled(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """`messages` as an agent with ``publish.bundle`` sends them: each run of one node's snapshots as one
-    bundle message (telemetry version 2, :func:`tailhound.agents.sender.bundle_batch`)."""
-    from tailhound.agents.buffer import Message
-    from tailhound.agents.sender import bundle_batch
-
-    return [(m.key, m.value) for m in bundle_batch([Message(key=k, value=v) for k, v in messages])]
-
-
-def snapshots_in(value: bytes) -> int:
-    """Snapshots in one telemetry message (a bundle's parts; bench messages only: a byte count, no decode)."""
-    return value.count(b'{"schema_version":1,') if value.startswith(b'{"schema_version":2,') else 1
-
-
-async def produce(settings: Settings, messages: list[tuple[bytes, bytes]]) -> None:
-    producer = make_producer(settings, compression_type="lz4")
-    await producer.start()
-    try:
-        futures = [await producer.send(settings.telemetry_topic, key=k, value=v) for k, v in messages]
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-
-
-# --- child side ------------------------------------------------------------------------------------
-#: a pause between two consecutive messages longer than this counts as a stall (waiting for a fetch)
-STALL_S = 0.1
-
-
-def timing(n: int, wall: float, cpu: float, lag: int | None = None, stalled_s: float = 0.0) -> dict:
-    """`rate` is messages per second of the window; `cpu_rate` per second of the child's CPU time (what
-    one busy core would do: steady where `rate` depends on whether the consumer waited for fetches);
-    `stalled_s`: the window's pauses of over STALL_S between two messages."""
-    return {
-        "n": n,
-        "wall_s": wall,
-        "rate": n / wall,
-        "cpu_pct": 100 * cpu / wall,
-        "cpu_rate": n / cpu if cpu else 0.0,
-        "stalled_s": stalled_s,
-        "lag": lag,
-    }
-
-
-#: opt-in profiling of the Kafka children over the measured window: a folder for one report per run
-PROFILE_ENV = "BENCH_STREAMS_PROFILE"
-#: ``sections`` (default: timers around the worker's known parts, and GC), or yappi with the ``cpu`` or
-#: ``wall`` clock (every function, thread and coroutine; yappi costs ~4x and inflates Python code most)
-PROFILE_MODE_ENV = "BENCH_STREAMS_PROFILE_MODE"
-#: (module, class or None, function, section): sync calls of the worker, timed exclusive of each other
-SECTIONS = (
-    ("tailhound.streams.codec", None, "decode_snapshot", "decode (tailhound.streams.codec, pydantic)"),
-    ("tailhound.streams.codec", None, "_decode_bundle", "decode (tailhound.streams.codec, pydantic)"),
-    ("tailhound.streams.intake", "Gate", "admit", "intake checks (key, time bounds)"),
-    ("tailhound.streams.intake", "Gate", "admit_all", "intake checks (key, time bounds)"),
-    ("tailhound.streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
-    ("tailhound.streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
-    ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"),
-)
-
-
-class Profile:
-    """Where the child's time goes between message `warmup` and `warmup + n`, written to `folder`."""
-
-    def __init__(self, folder: Path, name: str, mode: str = "sections") -> None:
-        self.path, self.mode = folder / f"{name}.{mode}.txt", mode
-        self.spent: dict[str, list] = {}  # section -> [seconds, calls]
-        self.stack: list[list] = []  # open sections: [name, start, time spent in sections inside it]
-
-    def _enter(self, name: str) -> None:
-        self.stack.append([name, time.perf_counter(), 0.0])
-
-    def _exit(self) -> None:
-        name, t0, inner = self.stack.pop()
-        took = time.perf_counter() - t0
-        spent = self.spent.setdefault(name, [0.0, 0])
-        spent[0], spent[1] = spent[0] + took - inner, spent[1] + 1
-        if self.stack:
-            self.stack[-1][2] += took
-
-    def _timed(self, fun, name: str):
-        def timed(*args, **kwargs):
-            self._enter(name)
-            try:
-                return fun(*args, **kwargs)
-            finally:
-                self._exit()
-
-        return timed
-
-    def _gc(self, phase: str, _info: dict) -> None:
-        self._enter("garbage collection") if phase == "start" else self._exit()
-
-    def start(self) -> None:
-        if self.mode == "sections":
-            for module, cls, fun, name in SECTIONS:
-                owner = importlib.import_module(module)
-                owner = getattr(owner, cls) if cls else owner
-                setattr(owner, fun, self._timed(getattr(owner, fun), name))
-            gc.callbacks.append(self._gc)
-        else:
-            import yappi
-
-            yappi.set_clock_type(self.mode)
-            yappi.start(builtins=False, profile_threads=True)
-        self.t0 = time.perf_counter()
-
-    def stop(self, n: int) -> None:
-        wall = time.perf_counter() - self.t0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.mode == "sections":
-            gc.callbacks.remove(self._gc)
-            rest = wall - sum(t for t, _ in self.spent.values())
-            rows = sorted(self.spent.items(), key=lambda kv: -kv[1][0])
-            rows.append(("rest: Faust, Kafka client, event loop, agent code", [rest, 0]))
-            self.path.write_text(
-                f"# {n} snapshots, {1e3 * wall / n:.3f} ms each (wall)\n"
-                + "".join(
-                    f"{1e3 * t / n:7.3f} ms {100 * t / wall:5.1f}% {c / n:6.2f}/snapshot  {name}\n"
-                    for name, (t, c) in rows
-                )
-            )
-            return
-        import yappi
-
-        yappi.stop()
-        stats = yappi.get_func_stats()
-        stats.save(str(self.path.with_suffix(".pstat")), type="pstat")
-        lines = [f"# thread {t.name}: {1e6 * t.ttot / n:.1f} us/snapshot" for t in yappi.get_thread_stats()]
-        lines.append(f"# yappi {self.mode} clock, {n} snapshots; us per snapshot: tsub (own), ttot (with callees)")
-        lines += [
-            f"{1e6 * s.tsub / n:9.1f} {1e6 * s.ttot / n:9.1f} {s.ncall / n:8.2f}/snapshot  {s.module}:{s.lineno} "
-            f"{s.name}"
-            for s in sorted(stats, key=lambda s: s.tsub, reverse=True)[:400]
-        ]
-        self.path.write_text("\n".join(lines) + "\n")
-
-
-class Counter:
-    """Counts handled messages; times message `warmup` to message `warmup + n`, then writes the result."""
-
-    def __init__(self, warmup: int, n: int, result: Path, profile: Profile | None = None) -> None:
-        self.warmup, self.n, self.result = warmup, n, result
-        self.seen = 0
-        self.t0 = self.c0 = self.last = self.stalled = 0.0
-        self.profile = profile
-
-    @property
-    def done(self) -> bool:
-        return self.seen >= self.warmup + self.n
-
-    def tick(self, k: int = 1) -> None:
-        """`k` more snapshots handled (a bundle message counts its parts)."""
-        before = self.seen
-        self.seen += k
-        if before < self.warmup:
-            if self.seen >= self.warmup:
-                if self.profile is not None:
-                    self.profile.start()
-                self.t0, self.c0 = time.perf_counter(), time.process_time()
-                self.last = self.t0
-            return
-        if before >= self.warmup + self.n:
-            return
-        now = time.perf_counter()
-        if now - self.last > STALL_S:
-            self.stalled += now - self.last
-        self.last = now
-        if self.seen >= self.warmup + self.n:
-            wall, cpu = now - self.t0, time.process_time() - self.c0
-            if self.profile is not None:
-                self.profile.stop(self.n)
-            tmp = self.result.with_suffix(".tmp")
-            tmp.write_text(json.dumps(timing(self.n, wall, cpu, stalled_s=self.stalled)))
-            tmp.rename(self.result)
-
-
-def trivial_app(settings: Settings, counter: Counter | None = None, value_serializer: str = "raw"):
-    """A Faust app with create_app's settings and one agent that only counts; also returns the real app.
-    With ``value_serializer="json"`` the agent iterates decoded values (Faust's default codec)."""
-    import faust
-
-    from tailhound.streams.app import create_app
-
-    real = create_app(settings, load_rules(settings.rules_dir))
-    app = faust.App(settings.streams.app_id, **{k: getattr(real.conf, k) for k in FAUST_KEYS})
-    topic = app.topic(
-        settings.telemetry_topic,
-        key_serializer="raw",
-        value_serializer=value_serializer,
-        partitions=settings.partitions,
-    )
-
-    if value_serializer == "raw":
-
-        @app.agent(topic, name="count")
-        async def count(stream) -> None:
-            async for event in stream.events():
-                if counter is not None:
-                    counter.tick(snapshots_in(event.message.value))
-    else:
-
-        @app.agent(topic, name="count")
-        async def count_values(stream) -> None:
-            async for value in stream:
-                if counter is not None:
-                    counter.tick(len(value["snapshots"]) if value.get("schema_version") == 2 else 1)
-
-    return app, real
-
-
-def conf_diff(a, b) -> list[str]:
-    """Faust settings that differ between two apps (reply_to is a random name per app)."""
-    names = [n for n in a.conf.setting_names() if n != "reply_to"]
-    return [n for n in names if getattr(a.conf, n) != getattr(b.conf, n)]
-
-
-def counting_worker_app(settings: Settings, counter: Counter, rules: bool = True):
-    """The real app, observed: SnapshotProcessor.step counts after it returns; nothing else changes.
-    Without `rules` the step only counts (the ``wiring`` variant)."""
-    import tailhound.streams.app
-    from tailhound.streams.processor import StepResult
-
-    class CountingProcessor(tailhound.streams.app.SnapshotProcessor):
-        def step(self, raw_state, snapshot, **kw):
-            result = super().step(raw_state, snapshot, **kw) if rules else StepResult(state=None, changed=False)
-            counter.tick()
-            return result
-
-    from tailhound.worker.compose import create_worker_app
-
-    tailhound.streams.app.SnapshotProcessor = CountingProcessor
-    return create_worker_app(settings, load_rules(settings.rules_dir))  # as `tailhound worker` builds it
-
-
-async def count_aiokafka(settings: Settings, counter: Counter, group: str) -> None:
-    from tailhound.kafka import make_consumer
-
-    consumer = make_consumer(settings, settings.telemetry_topic, group_id=group)
-    await consumer.start()
-    try:
-        while not counter.done:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for record in records:
-                    counter.tick(snapshots_in(record.value))
-        await consumer.commit()
-    finally:
-        await consumer.stop()
-
-
-#: a file to run as ``tailhound.streams.app`` in the Kafka children instead of the tree's (a proposed change of
-#: that module measured before it is applied, e.g. the bundle loop of BENCHMARKS.md "Scale out")
-APP_ENV = "BENCH_STREAMS_APP"
-
-
-def _override_app(path: str) -> None:
-    import importlib.util
-
-    import tailhound.streams
-
-    spec = importlib.util.spec_from_file_location("tailhound.streams.app", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["tailhound.streams.app"] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    tailhound.streams.app = module  # type: ignore[attr-defined]
-
-
-def child_main(variant: str, result: str, warmup: str, n: str, settings_json: str) -> None:
-    settings = Settings(**json.loads(settings_json))
-    if os.environ.get(APP_ENV):
-        _override_app(os.environ[APP_ENV])
-    folder = os.environ.get(PROFILE_ENV)
-    profile = (
-        Profile(Path(folder), f"{variant}-{Path(result).stem}", os.environ.get(PROFILE_MODE_ENV, "sections"))
-        if folder
-        else None
-    )
-    counter = Counter(int(warmup), int(n), Path(result), profile)
-    if variant == "aiokafka":
-        asyncio.run(count_aiokafka(settings, counter, settings.streams.app_id))
-        return
-    from tailhound.streams.app import make_worker
-
-    if variant in ("faust", "faust-json"):
-        app, real = trivial_app(settings, counter, "json" if variant == "faust-json" else "raw")
-        if diff := conf_diff(app, real):
-            raise SystemExit(f"trivial app settings differ from create_app's: {diff}")
-    else:
-        app = counting_worker_app(settings, counter, rules=variant != "wiring")
-    make_worker(app, settings).execute_from_commandline()  # both as `tailhound worker` runs its app
-
-
-# --- parent side -----------------------------------------------------------------------------------
-async def _stop(proc: subprocess.Popen, grace_s: float) -> None:
+async def stop_child(proc: subprocess.Popen, grace_s: float) -> None:
     """Wait `grace_s` for the child to exit by itself, then SIGTERM (15 s), then SIGKILL."""
     for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
         if proc.poll() is not None:
@@ -475,8 +91,7 @@ async def measure(
             [
                 sys.executable,
                 "-m",
-                "bench.streams_throughput",
-                "child",
+                "bench.streams_child",
                 variant,
                 str(result),
                 str(warmup),
@@ -502,7 +117,7 @@ async def measure(
         out = json.loads(result.read_text())
         out["lag"] = await _lag_zero(s, group)
     finally:
-        await _stop(proc, grace_s=10.0 if variant == "aiokafka" else 0.0)
+        await stop_child(proc, grace_s=10.0 if variant == "aiokafka" else 0.0)
     return out
 
 
@@ -637,27 +252,28 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["child"]:
-        child_main(*sys.argv[2:7])
-    else:
-        import argparse
+def main() -> None:
+    import argparse
 
-        ap = argparse.ArgumentParser(
-            prog="python -m bench.streams_throughput",
-            description=f"profile the Kafka children with {PROFILE_ENV}=DIR ({PROFILE_MODE_ENV}=sections|cpu|wall)",
-        )
-        ap.add_argument("n", type=int, nargs="?", default=4096)
-        ap.add_argument("--reps", type=int, default=3)
-        ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
-        ap.add_argument("--bundle", action="store_true", help="one message per node and tick (telemetry version 2)")
-        ap.add_argument("--nvml", action="store_true", help="every node also runs the NVML collector at 1 s")
-        a = ap.parse_args()
-        with contextlib.suppress(KeyboardInterrupt):
-            print(
-                report(
-                    asyncio.run(
-                        run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(",")), bundle=a.bundle, nvml=a.nvml)
-                    )
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.streams_throughput",
+        description=f"profile the Kafka children with {PROFILE_ENV}=DIR ({PROFILE_MODE_ENV}=sections|cpu|wall)",
+    )
+    ap.add_argument("n", type=int, nargs="?", default=4096)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
+    ap.add_argument("--bundle", action="store_true", help="one message per node and tick (telemetry version 2)")
+    ap.add_argument("--nvml", action="store_true", help="every node also runs the NVML collector at 1 s")
+    a = ap.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        print(
+            report(
+                asyncio.run(
+                    run(n=a.n, reps=a.reps, variants=tuple(a.variants.split(",")), bundle=a.bundle, nvml=a.nvml)
                 )
             )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -36,7 +36,9 @@ from pathlib import Path
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from bench import streams_throughput as st
+from bench import fleet_telemetry as fleet
+from bench import streams_child
+from bench.streams_throughput import stop_child
 from tailhound.broker import EmbeddedBroker, _die_with_parent
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
@@ -50,14 +52,14 @@ STORES = {"memory": "memory", "rocksdb": "rocksdb", "rocksdb-decode": "rocksdb"}
 
 # --- throughput --------------------------------------------------------------------------------------
 def child(variant: str, *args: str) -> None:
-    """A bench.streams_throughput child for the ``tailhound`` variant; ``rocksdb-decode`` without the shortcut."""
+    """A bench.streams_child child for the ``tailhound`` variant; ``rocksdb-decode`` without the shortcut."""
     if variant == "rocksdb-decode":
         from faust.stores.base import SerializedStore
 
         from tailhound.streams.table_store import StateStore
 
         StateStore.__getitem__ = SerializedStore.__getitem__  # type: ignore[method-assign]
-    st.child_main("tailhound", *args)
+    streams_child.child_main("tailhound", *args)
 
 
 async def measure_worker(variant: str, settings: Settings, warmup: int, n: int, workdir: Path) -> dict:
@@ -70,7 +72,7 @@ async def measure_worker(variant: str, settings: Settings, warmup: int, n: int, 
         }
     )
     result, log = workdir / f"{group}.json", workdir / f"{group}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")} | {"PYTHONPATH": str(st.ROOT)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILHOUND_")} | {"PYTHONPATH": str(fleet.ROOT)}
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [
@@ -84,7 +86,7 @@ async def measure_worker(variant: str, settings: Settings, warmup: int, n: int, 
                 str(n),
                 s.model_dump_json(),
             ],
-            cwd=st.ROOT,
+            cwd=fleet.ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=fh,
@@ -100,17 +102,17 @@ async def measure_worker(variant: str, settings: Settings, warmup: int, n: int, 
             await asyncio.sleep(0.1)
         return json.loads(result.read_text())
     finally:
-        await st._stop(proc, grace_s=0.0)
+        await stop_child(proc, grace_s=0.0)
 
 
 async def throughput(n: int, reps: int) -> dict[str, list[dict]]:
-    warmup = st.NODES * 4
-    messages = st.fleet_messages(warmup + n)
+    warmup = fleet.NODES * 4
+    messages = fleet.fleet_messages(warmup + n)
     runs: dict[str, list[dict]] = {v: [] for v in STORES}
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="tailhound-bench-") as tmp:
-        settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", rules_dir=st.RULES)
+        settings = Settings(broker=broker.url, topic_prefix=f"bench{uuid.uuid4().hex[:6]}.", rules_dir=fleet.RULES)
         await ensure_topics(settings)
-        await st.produce(settings, messages)
+        await fleet.produce(settings, messages)
         for rep in range(reps):
             for variant in STORES:
                 runs[variant].append(await measure_worker(variant, settings, warmup, n, Path(tmp)))
@@ -122,8 +124,8 @@ async def throughput(n: int, reps: int) -> dict[str, list[dict]]:
 # --- recovery ----------------------------------------------------------------------------------------
 def sample_state() -> dict:
     """A node's stored state after ~10 minutes of the simulated fleet (the largest of its nodes)."""
-    processor, store = SnapshotProcessor(load_rules(st.RULES)), MemoryStateStore()
-    for _, value in st.fleet_messages(st.NODES * 4 * 40):
+    processor, store = SnapshotProcessor(load_rules(fleet.RULES)), MemoryStateStore()
+    for _, value in fleet.fleet_messages(fleet.NODES * 4 * 40):
         snap = decode_snapshot(value)
         step = processor.step(store.get(snap.node), snap)
         if step.changed:
@@ -209,7 +211,7 @@ async def recovery(sizes: list[int], reps: int) -> dict:
             settings = Settings(
                 broker=broker.url,
                 topic_prefix=f"rec{run}.",
-                rules_dir=st.RULES,
+                rules_dir=fleet.RULES,
                 streams={"app_id": f"rec-{run}", "log_level": "info"},
                 notifier={"api_listen": "127.0.0.1:0"},
             )

@@ -1,6 +1,6 @@
 """Telemetry wire formats side by side: bytes per node per 15 s after compression, encode and decode per snapshot.
 
-Input: a simulated fleet (:func:`bench.streams_throughput.fleet_messages`' simulator: vLLM, dcgm-exporter for
+Input: a simulated fleet (:func:`bench.fleet_telemetry.fleet_messages`' simulator: vLLM, dcgm-exporter for
 8 GPUs, node_exporter, blackbox per node, collected every 15 s), the snapshots the agent's pipeline builds.
 Formats, all from the same snapshots:
 
@@ -36,10 +36,10 @@ import msgspec
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from tailhound.agents.buffer import Message
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.sender import bundle_batch, use_lz4_level
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.agents.wire import encode_snapshot
 from tailhound.snapshot import Snapshot
 from tailhound.streams.codec import decode_message

@@ -14,7 +14,7 @@ a ``remote_write`` at tailhound instead of deploying agents. This package is the
 - :mod:`tailhound.ingest.grouping`: samples -> one group per scrape: (node, source, target labels,
   timestamp); each group becomes a record holding the families the agent's parser would read from the same
   page (:mod:`tailhound.ingest.scrape_families`), so that the agent's
-  :class:`~tailhound.agents.pipeline.SnapshotBuilder` computes deltas, resets and histograms exactly as it
+  :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder` computes deltas, resets and histograms exactly as it
   does for the agent. Memory is bounded (open groups, pending samples,
   sources remembered). It re-exports the two modules beside it: :mod:`tailhound.ingest.series_labels`
   (``GroupingConfig``; a series' labels -> its node, taken from a configurable label, its source, from

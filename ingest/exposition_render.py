@@ -3,7 +3,7 @@
 A group of remote-write samples (one scrape, :mod:`tailhound.ingest.grouping`) becomes the body of a
 :class:`~tailhound.recording.ScrapeRecord`: the exposition text of its samples, with a ``# TYPE`` per family
 (:func:`family_types`: from the metadata Prometheus sends, the catalog, or the names' conventions: ``_bucket``
-with ``le``, ``_total``), so that the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` parses it
+with ``le``, ``_total``), so that the agent's :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder` parses it
 as it parses the page itself. Names and label values are escaped as the text format wants; Prometheus 3's
 UTF-8 names are written quoted (``{"my.metric", a="b"}``).
 """

@@ -10,7 +10,7 @@ plus ``up`` of those jobs, so failed scrapes are seen.
 :meth:`~FederationPuller.pull_once` is one pull), reads at most :attr:`FederationConfig.max_body_bytes`, parses
 the body (:mod:`tailhound.ingest.federation_text`) and files the series under their scrapes exactly as the
 remote-write receiver does (:class:`~tailhound.ingest.grouping.Grouper`, same :class:`GroupingConfig`), then
-builds the snapshots with the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder`.
+builds the snapshots with the agent's :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder`.
 
 Federation's timestamps: every series carries the timestamp of its target's latest scrape, so a pull holds
 exactly one scrape per target, whole (Prometheus answers from one querier: its head isolation never shows half
@@ -43,7 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import Catalog
 from tailhound.durations import Duration
 from tailhound.errors import PullError

@@ -12,7 +12,7 @@ particular order, so a group stays open until no sample came for it for :attr:`G
 becomes a record holding the families the agent's parser would read from the exposition text of its samples,
 with a ``# TYPE`` per family (:class:`~tailhound.ingest.scrape_families.GroupedRecord`; the text itself,
 :mod:`tailhound.ingest.exposition_render`, is written only when asked for, or for a scrape the parser must
-judge), so that the agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` makes of it exactly the
+judge), so that the agent's :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder` makes of it exactly the
 snapshot it makes of the page itself: same samples, deltas, resets, histograms, sentinels and limits.
 Series are filed on the label-set objects the decoder interns (looked up by identity first), each distinct
 series once as a :class:`~tailhound.ingest.scrape_families.SeriesInfo`. A source's groups come out in

@@ -19,7 +19,7 @@ and the headers of a ``POST`` and answers what Prometheus must be told, in order
   the snapshot's label limits) are left out and come back as rejects (one per kind, counted, with an
   example); the rest is grouped per scrape (:class:`~tailhound.ingest.grouping.Grouper`) and the scrapes that
   are complete come back as snapshots, built by the agent's
-  :class:`~tailhound.agents.pipeline.SnapshotBuilder` (deltas, resets, gaps exactly as for the agent).
+  :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder` (deltas, resets, gaps exactly as for the agent).
 
 Every reject of a request that got past authentication can become a
 :class:`~tailhound.deadletter.DeadLetter` (:meth:`Reject.dead_letter`). Scrapes complete later (nothing came for
@@ -48,7 +48,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import Catalog
 from tailhound.deadletter import DeadLetter
 from tailhound.durations import WholeSeconds

@@ -1,11 +1,10 @@
 """Prometheus remote write 1.0: a snappy-compressed protobuf ``prometheus.WriteRequest``, decoded.
 
 The request body is the snappy *block* format (no framing) of a ``WriteRequest`` (the messages and the
-Python values they decode to: :mod:`tailhound.ingest.remote_write_messages`). A small protobuf reader decodes
-it (varints, length-delimited fields, fixed64 doubles, unknown fields skipped by their wire type): no protobuf
-dependency, and every loop is bounded by the body's length and by :class:`DecodeLimits`. Exemplars are
-skipped; native histograms (field 4, sent only with ``send_native_histograms``) are skipped and counted
-(:attr:`WriteRequest.skipped`). A series as Prometheus sends it every scrape (labels whose bytes were decoded
+Python values they decode to: :mod:`tailhound.ingest.remote_write_messages`). A small protobuf reader
+(:mod:`tailhound.ingest.protobuf_wire`) decodes it: no protobuf dependency, and every loop is bounded by the
+body's length and by :class:`DecodeLimits`. Exemplars are skipped; native histograms (field 4, sent only with
+``send_native_histograms``) are skipped and counted (:attr:`WriteRequest.skipped`). A series as Prometheus sends it every scrape (labels whose bytes were decoded
 before, then one sample) is read from its end without walking its labels again. A stale marker is filed
 under :attr:`Series.stale`, never under :attr:`Series.samples`.
 
@@ -20,11 +19,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tailhound.ingest.protobuf_wire import (
+    field_key,
+    length_delimited,
+    skip_field,
+    truncated,
+    utf8_text,
+    varint,
+    wrong_type,
+)
 from tailhound.ingest.remote_write_encode import ScrapeSeries as ScrapeSeries
 from tailhound.ingest.remote_write_encode import encode_proto as encode_proto
 from tailhound.ingest.remote_write_encode import encode_write_request as encode_write_request
 from tailhound.ingest.remote_write_encode import series_from_exposition as series_from_exposition
-from tailhound.ingest.remote_write_messages import _DOUBLE, _MASK64, _STALE_BYTES
+from tailhound.ingest.remote_write_messages import _DOUBLE, _STALE_BYTES
 from tailhound.ingest.remote_write_messages import DEFAULT_DECODE_LIMITS as DEFAULT_DECODE_LIMITS
 from tailhound.ingest.remote_write_messages import METRIC_TYPES as METRIC_TYPES
 from tailhound.ingest.remote_write_messages import STALE_NAN as STALE_NAN
@@ -38,76 +46,6 @@ from tailhound.ingest.remote_write_messages import WriteRequest as WriteRequest
 from tailhound.ingest.remote_write_messages import is_stale as is_stale
 from tailhound.ingest.snappy_block import decompress as decompress
 from tailhound.ingest.snappy_block import snappy_length as snappy_length
-
-
-def _truncated(what: str) -> RemoteWriteError:
-    return RemoteWriteError("truncated", f"{what} runs past the end of its message")
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, position after it) of the varint at `pos`; at most 10 bytes, as protobuf's uint64."""
-    if pos < end:
-        b = buf[pos]
-        if b < 0x80:
-            return b, pos + 1
-    result = 0
-    for shift in range(0, 70, 7):
-        if pos >= end:
-            raise _truncated("a varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result & _MASK64, pos
-    raise RemoteWriteError("bad_varint", "a varint is longer than 10 bytes")
-
-
-def _key(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
-    """(field number, wire type, position after the key)."""
-    key, pos = _varint(buf, pos, end)
-    field_no, wire = key >> 3, key & 7
-    if field_no == 0:
-        raise RemoteWriteError("bad_field", "field number 0 is not valid protobuf")
-    return field_no, wire, pos
-
-
-def _skip(buf: bytes, pos: int, end: int, wire: int, where: str) -> int:
-    """The position after an unknown field's value of wire type `wire`."""
-    if wire == 0:
-        return _varint(buf, pos, end)[1]
-    if wire == 1:
-        pos += 8
-    elif wire == 2:
-        n, pos = _varint(buf, pos, end)
-        pos += n
-    elif wire == 5:
-        pos += 4
-    else:  # 3/4: groups (deprecated, never in these messages), 6/7: not wire types
-        raise RemoteWriteError("bad_wire_type", f"{where}: wire type {wire} is not used by remote write")
-    if pos > end:
-        raise _truncated(f"{where}: a field")
-    return pos
-
-
-def _length(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
-    """(start, stop) of the length-delimited value at `pos`."""
-    n, pos = _varint(buf, pos, end)
-    stop = pos + n
-    if stop > end:
-        raise _truncated(where)
-    return pos, stop
-
-
-def _wrong_type(where: str, wire: int, want: int) -> RemoteWriteError:
-    return RemoteWriteError("wrong_type", f"{where} has wire type {wire}, not {want}")
-
-
-def _text(buf: bytes, start: int, stop: int, where: str) -> str:
-    try:
-        return buf[start:stop].decode("utf-8")
-    except UnicodeDecodeError:
-        raise RemoteWriteError("bad_utf8", f"{where} is not UTF-8") from None
-
 
 #: Decoded labels, for those seen before: Prometheus sends the same series every scrape, so a known one skips
 #: the decoding and its checks, and every series with a label shares one (name, value) object. A Label
@@ -130,11 +68,11 @@ def _label(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[str, str]
         return pair
     name = value = ""
     while pos < end:
-        field_no, wire, pos = _key(buf, pos, end)
+        field_no, wire, pos = field_key(buf, pos, end)
         if field_no == 1 or field_no == 2:
             if wire != 2:
-                raise _wrong_type("Label." + ("name" if field_no == 1 else "value"), wire, 2)
-            start, pos = _length(buf, pos, end, "a label")
+                raise wrong_type("Label." + ("name" if field_no == 1 else "value"), wire, 2)
+            start, pos = length_delimited(buf, pos, end, "a label")
             if field_no == 1 and pos - start > lim.max_label_name:
                 raise RemoteWriteError(
                     "label_too_long", f"a label name of {pos - start} bytes (at most {lim.max_label_name})"
@@ -143,13 +81,13 @@ def _label(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[str, str]
                 raise RemoteWriteError(
                     "label_too_long", f"a label value of {pos - start} bytes (at most {lim.max_label_value})"
                 )
-            text = _text(buf, start, pos, "a label")
+            text = utf8_text(buf, start, pos, "a label")
             if field_no == 1:
                 name = text
             else:
                 value = text
         else:
-            pos = _skip(buf, pos, end, wire, "Label")
+            pos = skip_field(buf, pos, end, wire, "Label")
     pair = (name, value)
     if len(_PAIRS) >= MAX_CACHED_LABELS:
         _PAIRS.clear()
@@ -161,23 +99,23 @@ def _sample(buf: bytes, pos: int, end: int) -> tuple[int, float, bool]:
     """(timestamp ms, value, stale) of one Sample; absent fields are 0 (proto3 defaults)."""
     value, ts, stale = 0.0, 0, False
     while pos < end:
-        field_no, wire, pos = _key(buf, pos, end)
+        field_no, wire, pos = field_key(buf, pos, end)
         if field_no == 1:
             if wire != 1:
-                raise _wrong_type("Sample.value", wire, 1)
+                raise wrong_type("Sample.value", wire, 1)
             if pos + 8 > end:
-                raise _truncated("Sample.value")
+                raise truncated("Sample.value")
             stale = buf[pos : pos + 8] == _STALE_BYTES
             value = _DOUBLE.unpack_from(buf, pos)[0]
             pos += 8
         elif field_no == 2:
             if wire != 0:
-                raise _wrong_type("Sample.timestamp", wire, 0)
-            ts, pos = _varint(buf, pos, end)
+                raise wrong_type("Sample.timestamp", wire, 0)
+            ts, pos = varint(buf, pos, end)
             if ts >= 1 << 63:
                 ts -= 1 << 64  # int64: two's complement
         else:
-            pos = _skip(buf, pos, end, wire, "Sample")
+            pos = skip_field(buf, pos, end, wire, "Sample")
     return ts, value, stale
 
 
@@ -196,10 +134,10 @@ def _labels_at(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[Label
         if pos < end and buf[pos] < 0x80:
             pos += buf[pos] + 1
         else:
-            n, pos = _varint(buf, pos, end)
+            n, pos = varint(buf, pos, end)
             pos += n
     if pos > end:
-        raise _truncated("TimeSeries.labels")
+        raise truncated("TimeSeries.labels")
     raw = buf[start:pos]
     labels = _LABEL_SETS.get(raw)
     if labels is None:
@@ -207,7 +145,7 @@ def _labels_at(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> tuple[Label
         p = start
         while p < pos:
             p += 1
-            a, p = _length(buf, p, pos, "TimeSeries.labels")
+            a, p = length_delimited(buf, p, pos, "TimeSeries.labels")
             if len(out) >= lim.max_labels:
                 raise RemoteWriteError("too_many_labels", f"a series has more than {lim.max_labels} labels")
             out.append(_label(buf, a, p, lim))
@@ -230,14 +168,14 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
             start = pos + 2
             pos = start + buf[pos + 1]
             if pos > end:
-                raise _truncated("TimeSeries.samples")
+                raise truncated("TimeSeries.samples")
             field_no = 2
         else:
-            field_no, wire, pos = _key(buf, pos, end)
+            field_no, wire, pos = field_key(buf, pos, end)
             if field_no in (1, 2) and wire != 2:
-                raise _wrong_type("TimeSeries." + ("labels" if field_no == 1 else "samples"), wire, 2)
+                raise wrong_type("TimeSeries." + ("labels" if field_no == 1 else "samples"), wire, 2)
             if field_no == 2:
-                start, pos = _length(buf, pos, end, "TimeSeries.samples")
+                start, pos = length_delimited(buf, pos, end, "TimeSeries.samples")
         if field_no == 2:
             n_samples += 1
             if n_samples > lim.max_samples_per_series:
@@ -249,7 +187,7 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
                 raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request", 413)
             if pos - start > 10 and buf[start] == 0x09 and buf[start + 9] == 0x10 and buf[pos - 1] < 0x80:
                 # the usual layout: value (fixed64), then timestamp (a varint ending the message)
-                ts, after = _varint(buf, start + 10, pos)
+                ts, after = varint(buf, start + 10, pos)
                 if after == pos:
                     if ts >= 1 << 63:
                         ts -= 1 << 64
@@ -264,7 +202,7 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
             else:
                 samples.append((ts, value))
         elif field_no == 1:
-            start, pos = _length(buf, pos, end, "TimeSeries.labels")
+            start, pos = length_delimited(buf, pos, end, "TimeSeries.labels")
             if labels is None:
                 labels = list(first)
             if len(labels) >= lim.max_labels:
@@ -275,7 +213,7 @@ def _series(buf: bytes, pos: int, end: int, lim: DecodeLimits, counts: _Counts) 
                 counts.exemplars += 1
             elif field_no == 4:
                 counts.native_histograms += 1
-            pos = _skip(buf, pos, end, wire, "TimeSeries")
+            pos = skip_field(buf, pos, end, wire, "TimeSeries")
     return Series(first if labels is None else tuple(labels), tuple(samples), tuple(stale))
 
 
@@ -304,7 +242,7 @@ def _known_series(
             first -= 1
         if first - 1 <= start or buf[first - 1] != 0x10:
             return None
-        ts = _varint(buf, first, stop)[0]
+        ts = varint(buf, first, stop)[0]
         if ts >= 1 << 63:
             ts -= 1 << 64
         _tail[:] = (buf[first - 1 : stop], ts)
@@ -326,19 +264,19 @@ def _known_series(
 def _metadata(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> Metadata:
     type_, family, help_, unit = 0, "", "", ""
     while pos < end:
-        field_no, wire, pos = _key(buf, pos, end)
+        field_no, wire, pos = field_key(buf, pos, end)
         if field_no == 1:
             if wire != 0:
-                raise _wrong_type("MetricMetadata.type", wire, 0)
-            type_, pos = _varint(buf, pos, end)
+                raise wrong_type("MetricMetadata.type", wire, 0)
+            type_, pos = varint(buf, pos, end)
         elif field_no in (2, 4, 5):
             if wire != 2:
-                raise _wrong_type("MetricMetadata", wire, 2)
-            start, pos = _length(buf, pos, end, "MetricMetadata")
+                raise wrong_type("MetricMetadata", wire, 2)
+            start, pos = length_delimited(buf, pos, end, "MetricMetadata")
             limit = lim.max_label_value if field_no == 2 else lim.max_metadata_text
             if pos - start > limit:
                 raise RemoteWriteError("label_too_long", f"a metadata text of {pos - start} bytes (at most {limit})")
-            text = _text(buf, start, pos, "MetricMetadata")
+            text = utf8_text(buf, start, pos, "MetricMetadata")
             if field_no == 2:
                 family = text
             elif field_no == 4:
@@ -346,7 +284,7 @@ def _metadata(buf: bytes, pos: int, end: int, lim: DecodeLimits) -> Metadata:
             else:
                 unit = text
         else:
-            pos = _skip(buf, pos, end, wire, "MetricMetadata")
+            pos = skip_field(buf, pos, end, wire, "MetricMetadata")
     return Metadata(family, METRIC_TYPES[type_] if type_ < len(METRIC_TYPES) else "unknown", help_, unit)
 
 
@@ -367,14 +305,14 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
             start = pos + 3
             pos = start + ((buf[pos + 1] & 0x7F) | buf[pos + 2] << 7)
             if pos > end:
-                raise _truncated("WriteRequest.timeseries")
+                raise truncated("WriteRequest.timeseries")
             field_no = 1
         else:
-            field_no, wire, pos = _key(buf, pos, end)
+            field_no, wire, pos = field_key(buf, pos, end)
             if field_no == 1:
                 if wire != 2:
-                    raise _wrong_type("WriteRequest.timeseries", wire, 2)
-                start, pos = _length(buf, pos, end, "WriteRequest.timeseries")
+                    raise wrong_type("WriteRequest.timeseries", wire, 2)
+                start, pos = length_delimited(buf, pos, end, "WriteRequest.timeseries")
         if field_no == 1:
             if len(series) >= lim.max_series:
                 raise RemoteWriteError("too_many_series", f"more than {lim.max_series} series in one request", 413)
@@ -388,13 +326,13 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
             series.append(one)
         elif field_no == 3:
             if wire != 2:
-                raise _wrong_type("WriteRequest.metadata", wire, 2)
-            start, pos = _length(buf, pos, end, "WriteRequest.metadata")
+                raise wrong_type("WriteRequest.metadata", wire, 2)
+            start, pos = length_delimited(buf, pos, end, "WriteRequest.metadata")
             if len(metadata) >= lim.max_metadata:
                 raise RemoteWriteError("too_many_metadata", f"more than {lim.max_metadata} metadata entries", 413)
             metadata.append(_metadata(buf, start, pos, lim))
         else:
-            pos = _skip(buf, pos, end, wire, "WriteRequest")
+            pos = skip_field(buf, pos, end, wire, "WriteRequest")
     skipped = {k: v for k, v in (("native_histograms", counts.native_histograms), ("exemplars", counts.exemplars)) if v}
     return WriteRequest(series, metadata, skipped)
 

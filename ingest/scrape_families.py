@@ -1,6 +1,6 @@
 """A scrape's samples straight into the families the agent's parser reads from its exposition text.
 
-The agent's :class:`~tailhound.agents.pipeline.SnapshotBuilder` takes a scrape's families; text written only
+The agent's :class:`~tailhound.agents.snapshot_builder.SnapshotBuilder` takes a scrape's families; text written only
 to be parsed again would cost more than the rest of the ingest. :func:`layout` files each series of a scrape
 (:mod:`tailhound.ingest.grouping`) under the family the parser would file its line under in the text
 :func:`~tailhound.ingest.exposition_render.render` writes (the ``# TYPE`` lines of

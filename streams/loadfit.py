@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 
 from .loadmodel import WindowFeatures, features_of

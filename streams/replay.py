@@ -2,7 +2,7 @@
 
 ``tailhound replay RECORDING.jsonl [--rules rules/] --out incidents.jsonl`` reads the recording
 (docs/recording-format.md), turns every line into a snapshot with the agent's own pipeline
-(:class:`tailhound.agents.pipeline.SnapshotBuilder`), and runs each snapshot through
+(:class:`tailhound.agents.snapshot_builder.SnapshotBuilder`), and runs each snapshot through
 :class:`tailhound.streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
 memory instead of a changelogged table; engine snapshots also feed the model stage
 (:mod:`tailhound.streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does, and
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.incident import IncidentEvent
 from tailhound.recording import ScrapeRecord, read_records
 from tailhound.snapshot import Snapshot

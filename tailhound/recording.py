@@ -11,7 +11,7 @@ Optional keys (readers ignore keys they do not know):
 - ``interval_s``: the collection interval, so a replay can tell a gap from a pause.
 - ``error``: the collection failed (the body is then empty); replay publishes it as a gap.
 
-The same parsing and mapping code (:mod:`tailhound.agents.pipeline`) turns live scrapes and recorded lines
+The same parsing and mapping code (:mod:`tailhound.agents.snapshot_builder`) turns live scrapes and recorded lines
 into snapshots, so record -> replay gives identical snapshots.
 
 Compression: a file whose name ends in ``.gz`` is written gzip-compressed (:func:`open_for_writing`); readers

@@ -9,7 +9,7 @@ its sources: the records of ``failure_records(ts, reason)`` when the collector h
 must name the same node, job and labels as its data, so the gap lands on the right series), else one
 record on its ``node``.
 Collectors never publish: the agent runtime (:mod:`tailhound.agents.runtime`) schedules them and turns their
-records into snapshots through :mod:`tailhound.agents.pipeline`, the same path a replayed recording takes.
+records into snapshots through :mod:`tailhound.agents.snapshot_builder`, the same path a replayed recording takes.
 """
 
 from __future__ import annotations

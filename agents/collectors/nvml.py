@@ -1,26 +1,14 @@
 """The NVML GPU collector: per-GPU health and load straight from the driver, without DCGM.
 
-Which NVML call gives which signal, and its caveats, is ``shared/reference/nvml_calls.md``; what a
-reading is and how it renders is :mod:`tailhound.agents.collectors.nvml_fields`. Rules kept here:
-
-- No driver (``nvmlInit`` fails, pynvml missing, no GPU) -> :class:`CollectorUnavailable`, one line.
-- Unsupported means absent, never 0: a call raising NotSupported / NoPermission / FunctionNotFound is
-  logged once per (function, GPU) at INFO and not called again for that GPU. Other NVML errors leave
-  the metric out of this collection (logged once). A lost GPU (GpuIsLost) reports only
-  ``tailhound_gpu_up 0`` for that collection; the other GPUs still report.
-- DRAM bandwidth: GPM DRAM_BW_UTIL between the previous collection's GPM sample and a fresh one
-  (Hopper+, so absent on the first collection); elsewhere the memory-busy-time proxy, labelled so.
-- PCIe traffic: GPM PCIE_TX/RX_PER_SEC from the same nvmlGpmMetricsGet call where GPM answers; else
-  nvmlDeviceGetPcieThroughput, which samples a counter for 20 ms per direction. On an H200 that call
-  took 21 ms and 0.75 ms of CPU each, half the CPU of a whole collection (BENCHMARKS.md, "NVML
-  collector on a real GPU"); the byte-counter fields 197/198 wrapped at 32 bits there, unusable.
-- XID critical errors come from one event set polled with timeout 0 (drained) each collection.
-
-Threading: the collection runs in a worker thread (``asyncio.to_thread``), not in the event loop: on
-real hardware ``nvmlDeviceGetPcieThroughput`` samples a byte counter over 20 ms per call (2 calls per
-GPU without GPM, ~0.3 s for 8 GPUs) and calls on a failing GPU can block for seconds. With the fake pynvml
-(tests/agents/fake_pynvml.py) 8 GPUs take ~3.5 ms: ~3 ms of calls into the fake, ~0.4 ms writing ~820
-values, which the pipeline takes as they are (:mod:`tailhound.agents.collected`; text only when recorded).
+Which NVML call gives which signal is ``shared/reference/nvml_calls.md``; what a reading is and how it renders
+is :mod:`tailhound.agents.collectors.nvml_fields`; XID errors :mod:`tailhound.agents.collectors.nvml_xid`. No
+driver -> :class:`CollectorUnavailable`, one line. Unsupported means absent, never 0: a call raising
+NotSupported / NoPermission / FunctionNotFound is logged once and not called again for that GPU; other NVML
+errors leave the metric out of this collection; a lost GPU reports only ``tailhound_gpu_up 0``. DRAM bandwidth
+and PCIe traffic come from GPM where it answers (Hopper+), else from the memory-busy proxy (labelled so) and
+nvmlDeviceGetPcieThroughput (the byte-counter fields 197/198 wrap at 32 bits). The collection runs in a worker
+thread: the PCIe counter samples for 20 ms per call and calls on a failing GPU can block for seconds (costs:
+BENCHMARKS.md, "NVML collector on a real GPU").
 """
 
 from __future__ import annotations
@@ -51,6 +39,7 @@ from tailhound.agents.collectors.nvml_fields import (
     render_gpu_up,
     text,
 )
+from tailhound.agents.collectors.nvml_xid import create_event_set, drain_xid_events, free_event_set
 from tailhound.agents.render import ExpositionWriter
 from tailhound.durations import Duration
 
@@ -58,7 +47,6 @@ log = logging.getLogger("tailhound.agent.nvml")
 
 _UNSUPPORTED = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
 _MISSING = object()
-_MAX_EVENTS_PER_COLLECT = 4096
 _REASONS_FN = "nvmlDeviceGetCurrentClocksEventReasons"
 _REASONS_FN_OLD = "nvmlDeviceGetCurrentClocksThrottleReasons"  # drivers before r535
 
@@ -103,7 +91,7 @@ class NvmlCollector:
                 self._start()
             ts, t0 = time.time(), time.perf_counter()
             w = ExpositionWriter()
-            self._drain_xid_events()
+            drain_xid_events(self._nvml, self._event_set, self._by_handle, self._log_once)
             for gpu in self._gpus:
                 reading = self._read_gpu(gpu)
                 render_gpu_up(w, gpu.index, gpu.info, reading is not None)
@@ -289,10 +277,7 @@ class NvmlCollector:
         if not self._gpus:
             self._shutdown()
             raise CollectorUnavailable(f"nvml: no NVIDIA GPU to read (driver sees {count}); GPU collector off")
-        try:
-            self._event_set = nv.nvmlEventSetCreate()
-        except nv.NVMLError as exc:
-            log.info("nvml: no event set (%s); XID errors are not counted", exc)
+        self._event_set = create_event_set(nv)
         self._started = True
 
     def _ensure_info(self, gpu: GpuState) -> bool:
@@ -374,26 +359,6 @@ class NvmlCollector:
             except self._nvml.NVMLError as exc:
                 log.debug("nvml: gpu %d: nvmlGpmSampleFree failed (%s)", gpu.index, exc)
 
-    def _drain_xid_events(self) -> None:
-        nv = self._nvml
-        if self._event_set is None:
-            return
-        for _ in range(_MAX_EVENTS_PER_COLLECT):
-            try:
-                data = nv.nvmlEventSetWait_v2(self._event_set, 0)
-            except nv.NVMLError_Timeout:
-                return
-            except nv.NVMLError as exc:
-                self._log_once(("event_wait", type(exc)), logging.WARNING, "nvml: nvmlEventSetWait_v2 failed (%s)", exc)
-                return
-            if not data.eventType & nv.nvmlEventTypeXidCriticalError:
-                continue
-            gpu = self._by_handle.get(handle_key(data.device))
-            if gpu is not None:
-                gpu.xid_errors += 1
-                gpu.last_xid = int(data.eventData)
-                log.warning("nvml: gpu %d: XID %d", gpu.index, gpu.last_xid)
-
     def _close(self) -> None:
         with self._lock:
             if not self._started:
@@ -403,10 +368,7 @@ class NvmlCollector:
                 if gpu.gpm is not None:
                     self._free_samples(gpu, gpu.gpm.samples)
             if self._event_set is not None:
-                try:
-                    nv.nvmlEventSetFree(self._event_set)
-                except nv.NVMLError as exc:
-                    log.debug("nvml: nvmlEventSetFree failed (%s)", exc)
+                free_event_set(nv, self._event_set)
             self._shutdown()
             self._gpus, self._by_handle, self._event_set, self._started = [], {}, None, False
 

@@ -39,7 +39,8 @@ WARM_GPU_EXTRA_C = 6.5
 #: Retry storm: a client burst (fresh arrivals x STORM_TRIGGER for the first STORM_TRIGGER_S) overloads
 #: the engines; clients then retry every rejected request at once and re-send requests that waited past
 #: their timeout, so the queue stays full after the burst (a metastable overload) until the clients get
-#: a backoff (the end of the fault). The engine side is in engine.py (admission limit, retries).
+#: a backoff (the end of the fault). The engine side is in engine.py (admission limit, retries), its numbers
+#: in engine_params.py.
 STORM_TRIGGER = 2.0
 STORM_TRIGGER_S = 120.0
 #: Rolling deploy: engines restart one after another (default spacing), each down for ROLLING_DOWN_S
@@ -49,9 +50,9 @@ ROLLING_STEP_S = 180.0
 ROLLING_DOWN_S = 90.0
 #: Head-of-line blocking: a long-generation tenant (a batch client with a fixed concurrency) is pinned to
 #: one node by session affinity, and the gateway sends the node's interactive traffic elsewhere, so it gets
-#: HOL_ARRIVAL_SCALE of its usual requests, HOL_LONG_SHARE of them long generations (engine.py: short
+#: HOL_ARRIVAL_SCALE of its usual requests, HOL_LONG_SHARE of them long generations (engine_params.py: short
 #: prompts, ~1800 tokens out). The long requests hold the batch's slots (max_num_seqs) while the KV cache
-#: has room, and the short requests wait behind them in the FIFO queue (at most engine.HOL_MAX_WAITING:
+#: has room, and the short requests wait behind them in the FIFO queue (at most engine_params.HOL_MAX_WAITING:
 #: the closed-loop client sends no more than its concurrency).
 HOL_LONG_SHARE = 0.65
 HOL_ARRIVAL_SCALE = 0.5

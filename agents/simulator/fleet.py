@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 from tailhound.snapshot import Snapshot
 
 from .config import FaultSpec, SimConfig
-from .engine import TGI_PORT, Engine, mix_capacity_rps
+from .engine import Engine
+from .engine_params import mix_capacity_rps
 from .faults import POWER_CAP_LIMIT_W, WARM_GPU_EXTRA_C, XID_DOUBLE_BIT_ECC, NodeEffects, node_effects, validate_faults
 from .gpu import POWER_CAP_W, GpuState
 from .load import LoadModel
@@ -16,6 +17,7 @@ from .network import BlackboxProbe, NodeNetwork
 from .noise import FleetNoise, NodeNoise
 from .scale_out import apply_scale_out
 from .sglang import SGLANG_PORT
+from .tgi import TGI_PORT
 from .trace import TraceLoad, load_trace
 
 #: What a failed scrape records (the engine being replaced, or an endpoint that timed out once).

@@ -198,13 +198,9 @@ def loadtest(
 ) -> None:
     """Ramp the load on an inference endpoint in steps (locust) and measure TTFT, TPOT, throughput and the
     engine's queue at each: the input of `tailhound capacity`."""
-    from tailhound.capacity.loadtest import (
-        API_KEY_ENV,
-        LoadTestConfig,
-        check_target,
-        plan_loads,
-        run_loadtest,
-    )
+    from tailhound.capacity.load_plan import LoadTestConfig, plan_loads
+    from tailhound.capacity.load_target import API_KEY_ENV, check_target
+    from tailhound.capacity.loadtest import run_loadtest
     from tailhound.capacity.token_mix import TokenMix, profile_from_recording
 
     allowed = list(allow_host or [])

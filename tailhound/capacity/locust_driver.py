@@ -1,6 +1,6 @@
 """What runs inside locust: the child process of ``tailhound loadtest`` that sends the load.
 
-``python -m tailhound.capacity.locust_driver '<json plan>'`` (see :func:`tailhound.capacity.loadtest.driver_plan`
+``python -m tailhound.capacity.locust_driver '<json plan>'`` (see :func:`tailhound.capacity.load_plan.driver_plan`
 for the keys). Locust imports gevent, which monkey-patches the interpreter (sockets, time, threading,
 queue become cooperative), so it runs here and never in the asyncio process that started it. The API key
 comes from the environment (``TAILHOUND_LOADTEST_API_KEY``), never from the plan.
@@ -28,10 +28,7 @@ standard error):
   queue to drain (on the fake engine, the ~400 requests a 10 x 5 s ramp past the knee queues take ~55 s);
 - ``{"k": "end", "stopped": null|"reason"}`` last, after the requests in flight finished or were cut.
 
-Client-side timing: TTFT = first content chunk - request start; TPOT = (last content chunk - first) /
-(tokens - 1), tokens from the ``usage`` chunk when the server sends one, else the content chunks counted.
-A request fails on an HTTP status other than 200, a connection error or timeout, a stream that ends
-without ``data: [DONE]`` (or a finish reason), an error object in the stream, or no content at all.
+Per request: :mod:`tailhound.capacity.completion_stream` (the body, the stream read, its timing).
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ import logging
 import os
 import queue
 import random
-import re
 import signal
 import sys
 import threading
@@ -57,84 +53,14 @@ from locust import HttpUser, constant, task
 from locust.env import Environment
 from locust.exception import StopUser
 
-from tailhound.agents.collectors.sse import SSEEvent, SSEParser, SSEProtocolError, delta_content
+from tailhound.agents.collectors.sse import SSEProtocolError
+from tailhound.capacity.completion_stream import StreamRead, describe, prompt_text, read_stream, request_body
 from tailhound.capacity.token_mix import TokenMix
 
 API_KEY_ENV = "TAILHOUND_LOADTEST_API_KEY"
 LATE_S = 0.1
-READ_BYTES = 65536
 #: a step's error rate is judged once this many of its requests ended
 MIN_FOR_ERROR_RATE = 10
-_FINISH = re.compile(r'"finish_reason"\s*:\s*"')  # a chunk with a finish reason (not null)
-_USAGE = re.compile(r'"usage"\s*:\s*\{')  # the usage chunk (not "usage": null)
-_VOCAB = (
-    "time",
-    "year",
-    "people",
-    "way",
-    "day",
-    "man",
-    "thing",
-    "woman",
-    "life",
-    "child",
-    "world",
-    "school",
-    "state",
-    "family",
-    "student",
-    "group",
-    "country",
-    "problem",
-    "hand",
-    "part",
-    "place",
-    "case",
-    "week",
-    "company",
-    "system",
-    "program",
-    "question",
-    "work",
-    "number",
-    "night",
-    "point",
-    "home",
-    "water",
-    "room",
-    "mother",
-    "area",
-    "money",
-    "story",
-    "fact",
-    "month",
-    "lot",
-    "right",
-    "study",
-    "book",
-    "eye",
-    "job",
-    "word",
-    "business",
-    "issue",
-    "side",
-    "kind",
-    "head",
-    "house",
-    "service",
-    "friend",
-    "father",
-    "power",
-    "hour",
-    "game",
-    "line",
-    "end",
-    "member",
-    "law",
-    "car",
-    "city",
-    "name",
-)
 
 
 class Driver:
@@ -186,28 +112,6 @@ class Driver:
 
     # -- one request ----------------------------------------------------------------------------------------
 
-    def _prompt(self, n: int) -> str:
-        start = self.prompt_rng.randrange(len(_VOCAB))  # prompts differ from their first word: no prefix cache
-        return " ".join(_VOCAB[(start + i * 7) % len(_VOCAB)] for i in range(n))
-
-    def _body(self, prompt_tokens: int, output_tokens: int) -> bytes:
-        plan = self.plan
-        body: dict = {
-            "model": plan["model"],
-            "max_tokens": output_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": 0,
-        }
-        text = self._prompt(prompt_tokens)
-        if plan["api"] == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
-        else:
-            body["prompt"] = text
-        if plan.get("ignore_eos"):
-            body["ignore_eos"] = True
-        return json.dumps(body, separators=(",", ":")).encode()
-
     def request(self, client) -> None:  # locust's HttpSession
         if self.sent >= self.max_requests:
             self.stop(f"max-requests: {self.max_requests} requests sent")
@@ -217,13 +121,13 @@ class Driver:
         tally = self.tally.setdefault(step, [0, 0, 0, 0, 0])
         tally[0] += 1
         prompt_tokens, output_tokens = self.sampler.next()
-        data = self._body(prompt_tokens, output_tokens)
+        data = request_body(self.plan, prompt_text(self.prompt_rng, prompt_tokens), output_tokens)
         self.inflight += 1
         t0_wall, t0 = time.time(), time.perf_counter()
         rid = self.sent
         live = self.live[rid] = [step, t0_wall, t0, None, 0]
-        first = last = None
-        chunks, usage_tokens, err, finished, eof = 0, None, None, False, False
+        got = StreamRead()  # filled as the stream is read: what came before a failure counts too
+        err = None
         resp = None
         try:
             # allow_redirects=False: a hop's host was never checked against the target rule
@@ -239,55 +143,26 @@ class Driver:
             if 300 <= resp.status_code < 400:
                 err = f"HTTP {resp.status_code} redirect not followed"
             elif resp.status_code != 200:
-                err = f"HTTP {resp.status_code}" if resp.status_code else _describe(getattr(resp, "error", None))
+                err = f"HTTP {resp.status_code}" if resp.status_code else describe(getattr(resp, "error", None))
             else:
-                parser = SSEParser()
-                deadline = t0 + self.timeout_s
-                done = False
-                while True:  # bounded: each pass reads from the socket (read timeout); the deadline ends a trickle
-                    raw = resp.raw.read1(READ_BYTES)
-                    now = time.perf_counter()
-                    if not raw:
-                        eof = True
-                        break
-                    for ev in parser.feed(raw):
-                        if done or ev.is_done:
-                            done = True
-                            continue
-                        if delta_content(ev):
-                            chunks += 1
-                            first = now if first is None else first
-                            last = now
-                            live[3], live[4] = first, chunks
-                        if _FINISH.search(ev.data):
-                            finished = True
-                        if _USAGE.search(ev.data) and (n := _completion_tokens(ev)) is not None:
-                            usage_tokens = n
-                    if now > deadline:
-                        if not done:
-                            err = f"timeout: over {self.timeout_s:g} s"
-                        break
-                    if done:
-                        deadline = min(deadline, now + 1.0)  # the end of the body should follow [DONE]
-                if err is None and not (done or finished):
-                    err = "stream ended without [DONE]"
-                if err is None and chunks == 0:
-                    err = "no tokens in the stream"
+                read_stream(resp.raw, t0, self.timeout_s, live, got)
+                err = got.err
         except SSEProtocolError as exc:
             err = f"protocol: {exc}"
         except Exception as exc:  # every failure of a request is one error of its step
-            err = _describe(exc)
+            err = describe(exc)
         finally:
             if resp is not None and resp.raw is not None:  # (no raw: the request failed before a response)
                 try:
-                    if eof and err is None:
+                    if got.eof and err is None:
                         resp.raw.release_conn()  # read to its end: the connection goes back to the pool
                     else:
                         resp.close()
                 except Exception:  # closing a broken connection may fail too; it is dropped
                     pass
         t1 = time.perf_counter()
-        tokens = usage_tokens or chunks
+        tokens = got.usage_tokens or got.chunks
+        first, last = got.first, got.last
         rec: dict = {
             "k": "r",
             "s": step,
@@ -452,23 +327,6 @@ class Driver:
                 err=f"cut: still running {now - t0:.1f} s after it started, {self.drain_s:g} s after the end",
             )
         self.live.clear()
-
-
-def _completion_tokens(ev: SSEEvent) -> int | None:
-    try:
-        usage = json.loads(ev.data).get("usage")
-    except (ValueError, AttributeError):
-        return None
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        return usage["completion_tokens"]
-    return None
-
-
-def _describe(exc: object) -> str:
-    if exc is None:
-        return "no response"
-    text = str(exc).split("\n")[0][:160]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def main(argv: list[str]) -> int:

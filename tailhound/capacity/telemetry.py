@@ -33,7 +33,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.capacity.model import Percentiles
 from tailhound.capacity.recommend import CapacityAnalysis, LoadPoint, analyse
 from tailhound.recording import ScrapeRecord

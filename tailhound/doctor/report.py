@@ -2,7 +2,7 @@
 (``--prometheus``: :mod:`tailhound.doctor.prometheus`, read as the federation ingest reads it).
 
 What a source sends is read the way the agent reads it: each recorded (or scraped) collection becomes
-a snapshot through :mod:`tailhound.agents.pipeline` (dcgm-exporter's NOT_SUPPORTED values dropped), and
+a snapshot through :mod:`tailhound.agents.snapshot_builder` (dcgm-exporter's NOT_SUPPORTED values dropped), and
 the metric names it carries are mapped to catalog signals. The verdict per rule and the fixes come from
 :mod:`tailhound.streams.coverage` and :mod:`tailhound.catalog.fixes`; this module reads the input and prints.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tailhound.agents.collectors import CollectError
 from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.catalog.fixes import Fix, default_fixbook, fixes_for, signal_note
 from tailhound.errors import TailhoundError

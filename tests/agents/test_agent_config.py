@@ -187,7 +187,7 @@ def test_docs_embed_the_example_and_mention_every_key():
 def test_recording_format_example_lines_replay(tmp_path):
     import re
 
-    from tailhound.agents.pipeline import SnapshotBuilder
+    from tailhound.agents.snapshot_builder import SnapshotBuilder
     from tailhound.recording import read_records
 
     doc = (ROOT / "docs" / "recording-format.md").read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.errors import ConfigError
 from tailhound.recording import ScrapeRecord

@@ -25,9 +25,9 @@ from tailhound.agents.collectors.streamprobe import StreamProbeCollector, Stream
 from tailhound.agents.collectors.tcpconnect import TcpConnectCollector, TcpConnectConfig
 from tailhound.agents.config import AgentConfig
 from tailhound.agents.exposition import parse_exposition, to_samples
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.render import ExpositionWriter
 from tailhound.agents.runtime import Agent
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 from tailhound.snapshot import CounterSample, GaugeSample, Snapshot
 from tests.agents.fake_pynvml import FakeNvml

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import NOT_EXPOSED, default_catalog
 from tailhound.recording import ScrapeRecord
 from tailhound.streams.latency import LatencyTracker

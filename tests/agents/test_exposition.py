@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from tailhound.agents.exposition import Limits, parse_exposition, to_samples
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"  # origins of the copied ones: fixtures/README.md

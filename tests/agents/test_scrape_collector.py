@@ -6,7 +6,7 @@ import pytest
 
 from tailhound.agents.collectors import CollectError
 from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget, target_node
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tests.http_helpers import FakeVllm, serve_metrics
 
 

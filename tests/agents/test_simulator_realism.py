@@ -9,16 +9,16 @@ from functools import cache
 from pathlib import Path
 
 from tailhound.agents.exposition import parse_exposition
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.render import render_samples
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.dcgm_fields import DCGM_DEFAULT_COUNTERS, DEFAULT_SERIES
-from tailhound.agents.simulator.engine import HOL_MAX_WAITING
+from tailhound.agents.simulator.engine_params import HOL_MAX_WAITING
 from tailhound.agents.simulator.faults import ROLLING_DOWN_S, WARM_GPU_EXTRA_C
 from tailhound.agents.simulator.gpu import SLOWDOWN_TEMP_C
 from tailhound.agents.simulator.histogram import TGI_DURATION_BUCKETS
 from tailhound.agents.simulator.recording import snapshot_to_record
 from tailhound.agents.simulator.timeseries import Tick, deltas, histograms, interval_means, snapshot_of, values
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.streams.signals import extract
 
 N1, N2 = "gpu-node-1", "gpu-node-2"

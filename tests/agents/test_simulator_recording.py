@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tailhound.agents.exposition import parse_exposition, to_samples
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import snapshot_to_record, write_recording
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.cli import app
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot

@@ -8,12 +8,12 @@ from functools import cache
 from pathlib import Path
 
 from tailhound.agents.exposition import parse_exposition
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.render import render_samples
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import snapshot_to_record
 from tailhound.agents.simulator.sglang import ITL_BUCKETS, QUEUE_BUCKETS, SGLANG_PORT, TTFT_BUCKETS
 from tailhound.agents.simulator.timeseries import Tick, snapshot_of, values
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.streams.ruleset.engine_support import catalog_signals, snapshot_signals
 from tailhound.streams.signals import extract
 

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator import trace as trace_mod
-from tailhound.agents.simulator.engine import MEAN_GEN, MEAN_PROMPT, Engine, mix_capacity_rps
+from tailhound.agents.simulator.engine import Engine
+from tailhound.agents.simulator.engine_params import MEAN_GEN, MEAN_PROMPT, mix_capacity_rps
 from tailhound.agents.simulator.faults import NodeEffects
 from tailhound.agents.simulator.trace import TraceLoad, load_trace, parse_trace
 from tailhound.cli import app

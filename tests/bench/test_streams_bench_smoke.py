@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from bench import replay_speed, streams_memory, streams_throughput
+from bench import fleet_telemetry, replay_speed, streams_child, streams_memory, streams_throughput
 from bench.__main__ import parse_args
 from tailhound.settings import Settings
 
 
 def test_trivial_faust_app_has_create_apps_settings(tmp_path):
-    settings = Settings(
-        broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES, streams={"data_dir": tmp_path}
-    )
-    app, real = streams_throughput.trivial_app(settings)
-    assert streams_throughput.conf_diff(app, real) == []
+    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=fleet_telemetry.RULES, streams={"data_dir": tmp_path})
+    app, real = streams_child.trivial_app(settings)
+    assert streams_child.conf_diff(app, real) == []
     assert list(app.agents) == ["count"]
 
 
 def test_fleet_messages_are_keyed_snapshots_with_deltas():
-    messages = streams_throughput.fleet_messages(16, nodes=2)
+    messages = fleet_telemetry.fleet_messages(16, nodes=2)
     assert len(messages) == 16
     assert {k for k, _ in messages} == {b"gpu-node-1", b"gpu-node-2"}
     assert any(b'"delta"' in v for _, v in messages[8:])  # second tick on: counter and histogram deltas
@@ -77,22 +75,20 @@ def test_bench_sections_can_run_alone():
 
 
 def test_trivial_faust_app_with_json_values(tmp_path):
-    settings = Settings(
-        broker="kafka://127.0.0.1:1", rules_dir=streams_throughput.RULES, streams={"data_dir": tmp_path}
-    )
-    app, real = streams_throughput.trivial_app(settings, value_serializer="json")
-    assert streams_throughput.conf_diff(app, real) == []
+    settings = Settings(broker="kafka://127.0.0.1:1", rules_dir=fleet_telemetry.RULES, streams={"data_dir": tmp_path})
+    app, real = streams_child.trivial_app(settings, value_serializer="json")
+    assert streams_child.conf_diff(app, real) == []
     assert app.agents["count"].channel.value_serializer == "json"
 
 
 def test_counter_times_the_window_and_its_stalls(tmp_path, monkeypatch):
     clock = iter([10.0, 10.01, 10.5, 10.51])  # warm-up message, then 3 measured; one 0.49 s pause
-    monkeypatch.setattr(streams_throughput.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(streams_child.time, "perf_counter", lambda: next(clock))
     result = tmp_path / "r.json"
-    counter = streams_throughput.Counter(warmup=1, n=3, result=result)
+    counter = streams_child.Counter(warmup=1, n=3, result=result)
     for _ in range(5):  # one more than measured: ignored
         counter.tick()
-    out = streams_throughput.json.loads(result.read_text())
+    out = streams_child.json.loads(result.read_text())
     assert out["n"] == 3 and abs(out["wall_s"] - 0.51) < 1e-9 and abs(out["stalled_s"] - 0.49) < 1e-9
 
 
@@ -132,11 +128,11 @@ def test_report_compares_per_window_and_per_cpu_second():
 def test_bundled_and_nvml_inputs_keep_every_snapshot_and_count_nodes():
     from bench import nodes_per_core
 
-    messages = streams_throughput.fleet_messages(2 * 19, nodes=2, nvml=True)
+    messages = fleet_telemetry.fleet_messages(2 * 19, nodes=2, nvml=True)
     assert sum(b'"source":"nvml"' in v for _, v in messages) == 30  # 15 a node per 15 s tick, beside its 4
-    bundles = streams_throughput.bundled(messages)
+    bundles = fleet_telemetry.bundled(messages)
     assert len(bundles) == 2 + 28  # the tick's 4 + 1 NVML in one message per node, then NVML alone each second
-    assert sum(streams_throughput.snapshots_in(v) for _, v in bundles) == len(messages)
+    assert sum(fleet_telemetry.snapshots_in(v) for _, v in bundles) == len(messages)
     assert nodes_per_core.nodes_per_core(2700.0) == 10_125.0  # 4 snapshots per 15 s per node
     assert nodes_per_core.nodes_per_core(1900.0, nvml=True) == 1500.0
 

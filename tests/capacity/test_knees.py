@@ -15,11 +15,11 @@ from tailhound.capacity.knees import (
     clean_points,
     cut_ceiling,
     find_knee,
-    fit_two_segments,
     throughput_plateau,
     tpot_outpaces_throughput,
     value_at,
 )
+from tailhound.capacity.segment_fit import fit_two_segments
 
 TOLERANCE = 0.10
 SEEDS = range(20)

@@ -15,14 +15,10 @@ import typer
 from typer.testing import CliRunner
 
 from tailhound.capacity.fake_engine import FakeEngine, serve_in_thread
-from tailhound.capacity.loadtest import (
-    Aggregator,
-    TargetRefused,
-    check_target,
-    engine_figures,
-    percentiles,
-    plan_loads,
-)
+from tailhound.capacity.load_plan import plan_loads
+from tailhound.capacity.load_steps import Aggregator, percentiles
+from tailhound.capacity.load_target import TargetRefused, check_target
+from tailhound.capacity.loadtest import engine_figures
 from tailhound.capacity.loadtest_cli import register
 from tailhound.capacity.model import LoadTestResult
 from tailhound.errors import TailhoundError

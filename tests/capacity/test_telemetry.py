@@ -1,6 +1,6 @@
 """Capacity from recorded telemetry: a simulated vLLM fleet whose daily load ramps past a known saturation point.
 
-The simulated engine (agents/simulator/engine.py) serves at most ``capacity_rps = b_cap / (prefill + mean_gen
+The simulated engine (agents/simulator/engine_params.py) serves at most ``capacity_rps = b_cap / (prefill + mean_gen
 x s_dec x (ITL_BASE + c_eff x b_cap))`` requests/s and queues the rest (a fluid queue). A healthy engine
 saturates at ~12.5 requests/s, above the daily peak of ~10; with the ``slow-node`` fault on every node (decode
 1.7x, prefill 1.2x slower) it saturates at ~7.3 requests/s, and the daily curve from 09:00 to 16:00 UTC ramps
@@ -23,7 +23,7 @@ import time
 import pytest
 
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
-from tailhound.agents.simulator import engine as E
+from tailhound.agents.simulator import engine_params as E
 from tailhound.agents.simulator import faults as F
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.capacity.telemetry import bin_windows, points_by_model, recommend_from_telemetry, telemetry_windows

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.ingest.federation import (
     FederationConfig,

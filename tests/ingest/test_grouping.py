@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tailhound.agents.exposition import parse_exposition
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.ingest.grouping import (
     TARGET_DOWN,

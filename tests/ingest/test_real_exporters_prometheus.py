@@ -23,7 +23,7 @@ from aiohttp import web
 
 from tailhound.agents.collectors import CollectError
 from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.catalog.fixes import default_fixbook
 from tailhound.doctor.prometheus import observe_prometheus

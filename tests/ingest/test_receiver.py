@@ -16,7 +16,7 @@ import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.deadletter import DeadLetter
 from tailhound.ingest import receiver as receiver_module

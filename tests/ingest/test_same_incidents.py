@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.incident import IncidentEvent
 from tailhound.ingest.federation import FederationConfig, FederationPuller, source_metrics

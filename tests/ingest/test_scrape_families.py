@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tailhound.agents.exposition import parse_exposition
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.ingest import grouping as grouping_module
 from tailhound.ingest.grouping import Forget, Grouper, GroupingConfig
 from tailhound.ingest.remote_write import Metadata, Series, series_from_exposition

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.rulestest.inputs import NodeSetup, SeriesInput, SeriesRenderer
 from tailhound.rulestest.unit import format_file_result, load_test_file, run_file

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.catalog.dcgm_counters import default_fields
 from tailhound.recording import ScrapeRecord

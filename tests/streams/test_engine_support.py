@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.recording import ScrapeRecord
 from tailhound.streams.ruleset.docs import engines_text
 from tailhound.streams.ruleset.engine_support import (

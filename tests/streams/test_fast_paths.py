@@ -12,9 +12,9 @@ import random
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.snapshot import HistogramDelta
 from tailhound.streams.histograms import Histogram, histogram_quantile

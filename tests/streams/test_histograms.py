@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.histogram import TTFT_BUCKETS
 from tailhound.agents.simulator.recording import snapshot_to_record
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.snapshot import HistogramDelta, HistogramSample, Snapshot
 from tailhound.streams.histograms import (
     Histogram,

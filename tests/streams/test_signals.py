@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.recording import ScrapeRecord
 from tailhound.streams.nodesignals import snapshot_values

@@ -4,12 +4,12 @@ Floors, lowest first (what each may import besides itself):
 
 - core: ``tailhound.*`` outside the packages below (models, catalog, vocabulary, settings, errors,
   recording, Kafka helpers): nothing above it;
-- ``tailhound.agents`` (collectors, the snapshot pipeline, the simulator): core;
+- ``tailhound.agents`` (collectors, the snapshot builder, the simulator): core;
 - ``tailhound.notifier``: core;
-- ``tailhound.streams``: core, and ``tailhound.agents.pipeline``'s family (offline replay and load fitting
-  rebuild snapshots from recordings through the agent's own pipeline, so replay sees what an agent sends);
+- ``tailhound.streams``: core, and ``tailhound.agents.snapshot_builder``'s family (offline replay and load fitting
+  rebuild snapshots from recordings through the agent's own snapshot builder, so replay sees what an agent sends);
 - ``tailhound.ingest`` (Prometheus remote write into snapshots): core and ``tailhound.agents`` (the agent's
-  snapshot pipeline builds the snapshots, so the streams side cannot tell them from an agent's);
+  snapshot builder builds the snapshots, so the streams side cannot tell them from an agent's);
 - the applications, each a package of its own folder (:data:`APP_PACKAGES`: the command line, the worker
   process, the demo, the doctor, rule tests and backtests, capacity planning) and ``__main__``: everything.
 
@@ -154,7 +154,7 @@ def test_each_module_imports_only_its_floor_and_below(module):
     assert wrong == [], f"{module} ({mine}) imports from a floor above it: {wrong}"
 
 
-def test_streams_uses_only_the_agent_pipeline_of_the_agents():
+def test_streams_uses_only_the_snapshot_builder_of_the_agents():
     used = {t for m, targets in GRAPH.items() if floor(m) == "streams" for t in targets if floor(t) == "agents"}
     closure = set()
     todo = list(used)
@@ -164,7 +164,7 @@ def test_streams_uses_only_the_agent_pipeline_of_the_agents():
             closure.add(m)
             todo.extend(GRAPH[m])
     assert not any(m.startswith(("tailhound.agents.collectors", "tailhound.agents.simulator")) for m in closure)
-    assert used <= {"tailhound.agents.pipeline"}
+    assert used <= {"tailhound.agents.snapshot_builder"}
 
 
 def test_no_import_circles():

@@ -9,10 +9,10 @@ from functools import cache
 from pathlib import Path
 
 from tailhound.agents.buffer import Message
-from tailhound.agents.pipeline import SnapshotBuilder
 from tailhound.agents.sender import bundle_batch
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
+from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
 from tailhound.streams.codec import decode_message, part_bytes
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tailhound.agents.pipeline import SnapshotBuilder, is_dcgm_blank
 from tailhound.agents.render import ExpositionWriter
+from tailhound.agents.snapshot_builder import SnapshotBuilder, is_dcgm_blank
 from tailhound.recording import ScrapeRecord
 
 

@@ -1,0 +1,105 @@
+"""Where a benchmark child's time goes over its measured window: timers around the worker's parts, or yappi.
+
+Opt-in (``BENCH_STREAMS_PROFILE=DIR``): one report per run, written when the window closes, so a profile covers
+exactly what the throughput figure covers.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import time
+from pathlib import Path
+
+#: opt-in profiling of the Kafka children over the measured window: a folder for one report per run
+PROFILE_ENV = "BENCH_STREAMS_PROFILE"
+#: ``sections`` (default: timers around the worker's known parts, and GC), or yappi with the ``cpu`` or
+#: ``wall`` clock (every function, thread and coroutine; yappi costs ~4x and inflates Python code most)
+PROFILE_MODE_ENV = "BENCH_STREAMS_PROFILE_MODE"
+#: (module, class or None, function, section): sync calls of the worker, timed exclusive of each other
+SECTIONS = (
+    ("tailhound.streams.codec", None, "decode_snapshot", "decode (tailhound.streams.codec, pydantic)"),
+    ("tailhound.streams.codec", None, "_decode_bundle", "decode (tailhound.streams.codec, pydantic)"),
+    ("tailhound.streams.intake", "Gate", "admit", "intake checks (key, time bounds)"),
+    ("tailhound.streams.intake", "Gate", "admit_all", "intake checks (key, time bounds)"),
+    ("tailhound.streams.processor", "SnapshotProcessor", "step", "rules: SnapshotProcessor.step"),
+    ("tailhound.streams.model_stage", "ModelStage", "add", "model stage: aggregation (its steps: rules)"),
+    ("faust.tables.table", "Table", "__setitem__", "table write (state JSON, changelog send)"),
+)
+
+
+class Profile:
+    """Where the child's time goes between message `warmup` and `warmup + n`, written to `folder`."""
+
+    def __init__(self, folder: Path, name: str, mode: str = "sections") -> None:
+        self.path, self.mode = folder / f"{name}.{mode}.txt", mode
+        self.spent: dict[str, list] = {}  # section -> [seconds, calls]
+        self.stack: list[list] = []  # open sections: [name, start, time spent in sections inside it]
+
+    def _enter(self, name: str) -> None:
+        self.stack.append([name, time.perf_counter(), 0.0])
+
+    def _exit(self) -> None:
+        name, t0, inner = self.stack.pop()
+        took = time.perf_counter() - t0
+        spent = self.spent.setdefault(name, [0.0, 0])
+        spent[0], spent[1] = spent[0] + took - inner, spent[1] + 1
+        if self.stack:
+            self.stack[-1][2] += took
+
+    def _timed(self, fun, name: str):
+        def timed(*args, **kwargs):
+            self._enter(name)
+            try:
+                return fun(*args, **kwargs)
+            finally:
+                self._exit()
+
+        return timed
+
+    def _gc(self, phase: str, _info: dict) -> None:
+        self._enter("garbage collection") if phase == "start" else self._exit()
+
+    def start(self) -> None:
+        if self.mode == "sections":
+            for module, cls, fun, name in SECTIONS:
+                owner = importlib.import_module(module)
+                owner = getattr(owner, cls) if cls else owner
+                setattr(owner, fun, self._timed(getattr(owner, fun), name))
+            gc.callbacks.append(self._gc)
+        else:
+            import yappi
+
+            yappi.set_clock_type(self.mode)
+            yappi.start(builtins=False, profile_threads=True)
+        self.t0 = time.perf_counter()
+
+    def stop(self, n: int) -> None:
+        wall = time.perf_counter() - self.t0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.mode == "sections":
+            gc.callbacks.remove(self._gc)
+            rest = wall - sum(t for t, _ in self.spent.values())
+            rows = sorted(self.spent.items(), key=lambda kv: -kv[1][0])
+            rows.append(("rest: Faust, Kafka client, event loop, agent code", [rest, 0]))
+            self.path.write_text(
+                f"# {n} snapshots, {1e3 * wall / n:.3f} ms each (wall)\n"
+                + "".join(
+                    f"{1e3 * t / n:7.3f} ms {100 * t / wall:5.1f}% {c / n:6.2f}/snapshot  {name}\n"
+                    for name, (t, c) in rows
+                )
+            )
+            return
+        import yappi
+
+        yappi.stop()
+        stats = yappi.get_func_stats()
+        stats.save(str(self.path.with_suffix(".pstat")), type="pstat")
+        lines = [f"# thread {t.name}: {1e6 * t.ttot / n:.1f} us/snapshot" for t in yappi.get_thread_stats()]
+        lines.append(f"# yappi {self.mode} clock, {n} snapshots; us per snapshot: tsub (own), ttot (with callees)")
+        lines += [
+            f"{1e6 * s.tsub / n:9.1f} {1e6 * s.ttot / n:9.1f} {s.ncall / n:8.2f}/snapshot  {s.module}:{s.lineno} "
+            f"{s.name}"
+            for s in sorted(stats, key=lambda s: s.tsub, reverse=True)[:400]
+        ]
+        self.path.write_text("\n".join(lines) + "\n")
