@@ -40,9 +40,9 @@ from tailhound.catalog.fixes import Fix, fixes_for, signal_note
 from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
 from .engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
 from .engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
+from .extract import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS, signal_per
 from .ruleset.conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
 from .ruleset.rulefile import Rule, RuleSet
-from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS, signal_per
 
 Status = Literal["ok", "partial", "blind"]
 #: Any one of these sets of catalog signals, once present, is enough (the empty set: nothing is missing).

@@ -16,7 +16,7 @@ from tailhound.snapshot import Snapshot
 from .baseline import RollingBaseline
 from .correlate import Episode
 from .latency import LatencyTracker
-from .nodesignals import LatestValues
+from .latest_values import LatestValues
 from .series import SeriesTrace
 
 

@@ -37,8 +37,8 @@ from tailhound.yamlfile import mapping_value as _value
 from tailhound.yamlfile import read_text as read_yaml_text
 from tailhound.yamlfile import yaml_error_text
 
-from ..signal_names import known_signals
-from ..signals import signal_per
+from ..extract import signal_per
+from ..known_signals import known_signals
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 from .rulefile import Engine, Rule, RuleGroup, Scope, _check_engines
 

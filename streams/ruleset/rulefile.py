@@ -39,7 +39,7 @@ from tailhound.yamlfile import compose_strict, read_config_text
 from tailhound.yamlfile import line_of as _line_of
 
 from ..demand import history_windows
-from ..signals import signal_per
+from ..extract import signal_per
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
 from .pack import pack_version
 

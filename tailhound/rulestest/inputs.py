@@ -124,7 +124,7 @@ def record_labels(source: str, node: str, setup: NodeSetup) -> dict[str, str]:
 
 def _derived_hint(name: str) -> str | None:
     """Why a signal name cannot be an input, and what to give instead."""
-    from tailhound.streams.signals import (
+    from tailhound.streams.extract import (
         DEMAND_SIGNALS,
         DERIVED_SIGNALS,
         FLAG_SIGNALS,

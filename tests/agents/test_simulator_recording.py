@@ -17,7 +17,7 @@ from tailhound.agents.simulator.recording import snapshot_to_record, write_recor
 from tailhound.cli import app
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
-from tailhound.streams.signals import extract
+from tailhound.streams.extract import extract
 
 NODES, MINUTES = 2, 10
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT
 from ..evidence import LOAD_CONTEXT
-from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS
+from ..extract import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS
 from .rulefile import RuleSet
 
 #: what a load model reads of the view besides its own signal (tailhound.streams.loadmodel.features_of)
