@@ -29,7 +29,8 @@ from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import make_consumer, make_producer
 from tailhound.resources import default_notifier_config
-from tailhound.settings import STATIC_REBALANCE_TIMEOUT_S, Settings
+from tailhound.settings import Settings
+from tailhound.streams_settings import STATIC_REBALANCE_TIMEOUT_S
 
 from .config import NotifierConfig, Route, load_config
 from .deliver import Deliverer
