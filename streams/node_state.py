@@ -15,9 +15,9 @@ from tailhound.snapshot import Snapshot
 
 from .baseline import RollingBaseline
 from .correlate import Episode
+from .evidence_traces import SeriesTrace
 from .latency import LatencyTracker
 from .latest_values import LatestValues
-from .series import SeriesTrace
 
 
 class FiringEntity(BaseModel):

@@ -1,6 +1,6 @@
 """Input series of a rule test -> scrape records, the way exporters would have been scraped (pure).
 
-Series (promtool's notation, :mod:`tailhound.rulestest.series`) name either a canonical signal (rendered under
+Series (promtool's notation, :mod:`tailhound.rulestest.series_notation`) name either a canonical signal (rendered under
 the metric the node's source exports, in its unit) or an exporter's own metric with its ``source``. Each step
 becomes one exposition per (node, source), a :class:`~tailhound.recording.ScrapeRecord`, so replay derives
 counter and histogram deltas with the agent's own pipeline, as from a real scrape. Histogram steps give the value
@@ -18,7 +18,7 @@ from tailhound.catalog import Catalog, SignalSpec
 from tailhound.recording import ScrapeRecord
 
 from .exposition import Plan, default_buckets, fmt_le, render, series_key
-from .series import SeriesError, parse_selector, parse_series
+from .series_notation import SeriesError, parse_selector, parse_series
 
 #: engine sources and the label that names one engine of a node in them (vLLM: engine, else the instance)
 ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
