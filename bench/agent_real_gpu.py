@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         bytes_median=statistics.median(map(len, values)) if values else 0,
     )
     if snapshots:
-        from tailhound.streams.signals import extract
+        from tailhound.streams.extract import extract
 
         last = extract(snapshots[-1])
         names = ("gpu.util", "gpu.dram_bw_util", "gpu.power", "gpu.sm_clock_ratio")

@@ -4,8 +4,9 @@ The request body is the snappy *block* format (no framing) of a ``WriteRequest``
 Python values they decode to: :mod:`tailhound.ingest.remote_write_messages`). A small protobuf reader
 (:mod:`tailhound.ingest.protobuf_wire`) decodes it: no protobuf dependency, and every loop is bounded by the
 body's length and by :class:`DecodeLimits`. Exemplars are skipped; native histograms (field 4, sent only with
-``send_native_histograms``) are skipped and counted (:attr:`WriteRequest.skipped`). A series as Prometheus sends it every scrape (labels whose bytes were decoded
-before, then one sample) is read from its end without walking its labels again. A stale marker is filed
+``send_native_histograms``) are skipped and counted (:attr:`WriteRequest.skipped`). A series as Prometheus
+sends it every scrape (labels whose bytes were decoded before, then one sample) is read from its end without
+walking its labels again. A stale marker is filed
 under :attr:`Series.stale`, never under :attr:`Series.samples`.
 
 Anything malformed raises :class:`RemoteWriteError` (400, or 413 for what is too large): the payload is

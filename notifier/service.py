@@ -23,7 +23,8 @@ from pydantic import ValidationError
 from tailhound.deadletter import DeadLetter
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import make_consumer, make_producer
-from tailhound.settings import STATIC_REBALANCE_TIMEOUT_S, Settings
+from tailhound.settings import Settings
+from tailhound.streams_settings import STATIC_REBALANCE_TIMEOUT_S
 
 from .config import NotifierConfig
 from .deliver import Deliverer

@@ -1,20 +1,10 @@
-"""Differential diagnosis of one incident (pure): its ranked candidate causes, the evidence for and against
-each, and, where the lead and the runner-up stay close, the one check that tells them apart.
+"""Differential diagnosis of one incident (pure): its ranked candidate causes, the evidence for and against each,
+and, where the lead and the runner-up stay close, the one check that tells them apart.
 
-The candidates are the root cause, every other cause of the incident's domain with a rule that fires or is
-pending on the node, and the known look-alike of the root cause (:data:`DIFFERENTIALS`). Each is scored by
-how well it explains everything that fires, times how much of its own evidence holds:
-
-- *coverage*: the share of the incident's firing rules it explains: its own rules, every symptom (latency,
-  queues), and the causes ranked after it in :data:`~tailhound.streams.causal_rank.CAUSAL_RANK` (thermal
-  throttling explains the queue that a capacity rule sees, not the other way round);
-- *support*: of its rules that can judge the node now, the share that fire (1) or are pending (0.5);
-  the others are quiet, and what they compared is the evidence against it.
-
-The root cause stays the one correlation chose (the best-ranked firing cause, the prior), so a score never
-changes what is paged; the others follow by score, then by causal rank. A pair in :data:`DIFFERENTIALS`
-means the recorded signals cannot separate the two causes: when the runner-up is its look-alike, the event
-carries a :class:`~tailhound.incident.Differential` with the check.
+Candidates are the root cause, the other causes of its domain firing or pending on the node, and the root cause's
+known look-alike (:data:`DIFFERENTIALS`). Each is scored by *coverage* (the share of firing rules it explains, by
+:data:`~tailhound.streams.correlate.CAUSAL_RANK`) times *support* (the share of its own judging rules that fire).
+The root cause stays the one correlation chose, so a score never changes what is paged.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Rule coverage: can each rule ever fire with the signals a fleet (or a recording) sends? (pure)
 
-A signal is *present* when a source sent a metric the catalog maps to it (by name: the ``status="4xx"``
-series of ``http_requests_total`` only appear with the first rejection, but the metric shows that they
-will). Rules read more than catalog signals, so each signal they name is first reduced to the catalog
-signals it needs (:func:`requirements`): a derived ratio needs both inputs, a flag its bitmask, a
-``.rate`` its counter, ``.p95`` its histogram, a ratio of rates both counters, ``engine.arrival_rate``
-the finished count and the in-flight gauges; baselines, peers and trends need only the signal itself;
-what the worker computes from its settings or state (``sla.ttft_p99``, ``model.nodes_with_cause``)
-needs nothing.
-
-A rule's ``when`` follows the evaluator's three-valued logic (:mod:`tailhound.streams.ruleset.condition_eval`:
-a leaf without data is "no news", never true or false), so what it needs is worked out for both
-outcomes, as alternatives (any one set of signals, once present, is enough):
-
-- a leaf needs its signals to be true and to be false;
-- ``all`` is true when every child is, false when one child is;
-- ``any`` is true when one child is, and false when one child is false and none true (a branch whose
-  source never reports must not keep a rule from ending);
-- ``not`` is true when its child is false, and the other way round.
-
-A rule is **blind** when it cannot become true; **partial** when it can but some branch (an ``any``
-alternative) cannot; **ok** otherwise. A blind rule's fix is the alternative that needs the fewest new
-sources (then the fewest signals), with one :class:`~tailhound.catalog.fixes.Fix` per missing signal and
-source, the sources already sending first.
+A signal is *present* when a source sent a metric the catalog maps to it; each signal a rule names is first
+reduced to the catalog signals it needs (:func:`requirements`: a ratio both inputs, ``.p95`` its histogram,
+settings-derived ones nothing). A rule's ``when`` follows the evaluator's three-valued logic, so what it needs is
+worked out for true and for false as alternative signal sets. A rule is **blind** when it cannot become true,
+**partial** when some ``any`` branch cannot, **ok** otherwise; a blind rule's fix is the alternative needing the
+fewest new sources, one :class:`~tailhound.catalog.fixes.Fix` per missing signal and source.
 """
 
 from __future__ import annotations
@@ -40,9 +23,9 @@ from tailhound.catalog.fixes import Fix, fixes_for, signal_note
 from .demand import ARRIVAL_RATE, FINISHED, INFLIGHT
 from .engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
 from .engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
+from .extract import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS, signal_per
 from .ruleset.conditions import Absent, AllOf, AnyOf, NotOf, Ref, SignalCondition
 from .ruleset.rulefile import Rule, RuleSet
-from .signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS, signal_per
 
 Status = Literal["ok", "partial", "blind"]
 #: Any one of these sets of catalog signals, once present, is enough (the empty set: nothing is missing).

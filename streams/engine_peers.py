@@ -1,23 +1,10 @@
 """Each engine of a model against the other engines serving it (the model stage's peer view, pure).
 
-A node that got slower while its load stayed the same is a node-local fault. Its own history says so
-only after a baseline exists (20 minutes) and moves with the daily load curve; the other engines serving
-the same model say so at once, at the same moment of the same load curve. The model stage feeds every
-engine snapshot of a model to :class:`EnginePeerWindows`, which keeps, per engine, the sums of its TPOT
-and end-to-end latency histogram deltas over the last :data:`PEER_WINDOW_S` (3 minutes: long enough to
-average a few hundred requests, short enough that a slowdown shows within two) and adds three gauges
-per engine to each closed bucket, labelled ``engine="<node>/<engine>"`` like the stage's other gauges:
-
-- ``tailhound_engine_tpot_mean_seconds`` (signal ``model.engine_tpot_mean``): the engine's mean TPOT over
-  the window (the catalog's ``latency.tpot`` histogram of its source, the first one it exports);
-- ``tailhound_engine_request_rate`` (signal ``model.engine_request_rate``): requests it finished per
-  second over the window (``latency.e2e``'s count): its share of the load;
-- ``tailhound_engine_node_explained`` (signal ``model.engine_node_explained``): 1 while the engine's node
-  has an open root cause that explains a slower engine (thermal, bandwidth, KV cache, path ...; not
-  capacity or node-degraded), else 0.
-
-Rules read them with ``{peers: k}`` (the median of the other engines), see ``node-slower-than-peers``.
-The windows live in memory with the stage's buckets: a restarted worker needs one window to refill.
+A node that got slower at the same load is a node-local fault; the other engines of the same model say so at
+once, where the node's own baseline needs 20 minutes and moves with the daily curve. :class:`EnginePeerWindows`
+keeps, per engine, its TPOT and end-to-end histogram deltas over :data:`PEER_WINDOW_S` and adds per-engine
+gauges to each closed bucket (``model.engine_tpot_mean``, ``model.engine_request_rate``,
+``model.engine_node_explained``: docs/signals.md), which rules read with ``{peers: k}``. Memory only.
 """
 
 from __future__ import annotations

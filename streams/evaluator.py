@@ -12,7 +12,7 @@ Per rule and node:
 - the firing entities of a rule on a node form one incident: it opens with the first entity, is
   *updated* when another entity joins (the scope only grows), and *resolves* when none is firing.
 
-Rules read the node's merged view (:mod:`tailhound.streams.nodesignals`): the latest value of every signal from
+Rules read the node's merged view (:mod:`tailhound.streams.latest_values`): the latest value of every signal from
 every source of the node, counter rates, and derived ratios (computed per signal as rules read it);
 conditions are judged by :mod:`tailhound.streams.ruleset.condition_eval`'s semantics, compiled once per rule set by
 :mod:`tailhound.streams.ruleset.plan`. A rule holding no state is stepped only when the snapshot changed a signal it
@@ -29,9 +29,9 @@ from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
 from .evidence import render_action
+from .latest_values import LatestValues
 from .loadmodel import LoadModel
 from .node_state import FiringEntity, NodeState, RuleState, heal_future, source_key
-from .nodesignals import LatestValues
 from .ruleset.rulefile import RuleSet
 from .stages import PIPELINE, STAGE_NAMES, Step
 
@@ -68,7 +68,7 @@ def evaluate(
     carries one privately, so calling evaluate() in a loop works too. `timings`, when given, adds the
     seconds each stage took to its entry (``{"admit": ..., "signals": ..., "rules": ...}``). Window
     statistics (``latency.ttft.p95`` ...) are derived only where `rules` or `models` can read them
-    (:mod:`tailhound.streams.ruleset.signal_reads`), all of them with `all_stats`.
+    (:mod:`tailhound.streams.ruleset.rule_reads`), all of them with `all_stats`.
     """
     carried = state._latest if state is not None else None
     if state is None:

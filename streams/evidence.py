@@ -12,9 +12,9 @@ import re
 from tailhound.catalog import Catalog
 from tailhound.incident import Evidence, Scope
 
+from .extract import decode_clock_event_reasons
 from .ruleset.condition_eval import EvalContext, observations
 from .ruleset.rulefile import Rule
-from .signals import decode_clock_event_reasons
 
 #: Latency percentiles are always shown with the load of the same window (the token mix and the
 #: running requests): a P95 means little without what was asked of the engine.

@@ -15,7 +15,7 @@ series (signal, node, engine) and derives, for the window ending at ``now`` (eve
 
 - ``engine``: one series; the entity is ``<node>/<engine>`` because engine ids (vLLM's ``engine``
   label, else the scrape's ``instance``) repeat on every node. :meth:`LatencyTracker.engine_values`
-  gives one node's engines with the bare catalog entity, the shape :func:`tailhound.streams.signals.extract`
+  gives one node's engines with the bare catalog entity, the shape :func:`tailhound.streams.extract.extract`
   returns, for the per-node evaluator;
 - ``model``: every engine serving a model, merged (:func:`tailhound.streams.histograms.merge`); the model is
   the sample's ``model_name`` label, else the snapshot's ``model_name``, else the snapshot's
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from tailhound.catalog import Catalog, SignalSpec, default_catalog
 from tailhound.snapshot import HistogramDelta, Snapshot
 
+from .extract import SignalValues
 from .histograms import Histogram, merge
 from .latency_window import LatencyWindow
-from .signals import SignalValues
 
 DEFAULT_WINDOW_S = 300.0
 DEFAULT_MAX_INTERVALS = 64

@@ -1,34 +1,12 @@
 """What a window's P95 latency SHOULD be at its load, so "2x baseline" means 2x what this load should cost.
 
-One model per signal (``latency.ttft.p95``, ``latency.tpot.p95``) predicts the window's P95 from the
-window's load: mean prompt and generated tokens per request, mean running and waiting requests, and
-the request rate (:class:`WindowFeatures`).
-
-Fitting imports numpy and scikit-learn (``LoadModel.fit``, offline; the ``fit`` extra,
-``pip install 'tailhound[fit]'``); predicting is a dot product in plain Python over the artifact's JSON, so
-the worker neither loads nor needs them (worker start-up 1.82 s -> 0.90 s, see BENCHMARKS.md).
-
-Model: a linear quantile regression (``sklearn.linear_model.QuantileRegressor``, pinball loss at the
-0.95 quantile, ``solver="highs"``, a small L1 penalty of ``alpha`` x the median target) on a few
-engineered features that follow the cost of serving: prompt tokens x running requests (a prefill
-competes with the running batch), context tokens x running (KV-cache bytes read per decode step),
-waiting x prompt tokens (prefill work queued ahead), running squared. Why linear: its fitted state is
-a handful of floats, so the artifact is plain JSON that is safe to load (no pickle/joblib, nothing
-executable), diffable and versioned; the fit is a linear program, deterministic for the same data;
-and the cost of an engine is close to linear in these products, which is what the model has to
-capture. Gradient boosting with a quantile loss fits curvature better but can only be saved with
-pickle, and a tree model extrapolates flat, which hides exactly the overload we want to see.
-``fit`` solves two linear programs (held-out scoring, then all rows): ~0.6 s for 2,000 windows, ~6 s
-for 10,000 (a week of 1-minute windows of one engine); it runs offline, not in the stream.
-
-The artifact (``save``/``load``) is versioned JSON; see :class:`LoadModelArtifact`. ``load`` checks
-the format, the version, the fields (pydantic, extra="forbid", strict types, finite numbers) and a
-SHA-256 digest of the content, and raises :class:`tailhound.errors.ConfigError` naming the file.
-
-Predictions are clamped to ``floor`` (half the smallest training target, at least 0.1 ms): below that
-the linear model is extrapolating, not predicting. The artifact stores each input's training range;
-:func:`expected_for` uses the model only for windows inside it (``margin`` = 10 % of the range either
-side) and falls back to the rolling baseline otherwise, saying which one it used.
+One model per signal (``latency.ttft.p95``, ...) predicts the window's P95 from its load
+(:class:`WindowFeatures`): a linear quantile regression on products that follow the cost of serving (prompt
+tokens x running requests, context x running, waiting x prompt, running squared). Linear because its state is a
+few floats: the artifact is plain, versioned, digest-checked JSON (no pickle), the fit is deterministic, and it
+extrapolates overload instead of hiding it as trees do. Fitting (numpy, scikit-learn: the ``fit`` extra) runs
+offline; predicting is a dot product in plain Python, so the worker needs neither. :func:`expected_for` uses the
+model only inside its training range (plus a margin) and falls back to the rolling baseline otherwise.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from tailhound.snapshot import Snapshot
 
 from .baseline import RollingBaseline
 from .episode import Episode
+from .evidence_traces import SeriesTrace
 from .latency import LatencyTracker
-from .nodesignals import LatestValues
-from .series import SeriesTrace
+from .latest_values import LatestValues
 
 
 class FiringEntity(BaseModel):

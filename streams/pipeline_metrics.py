@@ -1,26 +1,9 @@
-"""The worker's metrics about its own work, in the worker's registry next to rule coverage
-(:mod:`tailhound.streams.coverage_watch`), the intake counts (:mod:`tailhound.streams.intake`) and rule
-reloads (:mod:`tailhound.streams.reload`):
+"""The worker's metrics about its own work: snapshots per source, node-stage time per snapshot and per stage,
+model-stage time, incident events published and open, the roll-up's ordering and detection lag.
 
-- ``tailhound_snapshots_total{source}``: snapshots evaluated, by source (vllm, dcgm, node, ...);
-- ``tailhound_snapshot_processing_seconds``: node-stage time per snapshot (admission, evaluation and the
-  sends it causes), a histogram;
-- ``tailhound_stage_seconds_total{stage}``: seconds spent in each evaluation stage (admit, signals, windows,
-  rules, correlation; :mod:`tailhound.streams.stages`) -- ``rate()`` of it is the share of a core;
-  ``stage="rules"`` is the rule evaluation time;
-- ``tailhound_model_stage_seconds_total``: seconds in the model stage (model- and fleet-scope rules);
-- ``tailhound_incident_events_total{root_cause,event}``: incident events published (opened, updated,
-  resolved), after the roll-up: what people see;
-- ``tailhound_incidents_open{root_cause}``: incidents open now;
-- ``tailhound_rollup_order_events_total{how}``: member events the roll-up took in event-time order
-  (``how="ordered"``), released by the wall-clock bound before every partition vouched for them
-  (``"forced"``) or arriving after later ones were released (``"late"``), see
-  :mod:`tailhound.streams.rollup.order` (counted where the roll-up runs);
-- ``tailhound_rollup_order_pending``: events waiting for their turn;
-- ``tailhound_detection_lag_seconds``: wall-clock time from the event time of the snapshot that opened an
-  incident to its publication (how far behind the telemetry the worker runs, plus the publish).
-
-Consumer lag is the worker's (:mod:`tailhound.worker.metrics`): it needs the Kafka consumer.
+They sit in the worker's registry beside rule coverage (:mod:`tailhound.streams.coverage_watch`), intake counts
+and rule reloads; consumer lag is :mod:`tailhound.worker.metrics` (it needs the Kafka consumer). The list with
+their meaning is in docs/operations.md.
 """
 
 from __future__ import annotations

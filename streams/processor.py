@@ -36,11 +36,11 @@ from tailhound.snapshot import LIMITS, Snapshot
 
 from .evaluator import NodeState, evaluate, heal_future, source_key
 from .fleet_cap import RecentNames
+from .latest_values import LatestValues
 from .loadmodel import LoadModel
-from .nodesignals import LatestValues
 from .resolutions import resolve_gone
+from .ruleset.rule_reads import window_stats_read
 from .ruleset.rulefile import RuleSet
-from .ruleset.signal_reads import window_stats_read
 
 RawState = dict[str, Any]
 PERSIST_EVERY_S = 60.0
@@ -93,7 +93,7 @@ _NOTHING_DECIDED: tuple = ((), (), ())
 
 
 class SnapshotProcessor:
-    """Keeps each node's latest values in memory (see :mod:`tailhound.streams.nodesignals`) next to the
+    """Keeps each node's latest values in memory (see :mod:`tailhound.streams.latest_values`) next to the
     persisted state the caller stores."""
 
     def __init__(

@@ -1,24 +1,11 @@
 """Hot reload of the rule pack: SIGHUP, a file watch and ``POST /-/reload`` all come here.
 
-A reload reads the rules directory again and checks it the way ``tailhound rules check`` does (every
-problem of every file). A valid pack is swapped in at once -- between two snapshots, on the worker's
-event loop -- through the `apply` callback (:func:`tailhound.streams.app.rule_swapper`): baselines,
-windows and open incidents carry over; state of rules that are gone is dropped and their incidents
-resolve (or take a remaining cause as root). An invalid pack is rejected, each problem logged, the
-failure counted, and the old rules keep running. As Prometheus does, the outcome is exported:
-
-- ``tailhound_rules_reloads_total{result="success|failure"}``;
-- ``tailhound_rules_last_reload_successful`` (0/1) and ``tailhound_rules_last_reload_success_timestamp_seconds``;
-- ``tailhound_rules_info{version}``: 1 for the pack in use (``git:<commit>`` or ``sha256:<hash>``);
-- ``tailhound_rules_loaded``: how many rules run.
-
-The worker reloads with :meth:`RuleReloader.reload_async`: the files are read and checked on a thread (a
-file at the limits of :mod:`tailhound.yamlfile` takes a second to refuse, and the loop keeps serving), only the
-swap runs on the loop. A problem of any kind, an exception included, is a rejected reload, never a crash.
-
-The file watch (:meth:`RuleReloader.poll_async`) compares the names, sizes and modification times of the
-``*.yaml`` files (a Kubernetes ConfigMap update swaps a symlink: that changes them too) and reloads when
-they differ.
+A reload reads and checks the rules directory as ``tailhound rules check`` does, on a thread (so the loop keeps
+serving); a valid pack is swapped in between two snapshots through the `apply` callback (state carries over,
+incidents of removed rules resolve), an invalid one is rejected and logged and the old rules keep running: any
+problem is a rejected reload, never a crash. The outcome is exported as Prometheus does
+(``tailhound_rules_reloads_total``, ``..._last_reload_successful``, ``tailhound_rules_info{version}``). The file
+watch compares names, sizes and modification times of the ``*.yaml`` files (a ConfigMap swap changes them).
 """
 
 from __future__ import annotations

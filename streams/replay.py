@@ -1,22 +1,10 @@
 """Offline replay: a scrape recording -> incident events, with no broker, in event time.
 
-``tailhound replay RECORDING.jsonl [--rules rules/] --out incidents.jsonl`` reads the recording
-(docs/recording-format.md), turns every line into a snapshot with the agent's own pipeline
-(:class:`tailhound.agents.snapshot_builder.SnapshotBuilder`), and runs each snapshot through
-:class:`tailhound.streams.processor.SnapshotProcessor`, the step the Faust worker runs, keeping per-node state in
-memory instead of a changelogged table; engine snapshots also feed the model stage
-(:mod:`tailhound.streams.model_stage`, model- and fleet-scope rules), as the worker's second agent does, and
-every incident event goes through the roll-up (:mod:`tailhound.streams.rollup.incidents`: one incident per fault
-across nodes), as the worker's third agent does.
-The output is one ``IncidentEvent`` JSON object per line, in
-the order the events happened; the same recording and rules always give the same bytes.
-
-Replay lets in what the worker lets in (:mod:`tailhound.streams.intake`), with one difference: a recording
-has no arrival time, so a line's event time is bounded against the recording's own progression (the median
-time of the lines around it, :class:`tailhound.streams.intake.Progression`) instead of the wall clock; a
-line more than `max_future_skew_s` ahead of it is skipped and counted in ``ReplayResult.rejected``, as the
-worker dead-letters it. Nodes that send nothing for `node_expiry_s` of event time are expired as in the
-worker (their incidents resolve, "node gone").
+``tailhound replay`` turns each recorded line into a snapshot with the agent's own pipeline and runs it through
+what the worker runs (:class:`tailhound.streams.processor.SnapshotProcessor`, the model stage, the roll-up), with
+state in memory; the same recording and rules always give the same bytes. Intake is the worker's, except that a
+line's event time is bounded against the recording's own progression (:class:`tailhound.streams.intake.Progression`),
+as a recording has no arrival time; skipped lines are counted in ``ReplayResult.rejected``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from faust import stores
 from faust.stores import rocksdb as faust_rocksdb
 
 from tailhound.errors import ConfigError
-from tailhound.settings import StreamsSettings
+from tailhound.streams_settings import StreamsSettings
 
 #: the Faust store URL scheme of :class:`StateStore` (registered with Faust's store registry on import)
 SCHEME = "tailhound-rocksdb"

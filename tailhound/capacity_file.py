@@ -1,19 +1,10 @@
 """The capacity file (core): per model, the thresholds a load test measured, for rules to read.
 
-``tailhound capacity --out capacity.yaml`` writes it from a load test or recorded telemetry
-(:mod:`tailhound.capacity`); the worker reads it at start (settings ``streams.capacity_file``) and offline
-replay with ``--capacity``. Each model pattern (fnmatch, first match wins, as ``streams.ttft_p99_sla_s``)
-gives the engines serving a matching model these per-engine signals:
-
-- ``capacity.safe_request_rate``: requests per second one engine serves before TTFT or TPOT bends (the
-  more conservative knee);
-- ``capacity.queue_scale_out``: requests waiting per engine at that rate: the level that should scale out;
-- ``capacity.max_num_seqs``: the batch size where TPOT starts growing faster than throughput;
-- ``capacity.ttft_knee_s``, ``capacity.tpot_knee_s``: the latencies at the knees.
-
-Rules compare with them like with ``sla.ttft_p99``: ``{signal: engine.arrival_rate, above: {signal:
-capacity.safe_request_rate}}``. Without a file (or for a model no pattern matches) the signals are absent
-and such rules cannot fire; ``tailhound doctor`` names the setting.
+``tailhound capacity --out capacity.yaml`` writes it; the worker reads it at start (``streams.capacity_file``),
+replay with ``--capacity``. Each model pattern (fnmatch, first match wins) gives the engines of a matching model
+the ``capacity.*`` signals (safe request rate, queue to scale out at, max batch, the latency knees), which rules
+compare with as with ``sla.ttft_p99``. Without a match the signals are absent and such rules cannot fire
+(``tailhound doctor`` names the setting).
 """
 
 from __future__ import annotations

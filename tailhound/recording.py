@@ -1,21 +1,9 @@
 """Scrape recordings: the public JSON-lines format of what agents collect (docs/recording-format.md).
 
-One JSON object per line::
-
-    {"ts": 1764400000.0, "node": "gpu-node-1", "job": "vllm", "body": "<Prometheus text exposition>"}
-
-Optional keys (readers ignore keys they do not know):
-
-- ``labels``: labels the agent adds to every sample of the scrape (``instance``, ``cluster``, ...);
-  they become the snapshot's common labels.
-- ``interval_s``: the collection interval, so a replay can tell a gap from a pause.
-- ``error``: the collection failed (the body is then empty); replay publishes it as a gap.
-
-The same parsing and mapping code (:mod:`tailhound.agents.snapshot_builder`) turns live scrapes and recorded lines
-into snapshots, so record -> replay gives identical snapshots.
-
-Compression: a file whose name ends in ``.gz`` is written gzip-compressed (:func:`open_for_writing`); readers
-tell gzip and zstd by the file's first bytes, not its name (:func:`compression_of`), so a renamed file reads.
+One object per line, ``{"ts", "node", "job", "body"}`` with optional ``labels``, ``interval_s`` and ``error``;
+readers ignore keys they do not know. Live scrapes and recorded lines become snapshots through the same code
+(:mod:`tailhound.agents.snapshot_builder`), so record -> replay gives identical snapshots. A ``.gz`` name is written
+gzip-compressed; readers tell gzip and zstd by the first bytes (:func:`compression_of`), so a renamed file reads.
 """
 
 from __future__ import annotations

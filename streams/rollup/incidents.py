@@ -1,28 +1,11 @@
 """Roll-up: one incident per fault, however many nodes it hits (pure).
 
-The node stage opens one incident per node and the model stage one per model, so a fault that hits
-every node (a traffic surge, a network path, a retry storm) would page once per node plus once per
-model. This stage reads those incidents in order and publishes the ones people see:
-
-- incidents are grouped by their cause where it spreads: the model for engine-side causes, the whole
-  fleet for path-side ones (:func:`group_key`);
-- the first incident of a group IS the group's incident: its id, its events, unchanged while it is
-  alone, so a fault confined to one node stays that node's incident, exactly as the node stage said;
-- another incident of the group that opens within :data:`JOIN_WINDOW_S` of the group folds into it:
-  nothing of its own is published, the group's incident is ``updated`` instead, its scope widened to
-  the model (or the fleet) with the list of nodes (``scope.nodes``), its evidence merged; a node that
-  joins later updates it the same way;
-- the group resolves when every member has; its root cause is the best-ranked cause among its open
-  members (``causal_rank.CAUSAL_RANK``), its severity the highest.
-
-Different causes stay different incidents (thermal on one node, KV cache on another: two groups). A
-residual cause (``node-degraded``: slower at the usual load, nothing specific found) that opens while its
-model has an incident of another cause open is that incident's aftermath (a backlog draining at full
-batch on a node, latency windows catching up): it is muted until it resolves, and nothing is published.
-A node's incident of a cause that another cause, open on the same node, explains (:data:`EXPLAINED_ON_NODE`:
-a node's capacity incident while the load balancer sends it more than its share) is muted the same way.
-Redelivered member events (a sequence already seen) change nothing, so at-least-once input never
-pages twice; the state holds open groups only.
+The node and model stages open one incident per node and per model, so a fleet-wide fault would page once per
+node. Incidents are grouped by cause where it spreads (:func:`group_key`: the model for engine-side causes, the
+fleet for path-side ones); a group's first incident is the group's, unchanged while it is alone, and others that
+open within :data:`JOIN_WINDOW_S` fold into it (``updated``, scope widened, ``scope.nodes``). A residual cause
+(``node-degraded``) while its model has another cause open, and a cause another one on the same node explains
+(:data:`EXPLAINED_ON_NODE`), are muted. Redelivered member events change nothing; the state holds open groups only.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Event-time order in front of the roll-up, so its incidents do not depend on how partitions are spread.
 
-The roll-up (:mod:`tailhound.streams.rollup.incidents`) decides by order: the first incident of a group leads it, a
-residual cause opening while another cause is open on its model is muted. With several workers, or one
-worker interleaving several partitions, the node- and model-stage events reach it in an order that depends
-on which worker was faster. :class:`EventOrder` restores one order, the same every time: it holds the
-events back and releases them sorted by (event time, incident id, sequence) once every stage partition
-has vouched (a progress marker, :mod:`tailhound.streams.rollup.watermarks`) that nothing earlier can still come.
-Offline replay runs the same order, so the worker with any number of workers and partitions gives the
-incidents replay gives.
-
-Bounds: an event waits at most ``max_delay_s`` of wall time (``streams.rollup_max_delay_s``; a stopped fleet,
-a worker that is down or still warming up its watermarks must not hold pages back), and at most
-:data:`MAX_PENDING` events wait (the oldest go first). An event older than what was already released is
-*late* (a node that came back, a worker that was down longer than the delay) and is released at once, in
-arrival order, and counted. A partition whose watermark falls :data:`tailhound.streams.rollup.watermarks.IDLE_S`
-behind the newest one stops holding the others back. The state is JSON (the roll-up table stores it).
+The roll-up decides by order (a group's first incident leads it), and with several workers events arrive in an
+order that depends on which was faster. :class:`EventOrder` holds them back and releases them sorted by (event
+time, incident id, sequence) once every stage partition has vouched (:mod:`tailhound.streams.rollup.watermarks`)
+that nothing earlier can come; replay runs the same order, so any number of workers gives replay's incidents.
+Bounded: at most ``max_delay_s`` of wall time and :data:`MAX_PENDING` events wait; a *late* event is released at
+once and counted. The state is JSON (the roll-up table stores it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Chart series of a rolled-up incident (pure): the lead member's series, and the nodes side by side.
 
 A group's members are node incidents (and model-stage ones) whose events carry their own chart series
-(:mod:`tailhound.streams.series`). The group keeps, bounded:
+(:mod:`tailhound.streams.evidence_traces`). The group keeps, bounded:
 
 - the full series of its *source* member (the one whose evidence and actions the group shows), as of
   that member's latest event;

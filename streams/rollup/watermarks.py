@@ -1,23 +1,11 @@
 """Watermarks: per partition, the event time that everything later from that partition will come after.
 
-The roll-up (:mod:`tailhound.streams.rollup.order`) puts the incident events of every worker back in
-event-time order. It can only release an event once no earlier one can still come, and it learns that from
-*progress markers* the stages publish next to their incident events, on the same topic, in order:
-
-- the **node stage**, per telemetry partition: :class:`PartitionClock`, the oldest latest snapshot time of
-  the (node, source) pairs active on the partition. Every source of a node sends in order and the worker
-  ignores a snapshot not newer than its source's last one, so every later event of the partition (dated
-  with the snapshot that caused it) is newer than this watermark;
-- the **model stage**, per model-topic partition: the oldest bucket end its aggregators have closed
-  (:meth:`tailhound.streams.model_stage.ModelStage.watermark`): its next events are dated at a later end.
-
-A pair silent for :data:`IDLE_S` of the partition's event time no longer holds the watermark back (a node
-that stopped, a source that failed), and a worker that just got a partition vouches only for
-:data:`WARMUP_S` of event time before its first snapshot until it has watched it for that long, so it has
-seen every active node of the partition before it vouches for more (the first marker, which also tells the
-roll-up that the partition exists and must be waited for).
-State is memory only: a restarted or rebalanced worker warms up again (until then the roll-up's wall-clock
-bound releases events).
+The roll-up (:mod:`tailhound.streams.rollup.order`) releases an event only once no earlier one can still come;
+it learns that from progress markers the stages publish beside their incident events: the node stage's
+:class:`PartitionClock` (the oldest latest snapshot time of the partition's active (node, source) pairs) and
+the model stage's oldest closed bucket end. A pair silent for :data:`IDLE_S` no longer holds it back; a worker
+new to a partition vouches for only :data:`WARMUP_S` until it has watched that long. Memory only: a restarted
+worker warms up again (the roll-up's wall-clock bound covers the gap).
 """
 
 from __future__ import annotations

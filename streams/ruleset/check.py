@@ -1,19 +1,11 @@
-"""``tailhound rules check``: every problem of every rule file at once, each at its line and column, with a
-hint (pure; no broker).
+"""``tailhound rules check``: every problem of every rule file at once, each at its line and column, with a hint
+(pure; no broker).
 
-What :func:`tailhound.streams.ruleset.rulefile.load_rules` refuses at the first error, this reports in full, the
-way promtool does for Prometheus rules and more:
-
-- YAML syntax, and duplicate keys (YAML keeps the last one silently: ``for: 1m`` then ``for: 30m``);
-- the structure of each rule (unknown keys with the nearest valid key, closed values such as severity
-  and root cause with the nearest valid one, durations such as ``1h30m``), one rule at a time so that
-  one broken rule hides nothing about the others;
-- signals: unknown names with the nearest known one, per-entity signals without ``reduce`` on a
-  rule of another scope, at the signal's own line and column;
-- the engines a rule declares against what they expose;
-- action placeholders (``{node}``, ``{gpus}``, ``{model}``, ``{engine}`` and the signals the rule
-  reports): a typo such as ``{gpuz}`` would reach the on-call person as literal text;
-- rule names defined twice, in one file or across files, with both places.
+What :func:`tailhound.streams.ruleset.rulefile.load_rules` refuses at the first error this reports in full, one
+rule at a time so a broken rule hides nothing about the others: YAML syntax and duplicate keys, each rule's
+structure (nearest valid key or value), unknown signals (nearest known one) and per-entity signals without
+``reduce``, declared engines, action placeholders (a ``{gpuz}`` would reach the on-call as text), and rule names
+defined twice.
 """
 
 from __future__ import annotations
@@ -37,8 +29,8 @@ from tailhound.yamlfile import mapping_value as _value
 from tailhound.yamlfile import read_text as read_yaml_text
 from tailhound.yamlfile import yaml_error_text
 
-from ..signal_names import known_signals
-from ..signals import signal_per
+from ..extract import signal_per
+from ..known_signals import known_signals
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 from .rulefile import Engine, Rule, RuleGroup, Scope, _check_engines
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.incident import Evidence
 
-from ..signals import SignalValues, signal_per
+from ..extract import SignalValues, signal_per
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 
 #: (signal, entity) -> the baseline value to compare against, and where it came from

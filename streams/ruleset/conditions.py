@@ -1,26 +1,9 @@
 """The `when:` language of rules: condition models (pydantic, strict) and helpers to walk them.
 
-Leaves compare one signal of the rule's entity (a GPU, an engine, the node):
-
-    {signal: gpu.temperature, at_least: 85}                         absolute threshold
-    {signal: latency.tpot.p95, above: {baseline: 2.0}}              ratio to the series' baseline
-    {signal: latency.tpot.p95, above_baseline: 2.0}                 ... the same, shorter
-    {signal: lb.health_timeout, below: {signal: health.p95, times: 1.5}}   against another signal
-    {signal: gpu.sm_clock, below: {peers: 0.8}}                      against its peers: 0.8 x the median of
-                                                                     the node's other GPUs (engines ...)
-    {signal: engine.requests_waiting, reduce: sum,
-     above: {signal: engine.requests_waiting, reduce: count, times: 2}}    node totals
-    {signal: gpu.dram_bw_util, reduce: max, above: 0.85}            a GPU signal in an engine rule
-    {signal: engine.requests_waiting, growing_for: 5m}              trend: rose over the window
-    {signal: net.listen_overflows.rate, above: 0}                   rate of a counter (per second)
-    {absent: gpu.temperature, for: 2m}                              a signal that stopped arriving
-    {signal: engine.requests_running, at_most: 0,
-     crossed: {times: 3, within: 10m}}                              a transition counter: the comparison
-                                                                     turned true or false at least 3 times
-                                                                     in the last 10 minutes (ruleset/crossings.py)
-
-and combine with `all`, `any` and `not`. ``reduce`` (max, min, mean, sum, count) folds a signal whose
-entities are not the rule's (GPU values in an engine rule) over the node, or over the links of a GPU.
+Leaves compare one signal of the rule's entity (a GPU, an engine, the node) with a threshold, its baseline,
+another signal, its peers, a trend, a crossing count, or say it stopped arriving (``absent``); ``reduce``
+folds a signal of other entities (GPU values in an engine rule) over the node. Leaves combine with ``all``,
+``any`` and ``not``. Every form, with examples, is in README "Rules".
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tailhound.snapshot import Snapshot
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT
 from ..engine_peers import COMPUTED_FROM as PEER_COMPUTED_FROM
 from ..engine_peers import NODE_EXPLAINED_SIGNAL as PEER_NODE_EXPLAINED
-from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
+from ..extract import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
 from .conditions import Absent, AllOf, AnyOf, NotOf, SignalCondition
 
 ANY = "any"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tailhound.catalog import Catalog
 
-from ..signals import signal_per
+from ..extract import signal_per
 from .condition_eval import MIN_PEERS, EvalContext, _reduce, peer_median, rising
 from .conditions import Absent, AllOf, AnyOf, NotOf, Reduce, Ref, SignalCondition
 from .rulefile import Rule, RuleSet, baseline_key

@@ -1,26 +1,9 @@
 """Rule files (``rules/*.yaml``): strict pydantic models and a loader whose errors name file and line.
 
-Shape, close to Prometheus rule files::
-
-    groups:
-      - name: gpu
-        rules:
-          - name: gpu-thermal-throttle
-            scope: gpu
-            when:
-              all:
-                - {signal: gpu.temperature, at_least: 85}
-                - {signal: gpu.sm_clock_ratio, below: 0.8}
-            for: 1m
-            keep_firing_for: 1m
-            severity: critical
-            root_cause: gpu-thermal-throttle
-            actions: ["Check cooling of {node} GPUs {gpus}"]
-
-``engines:`` (optional) says which inference engines a rule supports: some of ``vllm``, ``tgi``, ``nim``, ``sglang``, or
-``[any]`` for a rule that reads no engine signal. The loader refuses an engine that cannot feed the rule
-(it lacks a signal every branch of the condition needs; streams/ruleset/engine_support.py), and ``any`` on a rule
-that reads engine signals.
+The shape is close to Prometheus rule files (``groups: [{name, rules: [...]}]``; see README "Rules"). A rule's
+optional ``engines:`` (``vllm``, ``tgi``, ``nim``, ``sglang`` or ``[any]``) is checked at load: an engine that lacks
+a signal every branch of the condition needs is refused (:mod:`tailhound.streams.ruleset.engine_support`), and
+``any`` on a rule that reads engine signals.
 """
 
 from __future__ import annotations
@@ -39,7 +22,7 @@ from tailhound.yamlfile import compose_strict, read_config_text
 from tailhound.yamlfile import line_of as _line_of
 
 from ..demand import history_windows
-from ..signals import signal_per
+from ..extract import signal_per
 from .conditions import Absent, AllOf, AnyOf, Condition, Duration, Leaf, NotOf, Ref, SignalCondition, leaves
 from .pack import pack_version
 

@@ -1,22 +1,11 @@
-"""The node stage as a pipeline of explicit steps, each a module with one signature, the way
-``notifier/stages/`` is: ``stage(step: Step) -> bool`` reads and fills the :class:`Step` of one snapshot and
-returns False to end the pipeline for it (a redelivered snapshot stops at ``admit``).
+"""The node stage as a pipeline of explicit steps, each a module with one signature, the way ``notifier/stages/``
+is: ``stage(step: Step) -> bool`` reads and fills the :class:`Step` of one snapshot and returns False to end the
+pipeline for it (a redelivered snapshot stops at ``admit``).
 
-:data:`PIPELINE`, in order:
-
-1. :mod:`.admit`: event time per source and instance; a snapshot no newer than the last one seen from its
-   source (a redelivery, at-least-once) changes nothing;
-2. :mod:`.signals`: the snapshot's samples -> canonical signal values per entity (catalog, counter rates,
-   histogram windows and their percentiles), merged into the node's latest view with the per-model SLA;
-3. :mod:`.windows`: the short histories of trend conditions, demand (``engine.arrival_rate``) and the
-   rolling baselines, and the evaluation context rules are judged in;
-4. :mod:`.rules`: every rule whose signals changed (or that holds state) steps its entities: pending,
-   firing (after ``for``), stopped (after ``keep_firing_for``, or stale);
-5. :mod:`.correlation`: firing and pending rules -> incident events (:mod:`tailhound.streams.correlate`).
-
-Pure: no I/O, event time only. :func:`tailhound.streams.evaluator.evaluate` builds the step and runs the
-pipeline; the worker (through :class:`tailhound.streams.processor.SnapshotProcessor`) and offline replay
-share it.
+:data:`PIPELINE`: :mod:`.admit` (event time per source; redeliveries change nothing) -> :mod:`.signals`
+(canonical values merged into the node's latest view) -> :mod:`.windows` (trends, demand, baselines, the
+evaluation context) -> :mod:`.rules` (pending, firing, stopped) -> :mod:`.correlation` (incident events).
+Pure: no I/O, event time only; :func:`tailhound.streams.evaluator.evaluate` runs it for the worker and replay.
 """
 
 from __future__ import annotations

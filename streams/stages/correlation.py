@@ -1,13 +1,13 @@
 """Correlation: the firing and pending rules of the node -> incident events (one incident per fault
 domain, the deepest cause as root, symptoms attached; :mod:`tailhound.streams.correlate`), each with the
-chart series of its rules (:mod:`tailhound.streams.series`); then the traces no rule or open incident needs
+chart series of its rules (:mod:`tailhound.streams.evidence_traces`); then the traces no rule or open incident needs
 any longer are dropped."""
 
 from __future__ import annotations
 
 from ..candidates import observer
 from ..correlate import correlate
-from ..series import prune, series_of
+from ..evidence_traces import prune, series_of
 from .step import Step
 
 

@@ -10,10 +10,10 @@ from tailhound.catalog import Catalog
 
 from ..episode import Firing
 from ..evidence import rule_evidence
+from ..evidence_traces import SeriesTrace, record
 from ..node_state import FiringEntity, RuleState
 from ..ruleset.condition_eval import EvalContext, required_hold
 from ..ruleset.plan import RulePlan, entity_order, plans_for
-from ..series import SeriesTrace, record
 from .step import Step
 
 

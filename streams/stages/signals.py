@@ -1,6 +1,6 @@
 """Signals: the snapshot's samples -> canonical values per entity (the catalog's mappings, counter rates,
 histogram deltas into the node's latency windows and their percentiles), merged into the node's latest
-view (:mod:`tailhound.streams.nodesignals`), and the per-model service levels (``sla.ttft_p99``)."""
+view (:mod:`tailhound.streams.latest_values`), and the per-model service levels (``sla.ttft_p99``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import fnmatch
 from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
 
+from ..extract import SLA_SIGNALS, SignalValues
+from ..latest_values import CurrentValues, snapshot_values
 from ..node_state import NodeState
-from ..nodesignals import CurrentValues, snapshot_values
-from ..ruleset.signal_reads import window_stats_read
-from ..signals import SLA_SIGNALS, SignalValues
+from ..ruleset.rule_reads import window_stats_read
 from .step import Step
 
 

@@ -10,12 +10,12 @@ from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
 from ..episode import Firing
+from ..extract import SignalValues
+from ..latest_values import CurrentValues, LatestValues
 from ..loadmodel import LoadModel
 from ..node_state import NodeState
-from ..nodesignals import CurrentValues, LatestValues
 from ..ruleset.condition_eval import EvalContext
 from ..ruleset.rulefile import RuleSet
-from ..signals import SignalValues
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Step:
     stale_after_s: float
     models: dict[str, LoadModel] | None = None
     sla: dict[str, dict[str, float]] | None = None
-    #: derive every window statistic, not only those the rules and models can read (streams/ruleset/signal_reads.py)
+    #: derive every window statistic, not only those the rules and models can read (streams/ruleset/rule_reads.py)
     all_stats: bool = False
     #: signals: the snapshot's own values, and the node's merged view (computed per signal as rules read it)
     fresh: SignalValues = field(default_factory=dict)

@@ -8,15 +8,15 @@ from typing import Any, cast
 
 from ..baseline import RollingBaseline
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
+from ..extract import DERIVED_SIGNALS, FLAG_SIGNALS, RATE_RATIOS, SignalValues
+from ..latest_values import CurrentValues
 from ..loadmodel import LoadModel, expected_for, features_of
 from ..node_state import NodeState
-from ..nodesignals import CurrentValues
 from ..ruleset.condition_eval import EvalContext
 from ..ruleset.condition_eval import _reduce as reduce_values
 from ..ruleset.crossings import count as crossing_count
 from ..ruleset.crossings import record as record_crossings
 from ..ruleset.rulefile import RuleSet, split_baseline_key
-from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, RATE_RATIOS, SignalValues
 from .step import Step
 
 

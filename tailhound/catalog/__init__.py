@@ -1,21 +1,10 @@
 """The canonical signal catalog: which source metric is which canonical signal (data in signals.yaml).
 
-Each signal names its unit, kind (gauge, counter or histogram), the label(s) that identify the entity
-a value belongs to (``per``), and for every source (snapshot ``source`` = recording ``job``) the
-metric(s) that carry it. A source may list several metrics for one signal (vLLM V1 and V0 names,
-both dcgm-exporter naming generations); ``match`` narrows a mapping to samples with given label
-values (``probe_http_duration_seconds{phase="connect"}``; ``""`` means "label absent or empty", ``"*"``
-"label present") and ``scale`` converts units (percent -> ratio). ``docs/signals.md`` is generated from
-this file (``tailhound catalog``).
-
-MIG: dcgm-exporter labels the lines of a MIG GPU instance with ``GPU_I_ID`` (and ``GPU_I_PROFILE``) and the
-parent GPU's ``gpu`` label, so they are kept apart from whole-GPU values by the per-GPU signal's ``mig``
-field (dcgm sources only): ``device`` -- the field is a property of the physical GPU (temperature, clocks,
-power, PCIe, ECC) and every instance line repeats the GPU's own value, so instance lines count for the GPU
-(entity ``"0"``); ``instance`` -- the value is the instance's own (DRAM activity, framebuffer): instance lines
-feed the generated twin signal ``mig.<name>`` (per ``gpu, GPU_I_ID``, entity ``"0/mig3"``) and never the
-whole-GPU signal; omitted -- instance lines are dropped. Per-engine coverage (what each inference engine
-exposes, stands in for, or lacks) is the ``engines`` section (:class:`EngineCoverage`).
+Each signal names its unit, kind, the entity label(s) (``per``) and, per source, the metric(s) that carry it,
+narrowed by label values (``match``) and converted (``scale``); ``docs/signals.md`` is generated from it
+(``tailhound catalog``). A per-GPU signal's ``mig`` field keeps MIG instance lines out of whole-GPU values
+(``device``: they count for the GPU; ``instance``: they feed the ``mig.<name>`` twin; omitted: dropped). What
+each inference engine exposes, stands in for or lacks is the ``engines`` section (:class:`EngineCoverage`).
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def doctor(
     """Which rules can fire with the signals a recording, live targets or a Prometheus carry; for each blind
     rule, what is missing and the fix. Exits 1 when a critical rule is blind."""
     from tailhound.catalog import default_catalog
-    from tailhound.doctor.report import diagnose, read_recordings, render_json, render_table, scrape_targets
+    from tailhound.doctor.observed import read_recordings, scrape_targets
+    from tailhound.doctor.report import diagnose, render_json, render_table
     from tailhound.streams.ruleset.rulefile import load_rules
 
     if fmt not in ("table", "json"):

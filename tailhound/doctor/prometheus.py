@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tailhound.catalog import Catalog, default_catalog
-from tailhound.doctor.report import Observed, guess_job
+from tailhound.doctor.observed import Observed, guess_job
 from tailhound.errors import TailhoundError
 from tailhound.ingest.federation import FederationConfig, FederationPuller
 from tailhound.ingest.grouping import GroupingConfig

@@ -1,23 +1,10 @@
 """Input series of a rule test -> scrape records, the way exporters would have been scraped (pure).
 
-A rule test gives its inputs per node as series in promtool's notation (:mod:`tailhound.rulestest.series`),
-either as canonical signals (``gpu.temperature{gpu="3"}``: rendered under the metric the node's source for
-that signal exports, scaled back to the exporter's unit) or as an exporter's own metrics with their source
-(``DCGM_FI_DEV_GPU_TEMP{gpu="3"}`` with ``source: dcgm``). Every step becomes one Prometheus text exposition
-per (node, source), i.e. one :class:`~tailhound.recording.ScrapeRecord`; replay turns those into snapshots
-with the agent's own pipeline, so counters and histograms get their deltas exactly as from a real scrape.
-
-Kinds:
-
-- gauges: the value of each step;
-- counters: the cumulative value, as an exporter shows it (``0+30x40`` is 2/s at a 15 s interval); or
-  ``<counter>.rate`` (``engine.preemptions.rate``): per-second rates, summed up into the counter;
-- histograms (``latency.tpot``, ``vllm:time_to_first_token_seconds``): each step's value is the value
-  every observation of that interval takes, ``count`` (a number or a series, default 10) how many there
-  were; they fall into the source's real bucket bounds (``buckets:`` overrides), ``_sum`` grows by
-  ``count x value``, so ``.mean`` is exact and percentiles interpolate inside the value's bucket like
-  ``histogram_quantile``. Raw ``<histogram>_bucket{le="..."}``, ``_sum`` and ``_count`` series are
-  rendered as given, for full control.
+Series (promtool's notation, :mod:`tailhound.rulestest.series_notation`) name either a canonical signal (rendered under
+the metric the node's source exports, in its unit) or an exporter's own metric with its ``source``. Each step
+becomes one exposition per (node, source), a :class:`~tailhound.recording.ScrapeRecord`, so replay derives
+counter and histogram deltas with the agent's own pipeline, as from a real scrape. Histogram steps give the value
+every observation of the interval takes (``count`` of them, default 10); the kinds are in docs/rules-testing.md.
 """
 
 from __future__ import annotations
@@ -25,13 +12,13 @@ from __future__ import annotations
 import itertools
 import math
 from bisect import bisect_left
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from tailhound.catalog import Catalog, SignalSpec
 from tailhound.recording import ScrapeRecord
 
-from .series import SeriesError, parse_selector, parse_series
+from .exposition import Plan, default_buckets, fmt_le, render, series_key
+from .series_notation import SeriesError, parse_selector, parse_series
 
 #: engine sources and the label that names one engine of a node in them (vLLM: engine, else the instance)
 ENGINE_SOURCES = ("vllm", "tgi", "nim", "sglang")
@@ -73,46 +60,6 @@ class SeriesInput:
     each: dict[str, list[str]] = field(default_factory=dict)
 
 
-@dataclass
-class _Plan:
-    """One rendered series: where it goes and its exposition lines per step (None: absent that step)."""
-
-    node: str
-    source: str
-    family: str
-    kind: str  # gauge, counter, histogram, untyped
-    #: per step: (the sample's `name{labels}` as the text writes it, value) lines, or None
-    steps: list[list[tuple[str, float]] | None]
-
-
-def default_buckets(source: str, metric: str, spec: SignalSpec | None) -> tuple[float, ...]:
-    """The bucket bounds the source really uses for `metric` (the simulator's copies of them)."""
-    from tailhound.agents.simulator import histogram as h
-
-    if source == "tgi":
-        if spec is not None and spec.name.startswith("tokens."):
-            return h.tgi_linear_buckets(8192)
-        return h.TGI_DURATION_BUCKETS
-    if source == "sglang":
-        from tailhound.agents.simulator import sglang
-
-        name = spec.name if spec is not None else ""
-        return {
-            "latency.ttft": sglang.TTFT_BUCKETS,
-            "latency.tpot": sglang.ITL_BUCKETS,
-            "latency.queue": sglang.QUEUE_BUCKETS,
-        }.get(name, sglang.TOKEN_BUCKETS if name.startswith("tokens.") else sglang.E2E_BUCKETS)
-    if spec is not None and spec.name.startswith("tokens."):
-        return h.build_1_2_5_buckets(131072)
-    if spec is not None and spec.name == "latency.ttft":
-        return h.TTFT_BUCKETS
-    if spec is not None and spec.name in ("latency.itl", "latency.tpot"):
-        return h.ITL_BUCKETS
-    if spec is not None and spec.name.startswith("latency."):
-        return h.REQUEST_LATENCY_BUCKETS
-    return (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # Prometheus' client default
-
-
 def record_labels(source: str, node: str, setup: NodeSetup) -> dict[str, str]:
     """The labels the agent config adds to a scrape (the engine's model, its id) as the simulator sets them."""
     if source == "vllm":
@@ -124,7 +71,7 @@ def record_labels(source: str, node: str, setup: NodeSetup) -> dict[str, str]:
 
 def _derived_hint(name: str) -> str | None:
     """Why a signal name cannot be an input, and what to give instead."""
-    from tailhound.streams.signals import (
+    from tailhound.streams.extract import (
         DEMAND_SIGNALS,
         DERIVED_SIGNALS,
         FLAG_SIGNALS,
@@ -168,7 +115,7 @@ class SeriesRenderer:
         self.interval_s = interval_s
         self.start_ts = start_ts
         self.nodes = nodes
-        self.plans: list[_Plan] = []
+        self.plans: list[Plan] = []
 
     def setup(self, node: str) -> NodeSetup:
         return self.nodes.get(node) or NodeSetup()
@@ -288,7 +235,7 @@ class SeriesRenderer:
         kind = spec.kind
         key = series_key(mapping.metric, labels)
         steps = [None if v is None else [(key, v / scale)] for v in values]
-        self.plans.append(_Plan(entry.node, source, mapping.metric, kind, steps))
+        self.plans.append(Plan(entry.node, source, mapping.metric, kind, steps))
 
     def _integrate(self, rates: list[float | None]) -> list[float | None]:
         total, out = 0.0, []
@@ -335,7 +282,7 @@ class SeriesRenderer:
                     raise InputError(f'{name} needs an le label (le="0.5" ... le="+Inf")', "series")
                 key = series_key(name, labels)
                 steps = [None if v is None else [(key, v)] for v in values]
-                self.plans.append(_Plan(entry.node, source, base, "histogram", steps))
+                self.plans.append(Plan(entry.node, source, base, "histogram", steps))
                 return
         if kind == "histogram":
             found = cat.lookup(source, name, labels)
@@ -347,7 +294,7 @@ class SeriesRenderer:
             )
         key = series_key(name, labels)
         steps = [None if v is None else [(key, v)] for v in values]
-        self.plans.append(_Plan(entry.node, source, name, kind or "untyped", steps))
+        self.plans.append(Plan(entry.node, source, name, kind or "untyped", steps))
 
     def _histogram(
         self,
@@ -374,7 +321,7 @@ class SeriesRenderer:
             raise InputError("a negative count of observations", "count")
         cumulative = [0.0] * len(le)
         total = total_sum = 0.0
-        bucket_keys = [series_key(f"{metric}_bucket", {**labels, "le": _fmt_le(b)}) for b in le]
+        bucket_keys = [series_key(f"{metric}_bucket", {**labels, "le": fmt_le(b)}) for b in le]
         inf_key = series_key(f"{metric}_bucket", {**labels, "le": "+Inf"})
         sum_key, count_key = series_key(f"{metric}_sum", labels), series_key(f"{metric}_count", labels)
         steps: list[list[tuple[str, float]] | None] = []
@@ -391,7 +338,7 @@ class SeriesRenderer:
             lines = list(zip(bucket_keys, cumulative, strict=True))
             lines += [(inf_key, total), (sum_key, total_sum), (count_key, total)]
             steps.append(lines)
-        self.plans.append(_Plan(entry.node, source, metric, "histogram", steps))
+        self.plans.append(Plan(entry.node, source, metric, "histogram", steps))
 
     # --- records ---------------------------------------------------------------------------------------------
 
@@ -402,7 +349,7 @@ class SeriesRenderer:
     def records(self) -> list[ScrapeRecord]:
         """One record per (step, node, source) that has a sample; time order, nodes in order of appearance."""
         node_order = list(dict.fromkeys([*self.nodes, *(p.node for p in self.plans)]))
-        by_target: dict[tuple[str, str], list[_Plan]] = {}
+        by_target: dict[tuple[str, str], list[Plan]] = {}
         for p in self.plans:
             by_target.setdefault((p.node, p.source), []).append(p)
 
@@ -430,44 +377,3 @@ class SeriesRenderer:
                     )
                 )
         return out
-
-
-def _fmt_le(b: float) -> str:
-    return str(int(b)) if float(b).is_integer() and abs(b) < 1e15 else repr(float(b))
-
-
-def _fmt_value(v: float) -> str:
-    if float(v).is_integer() and abs(v) < 1e15:
-        return str(int(v))
-    return repr(float(v))
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def series_key(name: str, labels: dict[str, str]) -> str:
-    """``name{a="1",b="2"}`` as the text exposition writes a sample (``name`` alone without labels)."""
-    if not labels:
-        return name
-    return name + "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items()) + "}"
-
-
-def render(plans: Sequence[_Plan], step: int) -> str | None:
-    """The text exposition of one scrape: every plan's lines of `step`, one TYPE header per family."""
-    families: dict[str, tuple[str, list[str]]] = {}
-    any_line = False
-    for p in plans:
-        lines = p.steps[step] if step < len(p.steps) else None
-        if lines is None:
-            continue
-        any_line = True
-        fam = families.setdefault(p.family, (p.kind, []))
-        fam[1].extend(f"{key} {_fmt_value(value)}" for key, value in lines)
-    if not any_line:
-        return None
-    out = []
-    for family, (kind, lines) in families.items():
-        out.append(f"# TYPE {family} {kind}")
-        out.extend(lines)
-    return "\n".join(out) + "\n"

@@ -12,7 +12,8 @@ from typing import Any
 
 from tailhound.incident import IncidentEvent
 
-from .backtest import BacktestReport, Incident, Replayed
+from .backtest import BacktestReport
+from .incidents import Incident, Replayed
 from .unit import fmt_duration
 
 

@@ -1,34 +1,15 @@
 """What keeps a streams worker (``tailhound worker``) going through broker trouble, and stops it on time.
 
-- **Lost topics.** Every :data:`TOPIC_CHECK_S` the worker lists the broker's topics. A topic of its own that is
-  gone (the bundled broker restarted: it keeps everything in memory; a topic deleted by hand) is declared
-  again: tailhound's topics with :func:`tailhound.kafka.ensure_topics`, Faust's internal ones (table changelogs,
-  the leader topic) the way Faust declares them. Faust's pending commit then goes through, its consumer
-  rejoins the broker's new group and reads the new topics from their start. The worker keeps the table state
-  it holds in memory (its open incidents), but the new changelogs hold only what changed after that: were the
-  worker restarted too, it would recover only that part (see the README, "Broker restarts").
-- **Offsets past the log.** The same loss leaves the worker's group with offsets it committed into the lost
-  logs (a commit pending while the broker was away lands in the new, empty group): rejoining, the consumer
-  would seek there and skip the recreated topic's first messages (measured: partition end 19, committed 66).
-  :func:`reset_offsets_past_log_end` makes every seek to committed offsets read from their beginning the
-  partitions of topics the broker lost (:mod:`tailhound.worker.lost_logs`: a topic check runs first) and any
-  whose committed offset lies beyond its log end (that log was lost too); until then no commit carries their
-  old offsets.
-- **Sends into lost topics.** Until the guard has declared them again, the bundled broker answers the worker's
-  sends to its own topics (node-incidents, model-telemetry, changelogs) with error -1 (UNKNOWN), which aiokafka
-  does not retry, and Faust drops the message: an incident event of that moment was lost.
-  :func:`retry_unknown_produce_errors` has aiokafka retry such a send (with a metadata refresh) like an unknown
-  topic, until the topic is back or the producer's request timeout expires the batch.
-- **Commit errors.** aiokafka retries a failed offset commit for as long as the error is retriable (an unknown
-  topic, no coordinator): a worker whose topics never came back stalled, logging about seven errors a second.
-  :func:`bound_commit_retries` makes a commit that has not gone through after :data:`COMMIT_RETRY_S` raise:
-  Faust crashes the worker and it exits non-zero, for its supervisor (Kubernetes, systemd, the demo's
-  :class:`tailhound.worker.process.WorkerProcess`) to start it again; a new worker recovers its tables from
-  their changelogs.
-- **Stopping on time.** SIGINT/SIGTERM stop Faust gracefully (commit, flush, leave the group). When that takes
-  more than :data:`SHUTDOWN_GRACE_S` (a broker that does not answer the last commit, a machine busy with other
-  work), :func:`stop_within` ends the process anyway, with status 1: offsets not committed are processed again
-  by the next worker, which the incident ids and sequences make harmless.
+- **Lost topics**: every :data:`TOPIC_CHECK_S` the worker's own topics that are gone (the bundled broker keeps
+  everything in memory) are declared again; the worker keeps the table state it holds in memory.
+- **Offsets past the log**: :func:`reset_offsets_past_log_end` reads lost topics' partitions (and any whose
+  committed offset lies beyond its log end) from the start, so no recreated topic's first messages are skipped.
+- **Sends into lost topics**: :func:`retry_unknown_produce_errors` has aiokafka retry the bundled broker's
+  error -1 like an unknown topic, so an incident event is not dropped while the topic comes back.
+- **Commit errors**: :func:`bound_commit_retries` makes a commit stuck for :data:`COMMIT_RETRY_S` raise, so the
+  worker exits for its supervisor to restart it (it recovers its tables from the changelogs).
+- **Stopping on time**: :func:`stop_within` ends a graceful stop that takes over :data:`SHUTDOWN_GRACE_S`
+  (status 1); offsets not committed are processed again, which incident ids and sequences make harmless.
 """
 
 from __future__ import annotations

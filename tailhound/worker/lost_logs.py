@@ -1,28 +1,13 @@
-"""Offsets into logs the broker lost: after a broker lost its data (the bundled broker restarted: it keeps
-everything in memory), the worker's group offsets are positions in logs that no longer exist, and must not
-be used to read the new ones.
+"""Offsets into logs the broker lost: after a broker lost its data (the bundled broker keeps it in memory), the
+worker's committed offsets are positions in logs that no longer exist and must not be used to read the new ones
+(a seek there would skip snapshots unseen, so a fault starting in between would open no incident).
 
-They reach the new group anyway: the offset commit the worker makes when its membership is refused (the
-broker forgot the group) goes through for every topic that exists again by then, and the agents declare
-tailhound's topics within a second of the restart. Rejoining, the consumer would seek the recreated
-telemetry partition to that old position: when the new log had already grown past it (the agent re-sends
-its outbox at once), every snapshot before it would be skipped, unseen, neither processed nor rejected: a
-fault starting in between opens no incident. A committed offset beyond the log end gives it away only while
-the new log is still shorter than the old (in the broker-restart drill: committed 92, 98, 122 against new
-logs of 75, 77, 81 snapshots, a margin of seconds).
-
-:class:`LostLogs` remembers which of the worker's topics the broker lost (a topic seen before and missing at a
-topic check: :func:`tailhound.worker.guard.check_topics`, which also runs at every assignment, before the
-seek); when a table changelog is among them the broker lost everything, and every offset is void. Until the
-next assignment has read those partitions from their beginning
-(:func:`tailhound.worker.guard.reset_offsets_past_log_end`), no commit carries an offset of theirs
-(:func:`drop_commits_into_lost_logs`); a commit the broker answers with an unknown topic is dropped too (its
-log is gone; what it covered is read again, which the incident ids make
-harmless). A table changelog the broker lost is not read back at that assignment
-(:func:`skip_recovery_of_lost_changelogs`): this worker's memory holds the table and the new log only what it
-wrote since, and Faust's recovery waited on such a log for ever ("No event received for active tp ..."), the
-worker never ready again. Limit: with several workers, one whose topic check finds the topics already
-declared again by another learns of the loss only from the log-end check.
+:class:`LostLogs` remembers which of the worker's topics the broker lost (found by
+:func:`tailhound.worker.guard.check_topics`, which runs at every assignment, before the seek; a lost changelog
+means every offset is void). Until those partitions are read from the start, no commit carries their offsets
+(:func:`drop_commits_into_lost_logs`), and a lost changelog is not recovered (:func:`skip_recovery_of_lost_changelogs`:
+the worker's memory holds the table; Faust would wait on it for ever). Limit: a worker that finds the topics
+already declared again by another learns of the loss only from the log-end check.
 """
 
 from __future__ import annotations

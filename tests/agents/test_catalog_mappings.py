@@ -10,7 +10,7 @@ from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.errors import ConfigError
 from tailhound.recording import ScrapeRecord
-from tailhound.streams.signals import extract
+from tailhound.streams.extract import extract
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -16,9 +16,9 @@ import pytest
 from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import NOT_EXPOSED, default_catalog
 from tailhound.recording import ScrapeRecord
+from tailhound.streams.extract import extract
 from tailhound.streams.latency import LatencyTracker
 from tailhound.streams.ruleset.engine_support import catalog_signals, snapshot_signals
-from tailhound.streams.signals import extract
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = 1_764_400_000.0

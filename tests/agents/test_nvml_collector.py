@@ -19,7 +19,7 @@ from tailhound.agents.collectors.nvml_fields import (
 from tailhound.agents.exposition import parse_exposition, to_samples
 from tailhound.agents.render import ExpositionWriter
 from tailhound.snapshot import Snapshot
-from tailhound.streams.signals import extract
+from tailhound.streams.extract import extract
 from tests.agents.fake_pynvml import FakeNvml
 
 NODE = "gpu-node-1"

@@ -19,9 +19,9 @@ import yaml
 from tailhound.agents.exposition import parse_exposition, to_samples
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
+from tailhound.streams.extract import extract
 from tailhound.streams.replay import replay_files
 from tailhound.streams.ruleset.rulefile import load_rules
-from tailhound.streams.signals import extract
 
 RECORDING = Path(__file__).parent / "fixtures" / "h200_nvml_recording.jsonl"
 RULES = Path(__file__).parents[2] / "rules"

@@ -19,7 +19,7 @@ from tailhound.agents.simulator.histogram import TGI_DURATION_BUCKETS
 from tailhound.agents.simulator.recording import snapshot_to_record
 from tailhound.agents.simulator.timeseries import Tick, deltas, histograms, interval_means, snapshot_of, values
 from tailhound.agents.snapshot_builder import SnapshotBuilder
-from tailhound.streams.signals import extract
+from tailhound.streams.extract import extract
 
 N1, N2 = "gpu-node-1", "gpu-node-2"
 FIXTURES = Path(__file__).parent / "fixtures"

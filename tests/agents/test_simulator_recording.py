@@ -17,7 +17,7 @@ from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.cli import app
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
-from tailhound.streams.signals import extract
+from tailhound.streams.extract import extract
 
 NODES, MINUTES = 2, 10
 

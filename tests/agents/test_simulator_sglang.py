@@ -14,8 +14,8 @@ from tailhound.agents.simulator.recording import snapshot_to_record
 from tailhound.agents.simulator.sglang import ITL_BUCKETS, QUEUE_BUCKETS, SGLANG_PORT, TTFT_BUCKETS
 from tailhound.agents.simulator.timeseries import Tick, snapshot_of, values
 from tailhound.agents.snapshot_builder import SnapshotBuilder
+from tailhound.streams.extract import extract
 from tailhound.streams.ruleset.engine_support import catalog_signals, snapshot_signals
-from tailhound.streams.signals import extract
 
 N1 = "gpu-node-1"
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang.prom"

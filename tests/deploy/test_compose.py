@@ -409,7 +409,8 @@ def test_dockerfile_exposes_every_process_port(dockerfile):
     """The worker's endpoint, the notifier API/console, the ingest and the agent, from their defaults in the code."""
     from tailhound.agents.config import AgentConfig
     from tailhound.ingest.config import DEFAULT_LISTEN
-    from tailhound.settings import NotifierSettings, StreamsSettings
+    from tailhound.settings import NotifierSettings
+    from tailhound.streams_settings import StreamsSettings
 
     def port(listen: str) -> str:
         return listen.rpartition(":")[2]

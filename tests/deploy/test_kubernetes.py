@@ -315,7 +315,7 @@ def test_worker_instance_id_is_the_pod_name(applied):
 def test_the_instance_ids_the_pods_get_validate(applied, monkeypatch):
     """The names a StatefulSet gives its pods (<name>-<ordinal>) are valid streams.instance_id values, with the
     rest of the worker's settings, and distinct."""
-    from tailhound.settings import StreamsSettings
+    from tailhound.streams_settings import StreamsSettings
 
     sts = one(applied, "StatefulSet", "tailhound-worker")
     c, _ = _worker_env_entries(applied)
@@ -375,7 +375,7 @@ def _commented_alternative(path: Path) -> dict:
 def test_worker_data_dir_volume_claim_alternative_for_rocksdb(applied):
     """The documented alternative to the emptyDir (streams.store rocksdb): a volumeClaimTemplate that, once
     uncommented, replaces the `data` volume at the same mount, one ReadWriteOnce volume per worker."""
-    from tailhound.settings import StreamsSettings
+    from tailhound.streams_settings import StreamsSettings
 
     sts = one(applied, "StatefulSet", "tailhound-worker")
     assert "volumeClaimTemplates" not in sts["spec"], "the default keeps the tables in memory, the data dir an emptyDir"

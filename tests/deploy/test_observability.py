@@ -431,7 +431,7 @@ def promtool_check_config(path: Path, tmp_path: Path) -> str:
 
 def test_static_scrape_config(tmp_path):
     from tailhound.agents.config import parse_agent_config
-    from tailhound.settings import StreamsSettings
+    from tailhound.streams_settings import StreamsSettings
 
     promtool_check_config(SCRAPE_STATIC, tmp_path)
     cfg = _load(SCRAPE_STATIC)[0]

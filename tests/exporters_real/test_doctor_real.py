@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tailhound.catalog import default_catalog
-from tailhound.doctor.report import scrape_targets
+from tailhound.doctor.observed import scrape_targets
 from tests.exporters import running, start_node_exporter
 from tests.exporters_real.drill import NOT_IN_NODE_EXPORTER_DEFAULTS, catalog_metrics
 

@@ -16,7 +16,7 @@ from tailhound.errors import ConfigFileError
 from tailhound.ingest.config import load_ingest_config
 from tailhound.notifier.config import load_config, parse_config
 from tailhound.notifier.config_check import check_file, label_space
-from tailhound.rulestest.unit import load_test_file
+from tailhound.rulestest.unit_file import load_test_file
 from tailhound.settings import load_settings
 from tailhound.streams.ruleset.check import check_paths
 from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text

@@ -26,8 +26,9 @@ from tailhound.agents.collectors.scrape import ScrapeCollector, ScrapeTarget
 from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.catalog.fixes import default_fixbook
+from tailhound.doctor.observed import collect_targets
 from tailhound.doctor.prometheus import observe_prometheus
-from tailhound.doctor.report import collect_targets, diagnose, render_table
+from tailhound.doctor.report import diagnose, render_table
 from tailhound.ingest.config import IngestServiceConfig
 from tailhound.ingest.federation import FederationConfig, FederationPuller
 from tailhound.ingest.prometheus_snippet import write_relabel_configs

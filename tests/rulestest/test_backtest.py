@@ -19,9 +19,10 @@ from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import write_recording
 from tailhound.incident import IncidentEvent
 from tailhound.recording import RecordingError
-from tailhound.rulestest.backtest import FaultWindow, TruthFile, run_backtest, score
+from tailhound.rulestest.backtest import run_backtest
 from tailhound.rulestest.recordings import ProgressLine, ReadProgress, iter_recording
 from tailhound.rulestest.report import render_backtest_table
+from tailhound.rulestest.truth import FaultWindow, TruthFile, score
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"

@@ -16,7 +16,8 @@ import pytest
 from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.rulestest.inputs import NodeSetup, SeriesInput, SeriesRenderer
-from tailhound.rulestest.unit import format_file_result, load_test_file, run_file
+from tailhound.rulestest.unit import format_file_result, run_file
+from tailhound.rulestest.unit_file import load_test_file
 from tailhound.streams.histograms import histogram_quantile
 from tailhound.streams.ruleset.rulefile import load_rules
 

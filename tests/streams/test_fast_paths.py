@@ -17,13 +17,13 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.snapshot import HistogramDelta
+from tailhound.streams.extract import extract
 from tailhound.streams.histograms import Histogram, histogram_quantile
 from tailhound.streams.latency_window import LatencyWindow
-from tailhound.streams.nodesignals import LatestValues, counter_rates, snapshot_values
+from tailhound.streams.latest_values import LatestValues, counter_rates, snapshot_values
 from tailhound.streams.ruleset.condition_eval import EvalContext, entities_of, holds
 from tailhound.streams.ruleset.plan import plans_for
 from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text
-from tailhound.streams.signals import extract
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,12 @@ from typer.testing import CliRunner
 
 from tailhound.capacity_file import CAPACITY_SIGNALS, capacity_limits, load_capacity_file
 from tailhound.cli import app
-from tailhound.doctor.report import Observed, diagnose
+from tailhound.doctor.observed import Observed
+from tailhound.doctor.report import diagnose
 from tailhound.errors import ConfigFileError
 from tailhound.streams.coverage import COMPUTED_SIGNALS, CONFIGURED_SIGNALS, problem_lines
+from tailhound.streams.extract import SLA_SIGNALS
 from tailhound.streams.ruleset.rulefile import load_rules
-from tailhound.streams.signals import SLA_SIGNALS
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = """\

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tailhound.errors import ConfigError
-from tailhound.settings import StreamsSettings
+from tailhound.streams_settings import StreamsSettings
 
 
 def test_unset_data_dir_is_a_temporary_directory_outside_the_working_directory():

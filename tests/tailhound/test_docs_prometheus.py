@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tailhound.doctor.report import hint_text
+from tailhound.doctor.observed import hint_text
 from tailhound.ingest.config import parse_ingest_config
 from tailhound.ingest.metrics import IngestMetrics
 from tailhound.ingest.prometheus_snippet import remote_write_snippet

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from tailhound.catalog import default_catalog
 from tailhound.catalog.dcgm_counters import default_fields
 from tailhound.cli import app
-from tailhound.doctor.report import collect_targets, diagnose, guess_job, parse_target, read_recordings, render_table
+from tailhound.doctor.observed import collect_targets, guess_job, parse_target, read_recordings
+from tailhound.doctor.report import diagnose, render_table
 from tailhound.errors import TailhoundError
 from tailhound.recording import ScrapeRecord, write_records
 from tailhound.resources import default_rules_dir

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 from tailhound.catalog import default_catalog
 from tailhound.cli import app
+from tailhound.doctor.observed import Observed
 from tailhound.doctor.prometheus import job_hints, observe_prometheus, parse_job_sources
-from tailhound.doctor.report import Observed, diagnose, render_table
+from tailhound.doctor.report import diagnose, render_table
 from tailhound.errors import TailhoundError
 from tailhound.resources import default_rules_dir
 from tailhound.streams.ruleset.rulefile import load_rules

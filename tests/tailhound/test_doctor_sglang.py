@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from tailhound.catalog import default_catalog
 from tailhound.cli import app
-from tailhound.doctor.report import diagnose, guess_job, read_recordings
+from tailhound.doctor.observed import guess_job, read_recordings
+from tailhound.doctor.report import diagnose
 from tailhound.recording import ScrapeRecord, write_records
 from tailhound.resources import default_rules_dir
 from tailhound.streams.ruleset.rulefile import load_rules

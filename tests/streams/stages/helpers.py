@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tailhound.catalog import default_catalog
 from tailhound.snapshot import GaugeSample, Snapshot
+from tailhound.streams.latest_values import LatestValues
 from tailhound.streams.node_state import NodeState
-from tailhound.streams.nodesignals import LatestValues
 from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 from tailhound.streams.stages import Step
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tailhound.streams.latest_values import CurrentValues
 from tailhound.streams.node_state import NodeState
-from tailhound.streams.nodesignals import CurrentValues
 from tailhound.streams.stages import signals
 from tests.factories import dcgm_snapshot
 from tests.streams.stages.helpers import T0, ruleset, step_for, vllm

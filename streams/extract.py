@@ -1,16 +1,9 @@
-"""From a snapshot to canonical signal values per entity (pure).
+"""Canonical signal values from one snapshot (pure), and the table of signals derived from them.
 
-``extract(snapshot)`` returns ``{signal: {entity: value}}`` where the entity is the value of the
-label the catalog names in ``per`` (``gpu`` -> ``"3"``), or ``""`` for node-level signals. Source
-metric names are translated through :mod:`tailhound.catalog`; values are scaled to canonical units.
-Derived signals (ratios of two catalog signals of the same entity) are added afterwards.
-
-MIG: dcgm-exporter's lines of a MIG GPU instance (label ``GPU_I_ID``, same ``gpu`` as the whole GPU) never
-land in a whole-GPU value. The catalog routes them (``mig`` of a per-GPU signal): device-wide fields
-(temperature, clocks, power: every instance line repeats the GPU's value) count for the GPU, entity
-``"0"``; per-instance fields (DRAM activity, framebuffer) go to the ``mig.*`` twin signals with entity
-``"0/mig3"`` (GPU 0, GPU instance 3), so a ``reduce`` over ``gpu.*`` and per-GPU rules only ever see
-whole GPUs; anything else from an instance line is dropped.
+``extract(snapshot)`` returns ``{signal: {entity: value}}`` (entity: the value of the catalog's ``per`` label,
+``""`` for node-level signals), translated and scaled through :mod:`tailhound.catalog`, then the derived
+ratios and flags. MIG instance lines never land in a whole-GPU value: the catalog sends device-wide fields to
+the GPU and per-instance fields to the ``mig.*`` twins (entity ``"0/mig3"``), so per-GPU rules see whole GPUs.
 """
 
 from __future__ import annotations

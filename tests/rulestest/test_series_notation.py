@@ -1,4 +1,4 @@
-"""promtool's expanding notation (tailhound.rulestest.series): examples from promtool's docs, errors with
+"""promtool's expanding notation (tailhound.rulestest.series_notation): examples from promtool's docs, errors with
 their column, and properties over generated series (hypothesis)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailhound.rulestest.series import (
+from tailhound.rulestest.series_notation import (
     MAX_SAMPLES,
     SeriesError,
     format_selector,

@@ -1,19 +1,10 @@
 """Which window statistics a step must compute: the ones a rule set (and the loaded load models) can read.
 
-Every histogram snapshot (a vLLM one: 7 latency windows) could derive every statistic of every window
-(``.p50``, ``.p95``, ``.p99``, ``.mean``, ``.window_count``), yet the default rules read a dozen of the 31.
-:func:`window_stats_read` is the set of those statistics that something in the node step can read:
-
-- the signals of the rules' conditions (both sides of comparisons, absences) and their ``context``;
-- the load shown next to latency evidence (:data:`tailhound.streams.evidence.LOAD_CONTEXT`);
-- ``<histogram>.window_count`` of every histogram a read statistic comes from (``min_observations``);
-- the inputs of read derived signals: ``latency.e2e.window_count`` for ``engine.arrival_rate``
-  (:mod:`tailhound.streams.demand`), the numerators and denominators of ratios;
-- for each loaded load model (:mod:`tailhound.streams.loadmodel`), its signal and the load it predicts from.
-
-Statistics outside the set are never read, so leaving them out changes no verdict, evidence or event (and
-no stored state: the windows themselves keep every interval). ``None`` stands for "all of them" (a caller
-that reads the node's whole view, such as ``tailhound baseline fit``).
+A histogram snapshot could derive every statistic of every window (``.p50`` ... ``.window_count``), yet the
+default rules read a dozen of 31. :func:`window_stats_read` is what the node step can read: the rules' signals
+and ``context``, the load shown beside latency evidence, the ``window_count`` behind each read statistic, the
+inputs of read derived signals and of loaded load models. Leaving the rest out changes no verdict, event or
+stored state; ``None`` stands for "all of them" (``tailhound baseline fit``).
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from collections.abc import Iterable
 
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT
 from ..evidence import LOAD_CONTEXT
-from ..signals import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS
+from ..extract import DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS
 from .rulefile import RuleSet
 
 #: what a load model reads of the view besides its own signal (tailhound.streams.loadmodel.features_of)

@@ -1,11 +1,11 @@
 """Every signal name a rule may use (for hints: "did you mean ..."), from the catalog and the names the
-streams code derives (see :func:`tailhound.streams.signals.signal_per`, which decides what is valid)."""
+streams code derives (see :func:`tailhound.streams.extract.signal_per`, which decides what is valid)."""
 
 from __future__ import annotations
 
 from tailhound.catalog import Catalog, default_catalog
 
-from .signals import DEMAND_SIGNALS, DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
+from .extract import DEMAND_SIGNALS, DERIVED_SIGNALS, FLAG_SIGNALS, HISTOGRAM_STATS, RATE_RATIOS, SLA_SIGNALS
 
 
 def known_signals(catalog: Catalog | None = None) -> frozenset[str]:

@@ -1,18 +1,11 @@
 """The recent history of an incident's evidence, for its charts (pure).
 
-While a rule's condition holds for an entity (pending, then firing) the rules stage hands this module the
-entity's evidence at each step, and :func:`record` appends it to the node's trace of that rule and signal
-(:class:`SeriesTrace`, kept in the node state, so it survives a restart like the rest of the incident): the
-entity's value, the baseline it was compared with, and the values of its peers at the same moment (the
-node's other GPUs, the model's other engines), which the peer view shows. Context signals with a number
-(the SM clock next to a temperature) are recorded too; decoded flags are not.
-
-Bounded: at most :data:`MAX_TRACES` traces per node, :data:`tailhound.incident.MAX_SERIES_ENTITIES` entities
-per trace (its own first) and :data:`tailhound.incident.MAX_SERIES_POINTS` points, the older half thinned
-(every other point dropped) when it fills, so a trace always spans the whole incident.
-
-The correlation stage attaches the traces of an incident's rules to its events (:func:`export`) and drops
-those that no pending, firing or open incident needs (:func:`prune`).
+While a rule's condition holds for an entity the rules stage hands each step's evidence to :func:`record`, which
+appends it to the node's :class:`SeriesTrace` of that rule and signal (kept in node state, so it survives a
+restart): the entity's value, its baseline and its peers' values at the same moment. Bounded: at most
+:data:`MAX_TRACES` traces per node and the incident model's entity and point caps, the older half thinned when
+full so a trace spans the whole incident. The correlation stage attaches traces to events (:func:`export`) and
+drops those nothing needs (:func:`prune`).
 """
 
 from __future__ import annotations

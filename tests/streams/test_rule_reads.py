@@ -10,10 +10,10 @@ import pytest
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.snapshot_builder import SnapshotBuilder
+from tailhound.streams.extract import HISTOGRAM_STATS
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
+from tailhound.streams.ruleset.rule_reads import readable_signals, window_stats_read
 from tailhound.streams.ruleset.rulefile import RuleSet, load_rules, parse_rule_text
-from tailhound.streams.ruleset.signal_reads import readable_signals, window_stats_read
-from tailhound.streams.signals import HISTOGRAM_STATS
 
 RULES = "rules"
 

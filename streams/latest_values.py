@@ -19,7 +19,7 @@ from typing import NamedTuple
 from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
 
-from .signals import DERIVED_SIGNALS, RATE_RATIOS, SignalValues, add_flags_and_ratios, add_ratio
+from .extract import DERIVED_SIGNALS, RATE_RATIOS, SignalValues, add_flags_and_ratios, add_ratio
 
 #: A value is current for this many collection intervals (at least MIN_AGE_S).
 STALE_INTERVALS = 3.0

@@ -1,4 +1,4 @@
-"""Chart series of incidents (streams/series.py): recorded from the first pending step, peers at the same
+"""Chart series of incidents (streams/evidence_traces.py): recorded from the first pending step, peers at the same
 moments, bounded however long the incident, carried on every event, dropped when nothing needs them."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tailhound.incident import MAX_SERIES, MAX_SERIES_ENTITIES, MAX_SERIES_POINTS, Evidence
+from tailhound.streams.evidence_traces import MAX_TRACES, SeriesTrace, export, prune, record
 from tailhound.streams.ruleset.condition_eval import EvalContext
 from tailhound.streams.ruleset.rulefile import load_rules
-from tailhound.streams.series import MAX_TRACES, SeriesTrace, export, prune, record
 from tests.factories import dcgm_snapshot
 from tests.streams.test_evaluator import run
 

@@ -1,24 +1,9 @@
 """promtool's expanding notation for test series, and series selectors (pure).
 
-A series is written as space-separated items, one value per evaluation step (``promtool test rules``'
-notation, the same semantics):
-
-=============  ================================================================================
-``7``          one sample of value 7 (``-2``, ``0.5``, ``1e3``, ``+3`` are numbers too)
-``1 2 3``      three samples
-``axn``        ``a`` repeated: n+1 samples (``1x5`` is ``1 1 1 1 1 1``)
-``a+bxn``      ``a a+b a+2b ... a+nb``: n+1 samples (``0+10x3`` is ``0 10 20 30``)
-``a-bxn``      ``a a-b ... a-nb``: n+1 samples (``0-5x3`` is ``0 -5 -10 -15``)
-``_``          no sample at that step (a gap: the scrape did not carry the series)
-``_xn``        n gaps (n, not n+1: a gap cannot increment)
-=============  ================================================================================
-
-The k-th value of ``a+bxn`` is computed as ``a + k*b`` (promtool adds ``b`` k times; the two differ only in
-float rounding, and ``a + k*b`` keeps ``0+0.1x30`` exact at every step). promtool's ``stale`` marker and
-``NaN``/``Inf`` are refused: a snapshot carries finite numbers only, and a missing series is what ``_`` says.
-
-:func:`parse_series` returns the values (``None`` for a gap); :func:`format_series` writes values back in
-the shortest notation this module knows (``parse_series(format_series(v)) == v``).
+``1 2 3``, ``axn``, ``a+bxn``, ``a-bxn``, ``_`` (a gap) and ``_xn`` mean what they mean to ``promtool test rules``
+(the table is in docs/rules-testing.md); the k-th value of ``a+bxn`` is ``a + k*b``, so ``0+0.1x30`` stays exact.
+``stale``, ``NaN`` and ``Inf`` are refused: a snapshot carries finite numbers only. :func:`parse_series` returns
+the values (``None`` for a gap); :func:`format_series` writes them back in the shortest notation.
 """
 
 from __future__ import annotations
