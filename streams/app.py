@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -47,7 +46,6 @@ from tailhound.snapshot import Snapshot
 from . import codec
 from .fleet_cap import MODEL
 from .intake import (
-    MODEL_STAGE_FAILED,
     DeadLetters,
     Gate,
     IntakeStats,
@@ -55,7 +53,8 @@ from .intake import (
     TimeBounds,
 )
 from .model_stage import ModelStage, split_rules
-from .node_stage import CAUSES_HEADER, NodeStage
+from .model_stage_handler import ModelStageHandler
+from .node_stage import NodeStage
 from .pipeline_metrics import PipelineMetrics
 from .processor import SnapshotProcessor, load_models
 from .rollup.agent import ProgressMarks, add_rollup, send_tick
@@ -230,46 +229,14 @@ def create_app(
                 logged.update(now)
                 log.info("%s", stats.describe())
 
+    model_handler = ModelStageHandler(
+        model_stage=model_stage, store=model_state, marks=marks, stats=stats, stage=stage, metrics=metrics
+    )
+
     @app.agent(model_topic, name="model-stage")
     async def model_agent(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            message = event.message
-            if not message.key:
-                continue
-            if message.key == TICK_KEY:  # wall time: a fresh aggregator may close what it held back
-                keys = marks.model_keys(message.partition)
-                try:
-                    events = model_stage.tick(keys, time.time(), store=model_state)
-                except Exception:  # a bucket that cannot be judged must not stop the worker
-                    log.exception("model stage tick failed for partition %s", message.partition)
-                    stats.reject(MODEL_STAGE_FAILED)
-                    continue
-                await stage(events)
-                if keys:
-                    await marks.model(message.partition, keys[0], model_stage)
-                continue
-            value = codec.decode_snapshot(message.value, max_bytes=None)  # its size was checked by the node stage
-            if not isinstance(value, Snapshot):
-                continue  # validated by the node stage already; nothing malformed gets here
-            started = time.perf_counter()
-            try:
-                events = model_stage.add(
-                    message.key.decode(),
-                    value,
-                    _causes(message.headers),
-                    store=model_state,
-                    now=time.time(),
-                    partition=message.partition,
-                )
-            except Exception:  # one bad bucket must not stop the worker
-                log.exception("model stage failed for %s", message.key)
-                stats.reject(MODEL_STAGE_FAILED)
-                continue
-            finally:
-                if metrics is not None:
-                    metrics.model_stage_seconds += time.perf_counter() - started
-            await stage(events)
-            await marks.model(message.partition, message.key.decode(), model_stage)
+            await model_handler.handle(event.message)
 
     add_rollup(app, node_incidents, rollup_state, order, publish, dead_letter, stats, metrics)
 
@@ -322,14 +289,6 @@ def intake_stats(app: faust.App) -> IntakeStats:
     """What the app's telemetry agent let in and rejected, by reason (:class:`IntakeStats`; the worker exports
     it as Prometheus counters with :class:`tailhound.streams.intake.StatsCollector`)."""
     return _STATS[app]
-
-
-def _causes(headers: Any) -> tuple[str, ...]:
-    items = headers.items() if isinstance(headers, dict) else (headers or [])
-    for k, v in items:
-        if k == CAUSES_HEADER and v:
-            return tuple(c for c in (v.decode() if isinstance(v, bytes) else str(v)).split(",") if c)
-    return ()
 
 
 #: young-generation threshold of the worker's garbage collector (CPython's default is 700, see tune_gc)
