@@ -43,8 +43,9 @@ from tailhound.console import ConsoleSink
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
-from . import codec
+from . import codec, gc_freeze
 from .fleet_cap import MODEL
+from .gc_freeze import WarmupFreeze
 from .intake import (
     DeadLetters,
     Gate,
@@ -212,10 +213,13 @@ def create_app(
         on_snapshot=on_snapshot,
     )
 
+    freezer = WarmupFreeze()  # the state built by the first messages, out of the collector's way
+
     @app.agent(telemetry, name="evaluate")
     async def evaluate_agent(stream: faust.StreamT) -> None:
         async for event in stream.events():
             await node_stage.handle(event.message)
+            freezer.seen()
 
     if s.stats_interval_s:
         logged: dict[str, Any] = {}
@@ -301,7 +305,9 @@ def tune_gc() -> None:
     modules, Faust, the compiled rules, the state): 0.1-0.14 ms per snapshot, as much as the decode. What
     exists at start is frozen out of the collections (it lives as long as the process) and young
     collections run every GC_GEN0_THRESHOLD allocations instead of 700: ~0.007 ms per snapshot. Garbage
-    cycles (a few objects per snapshot) are still collected, only later; no result changes."""
+    cycles (a few objects per snapshot) are still collected, only later; no result changes. What the first
+    messages build (the fleet's state) is frozen too, once built (:mod:`tailhound.streams.gc_freeze`)."""
+    gc_freeze.enable()
     gc.collect()
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()

@@ -30,7 +30,8 @@ Labels = dict[str, str]
 
 
 class Forward(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """One forwarded engine snapshot: samples by kind, histograms as (name, labels, le, delta counts, count, sum)."""
+    """One forwarded engine snapshot. Label sets and histogram bounds are written once each (``label_sets``,
+    ``layouts``) and referenced by index; histograms are (name, labels, layout, delta counts, count, sum)."""
 
     tag: str
     ts: float
@@ -38,9 +39,11 @@ class Forward(msgspec.Struct, array_like=True, frozen=True, gc=False):
     source: str
     interval_s: float | None
     labels: Labels
-    gauges: list[tuple[str, Labels, float]]
-    counters: list[tuple[str, Labels, float]]
-    histograms: list[tuple[str, Labels, list[float], list[float], float, float]]
+    label_sets: list[Labels]
+    layouts: list[list[float]]
+    gauges: list[tuple[str, int, float]]
+    counters: list[tuple[str, int, float]]
+    histograms: list[tuple[str, int, int, list[float], float, float]]
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -49,20 +52,34 @@ _DECODER = msgspec.msgpack.Decoder(Forward)
 
 def encode(snapshot: Any) -> bytes:
     """`snapshot` (a :class:`Snapshot` or a version-3 struct) as a forward."""
+    label_ids: dict[tuple, int] = {}
+    layout_ids: dict[tuple, int] = {}
+    label_sets: list[Labels] = []
+    layouts: list[list[float]] = []
     gauges: list = []
     counters: list = []
     histograms: list = []
     for s in snapshot.samples:
         kind = s.kind
-        if kind == "gauge":
-            gauges.append((s.name, s.labels, _compact(s.value)))
-        elif s.delta is None:
+        if kind != "gauge" and s.delta is None:
             continue  # a series' first sight: the model stage adds up increases only
+        lkey = tuple(s.labels.items())
+        li = label_ids.get(lkey)
+        if li is None:
+            li = label_ids[lkey] = len(label_sets)
+            label_sets.append(s.labels)
+        if kind == "gauge":
+            gauges.append((s.name, li, _compact(s.value)))
         elif kind == "counter":
-            counters.append((s.name, s.labels, _compact(s.delta)))
+            counters.append((s.name, li, _compact(s.delta)))
         else:
+            le = tuple(s.le)
+            lo = layout_ids.get(le)
+            if lo is None:
+                lo = layout_ids[le] = len(layouts)
+                layouts.append(s.le)
             d = s.delta
-            histograms.append((s.name, s.labels, s.le, [_compact(c) for c in d.counts], _compact(d.count), d.sum))
+            histograms.append((s.name, li, lo, [_compact(c) for c in d.counts], _compact(d.count), d.sum))
     forward = Forward(
         FORWARD_TAG,
         snapshot.ts,
@@ -70,6 +87,8 @@ def encode(snapshot: Any) -> bytes:
         snapshot.source,
         snapshot.interval_s,
         snapshot.labels,
+        label_sets,
+        layouts,
         gauges,
         counters,
         histograms,
@@ -87,16 +106,17 @@ def decode(raw: bytes | None) -> DecodedSnapshot | Snapshot | None:
         return value if isinstance(value, Snapshot) else None
     try:
         f = _DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        if f.tag != FORWARD_TAG:
+            return None
+        ls, lo = f.label_sets, f.layouts
+        samples: list[Gauge | Counter | Histogram] = [Gauge(name, ls[li], value) for name, li, value in f.gauges]
+        samples.extend(Counter(name, ls[li], delta, delta) for name, li, delta in f.counters)
+        samples.extend(
+            Histogram(name, ls[li], lo[layout], counts, count, total, HistDelta(counts, count, total))
+            for name, li, layout, counts, count, total in f.histograms
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError, IndexError):
         return None
-    if f.tag != FORWARD_TAG:
-        return None
-    samples: list[Gauge | Counter | Histogram] = [Gauge(name, labels, value) for name, labels, value in f.gauges]
-    samples.extend(Counter(name, labels, delta, delta) for name, labels, delta in f.counters)
-    samples.extend(
-        Histogram(name, labels, le, counts, count, total, HistDelta(counts, count, total))
-        for name, labels, le, counts, count, total in f.histograms
-    )
     return DecodedSnapshot(
         ts=f.ts, node=f.node, source=f.source, interval_s=f.interval_s, labels=f.labels, samples=samples
     )
