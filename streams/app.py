@@ -8,8 +8,9 @@ Where things are:
   changelogged so a restarted worker resumes where it stopped), called through
   :class:`tailhound.streams.processor.SnapshotProcessor`, the same step offline replay
   (:mod:`tailhound.streams.replay`) uses;
-- engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` where the
-  ``model-stage`` agent runs model- and fleet-scope rules (:mod:`tailhound.streams.model_stage`);
+- engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` (:mod:`tailhound.streams.
+  model_forward`), where the ``model-stage`` agent hands each message to
+  :class:`tailhound.streams.model_stage_handler.ModelStageHandler` (model- and fleet-scope rules);
 - incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``: over
   the size limit, not decodable, over a limit (:data:`tailhound.snapshot.LIMITS`), keyed by another node, or
   dated too far from their arrival (:mod:`tailhound.streams.intake`: no single message moves a node's clock),

@@ -25,10 +25,10 @@ LAST_FREEZE = 500_000
 _enabled = False
 
 
-def enable() -> None:
-    """This process is a worker: warm-up freezes may run."""
+def enable(on: bool = True) -> None:
+    """This process is a worker: warm-up freezes may run (`on` False: no longer, e.g. after a benchmark)."""
     global _enabled
-    _enabled = True
+    _enabled = on
 
 
 class WarmupFreeze:
