@@ -3,7 +3,7 @@
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
 notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, fleet-scale, wire,
-peer),
+model-forward, peer),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -33,6 +33,7 @@ SECTIONS = (
     "fleet-memory",
     "fleet-scale",
     "wire",
+    "model-forward",
     "peer",
 )
 
@@ -171,6 +172,11 @@ def main(argv: list[str] | None = None) -> None:
 
         print("\n## Telemetry wire formats: bytes per node per 15 s, encode and decode (issue 30)\n")
         print(wire_format.report(wire_format.run(ticks=16 if quick else 64, reps=1 if quick else 5)))
+    if "model-forward" in args.sections:
+        from bench import model_forward
+
+        print("\n## The model-topic forward: bytes and CPU per forwarded engine snapshot (issue 30)\n")
+        print(model_forward.report(model_forward.run(ticks=16 if quick else 64, reps=1 if quick else 3)))
     if "peer" in args.sections:
         from bench import peer
 

@@ -8,8 +8,9 @@ Where things are:
   changelogged so a restarted worker resumes where it stopped), called through
   :class:`tailhound.streams.processor.SnapshotProcessor`, the same step offline replay
   (:mod:`tailhound.streams.replay`) uses;
-- engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` where the
-  ``model-stage`` agent runs model- and fleet-scope rules (:mod:`tailhound.streams.model_stage`);
+- engine snapshots are forwarded, keyed by model, to ``<prefix>model-telemetry`` (:mod:`tailhound.streams.
+  model_forward`), where the ``model-stage`` agent hands each message to
+  :class:`tailhound.streams.model_stage_handler.ModelStageHandler` (model- and fleet-scope rules);
 - incidents leave on ``<prefix>incidents`` keyed by incident id, bad messages on ``<prefix>deadletter``: over
   the size limit, not decodable, over a limit (:data:`tailhound.snapshot.LIMITS`), keyed by another node, or
   dated too far from their arrival (:mod:`tailhound.streams.intake`: no single message moves a node's clock),
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -44,10 +44,10 @@ from tailhound.console import ConsoleSink
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
 
-from . import codec
+from . import codec, gc_freeze
 from .fleet_cap import MODEL
+from .gc_freeze import WarmupFreeze
 from .intake import (
-    MODEL_STAGE_FAILED,
     DeadLetters,
     Gate,
     IntakeStats,
@@ -55,7 +55,8 @@ from .intake import (
     TimeBounds,
 )
 from .model_stage import ModelStage, split_rules
-from .node_stage import CAUSES_HEADER, NodeStage
+from .model_stage_handler import ModelStageHandler
+from .node_stage import NodeStage
 from .pipeline_metrics import PipelineMetrics
 from .processor import SnapshotProcessor, load_models
 from .rollup.agent import ProgressMarks, add_rollup, send_tick
@@ -213,10 +214,13 @@ def create_app(
         on_snapshot=on_snapshot,
     )
 
+    freezer = WarmupFreeze()  # the state built by the first messages, out of the collector's way
+
     @app.agent(telemetry, name="evaluate")
     async def evaluate_agent(stream: faust.StreamT) -> None:
         async for event in stream.events():
             await node_stage.handle(event.message)
+            freezer.seen()
 
     if s.stats_interval_s:
         logged: dict[str, Any] = {}
@@ -230,46 +234,14 @@ def create_app(
                 logged.update(now)
                 log.info("%s", stats.describe())
 
+    model_handler = ModelStageHandler(
+        model_stage=model_stage, store=model_state, marks=marks, stats=stats, stage=stage, metrics=metrics
+    )
+
     @app.agent(model_topic, name="model-stage")
     async def model_agent(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            message = event.message
-            if not message.key:
-                continue
-            if message.key == TICK_KEY:  # wall time: a fresh aggregator may close what it held back
-                keys = marks.model_keys(message.partition)
-                try:
-                    events = model_stage.tick(keys, time.time(), store=model_state)
-                except Exception:  # a bucket that cannot be judged must not stop the worker
-                    log.exception("model stage tick failed for partition %s", message.partition)
-                    stats.reject(MODEL_STAGE_FAILED)
-                    continue
-                await stage(events)
-                if keys:
-                    await marks.model(message.partition, keys[0], model_stage)
-                continue
-            value = codec.decode_snapshot(message.value, max_bytes=None)  # its size was checked by the node stage
-            if not isinstance(value, Snapshot):
-                continue  # validated by the node stage already; nothing malformed gets here
-            started = time.perf_counter()
-            try:
-                events = model_stage.add(
-                    message.key.decode(),
-                    value,
-                    _causes(message.headers),
-                    store=model_state,
-                    now=time.time(),
-                    partition=message.partition,
-                )
-            except Exception:  # one bad bucket must not stop the worker
-                log.exception("model stage failed for %s", message.key)
-                stats.reject(MODEL_STAGE_FAILED)
-                continue
-            finally:
-                if metrics is not None:
-                    metrics.model_stage_seconds += time.perf_counter() - started
-            await stage(events)
-            await marks.model(message.partition, message.key.decode(), model_stage)
+            await model_handler.handle(event.message)
 
     add_rollup(app, node_incidents, rollup_state, order, publish, dead_letter, stats, metrics)
 
@@ -324,14 +296,6 @@ def intake_stats(app: faust.App) -> IntakeStats:
     return _STATS[app]
 
 
-def _causes(headers: Any) -> tuple[str, ...]:
-    items = headers.items() if isinstance(headers, dict) else (headers or [])
-    for k, v in items:
-        if k == CAUSES_HEADER and v:
-            return tuple(c for c in (v.decode() if isinstance(v, bytes) else str(v)).split(",") if c)
-    return ()
-
-
 #: young-generation threshold of the worker's garbage collector (CPython's default is 700, see tune_gc)
 GC_GEN0_THRESHOLD = 20_000
 
@@ -342,7 +306,9 @@ def tune_gc() -> None:
     modules, Faust, the compiled rules, the state): 0.1-0.14 ms per snapshot, as much as the decode. What
     exists at start is frozen out of the collections (it lives as long as the process) and young
     collections run every GC_GEN0_THRESHOLD allocations instead of 700: ~0.007 ms per snapshot. Garbage
-    cycles (a few objects per snapshot) are still collected, only later; no result changes."""
+    cycles (a few objects per snapshot) are still collected, only later; no result changes. What the first
+    messages build (the fleet's state) is frozen too, once built (:mod:`tailhound.streams.gc_freeze`)."""
+    gc_freeze.enable()
     gc.collect()
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()

@@ -22,7 +22,8 @@ def merge(snapshots: list[Snapshot], model: str | None) -> list:
         for s in snap.samples:
             if model is not None and (s.labels.get("model_name") or common) != model:
                 continue
-            if isinstance(s, GaugeSample):
+            kind = s.kind  # (by kind: forwarded samples are structs, tailhound.streams.model_forward)
+            if kind == "gauge":
                 engine = f"{snap.node}/{s.labels.get('engine') or s.labels.get('instance') or engine_id}"
                 labels = {k: v for k, v in s.labels.items() if k not in drop}
                 labels["engine"] = engine
@@ -31,10 +32,10 @@ def merge(snapshots: list[Snapshot], model: str | None) -> list:
                 )
                 continue
             key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in drop)))
-            if isinstance(s, CounterSample):
+            if kind == "counter":
                 if s.delta is not None:
                     counters[key] = counters.get(key, 0.0) + s.delta
-            elif isinstance(s, HistogramSample) and s.delta is not None:
+            elif kind == "histogram" and s.delta is not None:
                 have = hists.get(key)
                 if have is None:
                     hists[key] = [s.le, list(s.delta.counts), s.delta.count, s.delta.sum]

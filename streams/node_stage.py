@@ -22,18 +22,16 @@ from typing import Any
 
 from tailhound.snapshot import Snapshot
 
-from . import codec
+from . import codec, model_forward
 from .fleet_cap import NODE
 from .intake import EVALUATE_FAILED, DeadLetters, Gate, IntakeStats, NodeExpiry, Rejection, TimeBounds
+from .model_forward import CAUSES_HEADER
 from .model_stage import ModelStage
 from .pipeline_metrics import PipelineMetrics
 from .processor import AHEAD_OF_SOURCE, SnapshotProcessor, Unprocessable
 from .rollup.agent import ProgressMarks
 
 log = logging.getLogger(__name__)
-
-#: header on model-topic messages: root causes open on the snapshot's node (model-stage correlation)
-CAUSES_HEADER = "tailhound-node-causes"
 
 Events = Callable[[list], Awaitable[None]]
 Send = Callable[..., Awaitable[Any]]
@@ -123,22 +121,23 @@ class NodeStage:
         if result.changed:
             self.state[value.node] = result.state
         await self.stage(result.events)
-        await self._forward(message, values, value)
+        await self._forward(message, value)
         if not result.redelivered:  # the partition's watermark, for the roll-up's event-time order
             await self.marks.node(message.partition, value.node, value.source, value.ts)
         if self.expiry.tick(message.partition, value.ts):
             await self.expire_nodes(message.partition)
         return True
 
-    async def _forward(self, message: Any, values: list, value: Snapshot) -> None:
-        """Engine snapshots also feed the model stage, keyed by model, with the node's open causes."""
+    async def _forward(self, message: Any, value: Snapshot) -> None:
+        """Engine snapshots also feed the model stage, keyed by model, with the node's open causes: only what it
+        reads (:mod:`tailhound.streams.model_forward`)."""
         if not self.model_stage.enabled:
             return
         keys = self.model_stage.keys(value)
         if not keys:
             return
         causes = ",".join(self.processor.open_causes(value.node)).encode()
-        forwarded = codec.part_bytes(message.value, values, value)
+        forwarded = model_forward.encode(value)
         for key in keys:
             try:
                 await self.forward(key=key.encode(), value=forwarded, headers={CAUSES_HEADER: causes})

@@ -23,7 +23,8 @@ from tailhound.incident import IncidentEvent
 
 from ..intake import NOT_AN_INCIDENT
 from ..intake_stats import IntakeStats
-from ..model_stage import BUCKET_S, ModelStage
+from ..model_aggregator import BUCKET_S
+from ..model_stage import ModelStage
 from ..pipeline_metrics import PipelineMetrics
 from ..processor import SnapshotProcessor
 from .incidents import RollupState, rollup

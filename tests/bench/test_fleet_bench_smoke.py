@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import fleet_memory, fleet_scale
+from bench import fleet_memory, fleet_scale, model_forward
 from bench.__main__ import parse_args
 
 
@@ -28,3 +28,15 @@ def test_fleet_scale_runs_every_phase_at_small_sizes():
     assert large["state_bytes"] > 0 and large["nodes_per_core"] > 0
     assert "model-stage add per engine snapshot" in fleet_scale.report(result)
     assert parse_args(["--only", "fleet-scale"]).sections == ["fleet-scale"]
+
+
+def test_fleet_scale_runs_in_every_gc_mode():
+    result = fleet_scale.run(sizes=(3,), rounds=1, warm=1, gc_modes=fleet_scale.GC_MODES)
+    assert [r["gc_mode"] for r in result["rows"]] == list(fleet_scale.GC_MODES)
+    assert "GC share" in fleet_scale.report(result)
+
+
+def test_model_forward_bench_runs_and_reports():
+    result = model_forward.run(ticks=2, reps=1)
+    assert result["forwards"] > 0 and set(result["rows"]) == {"whole JSON", "compact"}
+    assert "CPU per forward" in model_forward.report(result)

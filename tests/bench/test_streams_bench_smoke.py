@@ -68,6 +68,7 @@ def test_bench_sections_can_run_alone():
         "fleet-memory",
         "fleet-scale",
         "wire",
+        "model-forward",
         "peer",
     ]
     with pytest.raises(SystemExit):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from tailhound.streams.fleet_cap import MODEL, MODEL_NODE, NODE, EvictionLog, RecentNames
 from tailhound.streams.intake_stats import IntakeStats, StatsCollector
-from tailhound.streams.model_stage import ROSTER_PREFIX, ModelAggregator, ModelStage, split_rules
+from tailhound.streams.model_aggregator import ModelAggregator
+from tailhound.streams.model_stage import ROSTER_PREFIX, ModelStage, split_rules
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot

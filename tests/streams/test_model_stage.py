@@ -8,7 +8,8 @@ import random
 
 from tailhound.snapshot import CounterSample, GaugeSample, HistogramDelta, HistogramSample, Snapshot
 from tailhound.streams.histograms import histogram_quantile
-from tailhound.streams.model_stage import FLEET, NODES_WITH_CAUSE, ModelAggregator, ModelStage, model_keys, split_rules
+from tailhound.streams.model_aggregator import FLEET, NODES_WITH_CAUSE, ModelAggregator
+from tailhound.streams.model_stage import ModelStage, model_keys, split_rules
 from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 
 T0 = 1_790_000_010.0

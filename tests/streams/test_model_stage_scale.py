@@ -7,7 +7,8 @@ import random
 from pathlib import Path
 
 from tailhound.snapshot import LIMITS, GaugeSample, Snapshot
-from tailhound.streams.model_stage import IDLE_WALL_S, ModelAggregator, ModelStage, split_rules
+from tailhound.streams.model_aggregator import IDLE_WALL_S, ModelAggregator
+from tailhound.streams.model_stage import ModelStage, split_rules
 from tailhound.streams.rollup.watermarks import OldestLatest
 from tailhound.streams.ruleset.rulefile import RuleSet, load_rules, parse_rule_text
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tailhound.incident import IncidentEvent
-from tailhound.streams.model_stage import ModelAggregator
+from tailhound.streams.model_aggregator import ModelAggregator
 from tailhound.streams.rollup.incidents import RollupState, rollup
 from tailhound.streams.rollup.order import (
     MODEL_STAGE,
