@@ -20,6 +20,7 @@ from tailhound.agents.collectors.procnet import ProcNetConfig
 from tailhound.agents.collectors.scrape import ScrapeTarget
 from tailhound.agents.collectors.streamprobe import StreamProbeConfig
 from tailhound.agents.collectors.tcpconnect import TcpConnectConfig
+from tailhound.agents.wire import DEFAULT_WIRE
 from tailhound.durations import Duration, Milliseconds
 from tailhound.yamlfile import load_yaml_model, parse_yaml_model
 
@@ -57,11 +58,12 @@ class PublishConfig(BaseModel):
         ),
     )
     wire: Literal[1, 3] = Field(
-        default=1,
+        default=DEFAULT_WIRE,
         description=(
-            "Telemetry version published: 1 is JSON, 3 compact MessagePack (label sets and bucket layouts once per "
-            "snapshot, values as arrays: about 0.6x the bytes after compression, decoded ~10x faster). Workers "
-            "before version 3 reject it (dead letter): turn it on once every worker reads it."
+            "Telemetry version published: 3 is compact MessagePack (label sets and bucket layouts once per "
+            "snapshot, values as arrays: about 0.6x the bytes of version 1 after compression, decoded ~10x "
+            "faster), 1 is JSON. Workers before version 3 reject it (dead letter): upgrade the workers first, "
+            "or set 1 until every worker reads version 3."
         ),
     )
     layout_every_s: Duration = Field(

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaProducer
 
 from tailhound.agents.sender import use_lz4_level
-from tailhound.agents.wire import encoder
+from tailhound.agents.wire import DEFAULT_WIRE, encoder
 from tailhound.kafka import make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
@@ -19,7 +19,11 @@ from tailhound.snapshot import Snapshot
 
 class SnapshotPublisher:
     def __init__(
-        self, settings: Settings, producer: AIOKafkaProducer | None = None, wire: int = 1, layout_every_s: float = 0.0
+        self,
+        settings: Settings,
+        producer: AIOKafkaProducer | None = None,
+        wire: int = DEFAULT_WIRE,
+        layout_every_s: float = 0.0,
     ) -> None:
         self.topic = settings.telemetry_topic
         self._encode = encoder(wire, layout_every_s)

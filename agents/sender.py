@@ -12,8 +12,8 @@ as one telemetry message of version 2 (:class:`tailhound.snapshot.SnapshotBundle
 bytes by :func:`bundle_batch`), so the worker pays its per-message cost once per node and tick instead of
 once per source. Workers before bundles reject them (dead letter), so turn it on after the workers.
 
-Wire version (``wire``, agent.yaml ``publish.wire``): 1 encodes each snapshot as JSON, 3 as compact MessagePack
-(:mod:`tailhound.wire`); bundles of version-3 messages are version-3 messages of several parts
+Wire version (``wire``, agent.yaml ``publish.wire``): 3 (the default) encodes each snapshot as compact MessagePack
+(:mod:`tailhound.wire`), 1 as JSON; bundles of version-3 messages are version-3 messages of several parts
 (:func:`tailhound.wire.bundle_parts`); ``layout_every_s`` (``publish.layout_every_s``) makes version 3 send
 each source's layout once and reference it (:class:`tailhound.wire.v3.LayoutMemory`). The encoder is
 :func:`tailhound.agents.wire.encoder`, the one every publisher uses.
@@ -45,7 +45,7 @@ from aiokafka.errors import KafkaError
 
 from tailhound.agents.buffer import Message, Outbox
 from tailhound.agents.metrics import PublishMetrics
-from tailhound.agents.wire import encoder
+from tailhound.agents.wire import DEFAULT_WIRE, encoder
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.settings import Settings
 from tailhound.snapshot import LIMITS, Snapshot, bundle_bytes
@@ -153,7 +153,7 @@ class SnapshotSender:
         producer: AIOKafkaProducer | None = None,
         declare_topics: Callable[[], Awaitable[Sequence[str] | None]] | None = None,
         bundle: bool = False,
-        wire: int = 1,
+        wire: int = DEFAULT_WIRE,
         layout_every_s: float = 0.0,
     ) -> None:
         self.topic = settings.telemetry_topic

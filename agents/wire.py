@@ -33,6 +33,8 @@ from tailhound.wire.v3 import LayoutMemory
 
 #: telemetry versions an agent can publish (one snapshot a message; bundles join them: ``publish.bundle``)
 WIRE_VERSIONS = (1, 3)
+#: what every publisher writes unless told otherwise (agent.yaml and ingest.yaml ``publish.wire``)
+DEFAULT_WIRE = 3
 
 _SAMPLES = TypeAdapter(list[Any])
 _PLACEHOLDER = b'"samples":[]'
@@ -51,11 +53,11 @@ def encode_snapshot(snap: Snapshot) -> bytes:
     return header.replace(_PLACEHOLDER, b'"samples":' + samples, 1)
 
 
-def encoder(version: int = 1, layout_every_s: float = 0.0) -> Callable[[Snapshot], bytes]:
+def encoder(version: int = DEFAULT_WIRE, layout_every_s: float = 0.0) -> Callable[[Snapshot], bytes]:
     """The one encoder of telemetry `version` every publisher uses (the agent's and the ingest's sender, the
-    simulator's publisher): 1 is JSON (:func:`encode_snapshot`), 3 MessagePack (:mod:`tailhound.wire`); with
-    `layout_every_s` > 0 version 3 sends each source's layout once and references it, again in full at least
-    every `layout_every_s` (:class:`tailhound.wire.v3.LayoutMemory`)."""
+    simulator's publisher): 3, the default, is MessagePack (:mod:`tailhound.wire`), 1 is JSON
+    (:func:`encode_snapshot`); with `layout_every_s` > 0 version 3 sends each source's layout once and
+    references it, again in full at least every `layout_every_s` (:class:`tailhound.wire.v3.LayoutMemory`)."""
     if version == 1:
         return encode_snapshot
     if version == 3:

@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 
 from tailhound.broker import EmbeddedBroker
+from tailhound.errors import MalformedMessage
 from tailhound.kafka import ensure_topics, make_consumer
 from tailhound.settings import Settings
 from tailhound.snapshot import Snapshot
+from tailhound.wire import TelemetryReader
 
 ROOT = Path(__file__).resolve().parent.parent
 _CHILD = r"""
@@ -131,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         if load is not None:
             load.kill()
             load.wait()
-    snapshots, errors = [], []
+    snapshots: list[Snapshot] = []
+    errors: list[str] = []
+    reader = TelemetryReader()  # any wire version the agent publishes
     for raw in values:
         try:
-            snapshots.append(Snapshot.model_validate_json(raw))
-        except ValueError as exc:
+            snapshots.extend(reader.read(raw))
+        except MalformedMessage as exc:
             errors.append(str(exc)[:200])
     report.update(
         messages=len(values),

@@ -13,6 +13,7 @@ from tailhound.agents.metrics import AgentMetrics
 from tailhound.agents.sender import SnapshotSender, use_lz4_level
 from tailhound.settings import Settings
 from tailhound.snapshot import GaugeSample, Snapshot
+from tailhound.wire import read_telemetry
 
 
 class FakeProducer:
@@ -148,7 +149,7 @@ async def test_acks_into_a_lost_log_are_not_counted_and_the_batch_goes_again_aft
     finally:
         await sender.stop(flush_timeout_s=0)
     assert len(producer.phantom) == 3, "the first batch after the restart went into the lost log"
-    assert [json.loads(v)["ts"] for v in producer.log] == [1000.0 + i for i in range(8)], "re-sent in order"
+    assert [s.ts for s in read_telemetry(producer.log)] == [1000.0 + i for i in range(8)], "re-sent in order"
     assert len(declared) == 2 and sender.log_resets == 1
     assert sender.metrics.sent._value.get() == 8, "only what the broker kept counts as sent"
 
@@ -158,10 +159,11 @@ def other_node(i: int) -> Snapshot:
 
 
 async def test_bundling_sends_one_message_per_node_and_tick_that_the_worker_decodes_in_order():
+    """Version-2 bundles, of version-1 snapshots (``publish.wire: 1``); version 3's: tests/wire/test_v3_publishers."""
     from tailhound.streams.codec import decode_message
 
     producer = FakeProducer()
-    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=50, producer=producer, bundle=True)
+    sender = SnapshotSender(Settings(), Outbox(), AgentMetrics(), linger_ms=50, producer=producer, bundle=True, wire=1)
     await sender.start()
     await asyncio.sleep(0)
     try:

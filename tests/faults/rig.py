@@ -27,7 +27,7 @@ from tailhound.broker import EmbeddedBroker, free_port
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_consumer, servers
 from tailhound.settings import Settings
-from tailhound.snapshot import Snapshot
+from tailhound.wire import read_telemetry
 from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.worker_group import WorkerGroup
@@ -189,14 +189,9 @@ class Rig:
 
     # --- read-backs -------------------------------------------------------------------------------
     async def telemetry(self, timeout: float = 30.0) -> list[SnapId]:
-        """Every snapshot the telemetry topic holds, in partition order."""
-        return [
-            (s.node, s.ts)
-            for s in (
-                Snapshot.model_validate_json(r.value)
-                for r in await read_all(self.settings, self.settings.telemetry_topic, timeout)
-            )
-        ]
+        """Every snapshot the telemetry topic holds, in partition order (any wire version)."""
+        records = await read_all(self.settings, self.settings.telemetry_topic, timeout)
+        return [(s.node, s.ts) for s in read_telemetry(r.value for r in records)]
 
     async def incidents(self, timeout: float = 30.0) -> list[IncidentEvent]:
         records = await read_all(self.settings, self.settings.incidents_topic, timeout)

@@ -13,7 +13,7 @@ from tailhound.ingest.config import IngestServiceConfig
 from tailhound.ingest.service import IngestService
 from tailhound.kafka import ensure_topics
 from tailhound.settings import Settings
-from tailhound.streams.codec import decode_snapshot
+from tailhound.wire import read_telemetry
 from tests.ingest.capture_fixture import free_port
 from tests.ingest.prometheus_proc import Prometheus, page_jobs
 from tests.ingest.test_prometheus_end_to_end import serve_pages
@@ -81,7 +81,7 @@ async def test_restarts_of_tailhound_and_of_prometheus_lose_no_scrape(settings: 
     want = sum(len(v) for v in scraped.values())
     assert min(len(v) for v in scraped.values()) >= 18, {j: len(v) for j, v in scraped.items()}
     records = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= want, timeout=30)
-    snapshots = [decode_snapshot(r.value) for r in records]
+    snapshots = read_telemetry(r.value for r in records)
     published = {job: [round(s.ts * 1000) for s in snapshots if s.source == job and s.node == NODE] for job in scraped}
     for job, stamps in scraped.items():
         missing = sorted(stamps - set(published[job]))

@@ -16,7 +16,7 @@ from tailhound.ingest.config import IngestServiceConfig, parse_ingest_config
 from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
 from tailhound.ingest.service import IngestService
 from tailhound.settings import Settings
-from tailhound.streams.codec import decode_snapshot
+from tailhound.wire import read_telemetry
 from tests.conftest import require_tool
 from tests.kafka_helpers import consume
 
@@ -61,7 +61,7 @@ async def test_captured_requests_become_the_snapshots_on_the_telemetry_topic(set
         await service.stop()  # hands out the last open scrapes and flushes
     expected = offline_snapshots()
     records = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= len(expected), timeout=30)
-    got = [decode_snapshot(r.value) for r in records]
+    got = read_telemetry(r.value for r in records)
     assert sorted((s.node, s.source, s.ts) for s in got) == sorted((s.node, s.source, s.ts) for s in expected)
     assert {r.key for r in records} == {b"gpu-node-2"}  # keyed by node, as the agent's
     by_key = {(s.node, s.source, s.ts): s for s in got}

@@ -13,6 +13,7 @@ import pytest
 from tailhound.agents.runtime import replay
 from tailhound.recording import read_records
 from tailhound.snapshot import Snapshot
+from tailhound.wire import is_v3, read_telemetry
 from tests.http_helpers import FakeVllm, serve_metrics
 from tests.kafka_helpers import consume
 
@@ -68,7 +69,8 @@ async def test_record_then_publish_the_recording(settings, tmp_path):
     assert rc == 0, stderr
     assert f"published {len(records)} snapshots" in stdout
     got = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= len(records), timeout=30)
-    published = [Snapshot.model_validate_json(r.value) for r in got]
+    assert all(is_v3(r.value) for r in got)  # the default wire version
+    published = read_telemetry(r.value for r in got)
     expected: list[Snapshot] = []
     await replay(read_records(out), expected.append)
     assert published == expected
@@ -118,7 +120,7 @@ async def test_agent_publishes_and_serves_its_metrics(settings, tmp_path):
     ):
         assert name in body
     got = await consume(settings, settings.telemetry_topic, lambda rs: len(rs) >= 20, timeout=30)
-    snaps = [Snapshot.model_validate_json(r.value) for r in got]
+    snaps = read_telemetry(r.value for r in got)
     assert {s.source for s in snaps} == {"vllm", "node"}
     assert all(r.key == b"gpu-live" for r in got)
 

@@ -18,7 +18,7 @@ from tailhound.ingest.receiver import IngestConfig, RemoteWriteIngest
 from tailhound.kafka import ensure_topics
 from tailhound.settings import IngestSettings, Settings
 from tailhound.snapshot import Snapshot
-from tailhound.streams.codec import decode_snapshot
+from tailhound.wire import read_telemetry
 from tailhound.worker.process import WorkerProcess
 from tests.kafka_helpers import consume
 
@@ -97,7 +97,7 @@ publish:
         log = worker.log_tail(400)
     finally:
         worker.stop(timeout=15)
-    got = [decode_snapshot(r.value) for r in records]
+    got = read_telemetry(r.value for r in records)
     assert len(got) == len(expected), log
     assert {r.key for r in records} == {b"gpu-node-2"}  # keyed by node, as the agent's
     assert sorted((x.node, x.source, x.ts) for x in got) == sorted((x.node, x.source, x.ts) for x in expected)

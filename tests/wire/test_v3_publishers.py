@@ -35,13 +35,14 @@ def snap(i: int, node: str = "n1", source: str = "nvml") -> Snapshot:
 
 def test_the_encoder_of_each_version():
     assert encoder(1) is encode_snapshot and encoder(3) is encode_message
+    assert encoder() is encode_message  # version 3 is the default of every publisher
     with pytest.raises(ValueError, match="version 2"):
         encoder(2)
 
 
-def test_agent_config_takes_wire_3_and_refuses_other_versions():
-    assert parse_agent_config("publish: {wire: 3}\n").publish.wire == 3
-    assert parse_agent_config("{}\n").publish.wire == 1
+def test_agent_config_publishes_wire_3_by_default_takes_1_and_refuses_other_versions():
+    assert parse_agent_config("{}\n").publish.wire == 3
+    assert parse_agent_config("publish: {wire: 1}\n").publish.wire == 1
     with pytest.raises(Exception, match="wire"):
         parse_agent_config("publish: {wire: 2}\n")
 
