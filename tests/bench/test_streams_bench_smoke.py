@@ -71,6 +71,7 @@ def test_bench_sections_can_run_alone():
         "fleet-scale",
         "wire",
         "peer",
+        "offline",
     ]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
