@@ -3,7 +3,7 @@
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
 notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, fleet-scale, wire,
-model-forward, peer),
+model-forward, peer, offline),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -35,6 +35,7 @@ SECTIONS = (
     "wire",
     "model-forward",
     "peer",
+    "offline",
 )
 
 
@@ -186,6 +187,11 @@ def main(argv: list[str] | None = None) -> None:
                 asyncio.run(peer.run(nodes=5, rounds=8, interval_s=1.0, warm=2, reps=1) if quick else peer.run())
             )
         )
+    if "offline" in args.sections:
+        from bench import offline_tools
+
+        print("\n## Offline tools against their targets: rules test, capacity from telemetry\n")
+        print(offline_tools.report(offline_tools.run(reps=1 if quick else 3, minutes=60 if quick else 420)))
 
 
 if __name__ == "__main__":

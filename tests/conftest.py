@@ -28,17 +28,56 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleOrGroup(config, log)
 
 
+#: seconds each of the slowest modules took (setup + call + teardown summed over its tests) in a `make test` run
+#: on a loaded 2-core machine: make test hands them out longest first. Only the order depends on these figures,
+#: so a stale one costs wall time, never a result; refresh them from `--junitxml` when the slow set changes.
+MODULE_SECONDS = {
+    "tests/scenarios/test_real_fleets.py": 329,
+    "tests/integration/test_multi_worker.py": 171,
+    "tests/docs/test_doc_commands.py": 151,  # with tests/tailhound/test_packaging.py (69), the "wheel" group
+    "tests/integration/test_replay_matches_worker.py": 144,
+    "tests/scenarios/test_playbook.py": 143,
+    "tests/browser/test_console_demo.py": 107,
+    "tests/notifier/test_service.py": 100,
+    "tests/ingest/test_same_incidents.py": 93,
+    "tests/rulestest/test_backtest.py": 93,
+    "tests/integration/test_demo.py": 90,
+    "tests/faults/test_scale_out.py": 89,
+    "tests/faults/test_broker_restart.py": 84,
+    "tests/ingest/test_prometheus_end_to_end.py": 72,
+    "tests/tailhound/test_packaging.py": 69,
+    "tests/integration/test_stop_on_signal.py": 68,
+    "tests/integration/test_worker_pipeline.py": 56,
+    "tests/streams/test_replay.py": 39,
+    "tests/faults/test_hostile_input.py": 39,
+    "tests/bench/test_streams_bench_smoke.py": 38,
+    "tests/integration/test_agent_outage.py": 35,
+    "tests/faults/test_worker_kill.py": 34,
+    "tests/faults/test_silence_flood.py": 33,
+    "tests/ingest/test_restarts.py": 32,
+    "tests/faults/test_broker_outage.py": 27,
+    "tests/capacity/test_loadtest.py": 24,
+    "tests/bench/test_notifier_bench_smoke.py": 23,
+}
+#: a module not measured above that has a test marked slow or drill (more than ~20 s) counts as this long
+SLOW_MARK_SECONDS = 20
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under ``make test`` the modules with slow tests (marks ``slow``, ``drill``) are handed out first, so the
-    workers do not wait on one of them at the end; each module keeps its own order."""
+    """Under ``make test`` the modules are handed out longest first (:data:`MODULE_SECONDS`, then modules with a
+    test marked ``slow`` or ``drill``), so no worker starts a long one at the end; each module keeps its order."""
     if not (getattr(config.option, "loadgroup", False) or config.getvalue("dist") == "loadgroup"):
         return  # (xdist's workers see dist "no" and loadgroup True)
-    slow = {
-        item.nodeid.split("::", 1)[0]
-        for item in items
-        if item.get_closest_marker("slow") or item.get_closest_marker("drill")
-    }
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)
+    seconds = dict.fromkeys(
+        (
+            item.nodeid.split("::", 1)[0]
+            for item in items
+            if item.get_closest_marker("slow") or item.get_closest_marker("drill")
+        ),
+        SLOW_MARK_SECONDS,
+    )
+    seconds.update(MODULE_SECONDS)
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0))
 
 
 @pytest.fixture(scope="session")

@@ -55,3 +55,12 @@ def test_ingest_stages_smoke():
     frozen = ingest_speed.stages(nodes=1, rounds=3, reps=1, frozen=True)
     assert set(on) == {*ingest_speed.STAGES, "agent path"} and all(v >= 0 for v in on.values())
     assert "frozen after warm-up: " in ingest_speed.stages_report(on, off, frozen)
+
+
+def test_offline_tools_bench_runs_and_reports():
+    """The capacity half on a short simulation (the rules-test half is the pack's own test run, timed)."""
+    from bench import offline_tools
+
+    result = {"capacity from telemetry": [offline_tools.capacity_s(minutes=15)]}
+    assert result["capacity from telemetry"][0] > 0
+    assert "| capacity from telemetry |" in offline_tools.report(result)

@@ -70,6 +70,7 @@ def test_bench_sections_can_run_alone():
         "wire",
         "model-forward",
         "peer",
+        "offline",
     ]
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])

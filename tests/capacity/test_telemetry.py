@@ -18,8 +18,6 @@ Tolerances (measured: knee 6.48 vs 7.34, 0.88x; plateau 7.28, 0.99x; max_num_seq
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
@@ -52,12 +50,11 @@ OUTPACE_BATCH = E.ITL_BASE_S / (E.ITL_PER_SEQ_S + E.ITL_PER_KV_TOKEN_S * _ctx())
 
 @pytest.fixture(scope="module")
 def slow_fleet():
-    t0 = time.perf_counter()
     sim = FleetSimulator(
         SimConfig(nodes=2, sources=("vllm",), start_ts=NINE_UTC, seed=3), [FaultSpec("slow-node", 0, node="*")]
     )
     records = list(iter_records(sim, MINUTES))
-    return records, time.perf_counter() - t0
+    return records
 
 
 def test_the_known_saturation_point():
@@ -66,12 +63,10 @@ def test_the_known_saturation_point():
     assert abs(OUTPACE_BATCH - 111.3) < 0.5
 
 
-@pytest.mark.timing
 def test_knee_plateau_and_max_num_seqs_from_simulated_telemetry(slow_fleet):
-    records, sim_s = slow_fleet
-    t0 = time.perf_counter()
+    """What the analysis finds (how long it takes: bench/offline_tools.py)."""
+    records = slow_fleet
     [analysis] = recommend_from_telemetry(records, source="telemetry:slow.jsonl")
-    took = time.perf_counter() - t0 + sim_s
     rec = analysis.recommendation
     assert rec.model == MODEL and rec.source == "telemetry:slow.jsonl" and rec.load_unit == "requests_per_s"
     assert rec.ttft_knee is not None
@@ -86,11 +81,10 @@ def test_knee_plateau_and_max_num_seqs_from_simulated_telemetry(slow_fleet):
     assert rec.keda == {"queue": rec.queue_scale_out, "batch": round(0.8 * rec.recommended_max_num_seqs, 1)}
     assert 1.0 <= rec.queue_scale_out <= 5.0  # no queue below the knee
     assert analysis.notes[0].endswith("windows of 60 s")
-    assert took < 20, f"{took:.1f} s"
 
 
 def test_windows_measure_load_throughput_and_queue(slow_fleet):
-    records, _ = slow_fleet
+    records = slow_fleet
     windows = telemetry_windows(records[: len(records) // 3])  # the first ~2 h: below saturation
     assert {w.node for w in windows} == {"gpu-node-1", "gpu-node-2"} and {w.engine for w in windows} == {"0"}
     assert all(w.model == MODEL for w in windows)

@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -42,16 +41,12 @@ def write(tmp_path: Path, text: str, name: str = "t.yaml") -> Path:
 # --- the pack's own tests ------------------------------------------------------------------------------
 
 
-@pytest.mark.timing
 def test_the_rule_packs_own_tests_pass():
-    """What a pre-commit hook runs: `tailhound rules test rules/tests/*.yaml` (a few seconds)."""
-    t0 = time.monotonic()
+    """What a pre-commit hook runs: `tailhound rules test rules/tests/*.yaml` (its time: bench/offline_tools.py)."""
     proc = tailhound("rules", "test", *(str(p.relative_to(ROOT)) for p in PACK_TESTS))
-    took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("SUCCESS") == len(PACK_TESTS) == 7  # one per file of rules/tests
     assert "FAILED" not in proc.stdout
-    assert took < 60, f"rules test took {took:.1f} s"
 
 
 def test_every_rule_of_the_pack_fires_in_a_test_and_has_a_near_miss():
