@@ -144,7 +144,7 @@ def counting_worker_app(settings: Settings, counter: Counter, rules: bool = True
     """The real app, observed: SnapshotProcessor.step counts after it returns; nothing else changes.
     Without `rules` the step only counts (the ``wiring`` variant)."""
     import tailhound.streams.app
-    from tailhound.streams.processor import StepResult
+    from tailhound.streams.step_result import StepResult
 
     class CountingProcessor(tailhound.streams.app.SnapshotProcessor):
         def step(self, raw_state, snapshot, **kw):

@@ -58,7 +58,7 @@ from .model_stage import ModelStage, split_rules
 from .model_stage_handler import ModelStageHandler
 from .node_stage import NodeStage
 from .pipeline_metrics import PipelineMetrics
-from .processor import SnapshotProcessor, load_models
+from .processor import SnapshotProcessor, read_load_models
 from .rollup.agent import ProgressMarks, add_rollup, send_tick
 from .rollup.order import TICK_KEY, EventOrder
 from .ruleset.rulefile import RuleSet
@@ -123,7 +123,7 @@ def create_app(
     console = ConsoleSink() if settings.sinks.console.enabled else None
     state = _state_table(app, STATE_TABLE, settings.partitions)
     node_rules, model_rules = split_rules(rules)
-    load = load_models(settings.streams.load_models)
+    load = read_load_models(settings.streams.load_models)
     # service levels, and the load-tested thresholds of the capacity file (a bad file stops the start, naming it)
     sla = {"ttft_p99_sla_s": settings.streams.ttft_p99_sla_s, **capacity_limits(settings.streams.capacity_file)}
     processor = SnapshotProcessor(
@@ -141,7 +141,7 @@ def create_app(
     model_stage = ModelStage(
         model_rules,
         catalog=catalog,
-        models=load,
+        load_models=load,
         sla=sla,
         max_models=s.max_models or None,
         max_nodes=s.max_nodes or None,

@@ -57,7 +57,7 @@ def evaluate(
     stale_after_s: float = DEFAULT_STALE_AFTER_S,
     latest: LatestValues | None = None,
     copy: bool = True,
-    models: dict[str, LoadModel] | None = None,
+    load_models: dict[str, LoadModel] | None = None,
     sla: dict[str, dict[str, float]] | None = None,
     timings: dict[str, float] | None = None,
     all_stats: bool = False,
@@ -67,7 +67,7 @@ def evaluate(
     `latest` is the node's in-memory view (the processor keeps one per node); without it the state
     carries one privately, so calling evaluate() in a loop works too. `timings`, when given, adds the
     seconds each stage took to its entry (``{"admit": ..., "signals": ..., "rules": ...}``). Window
-    statistics (``latency.ttft.p95`` ...) are derived only where `rules` or `models` can read them
+    statistics (``latency.ttft.p95`` ...) are derived only where `rules` or `load_models` can read them
     (:mod:`tailhound.streams.ruleset.rule_reads`), all of them with `all_stats`.
     """
     carried = state._latest if state is not None else None
@@ -85,7 +85,7 @@ def evaluate(
         catalog=catalog or default_catalog(),
         latest=latest,
         stale_after_s=stale_after_s,
-        models=models,
+        load_models=load_models,
         sla=sla,
         all_stats=all_stats,
     )

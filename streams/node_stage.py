@@ -28,8 +28,9 @@ from .intake import EVALUATE_FAILED, DeadLetters, Gate, IntakeStats, NodeExpiry,
 from .model_forward import CAUSES_HEADER
 from .model_stage import ModelStage
 from .pipeline_metrics import PipelineMetrics
-from .processor import AHEAD_OF_SOURCE, SnapshotProcessor, Unprocessable
+from .processor import SnapshotProcessor
 from .rollup.agent import ProgressMarks
+from .step_result import AHEAD_OF_SOURCE, Unprocessable
 
 log = logging.getLogger(__name__)
 

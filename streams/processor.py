@@ -25,9 +25,6 @@ What one message cannot do (:class:`Unprocessable` names why, the worker dead-le
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pydantic_core
 
 from tailhound.catalog import Catalog, default_catalog
@@ -41,36 +38,16 @@ from .loadmodel import LoadModel
 from .resolutions import resolve_gone
 from .ruleset.rule_reads import window_stats_read
 from .ruleset.rulefile import RuleSet
+from .stages.admit import redelivered
+from .step_result import (
+    STATE_TOO_LARGE,
+    TOO_MANY_SOURCES,
+    RawState,
+    StepResult,
+    Unprocessable,
+)
 
-RawState = dict[str, Any]
 PERSIST_EVERY_S = 60.0
-
-
-@dataclass
-class StepResult:
-    state: RawState | None  # what to store when `changed` (None otherwise)
-    changed: bool
-    events: list[IncidentEvent] = field(default_factory=list)
-    #: the snapshot was not newer than its source's last one on the node (a redelivery): ignored
-    redelivered: bool = False
-    #: the snapshot jumped ahead of its source and waits for the next ones to confirm it (see the module doc)
-    held: bool = False
-    #: snapshots held apart that the source's next one did not confirm: never evaluated (dead letters)
-    discarded: list[Snapshot] = field(default_factory=list)
-
-
-class Unprocessable(ValueError):
-    """A snapshot the step cannot take without breaking a bound of the node's state; `kind` is countable."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-
-
-#: countable reasons of Unprocessable, and of discarded snapshots
-TOO_MANY_SOURCES = "too_many_sources"
-STATE_TOO_LARGE = "state_too_large"
-AHEAD_OF_SOURCE = "ahead_of_source"
 
 
 def _decisions(state: NodeState) -> tuple:
@@ -100,7 +77,7 @@ class SnapshotProcessor:
         self,
         rules: RuleSet,
         catalog: Catalog | None = None,
-        models: dict[str, LoadModel] | None = None,
+        load_models: dict[str, LoadModel] | None = None,
         sla: dict[str, dict[str, float]] | None = None,
         all_stats: bool = False,
         max_jump_s: float | None = None,
@@ -122,7 +99,7 @@ class SnapshotProcessor:
         self._held: dict[str, dict[str, list[Snapshot]]] = {}
         self.catalog = catalog or default_catalog()
         #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see tailhound.streams.loadmodel
-        self.models = models or {}
+        self.load_models = load_models or {}
         #: per-model service levels (settings.streams.ttft_p99_sla_s ...), see tailhound.streams.evaluator
         self.sla = sla
         #: derive every window statistic into the view, not only those the rules and models read (loadfit)
@@ -141,7 +118,7 @@ class SnapshotProcessor:
         before, self.rules = self.rules, rules
         if self.all_stats:
             return
-        added = window_stats_read(rules, self.models) - window_stats_read(before, self.models)
+        added = window_stats_read(rules, self.load_models) - window_stats_read(before, self.load_models)
         if not added:
             return
         for node, state in self._states.items():
@@ -272,11 +249,12 @@ class SnapshotProcessor:
         moved = partition is not None and (before is None or before.partition != partition)
         if before is not None:
             key = source_key(snapshot)
-            last = before.last_ts.get(key)
-            if last is not None and snapshot.ts <= last and not moved:
+            # a snapshot that moved partitions is stepped (the state records the new partition); the admit
+            # stage still ends it as a redelivery
+            if not moved and redelivered(before, snapshot):
                 self._states[node] = before  # (healed or not, it is what the stored version holds now)
                 return StepResult(state=None, changed=False, redelivered=True)
-            if last is None and len(before.last_ts) >= self.max_sources:
+            if key not in before.last_ts and len(before.last_ts) >= self.max_sources:
                 self._states[node] = before
                 raise Unprocessable(
                     TOO_MANY_SOURCES,
@@ -296,7 +274,7 @@ class SnapshotProcessor:
                 self.catalog,
                 latest=latest,
                 copy=False,
-                models=self.models,
+                load_models=self.load_models,
                 sla=self.sla,
                 timings=self.timings,
                 all_stats=self.all_stats,
@@ -382,7 +360,7 @@ class SnapshotProcessor:
         return len(self._states)
 
 
-def load_models(paths: list) -> dict[str, LoadModel]:
+def read_load_models(paths: list) -> dict[str, LoadModel]:
     """Load-aware baseline artifacts by the signal they model (a bad file raises naming it)."""
     models: dict[str, LoadModel] = {}
     for p in paths:

@@ -50,7 +50,7 @@ def replay_records(
     records: Iterable[ScrapeRecord],
     rules: RuleSet,
     out: IO[str] | None = None,
-    models: dict[str, LoadModel] | None = None,
+    load_models: dict[str, LoadModel] | None = None,
     sla: dict[str, dict[str, float]] | None = None,
     max_future_skew_s: float = 300.0,
     node_expiry_s: float = 3600.0,
@@ -64,14 +64,14 @@ def replay_records(
             result.records += 1
             yield builder.build(rec)
 
-    return replay_snapshots(snapshots(), rules, out, models, sla, max_future_skew_s, node_expiry_s, result=result)
+    return replay_snapshots(snapshots(), rules, out, load_models, sla, max_future_skew_s, node_expiry_s, result=result)
 
 
 def replay_snapshots(
     snapshots: Iterable[Snapshot],
     rules: RuleSet,
     out: IO[str] | None = None,
-    models: dict[str, LoadModel] | None = None,
+    load_models: dict[str, LoadModel] | None = None,
     sla: dict[str, dict[str, float]] | None = None,
     max_future_skew_s: float = 300.0,
     node_expiry_s: float = 3600.0,
@@ -81,8 +81,8 @@ def replay_snapshots(
     what :func:`replay_records` does after building the snapshots (the remote-write ingest's are replayed
     so, to compare them with the agent's)."""
     node_rules, model_rules = split_rules(rules)
-    processor = SnapshotProcessor(node_rules, models=models, sla=sla)
-    model_stage = ModelStage(model_rules, models=models, sla=sla)
+    processor = SnapshotProcessor(node_rules, load_models=load_models, sla=sla)
+    model_stage = ModelStage(model_rules, load_models=load_models, sla=sla)
     store = MemoryStateStore()
     rolled = RollupState()
     result = result if result is not None else ReplayResult()
@@ -142,7 +142,7 @@ def replay_files(
     paths: list[Path],
     rules: RuleSet,
     out_path: Path | None,
-    models: dict[str, LoadModel] | None = None,
+    load_models: dict[str, LoadModel] | None = None,
     sla: dict[str, dict[str, float]] | None = None,
 ) -> ReplayResult:
     """Replay recordings one after another (each file in its own order) into `out_path`."""
@@ -152,7 +152,7 @@ def replay_files(
             yield from read_records(p)
 
     if out_path is None:
-        return replay_records(records(), rules, models=models, sla=sla)
+        return replay_records(records(), rules, load_models=load_models, sla=sla)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w", encoding="utf-8") as out:
-        return replay_records(records(), rules, out, models=models, sla=sla)
+        return replay_records(records(), rules, out, load_models=load_models, sla=sla)

@@ -1,16 +1,23 @@
 """Admit: a snapshot no newer than the last one seen from its source and instance on the node is a
-redelivery (Kafka delivers at least once) and changes nothing."""
+redelivery (Kafka delivers at least once) and changes nothing. :func:`redelivered` is the one place that
+rule lives: the stage applies it, and the processor asks it before a step to skip decoding and copying."""
 
 from __future__ import annotations
 
-from ..node_state import source_key
+from tailhound.snapshot import Snapshot
+
+from ..node_state import NodeState, source_key
 from .step import Step
 
 
+def redelivered(state: NodeState, snapshot: Snapshot) -> bool:
+    """Whether `snapshot` is not newer than what its source and instance on the node already sent."""
+    last = state.last_ts.get(source_key(snapshot))
+    return last is not None and snapshot.ts <= last
+
+
 def stage(step: Step) -> bool:
-    key = source_key(step.snapshot)
-    last = step.state.last_ts.get(key)
-    if last is not None and step.snapshot.ts <= last:
+    if redelivered(step.state, step.snapshot):
         return False
-    step.state.last_ts[key] = step.snapshot.ts
+    step.state.last_ts[source_key(step.snapshot)] = step.snapshot.ts
     return True

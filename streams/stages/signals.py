@@ -21,7 +21,7 @@ def stage(step: Step) -> bool:
     scan = snapshot_values(snapshot, step.catalog)
     fresh = scan.values
     if scan.histogram_deltas:
-        wanted = None if step.all_stats else window_stats_read(step.rules, step.models or ())
+        wanted = None if step.all_stats else window_stats_read(step.rules, step.load_models or ())
         latency = _latency_values(state, snapshot, step.catalog, wanted)
         if latency is not None:
             fresh.update(latency)

@@ -28,7 +28,7 @@ class Step:
     catalog: Catalog
     latest: LatestValues
     stale_after_s: float
-    models: dict[str, LoadModel] | None = None
+    load_models: dict[str, LoadModel] | None = None
     sla: dict[str, dict[str, float]] | None = None
     #: derive every window statistic, not only those the rules and models can read (streams/ruleset/rule_reads.py)
     all_stats: bool = False

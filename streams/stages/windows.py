@@ -21,7 +21,7 @@ from .step import Step
 
 
 def stage(step: Step) -> bool:
-    state, ts, view, models = step.state, step.snapshot.ts, step.view, step.models
+    state, ts, view, models = step.state, step.snapshot.ts, step.view, step.load_models
     _record_history(state, step.rules, step.fresh, ts)
     _add_demand(view, state, step.rules, ts)
     _learn_baselines(state, step.rules, view, step.fresh, ts)

@@ -65,7 +65,7 @@ def replay(
     recordings are read too, and a cut-off last line is a warning."""
     from tailhound.recording import require_records
     from tailhound.rulestest.recordings import ProgressLine, ReadProgress, iter_recordings
-    from tailhound.streams.processor import load_models
+    from tailhound.streams.processor import read_load_models
     from tailhound.streams.replay import replay_records
     from tailhound.streams.ruleset.rulefile import load_rules
 
@@ -89,7 +89,7 @@ def replay(
             yield rec
 
     kwargs = dict(
-        models=load_models(list(model or settings.streams.load_models)),
+        load_models=read_load_models(list(model or settings.streams.load_models)),
         sla={
             "ttft_p99_sla_s": settings.streams.ttft_p99_sla_s,
             **capacity_limits(capacity or settings.streams.capacity_file),

@@ -98,11 +98,12 @@ def test_the_worker_evaluates_a_fitted_load_model_without_scikit_learn(fitted):
     code = f"""
 import tailhound.worker.compose, tailhound.streams.app  # the worker process's modules
 from tailhound.recording import read_records
-from tailhound.streams.processor import load_models
+from tailhound.streams.processor import read_load_models
 from tailhound.streams.replay import replay_records
 from tailhound.streams.ruleset.rulefile import load_rules
-models = load_models([{str(fitted["model"])!r}])
-result = replay_records(read_records({str(fitted["faulty"])!r}), load_rules({str(fitted["rules"])!r}), models=models)
+models = read_load_models([{str(fitted["model"])!r}])
+rules = load_rules({str(fitted["rules"])!r})
+result = replay_records(read_records({str(fitted["faulty"])!r}), rules, load_models=models)
 from tailhound.streams.loadmodel import WindowFeatures, expected_for
 model = models['latency.ttft.p95']
 middle = WindowFeatures(**{{k: (lo + hi) / 2 for k, (lo, hi) in model.artifact.feature_ranges.items()}})

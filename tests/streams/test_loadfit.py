@@ -8,7 +8,7 @@ from tailhound.agents.simulator import FaultSpec, FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.streams.loadfit import training_rows
 from tailhound.streams.loadmodel import LoadModel
-from tailhound.streams.processor import load_models
+from tailhound.streams.processor import read_load_models
 from tailhound.streams.replay import replay_records
 from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
 
@@ -38,11 +38,11 @@ def model_path(tmp_path_factory):
 
 
 def test_rule_uses_the_load_model_and_says_so(model_path):
-    models = load_models([model_path])
+    models = read_load_models([model_path])
     assert set(models) == {"latency.ttft.p95"}
     rules = RuleSet(rules=parse_rule_text(RULE, "x.yaml"))
     sim = FleetSimulator(SimConfig(nodes=1, seed=4), [FaultSpec.parse("kv-cache-pressure@30m+10m")])
-    result = replay_records(iter_records(sim, 45), rules, models=models)
+    result = replay_records(iter_records(sim, 45), rules, load_models=models)
     opened = [e for e in result.events if e.event == "opened"]
     assert opened, "the TTFT jump under KV pressure is far above what the load model expects"
     details = [ev.detail for e in result.events for ev in e.evidence if ev.baseline is not None]
