@@ -18,23 +18,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
-from collections.abc import Callable
 
+from bench.wire_format import per_item_us as _us
 from bench.wire_format import batch_bytes, fleet_ticks
 from tailhound.agents.sender import use_lz4_level
 from tailhound.agents.wire import encode_snapshot
 from tailhound.streams import codec, model_forward
 from tailhound.wire.v3 import encode_message
-
-
-def _us(fun: Callable[[], object], count: int, reps: int) -> float:
-    runs = []
-    for _ in range(reps):
-        t0 = time.process_time()
-        fun()
-        runs.append((time.process_time() - t0) / count * 1e6)
-    return statistics.median(runs)
 
 
 def run(ticks: int = 64, reps: int = 3) -> dict:

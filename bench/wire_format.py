@@ -90,7 +90,7 @@ def batch_bytes(values: list[tuple[bytes, bytes]], codec: str) -> int:
     return len(builder.build())
 
 
-def _per_snapshot_us(fun: Callable[[], object], count: int, reps: int) -> float:
+def per_item_us(fun: Callable[[], object], count: int, reps: int) -> float:
     runs = []
     for _ in range(reps):
         t0 = time.process_time()
@@ -111,7 +111,7 @@ def run(ticks: int = 64, reps: int = 5) -> dict:
         if name != "v3 as JSON":
             bundled = [[(m.key, m.value) for m in bundle_batch([Message(k, v) for k, v in tick])] for tick in per_tick]
             shapes[name.replace("v1 JSON", "v2 bundle") + (" bundled" if name.startswith("v3") else "")] = bundled
-        rows[name] = {"encode_us": _per_snapshot_us(lambda enc=enc: [enc(s) for s in snaps], len(snaps), reps)}
+        rows[name] = {"encode_us": per_item_us(lambda enc=enc: [enc(s) for s in snaps], len(snaps), reps)}
     for name, per_tick in shapes.items():
         row = rows.setdefault(name, {})
         flat = [v for tick in per_tick for _k, v in tick]
@@ -119,7 +119,7 @@ def run(ticks: int = 64, reps: int = 5) -> dict:
         for codec in ("lz4", "gzip"):
             row[codec] = statistics.median(batch_bytes(tick, codec) for tick in per_tick)
         if not name.startswith("v3 as JSON"):
-            row["decode_us"] = _per_snapshot_us(lambda flat=flat: [decode_message(v) for v in flat], len(snaps), reps)
+            row["decode_us"] = per_item_us(lambda flat=flat: [decode_message(v) for v in flat], len(snaps), reps)
     rows["v3 layouts referenced"] = _referenced(node_ticks, rows["v3 msgpack"], reps)
     rows[f"v3 layouts referenced, every {SHORTER_LAYOUT_EVERY_S:.0f} s"] = _referenced(
         node_ticks, rows["v3 msgpack"], 0, SHORTER_LAYOUT_EVERY_S
@@ -137,7 +137,7 @@ def _referenced(node_ticks: list[list[Snapshot]], full: dict, reps: int, every_s
     k = every_s / TICK_S
     row: dict = {}
     if reps:
-        row["encode_us"] = _per_snapshot_us(
+        row["encode_us"] = per_item_us(
             lambda: [memory.encode(s) for tick in node_ticks for s in tick], sum(map(len, node_ticks)), reps
         )
     sizes = {
@@ -155,7 +155,7 @@ def _referenced(node_ticks: list[list[Snapshot]], full: dict, reps: int, every_s
             decode_message(v, layouts=cache)
 
     if reps:
-        row["decode_us"] = _per_snapshot_us(decode_all, len(flat), reps)
+        row["decode_us"] = per_item_us(decode_all, len(flat), reps)
     return row
 
 
