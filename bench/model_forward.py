@@ -19,8 +19,8 @@ from __future__ import annotations
 import statistics
 import sys
 
-from bench.wire_format import per_item_us as _us
 from bench.wire_format import batch_bytes, fleet_ticks
+from bench.wire_format import per_item_us as _us
 from tailhound.agents.sender import use_lz4_level
 from tailhound.agents.wire import encode_snapshot
 from tailhound.streams import codec, model_forward
