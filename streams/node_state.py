@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from tailhound.catalog import Catalog
 from tailhound.incident import Evidence
@@ -37,6 +37,9 @@ class RuleState(BaseModel):
 
 
 class NodeState(BaseModel):
+    """A node's persisted evaluation state (what the table stores per node)."""
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
     node: str
     #: bumped on every write to the table (tailhound.streams.processor reuses its decoded copy while they match)
     version: int = 0
@@ -60,8 +63,9 @@ class NodeState(BaseModel):
     #: open incidents by domain (see tailhound.streams.correlate) and lone symptoms waiting for a cause
     incidents: dict[str, Episode] = Field(default_factory=dict)
     orphans: dict[str, float] = Field(default_factory=dict)
-    #: models served on this node (from engine samples), for the incident scope, and engine -> model
-    models: list[str] = Field(default_factory=list)
+    #: names of the LLMs served on this node (from engine samples), for the incident scope, and engine -> model;
+    #: stored under ``models`` (the record's key since the first version)
+    model_names: list[str] = Field(default_factory=list, alias="models")
     engine_models: dict[str, str] = Field(default_factory=dict)
     #: "rule|signal" -> the recent history of the evidence of pending and firing rules (incident charts)
     traces: dict[str, SeriesTrace] = Field(default_factory=dict)

@@ -198,7 +198,7 @@ class SnapshotProcessor:
             self.forget(node)
             return []
         seen = max(state.last_ts.values(), default=state.persisted_at)
-        events = resolve_gone(state.incidents, self.rules, node, state.models, max(now, seen), seen)
+        events = resolve_gone(state.incidents, self.rules, node, state.model_names, max(now, seen), seen)
         self.forget(node)
         return events
 
@@ -327,7 +327,7 @@ class SnapshotProcessor:
             seen = max(seen, max(cached.last_ts.values(), default=0.0))
         if now - seen <= expiry_s:
             return None
-        events = resolve_gone(state.incidents, self.rules, node, state.models, now, seen)
+        events = resolve_gone(state.incidents, self.rules, node, state.model_names, now, seen)
         self.forget(node)
         return events
 

@@ -19,7 +19,7 @@ def stage(step: Step) -> bool:
         step.firing,
         step.rules,
         step.snapshot,
-        state.models,
+        state.model_names,
         step.pending,
         observer(step.rules, step.ctx, step.catalog),
     )

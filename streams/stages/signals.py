@@ -37,8 +37,8 @@ def stage(step: Step) -> bool:
 def _remember_models(state: NodeState, models: list[tuple[str, str | None]]) -> None:
     """The models of a snapshot's samples (sample label, else the snapshot's), and engine -> model."""
     for model, engine in models:
-        if model not in state.models:
-            state.models = sorted([*state.models, model])[:8]
+        if model not in state.model_names:
+            state.model_names = sorted([*state.model_names, model])[:8]
         if engine and state.engine_models.get(engine) != model and len(state.engine_models) < 64:
             state.engine_models[engine] = model
 

@@ -34,11 +34,11 @@ def test_models_and_engines_are_remembered_sorted_and_bounded():
     state = NodeState(node="n")
     for i, model in enumerate(["m-b", "m-a", "m-b"]):
         signals.stage(step_for(vllm(T0 + i, 1.0, engine=str(i), model=model), RULES, state))
-    assert state.models == ["m-a", "m-b"]
+    assert state.model_names == ["m-a", "m-b"]
     assert state.engine_models == {"0": "m-b", "1": "m-a", "2": "m-b"}
     for i in range(12):
         signals.stage(step_for(vllm(T0 + 10 + i, 1.0, engine="9", model=f"x-{i:02d}"), RULES, state))
-    assert len(state.models) == 8 and state.models == sorted(state.models)
+    assert len(state.model_names) == 8 and state.model_names == sorted(state.model_names)
 
 
 def test_sla_per_engine_from_its_model_first_matching_pattern_wins():
