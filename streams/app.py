@@ -132,6 +132,7 @@ def create_app(
         load,
         sla=sla,
         max_jump_s=s.max_source_jump_s or None,
+        lead_tolerance_s=s.source_lead_tolerance_s,
         max_state_bytes=s.max_state_bytes,
         max_nodes=s.max_nodes or None,
     )

@@ -30,7 +30,7 @@ from .model_stage import ModelStage
 from .pipeline_metrics import PipelineMetrics
 from .processor import SnapshotProcessor
 from .rollup.agent import ProgressMarks
-from .step_result import AHEAD_OF_SOURCE, Unprocessable
+from .step_result import AHEAD_OF_SOURCE, OUT_OF_ORDER, Unprocessable
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +69,20 @@ class NodeStage:
         """One telemetry message: one snapshot, or a bundle's (version 2/3) in order, as if they came one by one."""
         arrival = time.time()
         started = time.perf_counter()
-        values = self.gate.admit_all(message.value, message.key, arrival, _sent_at(message))
+        sent_at = _sent_at(message)
+        values = self.gate.admit_all(message.value, message.key, arrival, sent_at)
         if isinstance(values, Rejection):
             await self.letters.publish(message, values.reason, values.stage, values.kind)
             return
         for value in values:
-            stepped = await self._snapshot(message, values, value, arrival)
+            stepped = await self._snapshot(message, values, value, arrival, sent_at)
             if stepped and self.metrics is not None:
                 self.metrics.snapshot(value.source, time.perf_counter() - started)
                 started = time.perf_counter()
 
-    async def _snapshot(self, message: Any, values: list, value: Snapshot, arrival: float) -> bool:
+    async def _snapshot(
+        self, message: Any, values: list, value: Snapshot, arrival: float, sent_at: float | None = None
+    ) -> bool:
         """One admitted snapshot through the step; False when it was not evaluated now (a dead letter, held)."""
         processor, stats = self.processor, self.stats
         if self.on_snapshot is not None:
@@ -93,25 +96,19 @@ class NodeStage:
                 horizon=self.bounds.horizon(arrival),
                 partition=message.partition,
                 arrival=arrival,
+                sent_at=sent_at,
             )
-        except Unprocessable as exc:  # a bound of the node's state: the snapshot is a dead letter
+        except Unprocessable as exc:  # a bound of the node's state, or out of order: the snapshot is a dead letter
+            await self._discard(message, exc.discarded)
             stats.reject(exc.kind)
-            await self.letters.publish(message, str(exc), "evaluate", exc.kind)
+            await self.letters.publish(message, str(exc), "time" if exc.kind == OUT_OF_ORDER else "evaluate", exc.kind)
             return False
         except Exception as exc:  # one bad snapshot must not stop the worker
             log.exception("evaluation failed for %s", value.node)
             stats.reject(EVALUATE_FAILED)
             await self.letters.publish(message, f"evaluation failed: {exc!r}", "evaluate", EVALUATE_FAILED)
             return False
-        for lone in result.discarded:  # held apart, and the source went on without them
-            stats.reject(AHEAD_OF_SOURCE)
-            await self.letters.publish(
-                _held_message(message, lone),
-                f"event time {lone.ts:.0f} was ahead of its source {lone.source!r} on {lone.node!r} and the next "
-                "snapshot did not confirm it (settings streams.max_source_jump_s)",
-                "time",
-                AHEAD_OF_SOURCE,
-            )
+        await self._discard(message, result.discarded)
         if result.held:
             stats.held += 1
             return False  # evaluated once the next snapshots of its source confirm it
@@ -128,6 +125,18 @@ class NodeStage:
         if self.expiry.tick(message.partition, value.ts):
             await self.expire_nodes(message.partition)
         return True
+
+    async def _discard(self, message: Any, discarded: list[Snapshot]) -> None:
+        """Dead letters of snapshots held apart that the source went on without."""
+        for lone in discarded:
+            self.stats.reject(AHEAD_OF_SOURCE)
+            await self.letters.publish(
+                _held_message(message, lone),
+                f"event time {lone.ts:.0f} was ahead of its source {lone.source!r} on {lone.node!r} and the next "
+                "snapshot did not confirm it (settings streams.source_lead_tolerance_s, streams.max_source_jump_s)",
+                "time",
+                AHEAD_OF_SOURCE,
+            )
 
     async def _forward(self, message: Any, value: Snapshot) -> None:
         """Engine snapshots also feed the model stage, keyed by model, with the node's open causes: only what it

@@ -14,10 +14,11 @@ Replay uses the same step with an in-memory store, so it gives the same events.
 
 What one message cannot do (:class:`Unprocessable` names why, the worker dead-letters it):
 
-- move its source's newest time far ahead: a snapshot more than ``max_jump_s`` ahead of both its arrival and
-  the source's newest time is held apart until ``confirm`` later snapshots of the source agree with it (then
-  all are evaluated in order: a clock stepped forward); when the next one goes on from before it instead, the
-  held ones are discarded (:attr:`StepResult.discarded`), so real snapshots are never taken for redeliveries;
+- move its source's event time ahead: a snapshot dated after its sending by more than the source usually is
+  is held apart until the source's next ones agree with it (:mod:`tailhound.streams.source_time`); the held
+  ones the source does not confirm are discarded (:attr:`StepResult.discarded`), and a snapshot that comes
+  after a newer one without being a redelivery is out of order, so real snapshots are never taken for
+  redeliveries;
 - give a node more than ``max_sources`` sources and instances, or a state record over ``max_state_bytes``;
 - grow the nodes held past ``max_nodes``: :meth:`SnapshotProcessor.admit` names the least recently seen ones to
   evict (:mod:`tailhound.streams.fleet_cap`), :meth:`SnapshotProcessor.evict` resolves their incidents.
@@ -38,8 +39,10 @@ from .loadmodel import LoadModel
 from .resolutions import resolve_gone
 from .ruleset.rule_reads import window_stats_read
 from .ruleset.rulefile import RuleSet
+from .source_time import EventTimeGate, lead_of
 from .stages.admit import redelivered
 from .step_result import (
+    OUT_OF_ORDER,
     STATE_TOO_LARGE,
     TOO_MANY_SOURCES,
     RawState,
@@ -82,6 +85,7 @@ class SnapshotProcessor:
         all_stats: bool = False,
         max_jump_s: float | None = None,
         confirm: int = 2,
+        lead_tolerance_s: float = 2.0,
         max_sources: int = LIMITS.max_sources_per_node,
         max_state_bytes: int | None = None,
         max_nodes: int | None = None,
@@ -89,14 +93,11 @@ class SnapshotProcessor:
         self.rules = rules
         #: nodes in the order they last arrived, per partition; over `max_nodes` (None: no cap) see admit()
         self.recent = RecentNames(max_nodes)
-        #: see the module doc: how far ahead a snapshot may jump without confirmation (None: any), and by how many
-        self.max_jump_s = max_jump_s
-        self.confirm = max(1, confirm)
+        #: see the module doc and tailhound.streams.source_time (None: no snapshot is held apart)
+        self.gate = None if max_jump_s is None else EventTimeGate(max_jump_s, confirm, lead_tolerance_s)
         self.max_sources = max_sources
         #: None: state records are not sized (offline, in memory)
         self.max_state_bytes = max_state_bytes
-        #: node -> source key -> snapshots held apart, oldest first (at most `confirm` + 1)
-        self._held: dict[str, dict[str, list[Snapshot]]] = {}
         self.catalog = catalog or default_catalog()
         #: load-aware baselines by signal (``latency.ttft.p95`` -> model), see tailhound.streams.loadmodel
         self.load_models = load_models or {}
@@ -147,37 +148,30 @@ class SnapshotProcessor:
         horizon: float | None = None,
         partition: int | None = None,
         arrival: float | None = None,
+        sent_at: float | None = None,
     ) -> StepResult:
         """Evaluate `snapshot` on the node's stored state. `horizon`: the latest event time acceptable now
         (arrival + max future skew); a stored state is healed of times after it when it is decoded
         (:func:`tailhound.streams.evaluator.heal_future`). `partition`: the telemetry partition the snapshot
-        came on, kept in the state (node expiry). `arrival`: when the worker took it (wall clock); with
-        ``max_jump_s`` a snapshot far ahead of it and of its source is held apart (see the module doc)."""
-        if arrival is None or self.max_jump_s is None:
+        came on, kept in the state (node expiry). `arrival`: when the worker took it (wall clock), `sent_at`: the
+        message's timestamp; with ``max_jump_s`` a snapshot ahead of its source is held apart (see the module doc)."""
+        if arrival is None or self.gate is None:
             return self._step(raw_state, snapshot, horizon, partition)
-        node, key = snapshot.node, source_key(snapshot)
-        held = self._held.get(node, {}).get(key)
-        if held is None:
-            newest = self._newest(raw_state, node, key)
-            if (
-                newest is not None
-                and snapshot.ts > newest + self.max_jump_s
-                and snapshot.ts > arrival + self.max_jump_s
-            ):
-                self._held.setdefault(node, {})[key] = [snapshot]
-                return StepResult(state=None, changed=False, held=True)
-            return self._step(raw_state, snapshot, horizon, partition)
-        if snapshot.ts > held[-1].ts:  # the source goes on after the jump: it agrees
-            held.append(snapshot)
-            if len(held) <= self.confirm:
-                return StepResult(state=None, changed=False, held=True)
-            self._release(node, key)
-            return self._step_all(raw_state, held, horizon, partition)
-        # the source goes on from before the held ones: they were ahead of it alone
-        self._release(node, key)
-        result = self._step(raw_state, snapshot, horizon, partition)
-        result.discarded = held
-        return result
+        key, lead = source_key(snapshot), lead_of(snapshot.ts, arrival, sent_at)
+        verdict = self.gate.judge(snapshot, key, lead, self._newest(raw_state, snapshot.node, key))
+        if verdict.out_of_order is not None:
+            raise Unprocessable(OUT_OF_ORDER, verdict.out_of_order, discarded=verdict.discarded)
+        out = StepResult(state=None, changed=False, held=verdict.held, discarded=verdict.discarded)
+        for snap, snap_lead in verdict.steps:  # in order, as if they had come one by one
+            result = self._step(raw_state, snap, horizon, partition)
+            if not result.redelivered:
+                self.gate.let_in(snap, key, snap_lead)
+            out.events.extend(result.events)
+            out.redelivered = result.redelivered
+            if result.changed:
+                raw_state = out.state = result.state
+                out.changed = True
+        return out
 
     def admit(self, node: str, partition: int | None = None) -> list[str]:
         """A snapshot of `node` arrived on `partition`: the nodes of that partition to evict now, the least
@@ -212,26 +206,6 @@ class SnapshotProcessor:
         if key in last_ts:
             return float(last_ts[key])
         return max(map(float, last_ts.values()), default=None)
-
-    def _release(self, node: str, key: str) -> None:
-        sources = self._held.get(node)
-        if sources is not None:
-            sources.pop(key, None)
-            if not sources:
-                del self._held[node]
-
-    def _step_all(
-        self, raw_state: RawState | None, snapshots: list[Snapshot], horizon: float | None, partition: int | None
-    ) -> StepResult:
-        """Evaluate confirmed snapshots in order, as if they had come one by one."""
-        out = StepResult(state=None, changed=False)
-        for snap in snapshots:
-            result = self._step(raw_state, snap, horizon, partition)
-            out.events.extend(result.events)
-            if result.changed:
-                raw_state = out.state = result.state
-                out.changed = True
-        return out
 
     def _step(
         self, raw_state: RawState | None, snapshot: Snapshot, horizon: float | None, partition: int | None
@@ -343,7 +317,8 @@ class SnapshotProcessor:
         """Drop what is kept in memory for `node`."""
         self._states.pop(node, None)
         self._latest.pop(node, None)
-        self._held.pop(node, None)
+        if self.gate is not None:
+            self.gate.forget(node)
         self.recent.discard(node)
 
     def forget_partitions(self, partitions: set[int]) -> list[str]:

@@ -10,7 +10,15 @@ from typing import Any
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import Snapshot
 
-__all__ = ["AHEAD_OF_SOURCE", "STATE_TOO_LARGE", "TOO_MANY_SOURCES", "RawState", "StepResult", "Unprocessable"]
+__all__ = [
+    "AHEAD_OF_SOURCE",
+    "OUT_OF_ORDER",
+    "STATE_TOO_LARGE",
+    "TOO_MANY_SOURCES",
+    "RawState",
+    "StepResult",
+    "Unprocessable",
+]
 
 RawState = dict[str, Any]
 
@@ -31,12 +39,15 @@ class StepResult:
 class Unprocessable(ValueError):
     """A snapshot the step cannot take without breaking a bound of the node's state; `kind` is countable."""
 
-    def __init__(self, kind: str, reason: str) -> None:
+    def __init__(self, kind: str, reason: str, discarded: list[Snapshot] | None = None) -> None:
         super().__init__(reason)
         self.kind = kind
+        #: snapshots held apart that this one showed were ahead of their source (dead letters too)
+        self.discarded = discarded or []
 
 
 #: countable reasons of Unprocessable, and of discarded snapshots
 TOO_MANY_SOURCES = "too_many_sources"
 STATE_TOO_LARGE = "state_too_large"
 AHEAD_OF_SOURCE = "ahead_of_source"
+OUT_OF_ORDER = "out_of_order"

@@ -77,6 +77,10 @@ class StreamsSettings(BaseModel):
     #: the source's next snapshots confirm it (tailhound.streams.processor), so one message cannot make the
     #: real ones look like redeliveries. 0: off
     max_source_jump_s: Duration = Field(default=30.0, ge=0)
+    #: once a source's usual lead (event time minus the message's send time) is learned from its last
+    #: snapshots, one dated more than this past it (or past its send time, for a source dated in the past) is
+    #: held apart the same way (tailhound.streams.source_time)
+    source_lead_tolerance_s: Duration = Field(default=2.0, gt=0)
     #: a node state record over this many bytes is not produced: the snapshot is dead-lettered
     #: (state_too_large). Below the producer's 1,000,000-byte request limit
     max_state_bytes: int = Field(default=LIMITS.max_state_bytes, gt=0, le=1_000_000)

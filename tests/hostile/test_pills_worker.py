@@ -1,6 +1,7 @@
 """Poison pills against a real ``tailhound worker`` on the bundled broker: a 3,000-GPU snapshot, a model name with a
-space and a snapshot dated now+290 s arrive between a sick node's good traffic. The worker stays up (no exit, no
-restart), dead-letters each with its kind, and still opens the sick node's incident."""
+space, a snapshot dated now+290 s and one dated just past the next real one arrive between a sick node's good
+traffic. The worker stays up (no exit, no restart), dead-letters each with its kind (the real snapshot after the
+last one as out of order), and still opens the sick node's incident."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.kafka_helpers import consume
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 HOT = {5: (90.0, 1000.0)}
-KINDS = {"too_many_gpus", "bad_name", "ahead_of_source"}
+KINDS = {"too_many_gpus", "bad_name", "ahead_of_source", "out_of_order"}
 
 
 async def test_the_worker_dead_letters_each_pill_and_still_diagnoses_the_good_node(settings, tmp_path):
@@ -41,6 +42,8 @@ async def test_the_worker_dead_letters_each_pill_and_still_diagnoses_the_good_no
                 await send(many_gpus(base + 15 * i).model_copy(update={"node": "gpu-node-3"}), key="gpu-node-3")
                 await send(engine(base + 15 * i, "Llama 3.1 70B", node="gpu-node-2"))
                 await send(dcgm_snapshot(now + 290, node="gpu-node-2", hot=HOT))
+            if i == 5:  # inside the lead tolerance, dated after the next real one: that one is out of order
+                await send(dcgm_snapshot(base + 15 * 6 + 0.5, node="gpu-node-2"))
         letters = await consume(
             settings,
             settings.deadletter_topic,
