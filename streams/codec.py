@@ -13,14 +13,16 @@ its agents (its topics carry raw bytes); :class:`SnapshotCodec` is the same deco
 
 :class:`StateCodec` writes the tables' JSON values (plain dicts: what
 :meth:`tailhound.streams.processor.SnapshotProcessor.step` returns to store) with pydantic-core's encoder, ~4x
-faster than the standard library's on these float-heavy ~17 KB states. It writes the same JSON values
-as Faust's "json" codec (floats in the shortest form that reads back to the same float, NaN and
-Infinity as Python's json writes them), so changelogs written by either read back alike.
+faster than the standard library's on these float-heavy states, and compresses them (zlib): the changelog
+carries a fifth of the JSON. The JSON is the same as Faust's "json" codec writes (floats in the shortest form
+that reads back to the same float, NaN and Infinity as Python's json writes them), and uncompressed values
+(older workers, Faust's codec) read back alike.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,14 +207,32 @@ class SnapshotCodec(codecs.Codec):
         return decode_snapshot(s)
 
 
+#: zlib level of the state tables' values: 5.4 KB for a node's 28 KB of JSON after 30 minutes, ~70 us (BENCHMARKS.md)
+STATE_ZLIB_LEVEL = 3
+#: a stored state inflating past this was not written by a worker (its JSON is sized before it is produced)
+MAX_STATE_JSON_BYTES = 4 * LIMITS.max_state_bytes
+
+
 class StateCodec(codecs.Codec):
-    """JSON-able values (the node and model state tables)."""
+    """JSON-able values (the node and model state tables), zlib-compressed; plain JSON is read as well."""
 
     def _dumps(self, obj: Any) -> bytes:
-        return pydantic_core.to_json(obj, inf_nan_mode="constants")
+        return zlib.compress(pydantic_core.to_json(obj, inf_nan_mode="constants"), STATE_ZLIB_LEVEL)
 
     def _loads(self, s: bytes) -> Any:
-        return json.loads(s)
+        return json.loads(inflate_state(s))
+
+
+def inflate_state(raw: bytes) -> bytes:
+    """A state value's JSON: a zlib stream starts with 0x78 ('x'), which no JSON text does (what workers before
+    compression wrote reads as it is). Inflated at most to :data:`MAX_STATE_JSON_BYTES` (a ValueError past it)."""
+    if raw[:1] != b"x":
+        return raw
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(raw, MAX_STATE_JSON_BYTES)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"a state record inflates past {MAX_STATE_JSON_BYTES:,} bytes")
+    return out
 
 
 def register() -> None:

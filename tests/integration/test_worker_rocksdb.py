@@ -12,6 +12,7 @@ import pytest
 from tailhound.agents.publisher import SnapshotPublisher
 from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics
+from tailhound.streams.codec import inflate_state
 from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
 from tests.kafka_helpers import consume
@@ -35,7 +36,7 @@ def _stored_node(tables, node: str) -> dict | None:
         finally:
             db.close()
         if raw is not None:
-            return json.loads(raw)
+            return json.loads(inflate_state(raw))
     return None
 
 

@@ -1,11 +1,22 @@
 from __future__ import annotations
 
+import json
 import math
+import zlib
 from pathlib import Path
 
+import pytest
 from faust.serializers import codecs
 
-from tailhound.streams.codec import CODEC_NAME, STATE_CODEC_NAME, Malformed, decode_snapshot, register
+from tailhound.streams.codec import (
+    CODEC_NAME,
+    MAX_STATE_JSON_BYTES,
+    STATE_CODEC_NAME,
+    Malformed,
+    decode_snapshot,
+    inflate_state,
+    register,
+)
 from tailhound.streams.processor import MemoryStateStore, SnapshotProcessor
 from tailhound.streams.ruleset.rulefile import load_rules
 from tests.factories import dcgm_snapshot
@@ -37,7 +48,7 @@ def test_bad_input_becomes_malformed_not_an_exception():
         assert out.raw == raw
 
 
-def test_state_codec_writes_the_json_fausts_json_codec_reads_back_alike():
+def test_state_codec_writes_compressed_json_and_reads_what_fausts_json_codec_wrote():
     register()
     state = {
         "node": "gpu-node-1",
@@ -50,10 +61,18 @@ def test_state_codec_writes_the_json_fausts_json_codec_reads_back_alike():
         "flags": {"a": True},
     }
     ours, fausts = codecs.dumps(STATE_CODEC_NAME, state), codecs.dumps("json", state)
-    assert codecs.loads("json", ours) == state == codecs.loads(STATE_CODEC_NAME, fausts)
+    assert json.loads(zlib.decompress(ours)) == codecs.loads("json", fausts) == state
+    assert codecs.loads(STATE_CODEC_NAME, fausts) == state  # what a worker before compression wrote
     assert codecs.loads(STATE_CODEC_NAME, ours) == state
     nan = codecs.loads(STATE_CODEC_NAME, codecs.dumps(STATE_CODEC_NAME, {"v": float("nan")}))["v"]
     assert math.isnan(nan)  # NaN and Infinity as Python's json writes them, not null
+
+
+def test_a_state_record_that_inflates_past_the_bound_is_refused():
+    bomb = zlib.compress(b"[" + b"0," * (MAX_STATE_JSON_BYTES // 2 + 10) + b"0]", 9)
+    assert len(bomb) < 100_000
+    with pytest.raises(ValueError, match="inflates past"):
+        inflate_state(bomb)
 
 
 def test_state_codec_round_trips_what_the_processor_stores():
