@@ -31,6 +31,7 @@ from faust.serializers import codecs
 from pydantic import ValidationError
 
 from tailhound.snapshot import BUNDLE_SCHEMA_VERSION, LIMITS, Snapshot, SnapshotBundle
+from tailhound.streams.packed_state import ZLIB_LEVEL, PackedState
 from tailhound.wire import DecodedSnapshot, Refused, decode_v3, snapshot_json
 from tailhound.wire.v3_decode import LayoutCache
 
@@ -207,8 +208,6 @@ class SnapshotCodec(codecs.Codec):
         return decode_snapshot(s)
 
 
-#: zlib level of the state tables' values: 5.4 KB for a node's 28 KB of JSON after 30 minutes, ~70 us (BENCHMARKS.md)
-STATE_ZLIB_LEVEL = 3
 #: a stored state inflating past this was not written by a worker (its JSON is sized before it is produced)
 MAX_STATE_JSON_BYTES = 4 * LIMITS.max_state_bytes
 
@@ -217,7 +216,9 @@ class StateCodec(codecs.Codec):
     """JSON-able values (the node and model state tables), zlib-compressed; plain JSON is read as well."""
 
     def _dumps(self, obj: Any) -> bytes:
-        return zlib.compress(pydantic_core.to_json(obj, inf_nan_mode="constants"), STATE_ZLIB_LEVEL)
+        if isinstance(obj, PackedState):  # a node state record, compressed already
+            return obj.raw
+        return zlib.compress(pydantic_core.to_json(obj, inf_nan_mode="constants"), ZLIB_LEVEL)
 
     def _loads(self, s: bytes) -> Any:
         return json.loads(inflate_state(s))

@@ -12,7 +12,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -303,7 +303,7 @@ class NodeExpiry:
             cutoff = clock - self.expiry_s
         out = []
         for node, raw in states:
-            if not isinstance(raw, dict):
+            if not isinstance(raw, Mapping):
                 continue
             part = raw.get("partition")
             if part is None:

@@ -26,8 +26,6 @@ What one message cannot do (:class:`Unprocessable` names why, the worker dead-le
 
 from __future__ import annotations
 
-import pydantic_core
-
 from tailhound.catalog import Catalog, default_catalog
 from tailhound.incident import IncidentEvent
 from tailhound.snapshot import LIMITS, Snapshot
@@ -36,6 +34,7 @@ from .evaluator import NodeState, evaluate, heal_future, source_key
 from .fleet_cap import RecentNames
 from .latest_values import LatestValues
 from .loadmodel import LoadModel
+from .packed_state import PackedState
 from .resolutions import resolve_gone
 from .ruleset.rule_reads import window_stats_read
 from .ruleset.rulefile import RuleSet
@@ -272,20 +271,25 @@ class SnapshotProcessor:
         after.version += 1
         after.persisted_at = snapshot.ts
         after.sync()
-        dumped = after.model_dump(mode="json")
-        if self.max_state_bytes is not None:
-            size = len(pydantic_core.to_json(dumped, inf_nan_mode="constants"))
-            if size > self.max_state_bytes:
-                # the stored state stays the truth (decoded again next time); the latest values the snapshot
-                # brought are dropped with it (the node's sources bring theirs again within an interval)
-                self._states.pop(node, None)
-                self._latest.pop(node, None)
-                raise Unprocessable(
-                    STATE_TOO_LARGE,
-                    f"node {node!r}'s state record would be {size:,} bytes; at "
-                    f"most {self.max_state_bytes:,} can be produced (the snapshot is not applied)",
-                )
-        return StepResult(state=dumped, changed=True, events=events)
+        text = after.__pydantic_serializer__.to_json(after, by_alias=True)  # (model_dump_json's bytes)
+        after.shed()  # the record holds the stored forms; the live state keeps only the objects
+        if self.max_state_bytes is not None and len(text) > self.max_state_bytes:
+            # the stored state stays the truth (decoded again next time); the latest values the snapshot
+            # brought are dropped with it (the node's sources bring theirs again within an interval)
+            self._states.pop(node, None)
+            self._latest.pop(node, None)
+            raise Unprocessable(
+                STATE_TOO_LARGE,
+                f"node {node!r}'s state record would be {len(text):,} bytes; at "
+                f"most {self.max_state_bytes:,} can be produced (the snapshot is not applied)",
+            )
+        at_hand = {
+            "version": after.version,
+            "partition": after.partition,
+            "last_ts": dict(after.last_ts),
+            "persisted_at": after.persisted_at,
+        }
+        return StepResult(state=PackedState.pack(text, at_hand), changed=True, events=events)
 
     def expire(self, node: str, raw_state: RawState | None, now: float, expiry_s: float) -> list[IncidentEvent] | None:
         """Forget `node` if it has sent nothing for more than `expiry_s` at event time `now`: its open

@@ -4,6 +4,7 @@ and replay."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,9 @@ __all__ = [
     "Unprocessable",
 ]
 
-RawState = dict[str, Any]
+#: a stored state: the processor writes :class:`tailhound.streams.packed_state.PackedState`, a table read back may
+#: give a dict (older workers, recovery) or a store's lazily decoded form
+RawState = Mapping[str, Any]
 
 
 @dataclass

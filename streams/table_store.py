@@ -151,7 +151,7 @@ class StateStore(faust_rocksdb.Store):
     def __setitem__(self, key: Any, value: Any) -> None:
         k, raw = self._encode_key(key), self._encode_value(value)
         self._set(k, raw)
-        version = value.get("version") if isinstance(value, dict) else None
+        version = value.get("version") if isinstance(value, Mapping) else None
         if isinstance(version, int) and not isinstance(version, bool) and raw is not None:
             self._written[k] = (version, len(raw), hash(raw))
         else:

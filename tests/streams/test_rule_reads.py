@@ -45,7 +45,7 @@ def _run(processor: SnapshotProcessor, snapshots, store: MemoryStateStore | None
         events += [ev.model_dump_json() for ev in step.events]
         if step.changed:
             store[snap.node] = step.state
-            states.append(json.dumps(step.state))
+            states.append(json.dumps(dict(step.state)))
     return states, events
 
 
