@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import fleet_memory, fleet_scale, model_forward
+from bench import fleet_memory, fleet_scale, model_forward, state_size
 from bench.__main__ import parse_args
 
 
@@ -40,3 +40,8 @@ def test_model_forward_bench_runs_and_reports():
     result = model_forward.run(ticks=2, reps=1)
     assert result["forwards"] > 0 and set(result["rows"]) == {"whole JSON", "compact"}
     assert "CPU per forward" in model_forward.report(result)
+
+
+def test_state_size_runs_at_a_small_size():
+    got = state_size.run(nodes=2, rounds=3)
+    assert got["record_bytes"] > 0 and got["us_per_snapshot"] > 0
