@@ -125,8 +125,9 @@ def node_state(minutes: float = 60, nodes: int = 3) -> dict:
     feed(first)  # one-time caches (catalog, rule facts) are allocated here, outside the measurements
     one, (_, store) = retained_bytes(lambda: feed(first))
     many, _ = retained_bytes(lambda: feed(None))
-    state = store.get(first)
-    assert state is not None
+    stored = store.get(first)
+    assert stored is not None
+    state = dict(stored)  # (the record decoded: the table keeps it packed)
     text = codecs.dumps("json", state)
     memory, _ = retained_bytes(lambda: json.loads(text))
     latency = (state.get("latency") or {}).get("series", [])
