@@ -34,6 +34,7 @@ SECTIONS = (
 )
 #: the evaluator's stages (a tuple of functions it holds): each timed as "step stage: NAME"
 STAGES = ("tailhound.streams.evaluator", "PIPELINE", "STAGE_NAMES")
+_INHERITED = object()
 
 
 class Profile:
@@ -43,6 +44,7 @@ class Profile:
         self.path, self.mode = folder / f"{name}.{mode}.txt", mode
         self.spent: dict[str, list] = {}  # section -> [seconds, calls]
         self.stack: list[list] = []  # open sections: [name, start, time spent in sections inside it]
+        self.patched: list[tuple[object, str, object]] = []  # (owner, attribute, original): undone by stop()
 
     def _enter(self, name: str) -> None:
         self.stack.append([name, time.perf_counter(), 0.0])
@@ -65,6 +67,11 @@ class Profile:
 
         return timed
 
+    def _patch(self, owner: object, name: str, value: object) -> None:
+        # the owner's own attribute (a class's function, not a bound one); _INHERITED: it had none of its own
+        self.patched.append((owner, name, vars(owner).get(name, _INHERITED)))
+        setattr(owner, name, value)
+
     def _gc(self, phase: str, info: dict) -> None:
         self._enter(f"garbage collection, generation {info['generation']}") if phase == "start" else self._exit()
 
@@ -73,11 +80,11 @@ class Profile:
             for module, cls, fun, name in SECTIONS:
                 owner = importlib.import_module(module)
                 owner = getattr(owner, cls) if cls else owner
-                setattr(owner, fun, self._timed(getattr(owner, fun), name))
+                self._patch(owner, fun, self._timed(getattr(owner, fun), name))
             module, pipeline, names = STAGES
             owner = importlib.import_module(module)
             stages = zip(getattr(owner, names), getattr(owner, pipeline), strict=True)
-            setattr(owner, pipeline, tuple(self._timed(f, f"step stage: {n}") for n, f in stages))
+            self._patch(owner, pipeline, tuple(self._timed(f, f"step stage: {n}") for n, f in stages))
             gc.callbacks.append(self._gc)
         elif self.mode == "cprofile":
             import cProfile
@@ -96,6 +103,12 @@ class Profile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.mode == "sections":
             gc.callbacks.remove(self._gc)
+            for owner, name, original in reversed(self.patched):
+                if original is _INHERITED:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, original)
+            self.patched.clear()
             rest = wall - sum(t for t, _ in self.spent.values())
             rows = sorted(self.spent.items(), key=lambda kv: -kv[1][0])
             rows.append(("rest: Faust, Kafka client, event loop, agent code", [rest, 0]))
