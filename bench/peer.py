@@ -181,11 +181,19 @@ async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
 
 #: the telemetry wire version and layout interval the run encodes with (``--wire``, ``--layout-every``)
 WIRE = {"version": 1, "layout_every_s": 0.0}
+#: ``--bundle``: a node's snapshots of one round in one message, as an agent with ``publish.bundle`` sends them
+BUNDLE = {"on": False}
 
 
 def snapshot_messages(rounds: list[list[ScrapeRecord]]) -> list[tuple[bytes, bytes]]:
     builder, encode = SnapshotBuilder(), encoder(**WIRE)
-    return [(s.key(), encode(s)) for b in rounds for s in map(builder.build, b)]
+    messages = [(s.key(), encode(s)) for b in rounds for s in map(builder.build, b)]
+    if not BUNDLE["on"]:
+        return messages
+    from tailhound.agents.buffer import Message
+    from tailhound.agents.sender import bundle_batch
+
+    return [(m.key, m.value) for m in bundle_batch([Message(key=k, value=v) for k, v in messages])]
 
 
 def run_agent(rounds: list[list[ScrapeRecord]]) -> dict:
@@ -212,7 +220,7 @@ async def run_worker(rounds: list[list[ScrapeRecord]], workdir: Path) -> tuple[d
     from tailhound.settings import Settings
 
     messages = snapshot_messages(rounds)
-    warmup = len(rounds[0])
+    warmup, snapshots = len(rounds[0]), sum(map(len, rounds))  # (the child counts snapshots, not messages)
     workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedBroker() as broker:
         settings = Settings(
@@ -224,15 +232,15 @@ async def run_worker(rounds: list[list[ScrapeRecord]], workdir: Path) -> tuple[d
         await ensure_topics(settings)
         b0 = cpu_seconds(broker.pid)
         await produce(settings, messages)
-        out = await measure("tailhound", settings, warmup, len(messages) - warmup, workdir)
+        out = await measure("tailhound", settings, warmup, snapshots - warmup, workdir)
         b1 = cpu_seconds(broker.pid)
     worker_rate = out["cpu_rate"]  # snapshots per CPU-second of the worker
     worker = {
-        "cpu_s": (len(messages) - warmup) / worker_rate if worker_rate else 0.0,
-        "node_rounds": (len(messages) - warmup) / len(JOBS),
+        "cpu_s": (snapshots - warmup) / worker_rate if worker_rate else 0.0,
+        "node_rounds": (snapshots - warmup) / len(JOBS),
         "nodes_per_core": worker_rate * TICK_S / len(JOBS),
     }
-    node_rounds = len(messages) / len(JOBS)
+    node_rounds = snapshots / len(JOBS)
     broker_out = {
         "cpu_s": b1 - b0,
         "node_rounds": node_rounds,
@@ -322,6 +330,8 @@ if __name__ == "__main__":
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--wire", type=int, default=1, choices=(1, 3), help="telemetry wire version the agent side sends")
     ap.add_argument("--layout-every", type=float, default=0.0, help="v3 layout references: full layout every N s")
+    ap.add_argument("--bundle", action="store_true", help="a node's snapshots of a round in one message")
     a = ap.parse_args()
     WIRE.update(version=a.wire, layout_every_s=a.layout_every)
+    BUNDLE["on"] = a.bundle
     print(report(asyncio.run(run(a.nodes, a.rounds, a.interval, reps=a.reps))))

@@ -298,7 +298,7 @@ def intake_stats(app: faust.App) -> IntakeStats:
 
 
 #: young-generation threshold of the worker's garbage collector (CPython's default is 700, see tune_gc)
-GC_GEN0_THRESHOLD = 20_000
+GC_GEN0_THRESHOLD = 100_000
 
 
 def tune_gc() -> None:
@@ -306,7 +306,9 @@ def tune_gc() -> None:
     and 2-3 full collections per 2,048 snapshots, the full ones ~70 ms each (they walk every object: the
     modules, Faust, the compiled rules, the state): 0.1-0.14 ms per snapshot, as much as the decode. What
     exists at start is frozen out of the collections (it lives as long as the process) and young
-    collections run every GC_GEN0_THRESHOLD allocations instead of 700: ~0.007 ms per snapshot. Garbage
+    collections run every GC_GEN0_THRESHOLD allocations instead of 700 (a young collection walks what
+    survived since the last one: the rarer, the more of a snapshot's short-lived objects are gone by then;
+    BENCHMARKS.md "Where a v3 snapshot's CPU goes" has the measurements). Garbage
     cycles (a few objects per snapshot) are still collected, only later; no result changes. What the first
     messages build (the fleet's state) is frozen too, once built (:mod:`tailhound.streams.gc_freeze`)."""
     gc_freeze.enable()

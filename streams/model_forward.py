@@ -53,6 +53,7 @@ _DECODER = msgspec.msgpack.Decoder(Forward)
 def encode(snapshot: Any) -> bytes:
     """`snapshot` (a :class:`Snapshot` or a version-3 struct) as a forward."""
     label_ids: dict[tuple, int] = {}
+    by_object: dict[int, int] = {}  # id(labels) -> its index: version-3 samples share their layout's label dicts
     layout_ids: dict[tuple, int] = {}
     label_sets: list[Labels] = []
     layouts: list[list[float]] = []
@@ -63,23 +64,31 @@ def encode(snapshot: Any) -> bytes:
         kind = s.kind
         if kind != "gauge" and s.delta is None:
             continue  # a series' first sight: the model stage adds up increases only
-        lkey = tuple(s.labels.items())
-        li = label_ids.get(lkey)
+        labels = s.labels
+        li = by_object.get(id(labels))  # (ids are safe here: every labels dict lives as long as the snapshot)
         if li is None:
-            li = label_ids[lkey] = len(label_sets)
-            label_sets.append(s.labels)
+            lkey = tuple(labels.items())
+            li = label_ids.get(lkey)
+            if li is None:
+                li = label_ids[lkey] = len(label_sets)
+                label_sets.append(labels)
+            by_object[id(labels)] = li
         if kind == "gauge":
             gauges.append((s.name, li, _compact(s.value)))
         elif kind == "counter":
             counters.append((s.name, li, _compact(s.delta)))
         else:
-            le = tuple(s.le)
-            lo = layout_ids.get(le)
+            le = s.le
+            lo = by_object.get(id(le))
             if lo is None:
-                lo = layout_ids[le] = len(layouts)
-                layouts.append(s.le)
+                le_key = tuple(le)
+                lo = layout_ids.get(le_key)
+                if lo is None:
+                    lo = layout_ids[le_key] = len(layouts)
+                    layouts.append(le)
+                by_object[id(le)] = lo
             d = s.delta
-            histograms.append((s.name, li, lo, [_compact(c) for c in d.counts], _compact(d.count), d.sum))
+            histograms.append((s.name, li, lo, _compact_all(d.counts), _compact(d.count), d.sum))
     forward = Forward(
         FORWARD_TAG,
         snapshot.ts,
@@ -120,6 +129,12 @@ def decode(raw: bytes | None) -> DecodedSnapshot | Snapshot | None:
     return DecodedSnapshot(
         ts=f.ts, node=f.node, source=f.source, interval_s=f.interval_s, labels=f.labels, samples=samples
     )
+
+
+def _compact_all(xs: list[float]) -> list[float | int]:
+    """:func:`_compact` of each (a histogram's bucket counts), without a call per bucket."""
+    e = _EXACT_INT
+    return [int(x) if x.is_integer() and -e < x < e else x for x in xs]
 
 
 def _compact(x: float) -> float | int:

@@ -4,7 +4,7 @@ while the entity is in trouble) -- and the evaluation context the rules are judg
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from ..baseline import RollingBaseline
 from ..demand import ARRIVAL_RATE, FINISHED, INFLIGHT, arrival_rates
@@ -80,10 +80,6 @@ for _input, _derived in DERIVED_BY_INPUT.items():
         _INPUTS_OF[_name] = (*_INPUTS_OF.get(_name, ()), _input)
 
 
-def _inputs_fresh(signal: str, fresh: SignalValues) -> bool:
-    return any(i in fresh for i in _INPUTS_OF.get(signal, ()))
-
-
 #: History kept per series for trend conditions: the longest `growing_for` plus a margin, bounded.
 MAX_HISTORY_POINTS = 120
 
@@ -98,25 +94,57 @@ def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: f
                 pts.pop(0)
 
 
+class _BaselineStep(NamedTuple):
+    """One baseline key of a rule set, prepared once: what makes it worth a look in a snapshot."""
+
+    key: str
+    how: str | None  # the reduction of a node-wide key (``sum(x.rate)``), None per entity
+    base: str  # the signal it learns
+    triggers: frozenset[str]  # the signal, the names it can be derived from, its derived inputs
+    readers: tuple[str, ...]  # the rules that read it
+
+
+#: id(rule set) -> (rule set, its baseline steps); a few rule sets (reloads) at most
+_STEPS: dict[int, tuple[RuleSet, list[_BaselineStep]]] = {}
+
+
+def _baseline_steps(rules: RuleSet) -> list[_BaselineStep]:
+    """`rules.baseline_plan` as :class:`_BaselineStep` rows (split keys, trigger sets), kept per rule set."""
+    found = _STEPS.get(id(rules))
+    if found is None or found[0] is not rules:
+        steps = []
+        for key, (prefixes, readers) in rules.baseline_plan.items():
+            how, base = split_baseline_key(key)
+            triggers = frozenset((base, *prefixes, *_INPUTS_OF.get(base, ())))
+            steps.append(_BaselineStep(key, how, base, triggers, readers))
+        if len(_STEPS) >= 8:  # old rule sets of reloads: let them go
+            _STEPS.clear()
+        found = _STEPS[id(rules)] = (rules, steps)
+    return found[1]
+
+
 def _learn_baselines(
     state: NodeState, rules: RuleSet, view: CurrentValues | SignalValues, fresh: SignalValues, ts: float
 ) -> None:
     """Feed every value a rule compares with its baseline, except while that entity is in an incident
     of a rule reading the signal (an incident must not raise its own baseline)."""
     private = cast("dict[str, Any]", state.__pydantic_private__)  # (getattr of a private is slow)
-    for signal, (prefixes, readers) in rules.baseline_plan.items():
-        how, base = split_baseline_key(signal)
-        if base not in fresh and not any(p in fresh for p in prefixes) and not _inputs_fresh(base, fresh):
+    fresh_names = fresh.keys()
+    rule_states = state.rules
+    for signal, how, base, triggers, readers in _baseline_steps(rules):
+        if fresh_names.isdisjoint(triggers):
             continue  # neither the signal nor what it is derived from (latency.tpot for .p95) is new
+        values = view.get(base)
+        if not values:
+            continue  # nothing to learn (and no baseline to create)
         troubled = {
             e
             for name in readers
-            if name in state.rules
-            for e in (*state.rules[name].firing, *state.rules[name].pending)
+            if name in rule_states
+            for e in (*rule_states[name].firing, *rule_states[name].pending)
         }
-        values = view.get(base) or {}
         if how is not None:  # a node-wide value: one baseline, troubled when any entity is
-            reduced = reduce_values(how, list(values.values())) if values else None
+            reduced = reduce_values(how, list(values.values()))
             values = {} if reduced is None else {"": reduced}
             troubled = {""} if troubled else set()
         for entity, value in values.items():

@@ -72,3 +72,18 @@ def test_the_report_has_the_two_summary_lines():
     text = peer.report(result)
     assert "worker / Prometheus: 1.13x" in text and "worker + broker / Prometheus: 0.75x" in text
     assert "targets up at the end: 100%" in text
+
+
+def test_bundled_messages_hold_a_nodes_round_and_decode_into_its_snapshots(monkeypatch):
+    from tailhound.streams.codec import decode_message
+    from tailhound.wire.v3_decode import LayoutCache
+
+    rounds = peer.fleet(nodes=2, rounds=2)
+    monkeypatch.setitem(peer.WIRE, "version", 3)
+    plain = peer.snapshot_messages(rounds)
+    monkeypatch.setitem(peer.BUNDLE, "on", True)
+    bundled = peer.snapshot_messages(rounds)
+    assert len(plain) == 16 and len(bundled) == 4  # 2 nodes x 2 rounds, 4 sources each
+    cache = LayoutCache()
+    parts = [s for _, v in bundled for s in decode_message(v, layouts=cache)]
+    assert [(s.node, s.source) for s in parts] == [(k.decode(), s.source) for k, v in plain for s in decode_message(v)]

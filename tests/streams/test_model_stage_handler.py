@@ -13,6 +13,7 @@ from tailhound.streams.model_stage_handler import ModelStageHandler, causes
 from tailhound.streams.rollup.agent import ProgressMarks
 from tailhound.streams.rollup.order import TICK_KEY
 from tailhound.streams.ruleset.rulefile import RuleSet, parse_rule_text
+from tailhound.wire.decoded import DecodedSnapshot, Gauge, HistDelta, Histogram
 from tests.streams.test_model_stage import RULES, T0, engine_snapshot
 
 
@@ -155,3 +156,27 @@ def test_causes_come_from_the_header_as_pairs_or_a_dict():
     assert causes([(CAUSES_HEADER, b"gpu-thermal,kv-cache")]) == ("gpu-thermal", "kv-cache")
     assert causes({CAUSES_HEADER: "nvlink"}) == ("nvlink",)
     assert causes([]) == () and causes(None) == ()
+
+
+def test_a_forward_writes_each_label_set_and_bucket_layout_once_whether_shared_or_equal():
+    def snapshot(share: bool) -> DecodedSnapshot:
+        labels, le = {"engine": "0"}, [0.5, 1.0]
+        other = labels if share else dict(labels)
+        other_le = le if share else list(le)
+        return DecodedSnapshot(
+            ts=T0,
+            node="n1",
+            source="vllm",
+            samples=[
+                Gauge("g", labels, 2.0),
+                Gauge("g2", other, 2.5),
+                Histogram("h", labels, le, [1.0, 2.0], 2.0, 1.5, HistDelta([1.0, 2.0], 2.0, 1.5)),
+                Histogram("h2", other, other_le, [1.0, 3.0], 3.0, 1.5, HistDelta([0.0, 1.5], 1.5, 0.5)),
+            ],
+        )
+
+    shared, equal = model_forward.encode(snapshot(True)), model_forward.encode(snapshot(False))
+    assert shared == equal
+    back = model_forward.decode(shared)
+    assert [s.labels for s in back.samples] == [{"engine": "0"}] * 4
+    assert [s.delta.counts for s in back.samples if s.kind == "histogram"] == [[1.0, 2.0], [0.0, 1.5]]

@@ -82,3 +82,25 @@ def test_a_baseline_is_read_as_its_median_once_warm():
     value, source = step.ctx.baseline("engine.requests_waiting", "0")
     assert 4.0 <= value <= 6.0 and source
     assert step.ctx.baseline("engine.requests_waiting", "7") is None
+
+
+PERCENTILE = ruleset("{signal: latency.tpot.p95, above_baseline: 2.0}")
+
+
+def test_a_percentile_baseline_learns_when_its_distribution_is_fresh():
+    state = NodeState(node="n")
+    view = {"latency.tpot.p95": {"0": 0.05}}
+    windowed(PERCENTILE, state, T0, {"latency.tpot": {"0": 0.04}}, view=view)  # the windows' fresh name
+    assert state.baseline_of("latency.tpot.p95|0") is not None
+    other = NodeState(node="m")
+    windowed(PERCENTILE, other, T0, {"gpu.temperature": {"0": 60.0}}, view=view)
+    assert other.baseline_of("latency.tpot.p95|0") is None  # nothing it is derived from is new
+
+
+def test_baseline_steps_are_prepared_once_per_rule_set():
+    steps = windows._baseline_steps(PERCENTILE)
+    assert windows._baseline_steps(PERCENTILE) is steps
+    (only,) = steps
+    assert only.base == "latency.tpot.p95" and only.how is None
+    assert {"latency.tpot.p95", "latency", "latency.tpot"} <= only.triggers
+    assert windows._baseline_steps(BASELINE) is not steps
