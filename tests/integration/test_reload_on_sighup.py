@@ -35,6 +35,21 @@ def _env(settings) -> dict[str, str]:
     return env
 
 
+def _hup(proc: subprocess.Popen, log: Path) -> None:
+    """SIGHUP once the process catches it (its readiness can answer before its handler is in: under load, or
+    from another process on a port picked free a moment before): uncaught, SIGHUP ends it."""
+    _until("its SIGHUP handler", lambda: _catches(proc.pid, signal.SIGHUP), proc, log)
+    proc.send_signal(signal.SIGHUP)
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether `pid` has a handler for `sig` (the SigCgt mask of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
 def _until(what: str, check: Callable[[], bool], proc: subprocess.Popen, log: Path) -> None:
     """Poll `check` (bounded: WAIT_S) while `proc` is alive."""
     deadline = time.monotonic() + WAIT_S
@@ -104,12 +119,12 @@ def test_sighup_reloads_the_agent_config_and_keeps_the_old_one_when_broken(setti
         f"    - {{name: loop, host: 127.0.0.1, port: {listener.getsockname()[1]}}}\n",
         encoding="utf-8",
     )
-    proc.send_signal(signal.SIGHUP)
+    _hup(proc, log)
     _until("the added tcp_connect collector", lambda: _metric(metrics, probe) > 0, proc, log)
     assert _metric(metrics, 'tailhound_agent_config_reloads_total{result="success"}') == 1
 
     cfg.write_text(base + "tcp_connect: {targets: []}\nnot_a_key: 1\n", encoding="utf-8")
-    proc.send_signal(signal.SIGHUP)
+    _hup(proc, log)
     _until(
         "the rejected reload",
         lambda: _metric(metrics, 'tailhound_agent_config_reloads_total{result="failure"}') == 1,
@@ -140,12 +155,12 @@ def test_sighup_reloads_the_ingest_config_and_keeps_the_old_one_when_broken(sett
 
     assert status() != 401
     cfg.write_text(base + f"auth:\n  bearer_token_file: {tmp_path / 'token'}\n", encoding="utf-8")
-    proc.send_signal(signal.SIGHUP)
+    _hup(proc, log)
     _until("authentication after the reload", lambda: status() == 401, proc, log)
     assert _metric(f"{url}/metrics", 'tailhound_ingest_config_reloads_total{result="success"}') == 1
 
     cfg.write_text(base + "federation: {url: 12}\nbogus: true\n", encoding="utf-8")
-    proc.send_signal(signal.SIGHUP)
+    _hup(proc, log)
     _until(
         "the rejected reload",
         lambda: _metric(f"{url}/metrics", 'tailhound_ingest_config_reloads_total{result="failure"}') == 1,
