@@ -18,8 +18,10 @@ from typing import NamedTuple
 
 from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
+from tailhound.wire.decoded import DecodedSnapshot
 
 from .extract import DERIVED_SIGNALS, RATE_RATIOS, SignalValues, add_flags_and_ratios, add_ratio
+from .layout_scan import LayoutPlan, plan_of
 
 #: A value is current for this many collection intervals (at least MIN_AGE_S).
 STALE_INTERVALS = 3.0
@@ -267,7 +269,16 @@ def _label_plan(
 
 def snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SnapshotScan:
     """``extract(snapshot)`` updated with ``counter_rates(snapshot)``, in one pass over the samples with
-    a plan per (source, kind, metric) kept with the catalog (a dcgm snapshot has 168 samples)."""
+    a plan per (source, kind, metric) kept with the catalog (a dcgm snapshot has 168 samples); a version-3
+    snapshot whose layout was seen before reads its values by the layout's plan (:mod:`.layout_scan`)."""
+    if snapshot.__class__ is DecodedSnapshot:
+        plan = plan_of(snapshot, catalog, lambda snap: _build_plan(snap, catalog))  # type: ignore[arg-type]
+        if plan is not None:
+            return _scan_planned(snapshot, plan)
+    return _scan(snapshot, catalog)
+
+
+def _scan(snapshot: Snapshot, catalog: Catalog) -> SnapshotScan:
     gauges: SignalValues = {}
     rates: SignalValues = {}
     span = snapshot.ts - snapshot.prev_ts if snapshot.prev_ts is not None and snapshot.ts > snapshot.prev_ts else None
@@ -320,3 +331,68 @@ def snapshot_values(snapshot: Snapshot, catalog: Catalog) -> SnapshotScan:
     add_flags_and_ratios(gauges)
     gauges.update(rates)
     return SnapshotScan(gauges, histogram_deltas, models)
+
+
+def _build_plan(snapshot: Snapshot, catalog: Catalog) -> tuple:
+    """The parts of a :class:`~.layout_scan.LayoutPlan` of `snapshot`'s layout: :func:`_scan`'s resolution of
+    every sample, without its values."""
+    source, common = snapshot.source, snapshot.labels
+    common_model, common_instance = common.get("model_name"), common.get("instance")
+    plans = {kind: catalog.memo.setdefault(("sample-plans", source, kind), {}) for kind in ("gauge", "counter")}
+    gauges: dict[str, list] = {}
+    counters: list = []
+    histograms: list = []
+    models: list[tuple[str, str | None]] = []
+    for i, s in enumerate(snapshot.samples):
+        labels = s.labels
+        model = labels.get("model_name") or common_model
+        if model:
+            pair = (model, labels.get("engine") or common_instance)
+            if not models or models[-1] != pair:
+                models.append(pair)
+        kind = s.kind
+        if kind == "histogram":
+            histograms.append(i)
+            continue
+        plan = plans[kind].get(s.name) or _sample_plan(catalog, source, kind, s.name)
+        if plan.__class__ is _ByLabels:
+            plan = _label_plan(plan, catalog, source, kind, s.name, labels)  # type: ignore[arg-type]
+        if plan is _SKIP:
+            continue
+        name, scale, label, spec = plan  # type: ignore[misc]
+        if label is None:
+            entity = spec.entity(labels, common)
+        elif label:
+            entity = labels.get(label, common.get(label))
+            if entity is None:
+                entity = labels.get("instance", common.get("instance"))
+        else:
+            entity = ""
+        if entity is None:
+            continue
+        if kind == "gauge":
+            gauges.setdefault(name, []).append((i, entity, scale))
+        else:
+            counters.append((i, name, entity, scale))
+    return list(gauges.items()), counters, histograms, models
+
+
+def _scan_planned(snapshot: Snapshot, plan: LayoutPlan) -> SnapshotScan:
+    """:func:`_scan` of a snapshot of a planned layout: the same values, in the same order."""
+    samples = snapshot.samples
+    gauges: SignalValues = {}
+    for name, members in plan.gauges:
+        gauges[name] = {entity: samples[i].value * scale for i, entity, scale in members}
+    rates: SignalValues = {}
+    if plan.counters and snapshot.prev_ts is not None and snapshot.ts > snapshot.prev_ts:
+        span = snapshot.ts - snapshot.prev_ts
+        for i, name, entity, scale in plan.counters:
+            delta = samples[i].delta
+            if delta is None:
+                continue
+            per_entity = rates.setdefault(name, {})
+            per_entity[entity] = per_entity.get(entity, 0.0) + delta * scale / span  # type: ignore[operator]
+    add_flags_and_ratios(gauges)
+    gauges.update(rates)
+    deltas = any(samples[i].delta is not None for i in plan.histograms)
+    return SnapshotScan(gauges, deltas, list(plan.models))

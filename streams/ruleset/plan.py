@@ -131,6 +131,9 @@ def _compile_limit(cond: SignalCondition, scope: str, catalog: Catalog) -> Value
 
 
 def _compile_signal(cond: SignalCondition, scope: str, catalog: Catalog) -> Check:
+    plain = _compile_plain(cond, catalog)
+    if plain is not None:
+        return plain
     value = compile_value(cond.signal, cond.reduce, scope, catalog)
     min_obs = cond.min_observations
     count = (
@@ -161,6 +164,32 @@ def _compile_signal(cond: SignalCondition, scope: str, catalog: Catalog) -> Chec
         return verdict
 
     return check
+
+
+def _compile_plain(cond: SignalCondition, catalog: Catalog) -> Check | None:
+    """The check of the most common leaf, a signal's own value against a fixed number (``gpu.temp above
+    85``), in one closure; None for any other leaf. It answers as the general check: None without a value."""
+    b = cond.bound
+    if cond.reduce is not None or cond.min_observations is not None or cond.growing_for is not None:
+        return None
+    if cond.op is None or isinstance(b, Ref) or b is None:
+        return None
+    compare, limit, signal = _COMPARE[cond.op], float(b), cond.signal
+    if not signal_per(signal, catalog):
+
+        def node_check(ctx: EvalContext, _entity: str) -> bool | None:
+            vals = ctx.values.get(signal)
+            v = vals.get("") if vals else None
+            return None if v is None else compare(v, limit)
+
+        return node_check
+
+    def own_check(ctx: EvalContext, entity: str) -> bool | None:
+        vals = ctx.values.get(signal)
+        v = vals.get(entity) if vals else None
+        return None if v is None else compare(v, limit)
+
+    return own_check
 
 
 def _compile_absent(cond: Absent, catalog: Catalog) -> Check:
