@@ -49,7 +49,7 @@ SCOPES = ("engine", "model", "fleet")
 SeriesKey = tuple[str, str, str]  # (signal, node, entity)
 
 
-@dataclass
+@dataclass(slots=True)
 class TrackedSeries:
     """One histogram series and its window; `metric` is the source metric that feeds it."""
 

@@ -1,21 +1,30 @@
-"""The rolling event-time window of one latency series: per-interval histogram deltas (pure).
+"""The rolling event-time window of one latency series: per-interval histogram deltas, packed (pure).
 
-:class:`LatencyWindow` keeps the bucket increases of each collection interval of ONE series
-(:class:`Interval`) and answers the window's histogram at an event time. It is re-exported by
-:mod:`tailhound.streams.histograms`.
+:class:`LatencyWindow` keeps the bucket increases of each collection interval of ONE series and answers the
+window's histogram at an event time. It is re-exported by :mod:`tailhound.streams.histograms`.
 
-Cost notes (every vLLM snapshot adds 7 intervals and reads 7 window histograms): whole-number bucket
-counts (what the agent sends: observation counts) are added column-wise in C, which is exact for whole
-numbers below 2**53, so the result is the same as the interval-by-interval loop used otherwise; the
-window histogram is kept until the window changes; an interval's JSON form is built once.
+The intervals are kept as columns: their end times, spans, counts and sums in ``array('d')``, their flags in a
+``bytearray`` and every interval's bucket counts in one flat array, of 16- or 32-bit integers while they are
+whole numbers (what the agent sends: observation counts), widened as larger or fractional counts arrive. A
+node keeps ~7 windows of ~20 intervals: as objects they were ~17 KB a window, as columns ~3 KB
+(BENCHMARKS.md, "Latency windows as columns"). :class:`Interval` objects are built on demand
+(:attr:`LatencyWindow.intervals`, :meth:`LatencyWindow.inside`).
+
+Cost notes (every vLLM snapshot adds 7 intervals and reads 7 window histograms): whole bucket counts are
+added as integers, which is exact, so the result is the same as the interval-by-interval loop of floats
+used otherwise (below 2**53); while every kept interval is whole the column sums are kept up to date as
+intervals come and go.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import reduce
 from itertools import repeat
 
 from tailhound.snapshot import HistogramDelta
@@ -25,6 +34,10 @@ from .histograms import Histogram, _clean, _compact
 #: Whole counts below this stay exact (below 2**53) when up to _EXACT_INTERVALS intervals are added up.
 _EXACT_WHOLE = 2.0**40
 _EXACT_INTERVALS = 4096
+#: flag bits of an interval: it spans missed collections; one of its bucket counts is not whole
+_GAP, _FRACTION = 1, 2
+#: the narrowest array type that holds whole counts below each limit ('d' holds every count)
+_WIDTHS = (("H", 2**16), ("I", 2**32))
 
 
 def _whole(values: Sequence[float]) -> bool:
@@ -38,7 +51,7 @@ def _whole(values: Sequence[float]) -> bool:
 @dataclass(frozen=True, slots=True)
 class Interval:
     """The bucket increases of one collection interval ``(ts - span_s, ts]``; `gap`: it spans missed
-    collections. Slotted: a node keeps ~80 of them."""
+    collections. Built on demand from a window's columns (the window does not keep them)."""
 
     ts: float
     span_s: float
@@ -46,67 +59,28 @@ class Interval:
     count: float
     sum: float
     counts: tuple[float, ...]
-    _whole_memo: bool | None = field(default=None, init=False, compare=False, repr=False)
-    _list_memo: list | None = field(default=None, init=False, compare=False, repr=False)
-
-    @property
-    def whole(self) -> bool:
-        """Every bucket count is a whole number (see _whole)."""
-        whole = self._whole_memo
-        if whole is None:
-            whole = _whole(self.counts)
-            object.__setattr__(self, "_whole_memo", whole)
-        return whole
-
-    def to_list(self) -> list:
-        """``[ts, span_s, gap, count, sum, counts]``; built once per interval (the same list every time:
-        do not change it)."""
-        as_list = self._list_memo
-        if as_list is None:
-            as_list = self._build_list()
-            object.__setattr__(self, "_list_memo", as_list)
-        return as_list
-
-    def _build_list(self) -> list:
-        counts = list(self.counts)
-        while counts and counts[-1] == self.count:  # implied: the +Inf bucket's count
-            counts.pop()
-        compact = list(map(int, counts)) if self.whole else [_compact(c) for c in counts]  # _compact of whole ones
-        return [
-            _compact(self.ts),
-            _compact(self.span_s),
-            int(self.gap),
-            _compact(self.count),
-            _compact(self.sum),
-            compact,
-        ]
-
-    @classmethod
-    def from_list(cls, item: list, buckets: int) -> Interval:
-        ts, span, gap, count, total, counts = item
-        values = [float(c) for c in counts]
-        if len(values) > buckets:
-            raise ValueError(f"interval has {len(values)} bucket counts for {buckets} bounds")
-        values += [float(count)] * (buckets - len(values))
-        return cls(float(ts), float(span), bool(gap), float(count), float(total), _shared(values))
-
-
-#: one float object per small whole count, shared by every interval (a window holds ~20 intervals of ~20 counts
-#: per series: their own float objects were a fifth of a node's memory)
-_SHARED = {float(i): float(i) for i in range(4096)}
-
-
-def _shared(counts: Sequence[float]) -> tuple[float, ...]:
-    """`counts` (whole, non-negative) with the shared float of each small one; the same values."""
-    get = _SHARED.get
-    return tuple([get(c, c) for c in counts])
 
 
 def _clean_counts(counts: Sequence[float]) -> tuple[float, ...]:
     """``_clean(max(c, 0.0))`` of every count; for whole non-negative counts that is ``c + 0.0``."""
     if _whole(counts):
-        return _shared(tuple(map(operator.add, counts, repeat(0.0))))  # + 0.0 turns -0.0 into 0.0, as _clean does
+        return tuple(map(operator.add, counts, repeat(0.0)))  # + 0.0 turns -0.0 into 0.0, as _clean does
     return tuple(_clean(max(c, 0.0)) for c in counts)
+
+
+#: bucket bounds and their JSON form, shared by every window with the same bounds (each window had its own)
+_BOUNDS: dict[tuple[float, ...], tuple[tuple[float, ...], list]] = {}
+_MAX_BOUNDS = 4096
+
+
+def _bounds(le: tuple[float, ...]) -> tuple[tuple[float, ...], list]:
+    """The shared copy of `le` and its JSON form (compact numbers)."""
+    found = _BOUNDS.get(le)
+    if found is None:
+        found = (le, [_compact(b) for b in le])
+        if len(_BOUNDS) < _MAX_BOUNDS:
+            _BOUNDS[le] = found
+    return found
 
 
 class LatencyWindow:
@@ -120,6 +94,20 @@ class LatencyWindow:
     exactly the same window (a restored worker computes what the uninterrupted one would).
     """
 
+    __slots__ = (
+        "window_s",
+        "max_intervals",
+        "le",
+        "_ts",
+        "_span",
+        "_count",
+        "_sum",
+        "_flags",
+        "_counts",
+        "_fractions",
+        "_sums",
+    )
+
     def __init__(self, window_s: float = 300.0, max_intervals: int = 64) -> None:
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
@@ -127,19 +115,31 @@ class LatencyWindow:
             raise ValueError(f"max_intervals must be >= 1, got {max_intervals}")
         self.window_s = float(window_s)
         self.max_intervals = int(max_intervals)
-        self.le: tuple[float, ...] = ()
-        self.intervals: list[Interval] = []
-        #: (now, le, the intervals it was computed from) -> the window's histogram at now
-        self._last: tuple[float, tuple[float, ...], list[Interval], Histogram | None] | None = None
-        #: column sums of the counts of `_summed` (the kept intervals when they were all whole), see _totals
-        self._summed: list[Interval] = []
-        self._sums: list[float] = []
-        #: (le, its JSON form), see to_dict
-        self._le_json: tuple[tuple[float, ...], list] | None = None
+        self._reset(())
+
+    def _reset(self, le: tuple[float, ...]) -> None:
+        self.le = le
+        self._ts, self._span, self._count, self._sum = array("d"), array("d"), array("d"), array("d")
+        self._flags = bytearray()
+        self._counts = array("H")  # len(le) per interval
+        #: kept intervals with a fractional bucket count
+        self._fractions = 0
+        #: column sums of every kept interval's counts while all of them are whole (None: not kept), see _totals
+        self._sums: array | None = None
 
     @property
     def last_ts(self) -> float | None:
-        return self.intervals[-1].ts if self.intervals else None
+        return self._ts[-1] if self._ts else None
+
+    @property
+    def intervals(self) -> list[Interval]:
+        """The kept intervals, oldest first (built on each call)."""
+        return [self._interval(i) for i in range(len(self._ts))]
+
+    def _interval(self, i: int) -> Interval:
+        nb = len(self.le)
+        counts = tuple(map(float, self._counts[i * nb : (i + 1) * nb]))
+        return Interval(self._ts[i], self._span[i], bool(self._flags[i] & _GAP), self._count[i], self._sum[i], counts)
 
     def add(
         self, ts: float, prev_ts: float | None, delta: HistogramDelta | None, le: Sequence[float], gap: bool = False
@@ -160,88 +160,91 @@ class LatencyWindow:
             return False
         bounds = tuple(map(float, le))
         if bounds != self.le:
-            self.le, self.intervals, last = bounds, [], None
-        interval = Interval(
-            ts=ts,
-            span_s=_clean(ts - prev_ts),
-            gap=bool(gap) or (last is not None and prev_ts != last),
-            count=_clean(max(delta.count, 0.0)),
-            sum=_clean(delta.sum),
-            counts=_clean_counts(delta.counts),
+            self._reset(_bounds(bounds)[0])
+            last = None
+        counts = _clean_counts(delta.counts)
+        self._append(
+            ts,
+            _clean(ts - prev_ts),
+            bool(gap) or (last is not None and prev_ts != last),
+            _clean(max(delta.count, 0.0)),
+            _clean(delta.sum),
+            counts,
         )
-        self.intervals.append(interval)
         self._prune(ts)
         return True
 
+    def _append(self, ts: float, span: float, gap: bool, count: float, total: float, counts: tuple) -> None:
+        """One more interval, newest (its counts as long as the bounds: the caller checked)."""
+        whole = _whole(counts)
+        flat = self._counts
+        if flat.typecode != "d":
+            # why: a whole count too large for the array's type, or a fractional one, widens it (never back)
+            top = max(counts, default=0.0) if whole else math.inf
+            width = next((code for code, limit in _WIDTHS if top < limit), "d")
+            if width != flat.typecode and (width == "d" or flat.typecode == "H"):
+                flat = self._counts = array(width, flat)
+        flat.extend(map(int, counts) if flat.typecode != "d" else counts)
+        self._ts.append(ts)
+        self._span.append(span)
+        self._count.append(count)
+        self._sum.append(total)
+        self._flags.append((_GAP if gap else 0) | (0 if whole else _FRACTION))
+        if not whole:
+            self._fractions += 1
+            self._sums = None
+        elif self._sums is not None:
+            self._sums = array("d", map(operator.add, self._sums, counts))
+
     def _prune(self, newest: float) -> None:
-        horizon = newest - self.window_s
-        drop = 0
-        while drop < len(self.intervals) and self.intervals[drop].ts <= horizon:
-            drop += 1
-        drop = max(drop, len(self.intervals) - self.max_intervals)
-        if drop:
-            del self.intervals[:drop]
+        drop = max(bisect_right(self._ts, newest - self.window_s), len(self._ts) - self.max_intervals)
+        if drop <= 0:
+            return
+        nb = len(self.le)
+        if self._sums is not None:  # (then every kept interval is whole: the differences are exact)
+            flat = self._counts
+            self._sums = array("d", [s - sum(flat[j : drop * nb : nb]) for j, s in enumerate(self._sums)])
+        self._fractions -= sum(1 for f in self._flags[:drop] if f & _FRACTION)
+        for column in (self._ts, self._span, self._count, self._sum, self._flags):
+            del column[:drop]
+        del self._counts[: drop * nb]
+
+    def _rows(self, now: float) -> tuple[int, int]:
+        """The intervals that count at `now` (end in ``(now - window_s, now]``): indices ``[a, b)``."""
+        return bisect_right(self._ts, now - self.window_s), bisect_right(self._ts, now)
 
     def inside(self, now: float) -> list[Interval]:
         """The intervals that count at `now`: end in ``(now - window_s, now]``."""
-        start = now - self.window_s
-        return [iv for iv in self.intervals if start < iv.ts <= now]
+        a, b = self._rows(now)
+        return [self._interval(i) for i in range(a, b)]
+
+    def _totals(self) -> array | None:
+        """Column sums of the counts of every kept interval while all of them are whole (else None); kept
+        up to date by _append and _prune once asked for. Whole numbers below 2**53: every partial sum is
+        exact, so this equals adding them up in any order."""
+        if self._fractions or len(self._ts) > _EXACT_INTERVALS:
+            return None
+        if self._sums is None:
+            nb, flat = len(self.le), self._counts
+            self._sums = array("d", [sum(flat[j::nb]) for j in range(nb)])
+        return self._sums
 
     def histogram(self, now: float) -> Histogram | None:
-        """All observations of the window at `now` as one histogram; None when no interval is inside."""
-        last = self._last
-        if last is not None and last[0] == now and last[1] is self.le and last[2] == self.intervals:
-            return last[3]  # same intervals (compared by identity first), same bounds, same time
-        h = self._histogram(now)
-        self._last = (now, self.le, list(self.intervals), h)
-        return h
-
-    def _totals(self) -> list[float] | None:
-        """Column sums of the counts of every kept interval while all of them are whole (else None),
-        updated by the intervals added and dropped since the last call: with whole numbers below
-        2**53 every partial sum is exact, so this equals adding them up from scratch in any order."""
-        kept, summed = self.intervals, self._summed
-        if summed == kept:  # by identity first: nothing changed
-            return self._sums
-        start = 0  # kept[:k] == summed[-k:]: the first k kept intervals are the newest k summed
-        while start < len(summed) and summed[start:] != kept[: len(summed) - start]:
-            start += 1
-        k = len(summed) - start  # (the summed ones are all whole)
-        if len(kept) > _EXACT_INTERVALS or not all(iv.whole for iv in kept[k:]):
-            self._summed, self._sums = [], []
+        """All observations of the window at `now` as one histogram; None when no interval is inside. Not
+        kept: the worker asks once per window and snapshot (a cache held ~1.5 KB a window for no hit)."""
+        a, b = self._rows(now)
+        if a >= b:
             return None
-        if k == 0 or len(kept[0].counts) != len(self._sums):
-            sums = [0.0] * len(self.le)
-            added = kept
-        else:
-            sums = list(self._sums)
-            for iv in summed[:start]:
-                sums = list(map(operator.sub, sums, iv.counts))
-            added = kept[k:]
-        for iv in added:
-            sums = list(map(operator.add, sums, iv.counts))
-        self._summed, self._sums = list(kept), sums
-        return sums
-
-    def _histogram(self, now: float) -> Histogram | None:
-        inside = self.inside(now)
-        if not inside:
-            return None
-        sums = self._totals() if len(inside) == len(self.intervals) else None  # inside == every kept interval
+        nb, flat = len(self.le), self._counts
+        sums = self._totals() if b - a == len(self._ts) else None  # inside == every kept interval
         if sums is not None:
             counts = tuple(sums)
-        elif len(inside) <= _EXACT_INTERVALS and all(iv.whole for iv in inside):  # exact: add the columns in C
-            counts = tuple(map(float, map(sum, zip(*(iv.counts for iv in inside), strict=True))))
-        else:
-            acc = [0.0] * len(self.le)
-            for iv in inside:
-                for i, c in enumerate(iv.counts):
-                    acc[i] += c
-            counts = tuple(acc)
-        count = total = 0.0
-        for iv in inside:
-            count += iv.count
-            total += iv.sum
+        elif b - a <= _EXACT_INTERVALS and not any(f & _FRACTION for f in self._flags[a:b]):  # exact
+            counts = tuple(float(sum(flat[a * nb + j : b * nb : nb])) for j in range(nb))
+        else:  # interval by interval, oldest first: the order of the float additions is fixed
+            counts = tuple(reduce(operator.add, flat[a * nb + j : b * nb : nb], 0.0) for j in range(nb))
+        count = reduce(operator.add, self._count[a:b], 0.0)
+        total = reduce(operator.add, self._sum[a:b], 0.0)
         return Histogram(self.le, counts, count, total)
 
     def quantile(self, q: float, now: float) -> float | None:
@@ -250,7 +253,8 @@ class LatencyWindow:
 
     def count(self, now: float) -> float:
         """Observations in the window at `now`."""
-        return sum(iv.count for iv in self.inside(now))
+        a, b = self._rows(now)
+        return sum(self._count[a:b])
 
     def mean(self, now: float) -> float | None:
         h = self.histogram(now)
@@ -258,26 +262,47 @@ class LatencyWindow:
 
     def gaps(self, now: float) -> int:
         """Intervals inside the window at `now` that span missed collections."""
-        return sum(iv.gap for iv in self.inside(now))
+        a, b = self._rows(now)
+        return sum(f & _GAP for f in self._flags[a:b])
 
     def to_dict(self) -> dict:
         """Compact JSON-able state: bounds once, then ``[ts, span_s, gap, count, sum, counts]`` per
         interval, cumulative counts without the trailing ones equal to ``count``."""
-        le = self._le_json
-        if le is None or le[0] is not self.le:
-            le = self._le_json = (self.le, [_compact(b) for b in self.le])
+        nb, flat, integers = len(self.le), self._counts, self._counts.typecode != "d"
+        rows = []
+        for i, (ts, span, flags, count, total) in enumerate(
+            zip(self._ts, self._span, self._flags, self._count, self._sum, strict=True)
+        ):
+            k = nb
+            while k and flat[i * nb + k - 1] == count:  # implied: the +Inf bucket's count
+                k -= 1
+            counts = flat[i * nb : i * nb + k]
+            if flags & _FRACTION:
+                kept = [_compact(c) for c in counts]
+            else:
+                kept = counts.tolist() if integers else list(map(int, counts))
+            rows.append([_compact(ts), _compact(span), flags & _GAP, _compact(count), _compact(total), kept])
         return {
             "window_s": _compact(self.window_s),
             "max_intervals": self.max_intervals,
-            "le": list(le[1]),
-            "intervals": [iv.to_list() for iv in self.intervals],
+            "le": list(_bounds(self.le)[1]),
+            "intervals": rows,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> LatencyWindow:
         window = cls(float(data["window_s"]), int(data["max_intervals"]))
-        window.le = tuple(float(b) for b in data["le"])
-        window.intervals = [Interval.from_list(item, len(window.le)) for item in data["intervals"]]
+        window._reset(_bounds(tuple(float(b) for b in data["le"]))[0])
+        buckets = len(window.le)
+        for ts, span, gap, count, total, counts in data["intervals"]:
+            values = [float(c) for c in counts]
+            if len(values) > buckets:
+                raise ValueError(f"interval has {len(values)} bucket counts for {buckets} bounds")
+            last = window.last_ts
+            if last is not None and not float(ts) > last:
+                continue  # why: never written so (add keeps event-time order); an edited record loses only these
+            values += [float(count)] * (buckets - len(values))
+            window._append(float(ts), float(span), bool(gap), float(count), float(total), tuple(values))
         return window
 
     def __eq__(self, other: object) -> bool:

@@ -74,8 +74,9 @@ class NodeState(BaseModel):
     _tracker: LatencyTracker | None = PrivateAttr(default=None)
     _baseline_objs: dict[str, RollingBaseline] = PrivateAttr(default_factory=dict)
     _dirty: set[str] = PrivateAttr(default_factory=set)
-    # stored forms dropped by shed() (their objects are the truth), written again by sync()
-    _shed: set[str] = PrivateAttr(default_factory=set)
+    # True after shed(): every decoded baseline's stored form was dropped (the objects are the truth), and sync()
+    # writes them all again, so _dirty does not list baselines meanwhile (40 keys were ~5 KB a node)
+    _shed: bool = PrivateAttr(default=False)
 
     def tracker(self, catalog: Catalog) -> LatencyTracker:
         if self._tracker is None:
@@ -94,26 +95,26 @@ class NodeState(BaseModel):
     def sync(self) -> None:
         """Write the decoded windows and baselines back into the stored fields (before a dump)."""
         private = self.__pydantic_private__  # type: ignore[union-attr]  # (getattr of a private is slow)
-        dirty, objs, tracker, shed = private["_dirty"], private["_baseline_objs"], private["_tracker"], private["_shed"]
-        if tracker is not None and ("latency" in dirty or "latency" in shed):
+        dirty, objs, tracker = private["_dirty"], private["_baseline_objs"], private["_tracker"]
+        if tracker is not None and "latency" in dirty:
             self.latency = tracker.to_dict()
         baselines = self.baselines
-        for key in (dirty | shed) - {"latency"}:  # (in this order: it is the stored dict's order of new keys)
+        for key in objs if private["_shed"] else dirty - {"latency"}:  # (new keys in this order in the stored dict)
             baselines[key] = objs[key].to_dict()
         dirty.clear()
-        shed.clear()
+        private["_shed"] = False
 
     def shed(self) -> None:
         """Drop the stored forms of what is decoded (after a dump: the objects hold the same, and sync() writes
         them again), so that memory holds each window and baseline once. Keys stay, in their order."""
         private = self.__pydantic_private__  # type: ignore[union-attr]
-        shed, baselines = private["_shed"], self.baselines
+        baselines = self.baselines
         for key in private["_baseline_objs"]:
             baselines[key] = None  # type: ignore[assignment]  # (until sync(): only the object is read)
-            shed.add(key)
+        private["_shed"] = True
         if private["_tracker"] is not None and self.latency is not None:
             self.latency = None
-            shed.add("latency")
+            private["_dirty"].add("latency")
 
 
 def heal_future(state: NodeState, horizon: float, now: float | None = None) -> bool:

@@ -152,7 +152,8 @@ def _learn_baselines(
             baseline = state.baseline_of(key) or RollingBaseline()
             if baseline.observe(ts, value, in_incident=entity in troubled):
                 private["_baseline_objs"][key] = baseline
-                private["_dirty"].add(key)
+                if not private["_shed"]:  # (after shed() sync() writes every decoded baseline anyway)
+                    private["_dirty"].add(key)
 
 
 def _baseline(

@@ -276,6 +276,48 @@ def test_window_state_round_trips_through_json():
     assert data["intervals"][-1] == [int(now), 15, 1, 0, 0, []]  # trailing counts equal to count are implied
 
 
+#: a window as the earlier (object per interval) window wrote it: a fractional interval, a gap, whole counts
+#: above 16 and 32 bits, an empty one; the packed window reads it and writes it back byte for byte
+STORED_WINDOW = (
+    '{"window_s": 120, "max_intervals": 6, "le": [0.1, 0.5, 2.5], "intervals": [[1767225615, 15, 0, 3, 0.9, [1, 2]], '
+    "[1767225630, 15, 0, 4, 1.1, [0.5, 2.25, 3]], [1767225645, 15, 1, 70002, 9.5, [70000, 70001, 70001]], "
+    "[1767225660, 15, 0, 8589934592, 1000000, []], [1767225675, 15, 0, 0, 0, []]]}"
+)
+
+
+def test_window_reads_and_writes_the_stored_form_unchanged():
+    w = LatencyWindow.from_dict(json.loads(STORED_WINDOW))
+    assert json.dumps(w.to_dict()) == STORED_WINDOW
+    assert [iv.gap for iv in w.intervals] == [False, False, True, False, False]
+    assert w.intervals[1].counts == (0.5, 2.25, 3.0) and w.intervals[3].counts == (2.0**33,) * 3
+    # (the figures the earlier window gave for this state)
+    now = 1767225675.0
+    h = w.histogram(now)
+    assert (h.counts, h.count, h.sum) == ((8590004593.5, 8590004597.25, 8590004599.0), 8590004601.0, 1000011.5)
+    h = w.histogram(now - 30)
+    assert (h.counts, h.count, h.sum) == ((70001.5, 70005.25, 70007.0), 70009.0, 11.5)
+    assert w.gaps(now) == 1 and w.count(now) == 8590004601.0
+
+
+def test_window_widens_its_counts_and_sums_them_exactly():
+    w = LatencyWindow(window_s=60, max_intervals=64)
+    ts = T0
+    for big in (3.0, 70_000.0, 2.0**33, 5.0, 6.0, 7.0, 8.0):  # 16 -> 32 bits -> floats, then the big one drops out
+        w.add(ts + 15, ts, delta(1, big, big, big, 1.0), LE)
+        ts += 15
+        inside = w.inside(ts)
+        expected = tuple(float(sum(iv.counts[i] for iv in inside)) for i in range(len(LE)))
+        assert w.histogram(ts).counts == expected and w.histogram(ts).count == sum(iv.count for iv in inside)
+    assert w.histogram(ts).counts == (4.0, 26.0, 26.0)
+
+
+def test_window_skips_intervals_out_of_order_in_a_stored_form():
+    data = json.loads(STORED_WINDOW)
+    data["intervals"].insert(2, data["intervals"][0])  # (an edited record: not something add writes)
+    w = LatencyWindow.from_dict(data)
+    assert json.dumps(w.to_dict()) == STORED_WINDOW
+
+
 # --- LatencyTracker on hand-made snapshots -------------------------------------------------------
 
 
