@@ -75,6 +75,13 @@ def _round_kept(value: float) -> float:
     return found
 
 
+def _written(value: float) -> float:
+    """A bucket median as the ring writes it: its float32 value, rounded (`value` itself when it was
+    rounded and float32 holds it, i.e. outside float32's subnormal and overflow ranges)."""
+    kept = array("f", [value])[0]
+    return kept if not math.isfinite(kept) else _round(kept)
+
+
 def _median(values: list[float]) -> float:
     s = sorted(values)
     n = len(s)
@@ -89,7 +96,7 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Expected:
     """What the series normally is, over the closed buckets of the horizon."""
 
@@ -111,7 +118,6 @@ class RollingBaseline:
         "_seen",
         "_stride",
         "_expected",
-        "_ring_json",
     )
 
     def __init__(
@@ -128,7 +134,9 @@ class RollingBaseline:
         self.bucket_s = float(bucket_s)
         self.warmup_s = float(warmup_s)
         self.median_floor = float(median_floor)
-        self._ring = array("f", [_NAN]) * int(horizon_s // bucket_s)
+        #: the bucket medians as written (what to_dict writes: float32 values, rounded); expected() reads their
+        #: float32 values. Kept so, to_dict needs no memo of the written form (1.6 KB a baseline)
+        self._ring = array("d", [_NAN]) * int(horizon_s // bucket_s)
         self._cur: int | None = None  # index of the bucket being filled
         self._last_ts = -math.inf
         self._raw = array("f")
@@ -139,7 +147,6 @@ class RollingBaseline:
     def _forget_ring(self) -> None:
         """Drop what is derived from the ring (it changes only when a bucket closes, every bucket_s)."""
         self._expected: Expected | None | bool = False  # False: not computed
-        self._ring_json: list | None = None
 
     @property
     def horizon_s(self) -> float:
@@ -171,7 +178,7 @@ class RollingBaseline:
             return
         n = len(self._ring)
         self._forget_ring()
-        self._ring[self._cur % n] = _round(_median(list(self._raw))) if self._raw else _NAN
+        self._ring[self._cur % n] = _written(_round(_median(list(self._raw)))) if self._raw else _NAN
         for skipped in range(self._cur + 1, min(index, self._cur + n) + 1):
             self._ring[skipped % n] = _NAN  # buckets with no data, and the new one
         self._cur = index
@@ -180,7 +187,7 @@ class RollingBaseline:
         self._stride = 1
 
     def bucket_medians(self) -> list[float]:
-        return [float(v) for v in self._ring if not math.isnan(v)]
+        return [v for v in array("f", self._ring) if not math.isnan(v)]
 
     def expected(self) -> Expected | None:
         """The baseline, or None before ``warmup_s`` of learned (closed) buckets (computed once per ring)."""
@@ -213,16 +220,11 @@ class RollingBaseline:
             "f": self.median_floor,
             "i": self._cur,
             "t": self._last_ts if math.isfinite(self._last_ts) else None,
-            "r": list(self._ring_list()),
+            "r": [None if x != x else x for x in self._ring],  # (x != x: NaN)
             "c": [_round_kept(x) for x in self._raw],
             "n": self._seen,
             "s": self._stride,
         }
-
-    def _ring_list(self) -> list:
-        if self._ring_json is None:
-            self._ring_json = [None if math.isnan(x) else _round(x) for x in self._ring]
-        return self._ring_json
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RollingBaseline:
@@ -230,7 +232,8 @@ class RollingBaseline:
             raise ValueError(f"unsupported baseline state version {data.get('v')!r}")
         ring = data["r"]
         self = cls(horizon_s=len(ring) * data["b"], bucket_s=data["b"], warmup_s=data["w"], median_floor=data["f"])
-        self._ring = array("f", [_NAN if x is None else x for x in ring])
+        # (the values as to_dict wrote them; expected() reads their float32 values, as it always did)
+        self._ring = array("d", [_NAN if x is None else x for x in ring])
         self._cur = data["i"]
         self._last_ts = -math.inf if data["t"] is None else data["t"]
         self._raw = array("f", data["c"])

@@ -25,7 +25,7 @@ MAX_ITEMS = 65_536
 
 
 class LayoutPlan(NamedTuple):
-    """What a layout's snapshots give :func:`tailhound.streams.latest_values.snapshot_values`."""
+    """What a layout's snapshots give :func:`tailhound.streams.snapshot_scan.snapshot_values`."""
 
     #: the layout's common labels (held: the key is its id)
     labels: dict

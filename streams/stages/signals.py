@@ -10,9 +10,10 @@ from tailhound.catalog import Catalog
 from tailhound.snapshot import Snapshot
 
 from ..extract import SLA_SIGNALS, SignalValues
-from ..latest_values import CurrentValues, snapshot_values
+from ..latest_values import CurrentValues
 from ..node_state import NodeState
 from ..ruleset.rule_reads import window_stats_read
+from ..snapshot_scan import snapshot_values
 from .step import Step
 
 

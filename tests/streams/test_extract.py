@@ -9,9 +9,9 @@ from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog
 from tailhound.recording import ScrapeRecord
 from tailhound.streams.extract import decode_clock_event_reasons, extract, signal_per
-from tailhound.streams.latest_values import snapshot_values
 from tailhound.streams.ruleset.condition_eval import value_of
 from tailhound.streams.ruleset.conditions import Reduce
+from tailhound.streams.snapshot_scan import snapshot_values
 from tests.factories import dcgm_snapshot
 
 

@@ -20,10 +20,11 @@ from tailhound.snapshot import HistogramDelta
 from tailhound.streams.extract import extract
 from tailhound.streams.histograms import Histogram, histogram_quantile
 from tailhound.streams.latency_window import LatencyWindow
-from tailhound.streams.latest_values import LatestValues, counter_rates, snapshot_values
+from tailhound.streams.latest_values import LatestValues
 from tailhound.streams.ruleset.condition_eval import EvalContext, entities_of, holds
 from tailhound.streams.ruleset.plan import plans_for
 from tailhound.streams.ruleset.rulefile import load_rules, parse_rule_text
+from tailhound.streams.snapshot_scan import counter_rates, snapshot_values
 
 
 @pytest.fixture(scope="module")

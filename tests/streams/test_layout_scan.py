@@ -9,7 +9,7 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.catalog import default_catalog, parse_catalog
 from tailhound.streams import layout_scan
-from tailhound.streams.latest_values import _scan, snapshot_values
+from tailhound.streams.snapshot_scan import _scan, snapshot_values
 from tailhound.wire.decoded import DecodedSnapshot
 from tailhound.wire.v3 import LayoutMemory
 from tailhound.wire.v3_decode import LayoutCache, decode_v3
