@@ -118,7 +118,7 @@ class Grouper:
         last_key = src = None
         last_ts, last_group = None, None  # the group the previous sample went to (series of a scrape come together)
         for s in series:
-            labels = s.labels
+            labels, samples, stale = s
             hit = by_id.get(id(labels))
             if hit is not None and hit[0] is labels:
                 parsed, info = hit[1], hit[2]
@@ -138,8 +138,9 @@ class Grouper:
                 continue
             if key is not last_key:  # keys are interned: the same source as the previous series needs no lookup
                 src, last_key, last_ts = self._source(key), key, None  # (a lookup may close another's scrapes)
-            for ts, value in s.samples:
-                if src.emitted_ms is not None and ts <= src.emitted_ms:
+            for ts, value in samples:
+                emitted = src.emitted_ms
+                if emitted is not None and ts <= emitted:
                     n_late += 1
                     continue
                 if ts <= 0:
@@ -159,9 +160,9 @@ class Grouper:
                     if parsed.name == "up":
                         group.up = value
                     continue
-                k = info
-                if k not in group.series:
-                    if group.overflow or len(group.series) >= cfg.max_group_series:
+                in_group = group.series
+                if info not in in_group:
+                    if group.overflow or len(in_group) >= cfg.max_group_series:
                         group.overflow = True
                         entry = rejects.setdefault(
                             "too_many_series",
@@ -175,10 +176,10 @@ class Grouper:
                         continue
                     self.pending_samples += 1
                     n_samples += 1
-                group.series[k] = value
-            if s.stale and parsed.name == "up":
+                in_group[info] = value
+            if stale and parsed.name == "up":
                 last_ts = None
-                for ts in s.stale:
+                for ts in stale:
                     if src.emitted_ms is None or ts > src.emitted_ms:
                         group = self._group(src, ts, now)
                         if group is not None:

@@ -252,9 +252,10 @@ def _known_series(
         labels = _sets.get(buf[start:a])  # a run of whole Label fields, so `a` starts a field
         if labels is None:
             return None
-        if buf[a + 3 : a + 11] == _STALE_BYTES:
+        value = _unpack(buf, a + 3)[0]
+        if value != value and buf[a + 3 : a + 11] == _STALE_BYTES:  # (only a NaN can be the marker)
             return _new(Series, (labels, (), (ts,)))
-        return _new(Series, (labels, ((ts, _unpack(buf, a + 3)[0]),), ()))
+        return _new(Series, (labels, ((ts, value),), ()))
     a = first - 3  # or the value left out: 0 (proto3 writes no default)
     if a < start or buf[a] != 0x12 or buf[a + 1] != stop - a - 2:
         return None
@@ -297,8 +298,15 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
         _LABEL_SETS.clear()
         _CACHE_LIMITS[0] = lim
     series: list[Series] = []
+    append = series.append
     metadata: list[Metadata] = []
     counts = _Counts()
+    max_series, max_samples, known = lim.max_series, lim.max_samples, lim.max_samples_per_series > 0
+    sets_get, unpack, new = _LABEL_SETS.get, _DOUBLE.unpack_from, tuple.__new__
+    tail, tail_ts = _TAIL
+    n_tail = len(tail)
+    skip = n_tail + 11  # from a series' end back to its Sample field, when it ends with the remembered timestamp
+    n_samples = 0
     pos, end = 0, len(buf)
     while pos < end:
         if buf[pos] == 0x0A and pos + 2 < end and buf[pos + 1] >= 0x80 and buf[pos + 2] < 0x80:
@@ -315,16 +323,49 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
                     raise wrong_type("WriteRequest.timeseries", wire, 2)
                 start, pos = length_delimited(buf, pos, end, "WriteRequest.timeseries")
         if field_no == 1:
-            if len(series) >= lim.max_series:
-                raise RemoteWriteError("too_many_series", f"more than {lim.max_series} series in one request", 413)
-            one = _known_series(buf, start, pos) if lim.max_samples_per_series else None
-            if one is None:
-                series.append(_series(buf, start, pos, lim, counts))
+            if len(series) >= max_series:
+                raise RemoteWriteError("too_many_series", f"more than {max_series} series in one request", 413)
+            if not known:  # (no sample allowed: the full reader says so)
+                counts.samples = n_samples
+                append(_series(buf, start, pos, lim, counts))
+                n_samples = counts.samples
                 continue
-            counts.samples += 1
-            if counts.samples > lim.max_samples:
-                raise RemoteWriteError("too_many_samples", f"more than {lim.max_samples} samples in one request", 413)
-            series.append(one)
+            # _known_series' usual case inline (the timestamp of the series before, a value): most series
+            a = pos - skip
+            if (
+                n_tail
+                and a >= start
+                and buf[pos - n_tail : pos] == tail
+                and buf[a] == 0x12
+                and buf[a + 1] == skip - 2
+                and buf[a + 2] == 0x09
+            ):
+                labels = sets_get(buf[start:a])
+                if labels is not None:
+                    n_samples += 1
+                    if n_samples > max_samples:
+                        raise RemoteWriteError(
+                            "too_many_samples", f"more than {max_samples} samples in one request", 413
+                        )
+                    value = unpack(buf, a + 3)[0]
+                    if value != value and buf[a + 3 : a + 11] == _STALE_BYTES:  # (only a NaN can be the marker)
+                        append(new(Series, (labels, (), (tail_ts,))))
+                    else:
+                        append(new(Series, (labels, ((tail_ts, value),), ())))
+                    continue
+            one = _known_series(buf, start, pos)
+            if one is None:
+                counts.samples = n_samples
+                append(_series(buf, start, pos, lim, counts))
+                n_samples = counts.samples
+            else:
+                n_samples += 1
+                if n_samples > max_samples:
+                    raise RemoteWriteError("too_many_samples", f"more than {max_samples} samples in one request", 413)
+                append(one)
+            tail, tail_ts = _TAIL  # (either reader may have read another timestamp)
+            n_tail = len(tail)
+            skip = n_tail + 11
         elif field_no == 3:
             if wire != 2:
                 raise wrong_type("WriteRequest.metadata", wire, 2)
@@ -334,6 +375,7 @@ def decode_proto(buf: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> Wr
             metadata.append(_metadata(buf, start, pos, lim))
         else:
             pos = skip_field(buf, pos, end, wire, "WriteRequest")
+    counts.samples = n_samples
     skipped = {k: v for k, v in (("native_histograms", counts.native_histograms), ("exemplars", counts.exemplars)) if v}
     return WriteRequest(series, metadata, skipped)
 

@@ -121,14 +121,16 @@ def layout(infos: Iterable[SeriesInfo], source: str, metadata: dict[str, str], c
 
 def families_of(lay: Layout, values: dict[SeriesInfo, float]) -> list[Family]:
     """One scrape's families, as the parser gives them: fresh label dicts, the values as the text reads."""
-    out = []
-    for name, type_, members in lay:
-        samples = []
-        for i in members:
-            v = values[i]
-            samples.append(_new_sample(RawSample, (i.pname, i.label_dict.copy(), 0.0 if v == 0 else v)))
-        out.append(Family(name=name, type=type_, samples=samples))
-    return out
+    new, raw, get = _new_sample, RawSample, values.__getitem__
+    return [
+        Family(
+            name,
+            type_,
+            "",
+            [new(raw, (i.pname, i.label_dict.copy(), 0.0 if (v := get(i)) == 0 else v)) for i in members],
+        )
+        for name, type_, members in lay
+    ]
 
 
 class GroupedRecord(CollectedRecord):

@@ -46,7 +46,7 @@ from tailhound.snapshot import Snapshot
 
 from . import codec, gc_freeze
 from .fleet_cap import MODEL
-from .gc_freeze import WarmupFreeze
+from .gc_freeze import GC_GEN0_THRESHOLD, WarmupFreeze
 from .intake import (
     DeadLetters,
     Gate,
@@ -295,10 +295,6 @@ def intake_stats(app: faust.App) -> IntakeStats:
     """What the app's telemetry agent let in and rejected, by reason (:class:`IntakeStats`; the worker exports
     it as Prometheus counters with :class:`tailhound.streams.intake_stats.StatsCollector`)."""
     return _STATS[app]
-
-
-#: young-generation threshold of the worker's garbage collector (CPython's default is 700, see tune_gc)
-GC_GEN0_THRESHOLD = 100_000
 
 
 def tune_gc() -> None:

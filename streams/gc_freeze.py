@@ -22,6 +22,9 @@ FIRST_FREEZE = 2_000
 #: no freeze after this many messages (~12 rounds of a 10,000-node fleet's 4 sources, sent one by one)
 LAST_FREEZE = 500_000
 
+#: young-generation threshold of a worker's (and the standalone ingest's) collector; CPython's default is 700
+GC_GEN0_THRESHOLD = 100_000
+
 _enabled = False
 
 

@@ -7,9 +7,11 @@ snapshots to the telemetry topic (TAILHOUND_BROKER) until SIGINT/SIGTERM; SIGHUP
 ``write_relabel_configs`` keep only the series tailhound reads (derived from the signal catalog).
 :func:`register` adds the command to an app (``tailhound/cli/__init__.py`` does).
 
-The standalone ingest freezes what is alive after its warm-up (:func:`freeze_long_lived`): its caches of
-labels and series live as long as the process, and Python's collector would walk them at every full
-collection (BENCHMARKS.md, "Prometheus ingest"). Inside a worker the worker decides.
+The standalone ingest tunes its garbage collector as a worker does (:func:`tune_gc`): what exists at start is
+frozen and young collections run every ``GC_GEN0_THRESHOLD`` allocations; what is alive after its warm-up is
+frozen too (:func:`freeze_long_lived`): its caches of labels and series live as long as the process, and
+Python's collector would walk them at every full collection (BENCHMARKS.md, "Prometheus ingest"). Inside a
+worker the worker decides.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ if TYPE_CHECKING:  # loaded by the command itself (the CLI starts fast)
 console = make_console()
 #: Seconds after start when the caches hold every target's series (a few scrape intervals and settles).
 FREEZE_AFTER_S = 120.0
+
+
+def tune_gc() -> None:
+    """Freeze what exists at start (modules, config) and raise the young-generation threshold to the worker's."""
+    from tailhound.streams.gc_freeze import GC_GEN0_THRESHOLD  # light: not the Faust app
+
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def freeze_long_lived() -> None:
@@ -118,8 +130,9 @@ async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | No
     loop = asyncio.get_running_loop()
     if duration is not None:
         loop.call_later(duration, stop.set)
-    loop.call_later(FREEZE_AFTER_S, freeze_long_lived)
     service = IngestService(settings, cfg)
+    tune_gc()  # after the service is built: its config and catalog live as long as the process
+    loop.call_later(FREEZE_AFTER_S, freeze_long_lived)
     if path is not None:
         ConfigReloader(
             path,

@@ -39,22 +39,45 @@ def test_worker_start_bench_runs_and_the_worker_loads_no_sklearn():
 
 
 def test_ingest_speed_smoke():
+    import gc
+
     from bench import ingest_speed
 
+    before = gc.get_threshold(), gc.get_freeze_count()
     rows = ingest_speed.run(nodes=2, rounds=3, reps=1)
-    assert [r["path"] for r in rows] == ["agent (baseline)", "remote write", "federation"]
+    assert [(r["gc"], r["path"]) for r in rows] == [(m, p) for m in ("process", "default") for p in ingest_speed.PATHS]
     assert len({r["samples"] for r in rows}) == 1 and rows[0]["samples"] > 0  # every path makes every sample
     assert "nodes per core" in ingest_speed.report(rows)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before  # the process's collector as it was
+
+
+def test_ingest_speed_runs_each_path_under_its_processes_collector():
+    import gc
+
+    from bench import ingest_speed
+    from tailhound.agents.main import GC_THRESHOLD
+    from tailhound.streams.gc_freeze import GC_GEN0_THRESHOLD
+
+    seen, frozen = {}, gc.get_freeze_count()
+    for kind in ("agent", "ingest"):
+        with ingest_speed.collector(kind, "process") as warm:
+            seen[kind] = gc.get_threshold(), gc.get_freeze_count() > 0, warm
+    assert seen["agent"][:2] == ((GC_THRESHOLD, 10, 10), True) and seen["agent"][2] is ingest_speed._nothing
+    assert seen["ingest"][:2] == ((GC_GEN0_THRESHOLD, 10, 10), True) and seen["ingest"][2] is not ingest_speed._nothing
+    with ingest_speed.collector("ingest", "default"):
+        assert gc.get_threshold() == ingest_speed.DEFAULT_THRESHOLD and gc.get_freeze_count() == frozen
+    with ingest_speed.collector("agent", "off"):
+        assert not gc.isenabled()
+    assert gc.isenabled()
 
 
 def test_ingest_stages_smoke():
     from bench import ingest_speed
 
-    on = ingest_speed.stages(nodes=1, rounds=3, reps=1)
-    off = ingest_speed.stages(nodes=1, rounds=3, reps=1, collector=False)
-    frozen = ingest_speed.stages(nodes=1, rounds=3, reps=1, frozen=True)
+    by_mode = {m: ingest_speed.stages(nodes=1, rounds=3, reps=1, mode=m) for m in ingest_speed.GC_MODES}
+    on = by_mode["process"]
     assert set(on) == {*ingest_speed.STAGES, "agent path"} and all(v >= 0 for v in on.values())
-    assert "frozen after warm-up: " in ingest_speed.stages_report(on, off, frozen)
+    assert "default: " in ingest_speed.stages_report(by_mode)
 
 
 def test_offline_tools_bench_runs_and_reports():

@@ -198,22 +198,66 @@ def test_ingest_without_a_config_is_an_error(monkeypatch, capsys):
     assert code == 2 and "tailhound ingest needs --config ingest.yaml" in err
 
 
-async def test_the_standalone_ingest_freezes_what_is_alive_after_its_warm_up(monkeypatch):
+class _Service:
+    """Stands in for IngestService: serves nothing until stopped."""
+
+    def __init__(self, settings, cfg) -> None:  # the real service's arguments
+        pass
+
+    async def run(self, stop) -> None:  # an asyncio.Event
+        await stop.wait()
+
+
+@pytest.fixture
+def restored_gc():
+    """The ingest's run tunes this process's collector: put it back for the other tests."""
+    import gc
+
+    before = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*before)
+
+
+async def test_the_standalone_ingest_tunes_its_collector_at_start(monkeypatch, restored_gc):
+    """What exists at start is frozen and young collections run at the worker's threshold, not 700."""
+    import asyncio
+    import gc
+
+    from tailhound.cli import ingest as ingest_cli
+    from tailhound.ingest import service as service_module
+    from tailhound.streams.gc_freeze import GC_GEN0_THRESHOLD
+
+    gen1, gen2 = gc.get_threshold()[1:]
+    gc.unfreeze()
+    monkeypatch.setattr(service_module, "IngestService", _Service)
+    await asyncio.wait_for(ingest_cli.run(None, None, 0.05), 10)
+    assert gc.get_threshold() == (GC_GEN0_THRESHOLD, gen1, gen2)
+    assert gc.get_freeze_count() > 0
+
+
+def test_the_ingest_cli_reads_the_threshold_without_the_faust_app():
+    """The constant lives in a light module; streams.app re-exports it for its importers."""
+    code = (
+        "import sys; from tailhound.cli import ingest; ingest.tune_gc(); "
+        "assert 'tailhound.streams.app' not in sys.modules and 'faust' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from tailhound.streams import app as streams_app
+    from tailhound.streams import gc_freeze
+
+    assert streams_app.GC_GEN0_THRESHOLD == gc_freeze.GC_GEN0_THRESHOLD
+
+
+async def test_the_standalone_ingest_freezes_what_is_alive_after_its_warm_up(monkeypatch, restored_gc):
     """Its caches live as long as the process: frozen once, the collector no longer walks them."""
     import asyncio
 
     from tailhound.cli import ingest as ingest_cli
     from tailhound.ingest import service as service_module
 
-    class Service:
-        def __init__(self, settings, cfg) -> None:  # the real service's arguments
-            pass
-
-        async def run(self, stop) -> None:  # an asyncio.Event
-            await stop.wait()
-
     frozen = []
-    monkeypatch.setattr(service_module, "IngestService", Service)
+    monkeypatch.setattr(service_module, "IngestService", _Service)
     monkeypatch.setattr(ingest_cli, "FREEZE_AFTER_S", 0.01)
     monkeypatch.setattr(ingest_cli, "freeze_long_lived", lambda: frozen.append(1))
     await asyncio.wait_for(ingest_cli.run(None, None, 0.3), 10)

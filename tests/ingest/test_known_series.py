@@ -71,3 +71,21 @@ def test_sample_limits_hold_on_the_known_series_path():
     with pytest.raises(rw.RemoteWriteError) as err:
         decode_proto(body, rw.DecodeLimits(max_samples=4))
     assert err.value.reason == "too_many_samples" and err.value.status == 413
+
+
+def test_no_sample_allowed_is_an_error_on_the_known_series_path_too():
+    """With max_samples_per_series 0 every series goes the full reader's way, which refuses its sample."""
+    body = encode_proto([Series(labels(f"m{i}"), ((T0, 1.0),)) for i in range(3)])
+    decode_proto(body)  # labels known from here on
+    with pytest.raises(rw.RemoteWriteError) as err:
+        decode_proto(body, rw.DecodeLimits(max_samples_per_series=0))
+    assert err.value.reason == "too_many_samples"
+
+
+def test_a_series_ending_like_the_one_before_but_laid_out_otherwise_is_read_in_full():
+    """The same timestamp bytes at the end, but no Sample field before them where the short way looks."""
+    odd = Series(labels("odd"), ((T0, 1.0), (T0, 2.0)))  # two samples: the short way refuses, the reader reads
+    series = [Series(labels("a"), ((T0, 1.5),)), odd, Series(labels("b"), ((T0, 2.5),))]
+    body = encode_proto(series)
+    decode_proto(body)
+    assert comparable(decode_proto(body).series) == comparable(series)
