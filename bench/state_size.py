@@ -1,7 +1,11 @@
 """A node's state record on the table and its memory in steady state: `nodes` simulated nodes (vllm + dcgm + node +
 blackbox at 15 s, as bench.fleet_scale makes them) stepped for `rounds` collection rounds (120: 30 minutes, 960: 4
 hours, when the baselines' rings are full). Prints the median record as the state codec writes it, the RSS growth per
-node (after a full collection) and the CPU per snapshot. ``python -m bench.state_size NODES ROUNDS``."""
+node (after a full collection) and the CPU per snapshot. ``python -m bench.state_size NODES ROUNDS``.
+
+``--breakdown``: the live objects per node by part of the state (:func:`breakdown`): ``sys.getsizeof`` of every
+object reachable from each part, each object counted once, what the modules, the rules and the catalog reach
+counted as already seen (shared, not a node's). RSS holds these plus the allocator's free space."""
 
 from __future__ import annotations
 
@@ -21,8 +25,48 @@ from .fleet_memory import rss
 from .fleet_scale import RULES, TEMPLATE, node_names, template_rounds
 
 
-def run(nodes: int, rounds: int) -> dict:
-    """Step `nodes` nodes for `rounds` rounds; record bytes (median), RSS growth per node, CPU per snapshot."""
+def reachable(obj: object, seen: set[int]) -> int:
+    """Bytes of `obj` and of what it reaches that is not in `seen` (which it extends)."""
+    total, stack = 0, [obj]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        stack.extend(gc.get_referents(o))
+    return total
+
+
+def breakdown(processor: SnapshotProcessor, store: MemoryStateStore) -> dict[str, float]:
+    """Bytes per node of the processor's live state by part (see the module doc), largest first."""
+    seen: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if name != "__main__":
+            reachable(module, seen)
+    reachable(processor.rules, seen)
+    reachable(processor.catalog, seen)
+    parts: dict[str, int] = {}
+    states = list(processor._states.values())
+    for state in states:
+        private = state.__pydantic_private__ or {}
+        for key, label in (
+            ("_tracker", "latency windows"),
+            ("_baseline_objs", "baselines"),
+            ("_latest", "latest values"),
+        ):
+            parts[label] = parts.get(label, 0) + reachable(private.get(key), seen)
+        for field in type(state).model_fields:
+            parts[f"field {field}"] = parts.get(f"field {field}", 0) + reachable(getattr(state, field), seen)
+        parts["rest of the state"] = parts.get("rest of the state", 0) + reachable(state, seen)
+    parts["records on the table"] = sum(reachable(value, seen) for _, value in store.items())
+    n = max(1, len(states))
+    return {k: v / n for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v}
+
+
+def run(nodes: int, rounds: int, parts: bool = False) -> dict:
+    """Step `nodes` nodes for `rounds` rounds; record bytes (median), RSS growth per node, CPU per snapshot
+    (`parts`: and the :func:`breakdown`)."""
     register()
     messages = template_rounds(rounds)
     node_rules, _ = split_rules(load_rules(RULES))
@@ -42,20 +86,29 @@ def run(nodes: int, rounds: int) -> dict:
     cpu = time.process_time() - started
     gc.collect()
     sizes = [len(codecs.dumps(STATE_CODEC_NAME, value)) for _, value in store.items()]
-    return {
+    out = {
         "record_bytes": statistics.median(sizes),
         "rss_per_node": (rss() - before) / nodes,
         "us_per_snapshot": cpu / steps * 1e6,
     }
+    if parts:
+        out["breakdown"] = breakdown(processor, store)
+    return out
 
 
 def main(argv: list[str]) -> None:
-    nodes, rounds = (int(a) for a in argv[:2]) if len(argv) >= 2 else (100, 120)
-    got = run(nodes, rounds)
+    numbers = [a for a in argv if not a.startswith("--")]
+    nodes, rounds = (int(a) for a in numbers[:2]) if len(numbers) >= 2 else (100, 120)
+    got = run(nodes, rounds, parts="--breakdown" in argv)
     print(
         f"{nodes} nodes x {rounds} rounds: record {got['record_bytes'] / 1024:.1f} KB, RSS growth "
         f"{got['rss_per_node'] / 1024:.0f} KB per node, {got['us_per_snapshot']:.0f} us per snapshot"
     )
+    if "breakdown" in got:
+        print("\n| part (live objects) | KB per node |\n|---|---:|")
+        for part, size in got["breakdown"].items():
+            print(f"| {part} | {size / 1024:.1f} |")
+        print(f"| **all** | **{sum(got['breakdown'].values()) / 1024:.1f}** |")
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ class IngestService:
                 linger_ms=p.linger_ms,
                 compression=None if p.compression == "none" else p.compression,
                 request_timeout_s=p.request_timeout_s,
-                bundle=p.bundle,
+                bundle=p.bundles,
                 wire=p.wire,
                 layout_every_s=p.layout_every_s,
             )

@@ -128,10 +128,11 @@ async def run(settings: Settings, cfg: IngestServiceConfig, duration: float | No
     stop = asyncio.Event()
     stop_on_signals(stop)
     loop = asyncio.get_running_loop()
-    if duration is not None:
-        loop.call_later(duration, stop.set)
     service = IngestService(settings, cfg)
     tune_gc()  # after the service is built: its config and catalog live as long as the process
+    # (the timers after it: its full collection must not eat into `duration` and end the run before the freeze)
+    if duration is not None:
+        loop.call_later(duration, stop.set)
     loop.call_later(FREEZE_AFTER_S, freeze_long_lived)
     if path is not None:
         ConfigReloader(

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tailhound.agents.config import AgentConfig, load_agent_config, parse_agent_config
+from tailhound.agents.config import AgentConfig, PublishConfig, load_agent_config, parse_agent_config
 from tailhound.agents.runtime import build_collectors
 from tailhound.errors import ConfigFileError
 
@@ -205,3 +205,10 @@ def test_comment_lines_are_not_expanded_and_double_dollar_is_literal(tmp_path, m
     path.write_text('# mentions ${TH_UNSET_VAR} harmlessly\nnode: n1\nlabels: {note: "$${TH_UNSET_VAR}"}\n')
     cfg = load_agent_config(path)
     assert cfg.labels == {"note": "${TH_UNSET_VAR}"}
+
+
+def test_a_node_tick_goes_in_one_message_by_default_with_wire_3_only():
+    """Every worker that reads version 3 reads its bundles; a version-1 bundle (v2) needs newer workers."""
+    assert PublishConfig().bundles and PublishConfig(wire=3).bundles
+    assert not PublishConfig(wire=1).bundles
+    assert not PublishConfig(bundle=False).bundles and PublishConfig(wire=1, bundle=True).bundles

@@ -45,3 +45,10 @@ def test_model_forward_bench_runs_and_reports():
 def test_state_size_runs_at_a_small_size():
     got = state_size.run(nodes=2, rounds=3)
     assert got["record_bytes"] > 0 and got["us_per_snapshot"] > 0
+
+
+def test_state_size_breaks_the_live_state_down_by_part():
+    got = state_size.run(nodes=2, rounds=3, parts=True)
+    parts = got["breakdown"]
+    assert {"latency windows", "baselines", "latest values", "records on the table"} <= set(parts)
+    assert all(size > 0 for size in parts.values())

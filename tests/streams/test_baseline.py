@@ -92,6 +92,31 @@ def test_round_trip_is_exact_and_compact():
     assert c.to_dict() == b.to_dict()
 
 
+#: a baseline as the float32 ring wrote it (before the ring kept its written values), with what it gave then
+STORED_BASELINE = (
+    '{"v":1,"b":300.0,"w":600.0,"f":0.001,"i":5890767,"t":1767230100.0,"r":[0.1158,0.1164,0.1145,null,0.1165,'
+    '0.1232,0.1178,0.1116,0.1139,0.1253,0.1205,0.1191],"c":[0.1131],"n":1,"s":1}'
+)
+
+
+def test_a_stored_baseline_reads_back_as_it_was_written_and_expects_the_same():
+    b = RollingBaseline.from_dict(json.loads(STORED_BASELINE))
+    assert json.dumps(b.to_dict(), separators=(",", ":")) == STORED_BASELINE
+    e = b.expected()
+    assert (e.median, e.mad, e.p90, e.n_buckets) == (0.1165, 0.0026, 0.1232, 11)
+    assert b.bucket_medians()[:2] == [0.11580000072717667, 0.11640000343322754]  # float32 values, as before
+
+
+def test_the_ring_writes_each_median_as_its_float32_value_rounded():
+    b = RollingBaseline(horizon_s=3600, bucket_s=300, warmup_s=600)
+    for i, value in enumerate((1e-40, 3.3e38, 1e39, 0.123456)):  # subnormal, near the top, past it, usual
+        b.observe(T0 + 300 * i, value)
+    b.observe(T0 + 1200, 1.0)
+    assert b.to_dict()["r"][:4] == [1e-40, 3.3e38, float("inf"), 0.1235]
+    back = RollingBaseline.from_dict(json.loads(json.dumps(b.to_dict())))
+    assert back.to_dict() == b.to_dict() and back.bucket_medians() == b.bucket_medians()
+
+
 def test_worst_case_state_fits_in_1kb():
     b = RollingBaseline()
     feed(b, T0, 4 * 3600 - 10, lambda ts: -1.2345678e-5 * (1 + (ts % 130) / 1000), step=10)
