@@ -20,7 +20,9 @@ GPUs, node_exporter and blackbox pages, every page new each round) goes two ways
 
 Each figure is nodes per core at a 15 s scrape interval: ``node rounds x 15 s / CPU seconds``; medians of
 ``reps``. The two summary lines are ratios of nodes per core (higher is better for tailhound).
-``make bench ARGS="--only peer"`` or ``python -m bench.peer [--nodes N] [--reps R]``.
+``make bench ARGS="--only peer"`` or ``python -m bench.peer [--nodes N] [--reps R]``; the agent side publishes as an
+agent with default ``publish`` settings (version 3, a node's round in one message), ``--wire 1``, ``--no-bundle`` and
+``--layout-every S`` change that.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pathlib import Path
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.snapshot_builder import SnapshotBuilder
-from tailhound.agents.wire import encoder
+from tailhound.agents.wire import DEFAULT_WIRE, encoder
 from tailhound.recording import ScrapeRecord
 
 RULES = Path(__file__).with_name("peer_rules.yml")
@@ -180,15 +182,16 @@ async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
 
 
 #: the telemetry wire version and layout interval the run encodes with (``--wire``, ``--layout-every``)
-WIRE = {"version": 1, "layout_every_s": 0.0}
-#: ``--bundle``: a node's snapshots of one round in one message, as an agent with ``publish.bundle`` sends them
-BUNDLE = {"on": False}
+WIRE = {"version": DEFAULT_WIRE, "layout_every_s": 0.0}
+#: ``--bundle`` / ``--no-bundle``: a node's snapshots of one round in one message, as an agent with
+#: ``publish.bundle`` sends them; None: as the agent's default (on with wire 3)
+BUNDLE: dict[str, bool | None] = {"on": None}
 
 
 def snapshot_messages(rounds: list[list[ScrapeRecord]]) -> list[tuple[bytes, bytes]]:
     builder, encode = SnapshotBuilder(), encoder(**WIRE)
     messages = [(s.key(), encode(s)) for b in rounds for s in map(builder.build, b)]
-    if not BUNDLE["on"]:
+    if not (BUNDLE["on"] if BUNDLE["on"] is not None else WIRE["version"] == 3):
         return messages
     from tailhound.agents.buffer import Message
     from tailhound.agents.sender import bundle_batch
@@ -328,9 +331,10 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=24)
     ap.add_argument("--interval", type=float, default=2.0, help="Prometheus' scrape interval in the run (s)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--wire", type=int, default=1, choices=(1, 3), help="telemetry wire version the agent side sends")
+    ap.add_argument("--wire", type=int, default=DEFAULT_WIRE, choices=(1, 3), help="telemetry version the agent sends")
     ap.add_argument("--layout-every", type=float, default=0.0, help="v3 layout references: full layout every N s")
-    ap.add_argument("--bundle", action="store_true", help="a node's snapshots of a round in one message")
+    ap.add_argument("--bundle", action="store_const", const=True, help="a node's snapshots of a round in one message")
+    ap.add_argument("--no-bundle", dest="bundle", action="store_const", const=False, help="one message per snapshot")
     a = ap.parse_args()
     WIRE.update(version=a.wire, layout_every_s=a.layout_every)
     BUNDLE["on"] = a.bundle

@@ -80,6 +80,8 @@ def test_bundled_messages_hold_a_nodes_round_and_decode_into_its_snapshots(monke
 
     rounds = peer.fleet(nodes=2, rounds=2)
     monkeypatch.setitem(peer.WIRE, "version", 3)
+    assert len(peer.snapshot_messages(rounds)) == 4  # as the agent's default with wire 3: bundled
+    monkeypatch.setitem(peer.BUNDLE, "on", False)
     plain = peer.snapshot_messages(rounds)
     monkeypatch.setitem(peer.BUNDLE, "on", True)
     bundled = peer.snapshot_messages(rounds)
