@@ -64,3 +64,55 @@ def test_latest_values_answer_as_the_plain_model_on_random_updates():
                 assert latest.seen().get(signal) == seen
             assert latest.last_seen() == {s: {e: t[1] for e, t in slot.items()} for s, slot in plain.values.items()}
             assert len(latest) == sum(map(len, plain.values.values()))
+
+
+def _plain_seen(plain: PlainLatest) -> dict[str, dict[str, float]]:
+    return {s: {e: t[1] for e, t in slot.items()} for s, slot in plain.values.items()}
+
+
+def test_every_read_answers_as_the_plain_model_on_random_updates():
+    rng = random.Random(11)
+    gpus = [str(i) for i in range(8)]
+    signals = ["gpu.util", "gpu.temp", "engine.queue", "node.load"]
+    for _ in range(300):
+        latest, plain = LatestValues(), PlainLatest()
+        ts = 1_767_225_600.0
+        for _ in range(rng.randint(5, 60)):
+            ts += rng.choice([0.0, 5.0, 15.0, 40.0])
+            at = ts - rng.choice([0.0, 0.0, 0.0, 30.0, 200.0])  # some snapshots arrive late
+            entities = rng.choice([gpus, ["node"], gpus[:4]])
+            values = {
+                signal: {
+                    e: rng.choice([rng.random(), float("inf"), -0.0, 1e300])
+                    for e in rng.sample(
+                        entities, rng.choice([len(entities), len(entities), rng.randint(0, len(entities))])
+                    )
+                }
+                for signal in rng.sample(signals, rng.randint(1, len(signals)))
+            }
+            interval = rng.choice([None, 0.0, 5.0, 15.0, 60.0])
+            latest.update(values, at, interval)
+            plain.update(values, at, interval)
+            if rng.random() < 0.1:
+                cutoff = ts - rng.choice([0.0, 60.0, 100.0])
+                latest.forget_older_than(cutoff)
+                plain.forget_older_than(cutoff)
+            now = ts + rng.choice([0.0, 50.0, 130.0])
+            current = plain.current(now)
+            assert {s: v for s, v in latest.view(now).items() if s in plain.values} == current
+            assert {s: latest.current_of(s, now) for s in signals} == {s: current.get(s) for s in signals}
+            read = latest.current(now)
+            assert {s: read.get(s) for s in signals} == {s: current.get(s) for s in signals}
+            assert latest.last_seen() == _plain_seen(plain)
+            seen = latest.seen()
+            assert {s: seen.get(s) for s in signals} == {s: _plain_seen(plain).get(s) for s in signals}
+            assert len(latest) == sum(len(slot) for slot in plain.values.values())
+
+
+def test_entity_sets_are_shared_and_ints_stay_ints():
+    a, b = LatestValues(), LatestValues()
+    a.update({"gpu.util": {"0": 1.0, "1": 2.0}}, 100.0, 15.0)
+    b.update({"gpu.temp": {"0": 3.0, "1": 4.0}}, 100.0, 15.0)
+    assert a._values["gpu.util"][2] is b._values["gpu.temp"][2]  # type: ignore[index]
+    a.update({"engine.running": {"m": 3}}, 100.0, 15.0)  # type: ignore[dict-item]
+    assert type(a.current_of("engine.running", 100.0)["m"]) is int  # type: ignore[index]
