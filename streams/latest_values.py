@@ -12,7 +12,6 @@ different snapshots. What one snapshot brings is :func:`tailhound.streams.snapsh
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable
 
 from .extract import DERIVED_SIGNALS, RATE_RATIOS, SignalValues, add_ratio
@@ -23,38 +22,17 @@ MIN_AGE_S = 60.0
 DEFAULT_AGE_S = 120.0
 
 
-#: one signal's values: ``(ts, max_age, entities, values)`` while every entity was last updated by the same
-#: snapshot (the usual case: the entity names a shared tuple, the values an ``array('d')``, ~11 KB less of a
-#: node's memory than a dict of floats), else ``{entity: (value, ts, max_age)}``
-Slot = tuple[float, float, tuple[str, ...], array] | dict[str, tuple[float, float, float]]
-
-#: entity-name tuples shared by every node and signal with that entity set (bounded: beyond, not shared)
-_ENTITY_SETS: dict[tuple[str, ...], tuple[str, ...]] = {}
-MAX_ENTITY_SETS = 4096
-
-
-_FLOATS = {float}
-
-
-def _packed(per_entity: dict[str, float], ts: float, max_age: float) -> Slot:
-    """`per_entity` as one snapshot's slot (the per-entity form when a value is not a float)."""
-    values = tuple(per_entity.values())
-    if {*map(type, values)} != _FLOATS and values:  # why: array('d') would turn an int into a float
-        return {e: (v, ts, max_age) for e, v in per_entity.items()}
-    names = tuple(per_entity)
-    entities = _ENTITY_SETS.get(names)
-    if entities is None:
-        entities = names
-        if len(_ENTITY_SETS) < MAX_ENTITY_SETS:  # why: a fleet has a handful of entity sets; a flood is not kept
-            _ENTITY_SETS[names] = names
-    return (ts, max_age, entities, array("d", values))
+#: one signal's values: ``(ts, max_age, {entity: value})`` while every entity was last updated by the same snapshot
+#: (the usual case; one tuple a signal instead of one a value, ~13 KB of a node's memory), else
+#: ``{entity: (value, ts, max_age)}``
+Slot = tuple[float, float, dict[str, float]] | dict[str, tuple[float, float, float]]
 
 
 def _current(slot: Slot, now: float) -> dict[str, float]:
     """The values of `slot` not older than their max age at `now` (a new dict)."""
     if slot.__class__ is tuple:
-        ts, age, entities, values = slot  # type: ignore[misc]
-        return dict(zip(entities, values)) if now - ts <= age else {}  # noqa: B905 (as long)
+        ts, age, values = slot  # type: ignore[misc]
+        return dict(values) if now - ts <= age else {}
     return {e: v for e, (v, ts, age) in slot.items() if now - ts <= age}  # type: ignore[union-attr]
 
 
@@ -78,18 +56,14 @@ class LatestValues:
         stored = self._values
         for signal, per_entity in values.items():
             slot = stored.get(signal)
-            if slot is None:
-                stored[signal] = _packed(per_entity, ts, max_age)
+            if slot is None or (slot.__class__ is tuple and slot[0] <= ts and slot[2].keys() <= per_entity.keys()):  # type: ignore[union-attr]
+                stored[signal] = (ts, max_age, dict(per_entity))  # every entity's value is replaced
                 continue
-            if slot.__class__ is tuple:
-                old_ts, old_age, old_entities, old_values = slot  # type: ignore[misc]
-                if old_ts <= ts and all(e in per_entity for e in old_entities):
-                    stored[signal] = _packed(per_entity, ts, max_age)  # every entity's value is replaced
-                    continue
-                # why: an entity keeps an older value, or this snapshot is older
-                slot = {e: (v, old_ts, old_age) for e, v in zip(old_entities, old_values, strict=True)}
+            if slot.__class__ is tuple:  # why: an entity keeps an older value, or this snapshot is older
+                old_ts, old_age, old_values = slot  # type: ignore[misc]
+                slot = {e: (v, old_ts, old_age) for e, v in old_values.items()}
             elif slot.keys() <= per_entity.keys() and all(old[1] <= ts for old in slot.values()):  # type: ignore[union-attr]
-                stored[signal] = _packed(per_entity, ts, max_age)  # one time again
+                stored[signal] = (ts, max_age, dict(per_entity))  # one time again
                 continue
             for entity, value in per_entity.items():
                 old = slot.get(entity)  # type: ignore[union-attr]

@@ -107,12 +107,3 @@ def test_every_read_answers_as_the_plain_model_on_random_updates():
             seen = latest.seen()
             assert {s: seen.get(s) for s in signals} == {s: _plain_seen(plain).get(s) for s in signals}
             assert len(latest) == sum(len(slot) for slot in plain.values.values())
-
-
-def test_entity_sets_are_shared_and_ints_stay_ints():
-    a, b = LatestValues(), LatestValues()
-    a.update({"gpu.util": {"0": 1.0, "1": 2.0}}, 100.0, 15.0)
-    b.update({"gpu.temp": {"0": 3.0, "1": 4.0}}, 100.0, 15.0)
-    assert a._values["gpu.util"][2] is b._values["gpu.temp"][2]  # type: ignore[index]
-    a.update({"engine.running": {"m": 3}}, 100.0, 15.0)  # type: ignore[dict-item]
-    assert type(a.current_of("engine.running", 100.0)["m"]) is int  # type: ignore[index]
