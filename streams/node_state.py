@@ -18,6 +18,7 @@ from .episode import Episode
 from .evidence_traces import SeriesTrace
 from .latency import LatencyTracker
 from .latest_values import LatestValues
+from .series_history import SeriesHistory
 
 
 class FiringEntity(BaseModel):
@@ -51,7 +52,7 @@ class NodeState(BaseModel):
     partition: int | None = None
     rules: dict[str, RuleState] = Field(default_factory=dict)
     #: "signal|entity" -> [[ts, value], ...]: short histories for `growing_for` conditions
-    history: dict[str, list[list[float]]] = Field(default_factory=dict)
+    history: dict[str, SeriesHistory] = Field(default_factory=dict)
     #: "scope:comparison|entity" -> [last verdict, last judged, change times...]: transition counters
     #: (`crossed:` conditions, streams/ruleset/crossings.py)
     crossings: dict[str, list[float]] = Field(default_factory=dict)
@@ -158,7 +159,7 @@ def heal_future(state: NodeState, horizon: float, now: float | None = None) -> b
             del state.rules[name]
     for key in list(state.history):
         pts = state.history[key]
-        kept = [p for p in pts if p[0] <= horizon]
+        kept = pts.until(horizon)
         if len(kept) != len(pts):
             healed = True
             if kept:

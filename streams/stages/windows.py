@@ -17,6 +17,7 @@ from ..ruleset.condition_eval import _reduce as reduce_values
 from ..ruleset.crossings import count as crossing_count
 from ..ruleset.crossings import record as record_crossings
 from ..ruleset.rulefile import RuleSet, split_baseline_key
+from ..series_history import SeriesHistory
 from .step import Step
 
 
@@ -87,11 +88,12 @@ MAX_HISTORY_POINTS = 120
 def _record_history(state: NodeState, rules: RuleSet, fresh: SignalValues, ts: float) -> None:
     for signal, window in rules.history_windows.items():
         for entity, value in (fresh.get(signal) or {}).items():
-            pts = state.history.setdefault(f"{signal}|{entity}", [])
-            pts.append([ts, value])
-            cutoff = ts - window * 1.5
-            while pts and (pts[0][0] < cutoff or len(pts) > MAX_HISTORY_POINTS):
-                pts.pop(0)
+            key = f"{signal}|{entity}"
+            pts = state.history.get(key)
+            if pts is None:
+                pts = state.history[key] = SeriesHistory()
+            pts.append(ts, value)
+            pts.trim(ts - window * 1.5, MAX_HISTORY_POINTS)
 
 
 class _BaselineStep(NamedTuple):
@@ -169,4 +171,5 @@ def _baseline(
 
 
 def _history(state: NodeState, signal: str, entity: str) -> list[tuple[float, float]]:
-    return [(t, v) for t, v in state.history.get(f"{signal}|{entity}", [])]
+    found = state.history.get(f"{signal}|{entity}")
+    return found.points() if found is not None else []

@@ -29,7 +29,7 @@ def test_history_is_kept_for_trend_signals_only_and_trimmed_to_the_window():
         )
     points = state.history["engine.requests_waiting|0"]
     assert list(state.history) == ["engine.requests_waiting|0"]
-    assert points[-1] == [T0 + 15 * 19, 19.0] and points[0][0] >= T0 + 15 * 19 - 180
+    assert points[-1] == (T0 + 15 * 19, 19.0) and points[0][0] >= T0 + 15 * 19 - 180
     assert len(points) == 13
 
 
