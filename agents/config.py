@@ -68,13 +68,15 @@ class PublishConfig(BaseModel):
         ),
     )
     layout_every_s: Duration = Field(
-        default=0.0,
+        default=300.0,
         ge=0,
         description=(
             "With wire 3: send each source's layout (labels, names, bucket bounds) once and then only its values, "
-            "about a third of version 1's bytes; the layout goes again at least this often, so a worker that "
-            "restarted or took over the node reads it again after at most this long (its snapshots until then are "
-            "dead letters, unknown_layout). 0: every message carries its layout."
+            "about a third of version 1's bytes (0.6x with every layout sent). Workers keep the layouts in their "
+            "layouts table, so one that restarts or takes the node over reads the values at once; the layout goes "
+            "again at least this often for a worker that has no copy (a new consumer group, a worker from before "
+            "the table: its snapshots until then are dead letters, unknown_layout). 0: every message carries its "
+            "layout."
         ),
     )
     buffer: OutboxConfig = Field(default_factory=OutboxConfig)

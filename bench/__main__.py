@@ -2,8 +2,8 @@
 
 Flags: ``--quick`` (one short repetition, a smoke run), ``--breakdown`` (also each collector group alone),
 ``--only SECTION[,SECTION]`` (repeatable; sections: parse, agent, streams, replay, memory, notify-lag,
-notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, fleet-scale, wire,
-model-forward, peer, offline),
+notify-noise, startup, scenarios, table-store, nodes-per-core, scale-out, ingest, fleet-memory, fleet-scale,
+state-size, wire, model-forward, peer, offline),
 ``--streams-n N`` (snapshots measured by the streams throughput section).
 """
 
@@ -32,6 +32,7 @@ SECTIONS = (
     "ingest",
     "fleet-memory",
     "fleet-scale",
+    "state-size",
     "wire",
     "model-forward",
     "peer",
@@ -168,11 +169,23 @@ def main(argv: list[str] | None = None) -> None:
         print("\n## Cost per snapshot against fleet size: 10, 1,000 and 10,000 nodes of one model (issue 30)\n")
         sizes = (10, 200, 1_000) if quick else (10, 1_000, 10_000)
         print(fleet_scale.report(fleet_scale.run(sizes, rounds=2 if quick else 3, warm=2 if quick else 3)))
+    if "state-size" in args.sections:
+        from bench import state_size
+
+        print("\n## A node's state on the table and in memory, 30 minutes and 4 hours (issue 30)\n")
+        nodes, rounds = (5, 20) if quick else (100, 120)
+        got = state_size.run(nodes, rounds)
+        print(
+            f"{nodes} nodes x {rounds} rounds: record {got['record_bytes'] / 1024:.1f} KB, RSS growth "
+            f"{got['rss_per_node'] / 1024:.0f} KB per node, {got['us_per_snapshot']:.0f} us per snapshot"
+        )
+        print(state_size.report_slope(state_size.slope((2, 4) if quick else (10, 40), 20 if quick else 960)))
     if "wire" in args.sections:
         from bench import wire_format
 
         print("\n## Telemetry wire formats: bytes per node per 15 s, encode and decode (issue 30)\n")
         print(wire_format.report(wire_format.run(ticks=16 if quick else 64, reps=1 if quick else 5)))
+        print("\n" + wire_format.report_layouts(wire_format.layout_memory(nodes=20 if quick else 200)))
     if "model-forward" in args.sections:
         from bench import model_forward
 

@@ -36,6 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
+from tailhound.agents.config import PublishConfig
 from tailhound.agents.simulator import FleetSimulator, SimConfig
 from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.snapshot_builder import SnapshotBuilder
@@ -182,7 +183,7 @@ async def own_metric(url: str, names: tuple[str, ...]) -> list[float]:
 
 
 #: the telemetry wire version and layout interval the run encodes with (``--wire``, ``--layout-every``)
-WIRE = {"version": DEFAULT_WIRE, "layout_every_s": 0.0}
+WIRE = {"version": DEFAULT_WIRE, "layout_every_s": PublishConfig().layout_every_s}
 #: ``--bundle`` / ``--no-bundle``: a node's snapshots of one round in one message, as an agent with
 #: ``publish.bundle`` sends them; None: as the agent's default (on with wire 3)
 BUNDLE: dict[str, bool | None] = {"on": None}
@@ -332,7 +333,12 @@ if __name__ == "__main__":
     ap.add_argument("--interval", type=float, default=2.0, help="Prometheus' scrape interval in the run (s)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--wire", type=int, default=DEFAULT_WIRE, choices=(1, 3), help="telemetry version the agent sends")
-    ap.add_argument("--layout-every", type=float, default=0.0, help="v3 layout references: full layout every N s")
+    ap.add_argument(
+        "--layout-every",
+        type=float,
+        default=WIRE["layout_every_s"],
+        help="v3 layout references: full layout every N s (default: the agent's publish.layout_every_s; 0: off)",
+    )
     ap.add_argument("--bundle", action="store_const", const=True, help="a node's snapshots of a round in one message")
     ap.add_argument("--no-bundle", dest="bundle", action="store_const", const=False, help="one message per snapshot")
     a = ap.parse_args()

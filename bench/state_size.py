@@ -3,6 +3,9 @@ blackbox at 15 s, as bench.fleet_scale makes them) stepped for `rounds` collecti
 hours, when the baselines' rings are full). Prints the median record as the state codec writes it, the RSS growth per
 node (after a full collection) and the CPU per snapshot. ``python -m bench.state_size NODES ROUNDS``.
 
+``--slope A,B``: the RSS a further node costs, without the fixed cost (memos, plans, interned names) that a run of few
+nodes divides by few: A and B nodes each in a fresh interpreter, ``(growth(B) - growth(A)) / (B - A)`` (:func:`slope`).
+
 ``--breakdown``: the live objects per node by part of the state (:func:`breakdown`): ``sys.getsizeof`` of every
 object reachable from each part, each object counted once, what the modules, the rules and the catalog reach
 counted as already seen (shared, not a node's). RSS holds these plus the allocator's free space."""
@@ -10,7 +13,9 @@ counted as already seen (shared, not a node's). RSS holds these plus the allocat
 from __future__ import annotations
 
 import gc
+import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -96,10 +101,45 @@ def run(nodes: int, rounds: int, parts: bool = False) -> dict:
     return out
 
 
+def slope(sizes: tuple[int, int], rounds: int) -> dict:
+    """RSS per further node between two fleet sizes, each run in a fresh interpreter, and the fixed cost."""
+    growth = {}
+    for n in sizes:
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.state_size", "--json", str(n), str(rounds)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        ).stdout
+        growth[n] = json.loads(out.strip().splitlines()[-1])["rss_per_node"] * n
+    a, b = sizes
+    per_node = (growth[b] - growth[a]) / (b - a)
+    return {"sizes": sizes, "rounds": rounds, "growth": growth, "per_node": per_node, "fixed": growth[a] - per_node * a}
+
+
+def report_slope(got: dict) -> str:
+    a, b = got["sizes"]
+    growth = got["growth"]
+    mb = {n: growth[n] / 2**20 for n in (a, b)}
+    return (
+        f"RSS growth at {got['rounds']} rounds: {a} nodes {mb[a]:.1f} MB, {b} nodes {mb[b]:.1f} MB: "
+        f"{got['per_node'] / 1024:.0f} KB per further node, {got['fixed'] / 2**20:.1f} MB fixed"
+    )
+
+
 def main(argv: list[str]) -> None:
-    numbers = [a for a in argv if not a.startswith("--")]
+    numbers = [a for a in argv if a.isdigit()]
+    if "--slope" in argv:
+        sizes = tuple(int(x) for x in argv[argv.index("--slope") + 1].split(","))
+        rounds = int(numbers[0]) if numbers else 960
+        print(report_slope(slope((sizes[0], sizes[1]), rounds)))
+        return
     nodes, rounds = (int(a) for a in numbers[:2]) if len(numbers) >= 2 else (100, 120)
     got = run(nodes, rounds, parts="--breakdown" in argv)
+    if "--json" in argv:
+        print(json.dumps(got))
+        return
     print(
         f"{nodes} nodes x {rounds} rounds: record {got['record_bytes'] / 1024:.1f} KB, RSS growth "
         f"{got['rss_per_node'] / 1024:.0f} KB per node, {got['us_per_snapshot']:.0f} us per snapshot"

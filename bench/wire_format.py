@@ -26,15 +26,18 @@ process CPU time (the machine is shared: wall time would count other processes' 
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 
 import msgspec
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from faust.serializers import codecs
 
 from tailhound.agents.buffer import Message
 from tailhound.agents.sender import bundle_batch, use_lz4_level
@@ -43,10 +46,11 @@ from tailhound.agents.simulator.recording import iter_records
 from tailhound.agents.snapshot_builder import SnapshotBuilder
 from tailhound.agents.wire import encode_snapshot
 from tailhound.snapshot import Snapshot
-from tailhound.streams.codec import decode_message
+from tailhound.streams.codec import STATE_CODEC_NAME, decode_message, register
+from tailhound.streams.layout_store import StoredLayouts
 from tailhound.wire.v3 import WIRE_VERSION, LayoutMemory, encode_message, to_part
 from tailhound.wire.v3 import Message as V3Message
-from tailhound.wire.v3_decode import LayoutCache
+from tailhound.wire.v3_decode import LayoutCache, decode_v3
 
 NODES = 8
 SOURCES_PER_TICK = 4
@@ -159,6 +163,42 @@ def _referenced(node_ticks: list[list[Snapshot]], full: dict, reps: int, every_s
     return row
 
 
+def layout_memory(nodes: int = 200) -> dict:
+    """What the worker keeps of `nodes` nodes' layouts (one tick each, layouts referenced): memory per node
+    (tracemalloc: the layouts in memory and the layouts table's records, as a memory table holds them) and the
+    table's record per node on its changelog (the state codec's bytes, written once per new layout)."""
+    register()
+    memory = LayoutMemory(LAYOUT_EVERY_S)
+    messages = [memory.encode(s) for tick in fleet_ticks(nodes, nodes) for s in tick]
+    table: dict = {}
+    gc.collect()
+    tracemalloc.start()
+    try:
+        store = StoredLayouts(table)
+        for raw in messages:
+            decode_v3(raw, store)
+            store.settle(True)  # (admitted, as the worker's gate does)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    records = [len(codecs.dumps(STATE_CODEC_NAME, record)) for record in table.values()]
+    return {
+        "nodes": len(table),
+        "layouts": len(store),
+        "bytes_per_node": held / len(table),
+        "record_bytes": statistics.median(records),
+    }
+
+
+def report_layouts(got: dict) -> str:
+    return (
+        f"layouts kept by the worker, {got['nodes']} nodes ({got['layouts']} layouts): "
+        f"{got['bytes_per_node'] / 1024:.1f} KB a node in memory (layouts and table records), "
+        f"{got['record_bytes']:,.0f} B a node on the layouts table's changelog (once per new layout)"
+    )
+
+
 def report(result: dict) -> str:
     base = result["rows"]["v1 JSON"]
     lines = [
@@ -182,3 +222,5 @@ def report(result: dict) -> str:
 if __name__ == "__main__":
     args = [int(a) for a in sys.argv[1:]]
     print(report(run(*args)))
+    print()
+    print(report_layouts(layout_memory()))

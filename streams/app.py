@@ -54,6 +54,7 @@ from .intake import (
     NodeExpiry,
     TimeBounds,
 )
+from .layout_store import StoredLayouts, memory_bound
 from .model_stage import ModelStage, split_rules
 from .model_stage_handler import ModelStageHandler
 from .node_stage import NodeStage
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 STATE_TABLE = "node-state"
 MODEL_STATE_TABLE = "model-state"
 ROLLUP_STATE_TABLE = "rollup-state"
+LAYOUT_TABLE = "layouts"
 
 
 def create_app(
@@ -167,7 +169,10 @@ def create_app(
     # the stages' watermarks, for that order
     marks = ProgressMarks(node_incidents.send, order.enabled, model_partition_of=lambda key: partition_of(key))
     bounds = TimeBounds(s.max_future_skew_s, s.max_age_s)
-    gate = Gate(bounds, s.max_message_bytes, stats)
+    # the version-3 layouts read in full, also in a table: a worker that restarts or takes a partition over reads
+    # the values-only parts at once (tailhound.streams.layout_store)
+    layouts = StoredLayouts(_state_table(app, LAYOUT_TABLE, settings.partitions), memory_bound(s.max_nodes))
+    gate = Gate(bounds, s.max_message_bytes, stats, layouts)
     letters = DeadLetters(deadletter.send, stats)
     expiry_s = s.node_expiry_s
     expiry = NodeExpiry(expiry_s)

@@ -94,12 +94,14 @@ class Gate:
         bounds: TimeBounds | None = None,
         max_message_bytes: int | None = LIMITS.max_message_bytes,
         stats: IntakeStats | None = None,
+        layouts: LayoutCache | None = None,
     ) -> None:
         self.bounds = bounds or TimeBounds()
         self.max_message_bytes = max_message_bytes
         self.stats = stats if stats is not None else IntakeStats()
-        #: the version-3 layouts read in full, for the messages that reference them (publish.layout_every_s)
-        self.layouts = LayoutCache()
+        #: the version-3 layouts read in full, for the messages that reference them (publish.layout_every_s;
+        #: the worker's also live in its layouts table, tailhound.streams.layout_store)
+        self.layouts = layouts if layouts is not None else LayoutCache()
 
     def admit(
         self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None = None
@@ -127,6 +129,13 @@ class Gate:
     ) -> Parts | Rejection:
         """:meth:`admit` for a message of either version (:func:`tailhound.streams.codec.decode_message`): its
         snapshots in order (one, or a bundle's parts), or the rejection of the whole message."""
+        values = self._admit_all(raw, key, arrival, sent_at)
+        self.layouts.settle(not isinstance(values, Rejection))
+        return values
+
+    def _admit_all(
+        self, raw: bytes | None, key: bytes | None, arrival: float, sent_at: float | None
+    ) -> Parts | Rejection:
         values = decode_message(raw, max_bytes=self.max_message_bytes, layouts=self.layouts)
         if isinstance(values, Malformed):
             return self._reject(Rejection(values.kind, values.reason, values.stage))

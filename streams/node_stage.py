@@ -179,6 +179,7 @@ class NodeStage:
                 continue  # it sent something the stored state does not show yet
             await self.stage(events)
             del state[node]
+            self.gate.layouts.forget(node)
             self.stats.nodes_expired += 1
             self.stats.incidents_gone += len(events)
             log.info(
@@ -198,6 +199,7 @@ class NodeStage:
         await self.stage(events)
         if node in self.state:
             del self.state[node]
+        self.gate.layouts.forget(node)
         self.stats.incidents_gone += len(events)
         self.stats.evictions.evicted(NODE, node, self.max_nodes)
 

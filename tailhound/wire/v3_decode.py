@@ -17,6 +17,7 @@ import operator
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -25,6 +26,8 @@ from tailhound.wire.decoded import Counter, DecodedSnapshot, Gauge, HistDelta, H
 from tailhound.wire.v3 import WIRE_VERSION, Hist, Message, Part
 
 _DECODER = msgspec.msgpack.Decoder(Message)
+_PART = msgspec.msgpack.Decoder(Part)
+_ENCODER = msgspec.msgpack.Encoder()
 _SOURCE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _isfinite = math.isfinite
 _MISSING = object()
@@ -160,21 +163,58 @@ class LayoutCache:
             self._layouts.move_to_end((node, layout_id))
         return layout
 
-    def put(self, node: str, layout_id: bytes, layout: Layout) -> None:
+    def put(self, node: str, layout_id: bytes, layout: Layout, part: Part | None = None) -> None:
+        """Keep `layout`, read in full from `part` (which a cache that persists layouts stores)."""
         self._layouts[(node, layout_id)] = layout
         self._layouts.move_to_end((node, layout_id))
         while len(self._layouts) > self.max_layouts:
             self._layouts.popitem(last=False)
 
+    def settle(self, admitted: bool) -> None:
+        """The message whose layouts were just put was `admitted` (or refused after its decode: by its key, its
+        time): a cache that persists layouts writes those of admitted messages only."""
+
+    def forget(self, node: str) -> None:
+        """`node` expired or was evicted: what a cache persists for it goes (in memory the LRU bound suffices)."""
+
     def __len__(self) -> int:
         return len(self._layouts)
 
 
-def _layout_of(p: Part) -> Layout:
-    """The part's own tables, checked."""
+def tables_of(p: Part) -> bytes:
+    """The layout tables of full part `p` (its values left out), as :func:`layout_from_tables` reads them."""
+    return _ENCODER.encode(msgspec.structs.replace(p, values=[], deltas=[], resets=[], hists=[]))
+
+
+def layout_from_tables(raw: bytes) -> Layout | None:
+    """The checked layout of tables written by :func:`tables_of`, or None when they do not read or check."""
+    try:
+        return _layout_of(_PART.decode(raw), share=True)
+    except (msgspec.DecodeError, _Bad):
+        return None
+
+
+#: the strings and bucket layouts of cached layouts, one object per value for all nodes (metric and label names,
+#: GPU indexes, bounds: ~5 KB a node of a cache's ~20), bounded
+_SHARED: dict[object, object] = {}
+
+
+def _shared(value: Any) -> Any:
+    found = _SHARED.get(value)
+    if found is None:
+        if len(_SHARED) >= 65_536:
+            _SHARED.clear()
+        found = _SHARED[value] = value
+    return found
+
+
+def _layout_of(p: Part, share: bool = False) -> Layout:
+    """The part's own tables, checked (`share`: for a cache, their strings and bounds shared between nodes)."""
     if any(len(k) > LIMITS.max_label_name for k in p.labels):
         raise _Bad("label_too_long", f"a common label name is longer than {LIMITS.max_label_name} characters")
     strings, kinds, names = p.strings, p.kinds, p.names
+    if share:
+        strings = [_shared(x) for x in strings]
     n = len(kinds)
     if not (len(names) == len(p.labelsets) == n):
         raise _Bad("invalid", "the sample columns kinds, names and labelsets differ in length")
@@ -184,7 +224,10 @@ def _layout_of(p: Part) -> Layout:
     if not all(0 < len(name) <= 200 for name in sample_names):
         raise _Bad("invalid", "a sample name must be 1 to 200 characters long")
     sets = [_labels(strings, flat) for flat in p.sets]
-    return Layout(p.labels, kinds, sample_names, [sets[k] for k in p.labelsets], [_bounds(le) for le in p.layouts])
+    bounds = [_bounds(le) for le in p.layouts]
+    if share:  # (a list is shared by the bounds it holds; nothing writes to a layout's lists)
+        bounds = [_SHARED.setdefault(tuple(le), le) for le in bounds]  # type: ignore[misc]
+    return Layout(p.labels, kinds, sample_names, [sets[k] for k in p.labelsets], bounds)
 
 
 def _snapshot(node: str, p: Part, cache: LayoutCache | None) -> DecodedSnapshot:
@@ -203,9 +246,9 @@ def _snapshot(node: str, p: Part, cache: LayoutCache | None) -> DecodedSnapshot:
                 "its publish.layout_every_s",
             )
     else:
-        layout = _layout_of(p)
+        layout = _layout_of(p, share=bool(p.layout_id) and cache is not None)
         if p.layout_id and cache is not None:
-            cache.put(node, p.layout_id, layout)
+            cache.put(node, p.layout_id, layout, p)
     kinds, sample_names, sample_labels, layouts = layout.kinds, layout.names, layout.sample_labels, layout.layouts
     values = p.values
     n = len(kinds)

@@ -52,3 +52,9 @@ def test_state_size_breaks_the_live_state_down_by_part():
     parts = got["breakdown"]
     assert {"latency windows", "baselines", "latest values", "records on the table"} <= set(parts)
     assert all(size > 0 for size in parts.values())
+
+
+def test_state_size_slope_takes_the_fixed_cost_out():
+    got = state_size.slope((1, 2), rounds=2)
+    assert set(got["growth"]) == {1, 2} and got["per_node"] == got["growth"][2] - got["growth"][1]
+    assert "KB per further node" in state_size.report_slope(got)

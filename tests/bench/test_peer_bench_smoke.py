@@ -86,6 +86,8 @@ def test_bundled_messages_hold_a_nodes_round_and_decode_into_its_snapshots(monke
     monkeypatch.setitem(peer.BUNDLE, "on", True)
     bundled = peer.snapshot_messages(rounds)
     assert len(plain) == 16 and len(bundled) == 4  # 2 nodes x 2 rounds, 4 sources each
-    cache = LayoutCache()
+    cache, plain_cache = LayoutCache(), LayoutCache()
     parts = [s for _, v in bundled for s in decode_message(v, layouts=cache)]
-    assert [(s.node, s.source) for s in parts] == [(k.decode(), s.source) for k, v in plain for s in decode_message(v)]
+    assert [(s.node, s.source) for s in parts] == [
+        (k.decode(), s.source) for k, v in plain for s in decode_message(v, layouts=plain_cache)
+    ]

@@ -67,6 +67,7 @@ def test_bench_sections_can_run_alone():
         "ingest",
         "fleet-memory",
         "fleet-scale",
+        "state-size",
         "wire",
         "model-forward",
         "peer",

@@ -26,3 +26,9 @@ def test_wire_bench_runs_and_version_3_is_smaller():
     assert rows["v3 msgpack"]["raw_bytes"] * 4 < rows["v1 JSON"]["raw_bytes"]  # sizes are not timings
     assert rows["v3 msgpack"]["lz4"] < rows["v1 JSON"]["lz4"]
     assert "| v3 msgpack |" in wire_format.report(result)
+
+
+def test_the_layouts_the_worker_keeps_are_measured_per_node():
+    got = wire_format.layout_memory(nodes=3)
+    assert got["nodes"] == 3 and got["layouts"] >= 3 * 3 and got["bytes_per_node"] > 0 and got["record_bytes"] > 0
+    assert "KB a node in memory" in wire_format.report_layouts(got)

@@ -11,7 +11,15 @@ import pytest
 
 import tailhound.streams.app
 from tailhound.settings import Settings
-from tailhound.streams.app import MODEL_STATE_TABLE, ROLLUP_STATE_TABLE, STATE_TABLE, create_app, make_worker, tune_gc
+from tailhound.streams.app import (
+    LAYOUT_TABLE,
+    MODEL_STATE_TABLE,
+    ROLLUP_STATE_TABLE,
+    STATE_TABLE,
+    create_app,
+    make_worker,
+    tune_gc,
+)
 from tailhound.streams.codec import STATE_CODEC_NAME
 from tailhound.streams.ruleset.rulefile import load_rules
 
@@ -33,7 +41,7 @@ def test_topics_carry_raw_bytes_the_agents_decode(app):
 
 def test_state_tables_write_json_with_the_state_codec(app):
     _, faust_app = app
-    assert set(faust_app.tables) == {STATE_TABLE, MODEL_STATE_TABLE, ROLLUP_STATE_TABLE}
+    assert set(faust_app.tables) == {STATE_TABLE, MODEL_STATE_TABLE, ROLLUP_STATE_TABLE, LAYOUT_TABLE}
     for table in faust_app.tables.values():
         changelog = table.changelog_topic
         assert (table.key_serializer, table.value_serializer) == ("json", STATE_CODEC_NAME)

@@ -116,3 +116,14 @@ def test_the_encoder_of_version_3_with_layouts_is_a_layout_memory():
     first, second = enc(snap(1)), enc(snap(2))
     assert not parts_of(first)[0].ref and parts_of(second)[0].ref
     assert encoder(3)(snap(1)) == encode_message(snap(1))
+
+
+def test_cached_layouts_share_their_names_and_bounds_between_nodes():
+    # (a worker keeps a layout per node and source: ~20 KB a node, ~11 KB with one object per name and bound list)
+    memory, cache = LayoutMemory(every_s=300), LayoutCache()
+    for node in ("gpu-node-1", "gpu-node-2"):
+        decode_v3(memory.encode(snap(1, node=node)), cache)
+    a, b = (next(v for (n, _), v in cache._layouts.items() if n == node) for node in ("gpu-node-1", "gpu-node-2"))
+    assert a.names == b.names and all(x is y for x, y in zip(a.names, b.names, strict=True))
+    assert a.layouts == b.layouts and a.layouts[0] is b.layouts[0]
+    assert a.sample_labels[0] == b.sample_labels[0] and a.sample_labels[0] is not b.sample_labels[0]
