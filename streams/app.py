@@ -171,8 +171,8 @@ def create_app(
     bounds = TimeBounds(s.max_future_skew_s, s.max_age_s)
     # the version-3 layouts read in full, also in a table: a worker that restarts or takes a partition over reads
     # the values-only parts at once (tailhound.streams.layout_store)
-    layouts = StoredLayouts(_state_table(app, LAYOUT_TABLE, settings.partitions), memory_bound(s.max_nodes))
-    gate = Gate(bounds, s.max_message_bytes, stats, layouts)
+    table = _state_table(app, LAYOUT_TABLE, settings.partitions)
+    gate = Gate(bounds, s.max_message_bytes, stats, StoredLayouts(table, memory_bound(s.max_nodes), stats.layouts))
     letters = DeadLetters(deadletter.send, stats)
     expiry_s = s.node_expiry_s
     expiry = NodeExpiry(expiry_s)

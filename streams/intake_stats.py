@@ -14,6 +14,9 @@ from prometheus_client.registry import Collector
 
 from .fleet_cap import MODEL, MODEL_NODE, NODE, EvictionLog
 
+#: what :class:`tailhound.streams.layout_store.StoredLayouts` counts
+LAYOUT_EVENTS = ("written", "recalled", "unreadable")
+
 
 class IntakeStats:
     """What the worker let in and what it did not, since it started (per process)."""
@@ -37,6 +40,9 @@ class IntakeStats:
         self.incidents_gone = 0
         #: nodes and models evicted over the fleet-state caps, by kind (tailhound.streams.fleet_cap; logged there)
         self.evictions = EvictionLog()
+        #: version-3 layouts written to the layouts table, recalled from it, stored ones that did not read
+        #: (tailhound.streams.layout_store)
+        self.layouts: Counter[str] = Counter()
 
     def reject(self, kind: str) -> None:
         self.rejected[kind] += 1
@@ -52,6 +58,7 @@ class IntakeStats:
             "nodes_expired": self.nodes_expired,
             "incidents_gone": self.incidents_gone,
             "evicted": dict(sorted(self.evictions.total.items())),
+            "layouts": dict(sorted(self.layouts.items())),
         }
 
     def describe(self) -> str:
@@ -108,3 +115,12 @@ class StatsCollector(Collector):
         for kind in (NODE, MODEL, MODEL_NODE):
             evicted.add_metric([kind], s.evictions.total[kind])
         yield evicted
+        layouts = CounterMetricFamily(
+            "tailhound_telemetry_layouts",
+            "Version-3 layouts written to the layouts table, recalled from it (after a restart or a takeover), and "
+            "stored ones that did not read, by event.",
+            labels=["event"],
+        )
+        for event in LAYOUT_EVENTS:
+            layouts.add_metric([event], s.layouts[event])
+        yield layouts

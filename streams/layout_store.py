@@ -15,6 +15,7 @@ import base64
 import binascii
 import logging
 import zlib
+from collections import Counter
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -41,11 +42,13 @@ def memory_bound(max_nodes: int) -> int:
 class StoredLayouts(LayoutCache):
     """A :class:`LayoutCache` whose layouts also live in `table` (node -> record), for the next owner."""
 
-    def __init__(self, table: MutableMapping[str, Any], max_layouts: int = 32_768) -> None:
+    def __init__(
+        self, table: MutableMapping[str, Any], max_layouts: int = 32_768, counts: Counter[str] | None = None
+    ) -> None:
         super().__init__(max_layouts)
         self.table = table
-        #: layouts written to the table, read back from it, and records of it that did not read
-        self.written = self.recalled = self.unreadable = 0
+        #: layouts written to the table, recalled from it, stored ones that did not read (IntakeStats.layouts)
+        self.counts: Counter[str] = counts if counts is not None else Counter()
         # the layouts of the message being admitted, written when it is (settle)
         self._pending: list[tuple[str, str, str]] = []
 
@@ -55,7 +58,7 @@ class StoredLayouts(LayoutCache):
             layout = self._recall(node, layout_id)
             if layout is not None:
                 super().put(node, layout_id, layout)
-                self.recalled += 1
+                self.counts["recalled"] += 1
         return layout
 
     def put(self, node: str, layout_id: bytes, layout: Layout, part: Part | None = None) -> None:
@@ -76,7 +79,7 @@ class StoredLayouts(LayoutCache):
         for node, key, packed in pending:
             entries = [e for e in _entries(self.table.get(node)) if e[0] != key]
             self.table[node] = {"v": STORE_VERSION, "layouts": [*entries, [key, packed]][-MAX_PER_NODE:]}
-            self.written += 1
+            self.counts["written"] += 1
 
     def forget(self, node: str) -> None:
         if self.table.get(node) is not None:
@@ -89,7 +92,7 @@ class StoredLayouts(LayoutCache):
             if k == key:
                 layout = _read(tables)
                 if layout is None:
-                    self.unreadable += 1
+                    self.counts["unreadable"] += 1
                     log.warning("the stored layout %s of %s does not read; its parts wait for a refresh", key, node)
                 return layout
         return None

@@ -26,6 +26,19 @@ async def consume(settings: Settings, topic: str, until, timeout: float = 60.0, 
     return records
 
 
+def any_resolved(records: list) -> bool:
+    """`until` for :func:`consume` on the incidents topic: some incident resolved."""
+    return any(b'"resolved"' in r.value for r in records)
+
+
+async def until_resolved(settings: Settings, alive=None, timeout: float = 90.0) -> list:
+    """The incident events read until one of them resolves (or `timeout`, or `alive()` false)."""
+    from tailhound.incident import IncidentEvent
+
+    records = await consume(settings, settings.incidents_topic, any_resolved, timeout=timeout, alive=alive)
+    return [IncidentEvent.model_validate_json(r.value) for r in records]
+
+
 async def publish_incidents(settings: Settings, *events) -> None:
     """Produce incident events to the incidents topic (key = incident id), as the streams worker does."""
     from tailhound.kafka import ensure_topics, make_producer

@@ -14,7 +14,7 @@ from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
-from tests.kafka_helpers import consume
+from tests.kafka_helpers import any_resolved, consume
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 T0 = 1_767_225_600.0
@@ -44,13 +44,7 @@ async def test_thermal_incident_reaches_the_incident_topic(settings, worker):
                     dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
                 ]
             )
-    records = await consume(
-        settings,
-        settings.incidents_topic,
-        lambda rs: any(b'"resolved"' in r.value for r in rs),
-        timeout=90,
-        alive=worker.alive,
-    )
+    records = await consume(settings, settings.incidents_topic, any_resolved, timeout=90, alive=worker.alive)
     assert worker.alive(), worker.log_tail()
     events = _incidents(records)
     assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()

@@ -12,13 +12,12 @@ import pytest
 
 from tailhound.agents.publisher import SnapshotPublisher
 from tailhound.deadletter import DeadLetter
-from tailhound.incident import IncidentEvent
 from tailhound.kafka import ensure_topics, make_producer
 from tailhound.wire import encode_message
 from tailhound.wire.v3 import Message, to_part
 from tailhound.worker.process import WorkerProcess
 from tests.factories import dcgm_snapshot
-from tests.kafka_helpers import consume
+from tests.kafka_helpers import consume, until_resolved
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 T0 = 1_767_225_600.0
@@ -50,15 +49,8 @@ async def test_a_version_3_fleet_opens_and_resolves_the_incident_and_a_bad_messa
                         dcgm_snapshot(T0 + 15 * i, node="gpu-node-1"),
                     ]
                 )
-        records = await consume(
-            settings,
-            settings.incidents_topic,
-            lambda rs: any(b'"resolved"' in r.value for r in rs),
-            timeout=90,
-            alive=worker.alive,
-        )
+        events = await until_resolved(settings, alive=worker.alive)
         assert worker.alive(), worker.log_tail()
-        events = [IncidentEvent.model_validate_json(r.value) for r in records]
         assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()
         assert events[0].root_cause == "gpu-thermal-throttle" and events[0].scope.gpus == ["3", "5"]
         letters = await consume(
@@ -93,14 +85,7 @@ async def test_a_restarted_worker_reads_values_only_parts_with_the_layouts_its_p
             worker.start()
             for i in range(6, 36):  # (every part a reference: the layout went with the first snapshot)
                 await pub.publish([dcgm_snapshot(T0 + 15 * i, node="gpu-node-2", hot=hot if 8 <= i < 24 else None)])
-        records = await consume(
-            settings,
-            settings.incidents_topic,
-            lambda rs: any(b'"resolved"' in r.value for r in rs),
-            timeout=90,
-            alive=worker.alive,
-        )
-        events = [IncidentEvent.model_validate_json(r.value) for r in records]
+        events = await until_resolved(settings, alive=worker.alive)
         assert [e.event for e in events] == ["opened", "resolved"], worker.log_tail()
         assert events[0].root_cause == "gpu-thermal-throttle" and events[0].scope.gpus == ["3", "5"]
         letters = await consume(settings, settings.deadletter_topic, lambda rs: False, timeout=1.5)

@@ -10,6 +10,7 @@ import msgspec
 
 from tailhound.snapshot import Snapshot
 from tailhound.streams.intake import Gate, Rejection
+from tailhound.streams.intake_stats import IntakeStats, StatsCollector
 from tailhound.streams.layout_store import MAX_PER_NODE, MAX_TABLES_BYTES, MIN_LAYOUTS, StoredLayouts, memory_bound
 from tailhound.wire import snapshot_json
 from tailhound.wire.v3 import LayoutMemory, Message
@@ -27,14 +28,14 @@ def test_a_restarted_worker_reads_the_references_with_the_stored_layout():
     first = StoredLayouts(table)
     for raw in raws[:2]:
         assert not isinstance(admit(Gate(layouts=first), raw), Rejection)
-    assert first.written == 1 and set(table) == {"gpu-node-1"}
+    assert first.counts["written"] == 1 and set(table) == {"gpu-node-1"}
     # (a new process: nothing in memory, the table recovered from its changelog)
     again = StoredLayouts(table)
     gate = Gate(layouts=again)
     for i, raw in enumerate(raws[2:], start=3):
         [back] = admit(gate, raw)
         assert Snapshot.model_validate_json(snapshot_json(back)) == snap(i)
-    assert again.recalled == 1 and again.written == 0
+    assert again.counts["recalled"] == 1 and again.counts["written"] == 0
 
 
 def test_a_refresh_of_a_known_layout_does_not_write_the_table_again():
@@ -43,7 +44,7 @@ def test_a_refresh_of_a_known_layout_does_not_write_the_table_again():
     memory = LayoutMemory(every_s=30)  # (a refresh every other snapshot)
     for i in range(1, 9):
         assert not isinstance(admit(Gate(layouts=store), memory.encode(snap(i))), Rejection)
-    assert store.written == 1
+    assert store.counts["written"] == 1
 
 
 def test_without_the_table_a_reference_is_still_a_dead_letter():
@@ -81,7 +82,7 @@ def test_a_stored_record_that_does_not_read_is_no_layout_and_nothing_raises():
         store = StoredLayouts({"gpu-node-1": broken})
         got = admit(Gate(layouts=store), raws[1])
         assert isinstance(got, Rejection) and got.kind == "unknown_layout", broken
-        unreadable += store.unreadable
+        unreadable += store.counts["unreadable"]
     assert unreadable == 5  # (the others are not records of a layout at all)
 
 
@@ -120,4 +121,15 @@ def test_a_message_refused_after_its_decode_leaves_nothing_in_the_table():
     got = Gate(layouts=store).admit_all(raw, b"another-node", arrival=T0 + 10_000)
     assert isinstance(got, Rejection) and got.kind == "wrong_key" and table == {}
     assert not isinstance(admit(Gate(layouts=store), raw), Rejection)  # (the same layout, admitted: stored)
-    assert store.written == 1 and list(table) == ["gpu-node-1"]
+    assert store.counts["written"] == 1 and list(table) == ["gpu-node-1"]
+
+
+def test_the_worker_exports_what_its_layouts_table_did():
+    stats, table = IntakeStats(), {}
+    memory = LayoutMemory(every_s=300)
+    raws = [memory.encode(snap(i)) for i in range(1, 3)]
+    admit(Gate(stats=stats, layouts=StoredLayouts(table, counts=stats.layouts)), raws[0])
+    admit(Gate(stats=stats, layouts=StoredLayouts(table, counts=stats.layouts)), raws[1])  # (a restart)
+    [family] = [f for f in StatsCollector(stats).collect() if f.name == "tailhound_telemetry_layouts"]
+    assert {s.labels["event"]: s.value for s in family.samples} == {"written": 1, "recalled": 1, "unreadable": 0}
+    assert stats.as_dict()["layouts"] == {"recalled": 1, "written": 1}
