@@ -74,7 +74,7 @@ def run_size(n: int, rounds: list[list[tuple[str, bytes]]], warm: int, gc_mode: 
     freezer = None
     if gc_mode == "worker+warmup":
         gc_freeze.enable()
-        freezer = gc_freeze.WarmupFreeze()
+        freezer = gc_freeze.WarmupFreeze(last=gc_freeze.last_freeze_for(n))  # (a worker with max_nodes >= n)
     node_rules, model_rules = split_rules(load_rules(RULES))
     processor, store = SnapshotProcessor(node_rules), MemoryStateStore()
     stage, model_store = ModelStage(model_rules), MemoryStateStore()

@@ -46,7 +46,7 @@ from tailhound.snapshot import Snapshot
 
 from . import codec, gc_freeze
 from .fleet_cap import MODEL
-from .gc_freeze import GC_GEN0_THRESHOLD, WarmupFreeze
+from .gc_freeze import GC_GEN0_THRESHOLD, WarmupFreeze, last_freeze_for
 from .intake import (
     DeadLetters,
     Gate,
@@ -220,7 +220,8 @@ def create_app(
         on_snapshot=on_snapshot,
     )
 
-    freezer = WarmupFreeze()  # the state built by the first messages, out of the collector's way
+    # the state built by the first messages, out of the collector's way
+    freezer = WarmupFreeze(last=last_freeze_for(s.max_nodes))
 
     @app.agent(telemetry, name="evaluate")
     async def evaluate_agent(stream: faust.StreamT) -> None:

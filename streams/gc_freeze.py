@@ -5,8 +5,9 @@ walks all of them though almost none is garbage. :class:`WarmupFreeze` counts th
 after the first :data:`FIRST_FREEZE` and each time the count doubles (the state grows as nodes first report),
 collects and freezes what is alive (``gc.freeze``, as ``tailhound ingest`` does after its warm-up); frozen
 objects are still freed by reference counting, only cycles among them wait. It stops after :data:`LAST_FREEZE`
-messages, and only freezes in a worker process (:func:`enable`, from :func:`tailhound.streams.app.tune_gc`): the
-collector is the process's, and an app made in a test or a tool leaves it alone.
+messages (more for a worker that may hold more nodes, :func:`last_freeze_for`), and only freezes in a worker
+process (:func:`enable`, from :func:`tailhound.streams.app.tune_gc`): the collector is the process's, and an app
+made in a test or a tool leaves it alone.
 """
 
 from __future__ import annotations
@@ -19,13 +20,22 @@ log = logging.getLogger(__name__)
 
 #: telemetry messages handled before the first freeze (rules loaded, first assignment, the first nodes' state)
 FIRST_FREEZE = 2_000
-#: no freeze after this many messages (~12 rounds of a 10,000-node fleet's 4 sources, sent one by one)
+#: no freeze after this many messages (~12 rounds of a 10,000-node fleet's 4 sources, sent one by one), or after
+#: MESSAGES_PER_NODE for each node the worker may hold (last_freeze_for)
 LAST_FREEZE = 500_000
+MESSAGES_PER_NODE = 25
 
 #: young-generation threshold of a worker's (and the standalone ingest's) collector; CPython's default is 700
 GC_GEN0_THRESHOLD = 100_000
 
 _enabled = False
+
+
+def last_freeze_for(max_nodes: int) -> int:
+    """The last freeze of a worker holding up to `max_nodes` nodes (``streams.max_nodes``; 0: no cap): its fleet's
+    state is built by then (a 100,000-node worker froze only what its first 256,000 messages built under the fixed
+    cap, and spent 28 % of its CPU in the collector, BENCHMARKS.md)."""
+    return max(LAST_FREEZE, MESSAGES_PER_NODE * max_nodes)
 
 
 def enable(on: bool = True) -> None:

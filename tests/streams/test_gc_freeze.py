@@ -37,3 +37,8 @@ def test_a_freeze_moves_what_is_alive_out_of_the_generations(monkeypatch):
         assert gc.get_freeze_count() > before
     finally:
         gc.unfreeze()
+
+
+def test_a_worker_that_may_hold_more_nodes_freezes_longer():
+    assert gc_freeze.last_freeze_for(0) == gc_freeze.LAST_FREEZE == gc_freeze.last_freeze_for(20_000)
+    assert gc_freeze.last_freeze_for(100_000) == 100_000 * gc_freeze.MESSAGES_PER_NODE
