@@ -199,12 +199,14 @@ def layout_from_tables(raw: bytes) -> Layout | None:
 _SHARED: dict[object, object] = {}
 
 
-def _shared(value: Any) -> Any:
-    found = _SHARED.get(value)
+def _shared(value: Any, key: Any = None) -> Any:
+    """The one object kept for `value` (looked up by `key`, by default the value itself)."""
+    key = value if key is None else key
+    found = _SHARED.get(key)
     if found is None:
         if len(_SHARED) >= 65_536:
             _SHARED.clear()
-        found = _SHARED[value] = value
+        found = _SHARED[key] = value
     return found
 
 
@@ -226,7 +228,7 @@ def _layout_of(p: Part, share: bool = False) -> Layout:
     sets = [_labels(strings, flat) for flat in p.sets]
     bounds = [_bounds(le) for le in p.layouts]
     if share:  # (a list is shared by the bounds it holds; nothing writes to a layout's lists)
-        bounds = [_SHARED.setdefault(tuple(le), le) for le in bounds]  # type: ignore[misc]
+        bounds = [_shared(le, tuple(le)) for le in bounds]
     return Layout(p.labels, kinds, sample_names, [sets[k] for k in p.labelsets], bounds)
 
 
